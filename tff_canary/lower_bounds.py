@@ -1,0 +1,237 @@
+"""Lower bounds on epsilon that hold with a stated confidence (METHOD §7).
+
+epsilon_lo (Jagielski, Ullman & Oprea 2020, with the Jeffreys intervals of
+Zanella-Béguelin et al. 2022; the paper's lower bound). A threshold attack
+guesses "inserted" when a canary's statistic is >= t. At each threshold t taken
+at an observed inserted statistic, with f of the n inserted canaries below t:
+
+  FNR_up(t) = Beta(f + 1/2, n - f + 1/2).ppf(1 - alpha)   (Jeffreys, one-sided)
+  FPR_up(t) = P(T >= t) under the exact null of METHOD §5 (final model; no
+              sampling error), or the Jeffreys upper limit of the held-out
+              canaries at or above t (all iterates, or any empirical null)
+  eps(t)   = max(log((1 - delta - FNR_up)/FPR_up),
+                 log((1 - delta - FPR_up)/FNR_up), 0)              (Kairouz et
+              al. 2015: (eps, delta)-DP forces FPR + e^eps FNR >= 1 - delta
+              and FNR + e^eps FPR >= 1 - delta)
+  epsilon_lo = max over t of eps(t),   alpha = 1 - confidence = 0.05.
+
+Thresholds between two inserted statistics never help (FNR is constant there and
+FPR only falls as t rises to the next one), so the observed inserted statistics
+are all the thresholds needed. The bound saturates with the number of canaries:
+with FNR_up >= Beta(1/2, n + 1/2).ppf(1 - alpha), it cannot exceed about 6.2
+for 1000 inserted and 1000 held-out canaries. The max over thresholds, with
+each rate at level alpha, is what the paper does (`correction="none"`).
+
+The one-run bound (Steinke, Nasr & Jagielski 2023, "Privacy auditing with one
+(1) training run", Theorem 5.2 as restated in METHOD §7). m candidate canaries
+are each inserted by a fair coin. The auditor guesses "in" for the k+ highest
+statistics and "out" for the k- lowest (k+ and k- fixed in advance); r = k+ + k-
+guesses, v of them right. With q = e^eps / (1 + e^eps),
+
+  beta(eps)  = P[Bin(r, q) >= v],
+  alpha'(eps) = max_{i = 1..v} (1/i) P[v - i <= Bin(r, q) < v],
+  p(eps)     = min(1, beta + 2 m delta alpha'),
+
+and the bound is the largest eps with p(eps) <= 1 - confidence (p rises with
+eps). At delta = 0 it cannot exceed logit((1 - confidence)^(1/r)): 3.49 for
+r = 100.
+
+NumPy/SciPy only.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from tff_canary import null_law
+from tff_canary import results
+from tff_canary import validation
+
+CORRECTIONS = ("none",)
+
+
+def jeffreys_upper(failures, trials, alpha):
+  """One-sided Jeffreys upper limit Beta(f + 1/2, n - f + 1/2).ppf(1 - alpha); 1 when f = n."""
+  failures = np.asarray(failures, dtype=np.float64)
+  with np.errstate(invalid="ignore"):
+    upper = special.betaincinv(failures + 0.5, trials - failures + 0.5,
+                               1.0 - alpha)
+  return np.where(failures >= trials, 1.0, upper)
+
+
+def _eps_of_rates(log_fnr, log_fpr, delta):
+  """eps(t) of the module docstring from log upper limits of FNR and FPR."""
+  fnr, fpr = np.exp(log_fnr), np.exp(log_fpr)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    first = np.log1p(-(delta + fnr)) - log_fpr
+    second = np.log1p(-(delta + fpr)) - log_fnr
+  first = np.where(delta + fnr < 1.0, first, -np.inf)
+  second = np.where(delta + fpr < 1.0, second, -np.inf)
+  return np.maximum(np.maximum(first, second), 0.0)
+
+
+def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
+               confidence: float = 0.95,
+               correction: str = "none") -> results.LowerBound:
+  """epsilon_lo: the threshold-attack lower bound on epsilon (see module docstring).
+
+  Exactly one of `dim` and `held_out` gives the null: `dim` uses the exact
+  closed-form null law of a cosine (final model), `held_out` the empirical null
+  of held-out canaries (all iterates, where there is no closed form).
+
+  Args:
+    inserted: 1-D array of the inserted canaries' statistics (cosines in
+      [-1, 1]), at least 2.
+    delta: delta in (0, 1).
+    dim: model dimension (>= 2) for the exact null.
+    held_out: 1-D array of held-out canaries' statistics for the empirical null.
+    confidence: the bound holds with this probability (per the paper's
+      construction, see `correction`), in (0, 1).
+    correction: "none" (the paper's).
+
+  Returns:
+    A `LowerBound`.
+  """
+  x = validation.as_cosines(inserted, "inserted")
+  delta = validation.as_open_unit(delta, "delta")
+  confidence = validation.as_open_unit(confidence, "confidence")
+  correction = validation.as_choice(correction, "correction", CORRECTIONS)
+  if (dim is None) == (held_out is None):
+    raise ValueError("give exactly one of dim (exact null) and held_out "
+                     f"(empirical null); got dim={dim!r} and held_out="
+                     f"{'None' if held_out is None else 'an array'}.")
+  alpha = 1.0 - confidence
+  n = x.size
+  thresholds = np.sort(x)
+  misses = np.searchsorted(thresholds, thresholds, side="left")
+  log_fnr = np.log(jeffreys_upper(misses, n, alpha))
+
+  if dim is not None:
+    dim = validation.as_dim(dim)
+    log_fpr = null_law.CosineNull(dim).logsf(thresholds)
+    null, num_held_out, null_mean, ceiling = "exact", 0, 0.0, np.inf
+  else:
+    y = np.sort(validation.as_cosines(held_out, "held_out"))
+    num_held_out = y.size
+    false_positives = num_held_out - np.searchsorted(y, thresholds, side="left")
+    log_fpr = np.log(jeffreys_upper(false_positives, num_held_out, alpha))
+    null, null_mean = "held_out", float(y.mean())
+    ceiling = float(_eps_of_rates(np.log(jeffreys_upper(0, n, alpha)),
+                                  np.log(jeffreys_upper(0, num_held_out, alpha)),
+                                  delta))
+
+  below = float(x.mean()) < null_mean
+  if below:
+    warnings.warn(
+        f"The inserted canaries' mean statistic ({x.mean():.4g}) is below the "
+        f"null's ({null_mean:.4g}); this is almost always a sign-convention "
+        "bug (METHOD §3).", results.SignConventionWarning, stacklevel=2)
+
+  eps = _eps_of_rates(log_fnr, log_fpr, delta)
+  best = int(np.argmax(eps))
+  epsilon = float(eps[best])
+  return results.LowerBound(
+      epsilon=epsilon, null=null,
+      threshold=float(thresholds[best]) if epsilon > 0 else float("nan"),
+      fnr_upper=float(np.exp(log_fnr[best])),
+      fpr_upper=float(np.exp(log_fpr[best])),
+      ceiling=ceiling,
+      saturated=bool(np.isfinite(ceiling) and epsilon >= ceiling * (1 - 1e-9)),
+      correction=correction, delta=delta, confidence=confidence,
+      num_inserted=n, num_held_out=num_held_out, dim=dim,
+      inserted_below_null=below)
+
+
+def one_run_p_value(epsilon, guesses, correct, num_candidates, delta):
+  """p(eps) = min(1, beta + 2 m delta alpha') of the module docstring."""
+  q = special.expit(epsilon)
+  if correct == 0:
+    return 1.0
+  beta = stats.binom.sf(correct - 1, guesses, q)
+  pmf = stats.binom.pmf(np.arange(correct), guesses, q)
+  # sum_{k = v-i}^{v-1} pmf(k) for i = 1..v, divided by i.
+  windows = np.cumsum(pmf[::-1]) / np.arange(1, correct + 1)
+  return float(min(1.0, beta + 2.0 * num_candidates * delta * windows.max()))
+
+
+def _largest_rejected_epsilon(guesses, correct, num_candidates, delta, alpha):
+  """The largest eps with p(eps) <= alpha (0 if p(0) > alpha): bracket, then Brent."""
+
+  def excess(eps):
+    return one_run_p_value(eps, guesses, correct, num_candidates, delta) - alpha
+
+  if excess(0.0) > 0.0:
+    return 0.0
+  hi = 1.0
+  while excess(hi) <= 0.0:  # p -> 1 as eps -> inf, so this ends.
+    hi *= 2.0
+  return float(optimize.brentq(excess, hi / 2.0 if hi > 1.0 else 0.0, hi,
+                               xtol=1e-12))
+
+
+def default_guesses(num_candidates: int) -> int:
+  """Default k+ = k-: 5% of the candidates (at least 1) on each side."""
+  return max(1, int(round(0.05 * num_candidates)))
+
+
+def one_run_bound(statistics, inserted_mask, *, delta, k_plus=None,
+                  k_minus=None, confidence: float = 0.95) -> results.OneRunBound:
+  """The one-run lower bound of Steinke, Nasr & Jagielski (2023).
+
+  Args:
+    statistics: 1-D array, one statistic per candidate canary (cosines).
+    inserted_mask: 1-D bool array of the same length: which candidates the
+      fair coins inserted.
+    delta: delta in [0, 1) (0 allowed: the pure-DP bound).
+    k_plus, k_minus: how many top / bottom statistics to guess "in" / "out";
+      fixed before looking at the statistics. Default `default_guesses(m)`
+      each.
+    confidence: the bound holds with this probability, in (0, 1).
+
+  Returns:
+    A `OneRunBound`.
+  """
+  s = validation.as_cosines(statistics, "statistics")
+  mask = np.asarray(inserted_mask)
+  if mask.dtype != bool:
+    raise TypeError(f"inserted_mask must be a bool array, got dtype "
+                    f"{mask.dtype}.")
+  if mask.shape != s.shape:
+    raise ValueError(f"inserted_mask has shape {mask.shape} but statistics "
+                     f"has shape {s.shape}; they must match.")
+  delta = validation.as_float(delta, "delta")
+  if not 0.0 <= delta < 1.0:
+    raise ValueError(f"delta must lie in [0, 1), got {delta}.")
+  confidence = validation.as_open_unit(confidence, "confidence")
+  m = s.size
+  k_plus = default_guesses(m) if k_plus is None else validation.as_int(
+      k_plus, "k_plus", minimum=0)
+  k_minus = default_guesses(m) if k_minus is None else validation.as_int(
+      k_minus, "k_minus", minimum=0)
+  if k_plus + k_minus == 0 or k_plus + k_minus > m:
+    raise ValueError(f"k_plus + k_minus must be between 1 and the number of "
+                     f"candidates ({m}); got k_plus={k_plus}, "
+                     f"k_minus={k_minus}.")
+
+  order = np.argsort(s, kind="stable")
+  correct = int(mask[order[m - k_plus:]].sum() + (~mask[order[:k_minus]]).sum())
+  guesses = k_plus + k_minus
+  alpha = 1.0 - confidence
+  below = bool(mask.any() and (~mask).any()
+               and s[mask].mean() < s[~mask].mean())
+  if below:
+    warnings.warn(
+        "The inserted candidates' mean statistic is below the others'; this is "
+        "almost always a sign-convention bug (METHOD §3).",
+        results.SignConventionWarning, stacklevel=2)
+
+  epsilon = _largest_rejected_epsilon(guesses, correct, m, delta, alpha)
+  ceiling = _largest_rejected_epsilon(guesses, guesses, m, delta, alpha)
+  return results.OneRunBound(
+      epsilon=epsilon, num_candidates=m, num_inserted=int(mask.sum()),
+      k_plus=k_plus, k_minus=k_minus, guesses=guesses, correct=correct,
+      ceiling=ceiling, delta=delta, confidence=confidence,
+      inserted_below_null=below)
