@@ -67,9 +67,8 @@ class EpsilonEstimate:
 
   Attributes:
     epsilon: the estimate.
-    interval: confidence interval for it (`confidence` level): exact from the
-      t-interval of the mean for the mean-only variant, parametric bootstrap
-      percentiles otherwise.
+    interval: confidence interval for it (`confidence` level); see
+      `interval_method`.
     statistic: "final" (cosines with theta_0 - theta_T, closed-form null) or
       "all" (max over rounds, held-out null).
     method: "mean_only" (null's variance kept) or "fitted_variance" (the
@@ -84,7 +83,9 @@ class EpsilonEstimate:
     sample_std: the inserted canaries' sample standard deviation.
     inserted_below_null: True if inserted_mean < null_mean (see
       `SignConventionWarning`).
-    n_bootstrap, seed: bootstrap size and seed (0 and None when not used).
+    interval_method: "t" (mean-only: the t-interval of the mean mapped
+      through epsilon, exact) or "projection" (the range of epsilon over a
+      joint confidence region of the fitted Gaussians; conservative).
   """
 
   epsilon: float
@@ -102,8 +103,7 @@ class EpsilonEstimate:
   inserted_std: float
   sample_std: float
   inserted_below_null: bool
-  n_bootstrap: int
-  seed: Optional[int]
+  interval_method: str
 
   def __str__(self) -> str:
     name = "ε-final" if self.statistic == "final" else "ε-all"
@@ -123,10 +123,12 @@ class EpsilonEstimate:
 
 @dataclasses.dataclass(frozen=True)
 class LowerBound:
-  """epsilon_lo: a lower bound on epsilon holding with probability `confidence`.
+  """epsilon_lo: a threshold-attack lower bound on epsilon.
 
   Jagielski et al. (2020) with Jeffreys intervals (Zanella-Béguelin et al.
-  2022), as in the paper (METHOD §7). The bound saturates with the number of
+  2022), as in the paper (METHOD §7). With `correction="none"` (the paper's
+  construction) the confidence is nominal only: see `tff_canary.lower_bounds`
+  for how far it falls short. The bound saturates with the number of
   canaries: it can never exceed `ceiling` (about 6.2 with 1000 inserted and
   1000 held-out canaries), which is why the point estimates exist.
 
@@ -166,7 +168,10 @@ class LowerBound:
     null = f"exact null, d={self.dim}" if self.null == "exact" else "held-out null"
     sat = (f"; saturated: cannot exceed {_fmt(self.ceiling)} with these counts"
            if self.saturated else "")
-    text = (f"ε_lo = {_fmt(self.epsilon)} ({self.confidence:.0%} lower bound; "
+    level = (f"nominal {self.confidence:.0%} lower bound, paper's uncorrected "
+             "max over thresholds" if self.correction == "none"
+             else f"{self.confidence:.0%} lower bound, {self.correction}")
+    text = (f"ε_lo = {_fmt(self.epsilon)} ({level}; "
             f"{null}; δ={self.delta:g}; "
             f"{_counts(self.num_inserted, self.num_held_out)}{sat})")
     return text + (_SIGN_NOTE if self.inserted_below_null else "")
