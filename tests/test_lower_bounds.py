@@ -211,3 +211,29 @@ def test_one_run_bad_input(kwargs, error, match):
   args.update(kwargs)
   with pytest.raises(error, match=match):
     one_run_bound(**args)
+
+
+def test_pruned_threshold_search_equals_evaluating_every_threshold():
+  # _max_over_thresholds skips blocks whose bound cannot beat the best value;
+  # it must return exactly what evaluating all n thresholds returns.
+  from tff_canary import lower_bounds as lb
+
+  rng = np.random.default_rng(10)
+  for trial in range(120):
+    n = int(rng.integers(2, 2500))
+    dim = int(rng.choice([50, 1000, DIM]))
+    x = np.clip((rng.uniform(-1, 8) + rng.uniform(0.3, 3) * rng.standard_normal(n))
+                / np.sqrt(dim), -1, 1)
+    t = np.sort(x)
+    log_fnr = np.log(lb.jeffreys_upper(np.searchsorted(t, t, "left"), n, 0.05))
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", results.SignConventionWarning)
+      if trial % 2:
+        log_fpr = CosineNull(dim).logsf(t)
+        got = epsilon_lo(x, delta=DELTA, dim=dim).epsilon
+      else:
+        y = np.sort(rng.standard_normal(int(rng.integers(2, 2500))) / np.sqrt(dim))
+        fp = y.size - np.searchsorted(y, t, "left")
+        log_fpr = np.log(lb.jeffreys_upper(fp, y.size, 0.05))
+        got = epsilon_lo(x, delta=DELTA, held_out=y).epsilon
+    assert got == lb._eps_of_rates(log_fnr, log_fpr, DELTA).max(), trial

@@ -82,6 +82,44 @@ def _eps_of_rates(log_fnr, log_fpr, delta):
   return np.maximum(np.maximum(first, second), 0.0)
 
 
+_BLOCK = 32
+
+
+def _max_over_thresholds(n, log_fnr_at, log_fpr_at, delta):
+  """max_i eps(t_i) over sorted thresholds t_0 <= ... <= t_{n-1}, exactly.
+
+  `log_fnr_at(idx)` and `log_fpr_at(idx)` give the log upper limits at the
+  given threshold indices; the first never decreases with the index and the
+  second never increases (more misses and fewer false positives as the
+  threshold rises). So on a block of thresholds between indices a < b,
+  eps <= max(log(1 - delta - FNR_a) - log FPR_b, log(1 - delta - FPR_b) -
+  log FNR_a). Evaluating every `_BLOCK`-th threshold first and then only the
+  blocks whose bound beats the best value found gives the same maximum as
+  evaluating all n, with a fraction of the special-function calls.
+
+  Returns:
+    (eps, index, log_fnr, log_fpr) at the maximizing threshold.
+  """
+  coarse = np.unique(np.r_[np.arange(0, n, _BLOCK), n - 1])
+  fnr_c, fpr_c = log_fnr_at(coarse), log_fpr_at(coarse)
+  eps_c = _eps_of_rates(fnr_c, fpr_c, delta)
+  k = int(np.argmax(eps_c))
+  best = (float(eps_c[k]), int(coarse[k]), float(fnr_c[k]), float(fpr_c[k]))
+  bounds = _eps_of_rates(fnr_c[:-1], fpr_c[1:], delta)
+  for j in np.argsort(-bounds):
+    if bounds[j] <= best[0]:
+      break
+    inner = np.arange(coarse[j] + 1, coarse[j + 1])
+    if inner.size == 0:
+      continue
+    fnr_i, fpr_i = log_fnr_at(inner), log_fpr_at(inner)
+    eps_i = _eps_of_rates(fnr_i, fpr_i, delta)
+    m = int(np.argmax(eps_i))
+    if eps_i[m] > best[0]:
+      best = (float(eps_i[m]), int(inner[m]), float(fnr_i[m]), float(fpr_i[m]))
+  return best
+
+
 def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
                confidence: float = 0.95,
                correction: str = "none") -> results.LowerBound:
@@ -116,17 +154,26 @@ def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
   n = x.size
   thresholds = np.sort(x)
   misses = np.searchsorted(thresholds, thresholds, side="left")
-  log_fnr = np.log(jeffreys_upper(misses, n, alpha))
+
+  def log_fnr_at(idx):
+    return np.log(jeffreys_upper(misses[idx], n, alpha))
 
   if dim is not None:
     dim = validation.as_dim(dim)
-    log_fpr = null_law.CosineNull(dim).logsf(thresholds)
+    null_law_ = null_law.CosineNull(dim)
+
+    def log_fpr_at(idx):
+      return null_law_.logsf(thresholds[idx])
+
     null, num_held_out, null_mean, ceiling = "exact", 0, 0.0, np.inf
   else:
     y = np.sort(validation.as_cosines(held_out, "held_out"))
     num_held_out = y.size
     false_positives = num_held_out - np.searchsorted(y, thresholds, side="left")
-    log_fpr = np.log(jeffreys_upper(false_positives, num_held_out, alpha))
+
+    def log_fpr_at(idx):
+      return np.log(jeffreys_upper(false_positives[idx], num_held_out, alpha))
+
     null, null_mean = "held_out", float(y.mean())
     ceiling = float(_eps_of_rates(np.log(jeffreys_upper(0, n, alpha)),
                                   np.log(jeffreys_upper(0, num_held_out, alpha)),
@@ -139,14 +186,13 @@ def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
         f"null's ({null_mean:.4g}); this is almost always a sign-convention "
         "bug (METHOD §3).", results.SignConventionWarning, stacklevel=2)
 
-  eps = _eps_of_rates(log_fnr, log_fpr, delta)
-  best = int(np.argmax(eps))
-  epsilon = float(eps[best])
+  epsilon, best, log_fnr, log_fpr = _max_over_thresholds(
+      n, log_fnr_at, log_fpr_at, delta)
   return results.LowerBound(
       epsilon=epsilon, null=null,
       threshold=float(thresholds[best]) if epsilon > 0 else float("nan"),
-      fnr_upper=float(np.exp(log_fnr[best])),
-      fpr_upper=float(np.exp(log_fpr[best])),
+      fnr_upper=float(np.exp(log_fnr)),
+      fpr_upper=float(np.exp(log_fpr)),
       ceiling=ceiling,
       saturated=bool(np.isfinite(ceiling) and epsilon >= ceiling * (1 - 1e-9)),
       correction=correction, delta=delta, confidence=confidence,

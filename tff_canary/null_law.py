@@ -30,6 +30,7 @@ NumPy/SciPy only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 from scipy import optimize, special
@@ -179,10 +180,18 @@ class CosineNull:
     """
     t = np.asarray(t, dtype=np.float64)
     tc = np.clip(t, 0.0, 1.0)
-    by_square = 0.5 - 0.5 * special.betainc(0.5, self._b, tc * tc)
-    by_complement = 0.5 * special.betainc(self._b, 0.5, (1.0 - tc) * (1.0 + tc))
-    tail = np.where(by_square >= _CENTRE, by_square, by_complement)
+    tail = np.empty(tc.shape)
+    centre = tc <= self._centre_edge  # where (2) gives a tail >= _CENTRE
+    sq = tc[centre]
+    tail[centre] = 0.5 - 0.5 * special.betainc(0.5, self._b, sq * sq)
+    tl = tc[~centre]
+    tail[~centre] = 0.5 * special.betainc(self._b, 0.5, (1.0 - tl) * (1.0 + tl))
     return np.where(t > 1.0, 0.0, tail)
+
+  @functools.cached_property
+  def _centre_edge(self) -> float:
+    """The t >= 0 with P(T >= t) = _CENTRE, where (2) hands over to (1)."""
+    return float(np.sqrt(special.betaincinv(0.5, self._b, 1.0 - 2.0 * _CENTRE)))
 
   def _log_upper_tail(self, t: np.ndarray) -> np.ndarray:
     """log P(T >= t) for t >= 0, switching to the continued fraction in deep tails."""
