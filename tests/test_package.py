@@ -1,0 +1,37 @@
+"""The estimator side of the package never imports TensorFlow."""
+
+import subprocess
+import sys
+
+# Modules that a TF-free analysis (the report command, notebooks on saved
+# runs) relies on.
+TF_FREE = ["tff_canary", "tff_canary.null_law", "tff_canary.two_gaussians",
+           "tff_canary.estimates", "tff_canary.lower_bounds",
+           "tff_canary.results", "tff_canary.analytical",
+           "tff_canary.validation", "tff_canary.gaussian_mechanism",
+           "tff_canary.cosine_table", "tff_canary.schedules"]
+
+
+def test_estimator_modules_do_not_import_tensorflow():
+  # One fresh interpreter imports them in turn and names the first module
+  # after which a TensorFlow package is loaded.
+  code = (
+      "import importlib, sys\n"
+      f"for module in {TF_FREE!r}:\n"
+      "  importlib.import_module(module)\n"
+      "  bad = [m for m in ('tensorflow', 'tensorflow_federated',\n"
+      "                     'tensorflow_privacy') if m in sys.modules]\n"
+      "  if bad:\n"
+      "    print(module, 'imported', bad)\n"
+      "    sys.exit(1)\n")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, (proc.stdout, proc.stderr[-2000:])
+
+
+def test_public_names():
+  import tff_canary
+
+  for name in ["epsilon_final", "epsilon_all", "epsilon_lo", "one_run_bound",
+               "CosineNull", "gaussian_epsilon", "Ledger", "epsilon_for_delta"]:
+    assert callable(getattr(tff_canary, name)), name
