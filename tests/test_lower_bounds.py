@@ -237,3 +237,52 @@ def test_pruned_threshold_search_equals_evaluating_every_threshold():
         log_fpr = np.log(lb.jeffreys_upper(fp, y.size, 0.05))
         got = epsilon_lo(x, delta=DELTA, held_out=y).epsilon
     assert got == lb._eps_of_rates(log_fnr, log_fpr, DELTA).max(), trial
+
+
+# The simultaneous correction -------------------------------------------------
+
+
+@pytest.mark.parametrize("null", ["exact", "held_out"])
+def test_simultaneous_bound_is_zero_without_canary_effect(null):
+  rng = np.random.default_rng(11)
+  positive = 0
+  trials = 400
+  for _ in range(trials):
+    x = rng.standard_normal(500) / np.sqrt(DIM)
+    kwargs = (dict(dim=DIM) if null == "exact"
+              else dict(held_out=rng.standard_normal(500) / np.sqrt(DIM)))
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", results.SignConventionWarning)
+      positive += epsilon_lo(x, delta=DELTA, correction="simultaneous",
+                             **kwargs).epsilon > 0.0
+  # A valid 95% bound is positive in at most 5% of no-effect trials; with 400
+  # trials the binomial 99.9% upper band of 5% is ~8.7%, so 0.087 fails only
+  # a bound that is truly invalid.
+  assert positive / trials <= 0.087
+
+
+@pytest.mark.parametrize("z", [4.22, 1.54, 0.541])
+def test_simultaneous_bound_stays_below_the_true_epsilon(z):
+  rng = np.random.default_rng(12)
+  truth = two_gaussians.epsilon_for_delta(DELTA, 0, 1, 1 / z, 1)
+  bounds = np.array([
+      epsilon_lo((1 / z + rng.standard_normal(1000)) / np.sqrt(DIM),
+                 delta=DELTA, dim=DIM, correction="simultaneous").epsilon
+      for _ in range(200)])
+  # At most 5% may exceed the truth; 200 trials' 99.9% band reaches ~10%.
+  assert np.mean(bounds > truth) <= 0.10
+  assert np.median(bounds) > 0.15 * truth  # and it is not vacuous
+
+
+def test_simultaneous_bound_details():
+  rng = np.random.default_rng(13)
+  x = 0.5 + 0.01 * rng.standard_normal(1000)
+  y = 0.01 * rng.standard_normal(1000)
+  b = epsilon_lo(x, delta=DELTA, held_out=y, correction="simultaneous")
+  assert b.correction == "simultaneous" and b.saturated and b.epsilon == b.ceiling
+  # Below the paper's ceiling: the corrected limits are wider.
+  assert 3.0 < b.ceiling < 6.25
+  assert "nominal" not in str(b) and "simultaneous" in str(b)
+  from tff_canary.lower_bounds import simultaneous_ranks
+  ranks = simultaneous_ranks(1000)
+  assert ranks[0] == 1 and ranks[-1] == 1000 and 15 <= ranks.size <= 25

@@ -31,6 +31,22 @@ percentile 1.26); on the Gaussian mechanism it exceeds the true epsilon in 26%
 23% of no-effect trials. Results carry `correction` so a report can say which
 construction it used.
 
+`correction="simultaneous"` is a corrected version that keeps its confidence.
+The thresholds are the inserted statistics at a fixed set of ranks K (the k-th
+largest, k = 1, 2, 4, 8, ..., and the same counted from the bottom: about
+2 log2(n) ranks, chosen before seeing the data; finer grids measured no more
+powerful, since each extra threshold costs Bonferroni level). At the k-th largest inserted statistic s_k,
+TPR(s_k) = P(X >= s_k) is distributed exactly as Beta(k, n - k + 1) (the k-th
+smallest of n uniforms) for i.i.d. continuous statistics, so its alpha_k
+quantile is an exact lower limit; FNR_up = 1 - that limit serves both terms.
+The FPR is exact under the closed-form null; under a held-out null it is the
+Clopper-Pearson upper limit of the held-out count at or above s_k, valid
+because the held-out statistics are independent of s_k. alpha goes to the TPR
+limits (all of it for the exact null, half for a held-out null, the other half
+to the FPR limits) and is divided equally among the |K| thresholds (Bonferroni),
+so all limits hold at once with probability >= 1 - alpha and so does the
+bound.
+
 The one-run bound (Steinke, Nasr & Jagielski 2023, "Privacy auditing with one
 (1) training run", Theorem 5.2 as restated in METHOD §7). m candidate canaries
 are each inserted by a fair coin. The auditor guesses "in" for the k+ highest
@@ -59,7 +75,9 @@ from tff_canary import null_law
 from tff_canary import results
 from tff_canary import validation
 
-CORRECTIONS = ("none",)
+CORRECTIONS = ("none", "simultaneous")
+# Ratio of the geometric rank grid of the simultaneous correction.
+_RANK_RATIO = 2.0
 
 
 def jeffreys_upper(failures, trials, alpha):
@@ -69,6 +87,22 @@ def jeffreys_upper(failures, trials, alpha):
     upper = special.betaincinv(failures + 0.5, trials - failures + 0.5,
                                1.0 - alpha)
   return np.where(failures >= trials, 1.0, upper)
+
+
+def clopper_pearson_upper(successes, trials, alpha):
+  """One-sided Clopper-Pearson upper limit Beta(c + 1, n - c).ppf(1 - alpha); 1 when c = n."""
+  successes = np.asarray(successes, dtype=np.float64)
+  with np.errstate(invalid="ignore"):
+    upper = special.betaincinv(successes + 1.0, trials - successes, 1.0 - alpha)
+  return np.where(successes >= trials, 1.0, upper)
+
+
+def simultaneous_ranks(n: int) -> np.ndarray:
+  """The fixed ranks K of the simultaneous correction (1 = the largest)."""
+  low = np.unique(np.round(_RANK_RATIO ** np.arange(
+      0, np.log(n) / np.log(_RANK_RATIO) + 1)).astype(np.int64))
+  low = low[low <= n]
+  return np.unique(np.concatenate([low, n + 1 - low]))
 
 
 def _eps_of_rates(log_fnr, log_fpr, delta):
@@ -137,7 +171,9 @@ def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
     held_out: 1-D array of held-out canaries' statistics for the empirical null.
     confidence: the bound holds with this probability (per the paper's
       construction, see `correction`), in (0, 1).
-    correction: "none" (the paper's).
+    correction: "none" (the paper's; nominal confidence only) or
+      "simultaneous" (holds with probability >= confidence; see the module
+      docstring).
 
   Returns:
     A `LowerBound`.
@@ -151,6 +187,8 @@ def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
                      f"(empirical null); got dim={dim!r} and held_out="
                      f"{'None' if held_out is None else 'an array'}.")
   alpha = 1.0 - confidence
+  if correction == "simultaneous":
+    return _simultaneous_epsilon_lo(x, delta, dim, held_out, confidence)
   n = x.size
   thresholds = np.sort(x)
   misses = np.searchsorted(thresholds, thresholds, side="left")
@@ -196,6 +234,54 @@ def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
       ceiling=ceiling,
       saturated=bool(np.isfinite(ceiling) and epsilon >= ceiling * (1 - 1e-9)),
       correction=correction, delta=delta, confidence=confidence,
+      num_inserted=n, num_held_out=num_held_out, dim=dim,
+      inserted_below_null=below)
+
+
+def _simultaneous_epsilon_lo(x, delta, dim, held_out, confidence):
+  """epsilon_lo with correction="simultaneous" (module docstring)."""
+  alpha = 1.0 - confidence
+  n = x.size
+  ranks = simultaneous_ranks(n)
+  descending = np.sort(x)[::-1]
+  thresholds = descending[ranks - 1]
+  alpha_tpr = alpha if dim is not None else alpha / 2.0
+  per_rank = alpha_tpr / ranks.size
+  tpr_lo = special.betaincinv(ranks.astype(np.float64),
+                              (n - ranks + 1).astype(np.float64), per_rank)
+  with np.errstate(divide="ignore"):
+    log_fnr = np.log1p(-tpr_lo)
+  if dim is not None:
+    dim = validation.as_dim(dim)
+    log_fpr = null_law.CosineNull(dim).logsf(thresholds)
+    null, num_held_out, null_mean, ceiling = "exact", 0, 0.0, np.inf
+  else:
+    y = np.sort(validation.as_cosines(held_out, "held_out"))
+    num_held_out = y.size
+    per_rank_fpr = (alpha / 2.0) / ranks.size
+    counts = num_held_out - np.searchsorted(y, thresholds, side="left")
+    log_fpr = np.log(clopper_pearson_upper(counts, num_held_out, per_rank_fpr))
+    null, null_mean = "held_out", float(y.mean())
+    # Perfect separation: no held-out statistic above any threshold.
+    ceiling = float(_eps_of_rates(log_fnr, np.log(clopper_pearson_upper(
+        np.zeros(ranks.size), num_held_out, per_rank_fpr)), delta).max())
+  below = float(x.mean()) < null_mean
+  if below:
+    warnings.warn(
+        f"The inserted canaries' mean statistic ({x.mean():.4g}) is below the "
+        f"null's ({null_mean:.4g}); this is almost always a sign-convention "
+        "bug (METHOD §3).", results.SignConventionWarning, stacklevel=3)
+  eps = _eps_of_rates(log_fnr, log_fpr, delta)
+  best = int(np.argmax(eps))
+  epsilon = float(eps[best])
+  return results.LowerBound(
+      epsilon=epsilon, null=null,
+      threshold=float(thresholds[best]) if epsilon > 0 else float("nan"),
+      fnr_upper=float(np.exp(log_fnr[best])),
+      fpr_upper=float(np.exp(log_fpr[best])),
+      ceiling=ceiling,
+      saturated=bool(np.isfinite(ceiling) and epsilon >= ceiling * (1 - 1e-9)),
+      correction="simultaneous", delta=delta, confidence=confidence,
       num_inserted=n, num_held_out=num_held_out, dim=dim,
       inserted_below_null=below)
 
