@@ -1,0 +1,85 @@
+"""Feeding a cosine table to every estimator (TF-free)."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from tff_canary import estimates, lower_bounds, results
+from tff_canary.cosine_table import CosineTable
+from tff_canary.table_estimates import estimate_table
+
+DIM = 1_000_000
+
+
+def _table(rng, n=400, shift=2.0, assignment="coin", recorded=True, sign=1.0):
+  inserted = (rng.random(2 * n) < 0.5) if assignment == "coin" else np.r_[
+      np.ones(n, bool), np.zeros(n, bool)]
+  final = sign * np.where(inserted, shift, 0.0) + rng.standard_normal(2 * n)
+  maxes = 3.0 + np.where(inserted, 2 * shift, 0.0) + 0.5 * rng.standard_normal(2 * n)
+  return CosineTable(
+      id=np.arange(2 * n), group=np.where(inserted, "inserted", "held_out"),
+      participation=inserted.astype(int),
+      final_cosine=final / np.sqrt(DIM),
+      max_cosine=(maxes / np.sqrt(DIM)) if recorded else np.full(2 * n, np.nan),
+      max_round=rng.integers(0, 50, 2 * n) if recorded else np.full(2 * n, -1),
+      seed=7, dim=DIM, num_rounds=50, rounds_recorded=50 if recorded else 0,
+      assignment=assignment)
+
+
+def test_every_estimate_equals_the_estimator_called_directly():
+  rng = np.random.default_rng(0)
+  table = _table(rng)
+  est = estimate_table(table, delta=1e-6)
+  x_in = table.final_cosines("inserted")
+  m_in, m_out = table.max_cosines("inserted"), table.max_cosines("held_out")
+  assert est.final_mean_only == estimates.epsilon_final(x_in, dim=DIM, delta=1e-6)
+  assert est.final_fitted == estimates.epsilon_final(
+      x_in, dim=DIM, delta=1e-6, method="fitted_variance")
+  assert est.all_iterates == estimates.epsilon_all(m_in, m_out, delta=1e-6)
+  assert est.lo_final == lower_bounds.epsilon_lo(
+      x_in, dim=DIM, delta=1e-6, correction="simultaneous")
+  assert est.lo_all_paper == lower_bounds.epsilon_lo(m_in, held_out=m_out,
+                                                     delta=1e-6)
+  assert est.one_run_final == lower_bounds.one_run_bound(
+      table.final_cosine, table.mask("inserted"), delta=1e-6)
+  assert len(est.rows()) == 9
+  assert est.num_inserted + est.num_held_out == len(table)
+  assert str(est).count("\n") == 9
+
+
+def test_missing_pieces_are_none():
+  rng = np.random.default_rng(1)
+  est = estimate_table(_table(rng, assignment="fixed", recorded=False), delta=1e-6)
+  assert est.all_iterates is None and est.lo_all is None
+  assert est.one_run_final is None and est.one_run_all is None
+  assert [name for name, _, _ in est.rows()] == [
+      "epsilon_final (mean-only)", "epsilon_final (fitted variance)",
+      "epsilon_lo final (exact null)", "epsilon_lo final (paper)"]
+  d = est.as_dict()
+  assert d["all_iterates"] is None and d["final_mean_only"]["epsilon"] > 0
+
+
+def test_sign_bug_in_the_table_is_reported():
+  rng = np.random.default_rng(2)
+  with pytest.warns(results.SignConventionWarning):
+    est = estimate_table(_table(rng, sign=-1.0), delta=1e-6)
+  assert est.final_mean_only.inserted_below_null
+  assert any("sign-convention" in w for w in est.warnings)
+
+
+def test_bad_arguments():
+  rng = np.random.default_rng(3)
+  table = _table(rng)
+  with pytest.raises(TypeError, match="table"):
+    estimate_table({"final_cosine": [0.1]}, delta=1e-6)
+  with pytest.raises(ValueError, match="delta"):
+    estimate_table(table, delta=0)
+  with pytest.raises(ValueError, match="confidence"):
+    estimate_table(table, delta=1e-6, confidence=2)
+  tiny = CosineTable(id=np.arange(3), group=np.array(["inserted", "held_out", "held_out"]),
+                     participation=np.array([1, 0, 0]), final_cosine=np.zeros(3),
+                     max_cosine=np.full(3, np.nan), max_round=np.full(3, -1),
+                     seed=0, dim=10, num_rounds=1, rounds_recorded=0)
+  with pytest.raises(ValueError, match="1 inserted"):
+    estimate_table(tiny, delta=1e-6)
