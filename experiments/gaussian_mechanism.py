@@ -1,0 +1,379 @@
+"""One-shot estimates of the Gaussian mechanism (METHOD.md §9, paper Table 2).
+
+For each target epsilon, the Gaussian sum mechanism with sensitivity 1 and the
+noise std calibrated to (epsilon, delta) by the exact analytical Gaussian
+mechanism is run `--trials` times on `--dim`-dimensional random canaries
+(`tff_canary.gaussian_mechanism`), and each run is estimated in one shot:
+
+* run A: `--num_canaries` inserted and as many held-out canaries ->
+  epsilon-final with the mean-only fit and with the fitted variance
+  (`tff_canary.estimates.epsilon_final`), and epsilon_lo against the exact
+  closed-form null and against the held-out canaries
+  (`tff_canary.lower_bounds.epsilon_lo`; the paper's construction, whose 95%
+  is nominal only), plus the simultaneous (valid) epsilon_lo with the exact
+  null;
+* run B: 2 * `--num_canaries` candidates, each inserted by a fair coin ->
+  the one-run bound of Steinke, Nasr & Jagielski (2023)
+  (`tff_canary.lower_bounds.one_run_bound`).
+
+The paper reports epsilon-final 0.99 +- 0.14, 2.96 +- 0.15 and 10.00 +- 0.23 for
+targets 1, 3 and 10 at delta = 1e-6, d = 1e6, 1000 canaries, 50 runs.
+epsilon_lo and the one-run bound are lower bounds that saturate with the number
+of canaries (epsilon_lo near 6.2 with 1000 canaries), not estimates.
+
+Usage:
+  .venv/bin/python experiments/gaussian_mechanism.py \
+      --output_json /tmp/gm.json --plot /tmp/gm.png
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from typing import Any, Callable, Sequence
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from tff_canary import analytical
+from tff_canary import estimates
+from tff_canary import gaussian_mechanism
+from tff_canary import lower_bounds
+from tff_canary import validation
+
+_RESULT_KEYS = ("target_epsilon", "noise_std", "delta", "dim", "num_canaries",
+                "trials", "epsilon_final_mean", "epsilon_final_std",
+                "epsilon_final_fitted_mean", "epsilon_final_fitted_std",
+                "epsilon_lo_mean", "one_run_bound_mean", "seconds")
+
+# Paper, Table 2: mean and std of epsilon-final over 50 runs (d = 1e6, 1000
+# canaries, delta = 1e-6), by target epsilon.
+PAPER_EPSILON_FINAL = {1.0: (0.99, 0.14), 3.0: (2.96, 0.15),
+                       10.0: (10.00, 0.23)}
+
+_FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """Defines the script's flags.
+
+  Called only when the file runs as a script, so that importing it for its
+  functions (as the tests do) leaves absl's global flags alone.
+  """
+  flags.DEFINE_integer("dim", 1_000_000, "Dimension d of the canaries.")
+  flags.DEFINE_integer("num_canaries", 1000,
+                       "Inserted canaries per run (as many are held out; run B "
+                       "has twice as many coin-flip candidates).")
+  flags.DEFINE_list("target_epsilons", ["1", "3", "10"],
+                    "Analytical epsilons the noise is calibrated to.")
+  flags.DEFINE_float("delta", 1e-6, "Delta of every epsilon.")
+  flags.DEFINE_integer("trials", 50, "Runs per target epsilon.")
+  flags.DEFINE_integer("seed", 0, "Seed every run's seed derives from.")
+  flags.DEFINE_enum("simulator", "fast", list(gaussian_mechanism.SIMULATORS),
+                    "fast: exact in distribution via the Bartlett "
+                    "decomposition; brute: materializes d-dim vectors (slow).")
+  flags.DEFINE_string("output_json", None, "Where to write the results (JSON).")
+  flags.DEFINE_string("plot", None, "Where to write a PNG of the spread.")
+
+
+def trial_seed(seed: int, target_index: int, trial: int, run: int) -> int:
+  """The simulator seed of one run: distinct for every (target, trial, run)."""
+  state = np.random.SeedSequence([seed, target_index, trial, run])
+  return int(state.generate_state(1, np.uint32)[0])
+
+
+def check_args(*, dim, num_canaries, target_epsilons, delta, trials, seed,
+               simulator) -> tuple[Any, ...]:
+  """Validates the arguments of `run_study`; returns them normalized."""
+  dim = validation.as_dim(dim, "dim")
+  num_canaries = validation.as_int(num_canaries, "num_canaries", minimum=2)
+  if isinstance(target_epsilons, (str, bytes)):
+    raise TypeError(f"target_epsilons must be a sequence of numbers, got "
+                    f"{target_epsilons!r}.")
+  targets = [validation.as_positive(e, "target_epsilons") for e in
+             target_epsilons]
+  if not targets:
+    raise ValueError("target_epsilons must not be empty.")
+  delta = validation.as_open_unit(delta, "delta")
+  trials = validation.as_int(trials, "trials", minimum=2)
+  seed = validation.as_int(seed, "seed", minimum=0)
+  simulator = validation.as_choice(simulator, "simulator",
+                                   gaussian_mechanism.SIMULATORS)
+  if simulator == "fast" and dim < 2 * num_canaries + 1:
+    raise ValueError(
+        f"dim={dim} is too small for the fast simulator with num_canaries="
+        f"{num_canaries}: run B may insert all 2 * num_canaries candidates, "
+        f"which needs dim >= {2 * num_canaries + 1}; use simulator='brute'.")
+  return dim, num_canaries, targets, delta, trials, seed, simulator
+
+
+def run_study(*,
+              dim: int,
+              num_canaries: int,
+              target_epsilons: Sequence[float],
+              delta: float,
+              trials: int,
+              seed: int,
+              simulator: str = "fast",
+              progress: Callable[[str], None] | None = None,
+              on_result: Callable[[dict[str, Any]], None] | None = None
+              ) -> dict[str, Any]:
+  """Runs the study; returns {"config": ..., "results": [one per target]}.
+
+  Args:
+    dim: Dimension d.
+    num_canaries: Inserted canaries per run A (and held-out ones); run B has
+      2 * num_canaries coin-flip candidates.
+    target_epsilons: Positive analytical epsilons.
+    delta: Delta in (0, 1).
+    trials: Runs per target, at least 2 (a std needs two).
+    seed: Nonnegative seed.
+    simulator: "fast" or "brute".
+    progress: Called with a short status string after every trial.
+    on_result: Called with each target's result as soon as it is done.
+
+  Returns:
+    A JSON-ready dict. Each result has the keys of `_RESULT_KEYS` plus
+    `epsilon_lo_held_out_mean` (epsilon_lo against the held-out canaries
+    instead of the exact null), `epsilon_lo_simultaneous_mean` (the valid,
+    simultaneous epsilon_lo with the exact null), `one_run_bound_ceiling` (the mean largest
+    value the one-run bound could have reached), `epsilon_final_coverage` and
+    `epsilon_final_fitted_coverage` (the fraction of runs whose confidence
+    interval contains the target), `warnings` (counts of the estimators'
+    warnings by class), and the per-trial values (`<name>_trials`).
+  """
+  dim, num_canaries, targets, delta, trials, seed, simulator = check_args(
+      dim=dim, num_canaries=num_canaries, target_epsilons=target_epsilons,
+      delta=delta, trials=trials, seed=seed, simulator=simulator)
+  config = dict(dim=dim, num_canaries=num_canaries, target_epsilons=targets,
+                delta=delta, trials=trials, seed=seed, simulator=simulator,
+                trial_seeds="numpy SeedSequence([seed, target_index, trial, "
+                            "run]).generate_state(1)[0]; run 0 = A, 1 = B")
+  results = []
+  for index, target in enumerate(targets):
+    start = time.perf_counter()
+    noise_std = float(analytical.gaussian_noise_multiplier(target, delta))
+    values = {name: [] for name in ("epsilon_final", "epsilon_final_fitted",
+                                    "epsilon_lo", "epsilon_lo_held_out",
+                                    "epsilon_lo_simultaneous",
+                                    "one_run_bound")}
+    covered = {"epsilon_final": 0, "epsilon_final_fitted": 0}
+    ceilings = []
+    warned = collections.Counter()
+    for trial in range(trials):
+      with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # SciPy 1.9 on NumPy 1.25 deprecation noise, not about the estimates.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        run_a = gaussian_mechanism.simulate(
+            dim=dim, num_inserted=num_canaries, num_held_out=num_canaries,
+            noise_std=noise_std, seed=trial_seed(seed, index, trial, 0),
+            simulator=simulator)
+        for name, method in (("epsilon_final", "mean_only"),
+                             ("epsilon_final_fitted", "fitted_variance")):
+          estimate = estimates.epsilon_final(run_a.inserted, dim=dim,
+                                             delta=delta, method=method)
+          values[name].append(estimate.epsilon)
+          low, high = estimate.interval
+          covered[name] += int(low <= target <= high)
+        values["epsilon_lo"].append(lower_bounds.epsilon_lo(
+            run_a.inserted, delta=delta, dim=dim).epsilon)
+        values["epsilon_lo_held_out"].append(lower_bounds.epsilon_lo(
+            run_a.inserted, delta=delta, held_out=run_a.held_out).epsilon)
+        values["epsilon_lo_simultaneous"].append(lower_bounds.epsilon_lo(
+            run_a.inserted, delta=delta, dim=dim,
+            correction="simultaneous").epsilon)
+        run_b = gaussian_mechanism.simulate_coin(
+            dim=dim, num_candidates=2 * num_canaries, noise_std=noise_std,
+            seed=trial_seed(seed, index, trial, 1), simulator=simulator)
+        bound = lower_bounds.one_run_bound(run_b.statistics,
+                                           run_b.inserted_mask, delta=delta)
+        values["one_run_bound"].append(bound.epsilon)
+        ceilings.append(bound.ceiling)
+      warned.update(type(w.message).__name__ for w in caught)
+      if progress is not None:
+        progress(f"target epsilon {target:g} ({index + 1}/{len(targets)}): "
+                 f"trial {trial + 1}/{trials}")
+    arrays = {name: np.asarray(v, dtype=np.float64)
+              for name, v in values.items()}
+    result = dict(
+        target_epsilon=target, noise_std=noise_std, delta=delta, dim=dim,
+        num_canaries=num_canaries, trials=trials,
+        epsilon_final_mean=float(arrays["epsilon_final"].mean()),
+        epsilon_final_std=float(arrays["epsilon_final"].std(ddof=1)),
+        epsilon_final_fitted_mean=float(
+            arrays["epsilon_final_fitted"].mean()),
+        epsilon_final_fitted_std=float(
+            arrays["epsilon_final_fitted"].std(ddof=1)),
+        epsilon_lo_mean=float(arrays["epsilon_lo"].mean()),
+        one_run_bound_mean=float(arrays["one_run_bound"].mean()),
+        seconds=time.perf_counter() - start,
+        epsilon_lo_held_out_mean=float(arrays["epsilon_lo_held_out"].mean()),
+        epsilon_lo_simultaneous_mean=float(
+            arrays["epsilon_lo_simultaneous"].mean()),
+        one_run_bound_ceiling=float(np.mean(ceilings)),
+        epsilon_final_coverage=covered["epsilon_final"] / trials,
+        epsilon_final_fitted_coverage=covered["epsilon_final_fitted"] / trials,
+        warnings=dict(sorted(warned.items())),
+    )
+    assert set(_RESULT_KEYS) <= set(result)
+    for name, array in arrays.items():
+      result[f"{name}_trials"] = array.tolist()
+    results.append(result)
+    if on_result is not None:
+      on_result(result)
+  return {"config": config, "results": results}
+
+
+_COLUMNS = (("target", 7), ("noise_std", 10), ("eps_final mean-only", 20),
+            ("eps_final fitted-var", 21), ("eps_lo", 7),
+            ("eps_lo held-out", 16), ("eps_lo simult.", 15),
+            ("one-run", 8), ("seconds", 8))
+
+
+def table_header() -> str:
+  line = " ".join(f"{name:>{width}}" for name, width in _COLUMNS)
+  return line + "\n" + "-" * len(line)
+
+
+def table_row(result: dict[str, Any]) -> str:
+  cells = (f"{result['target_epsilon']:g}", f"{result['noise_std']:.4f}",
+           f"{result['epsilon_final_mean']:.3f} +- "
+           f"{result['epsilon_final_std']:.3f}",
+           f"{result['epsilon_final_fitted_mean']:.3f} +- "
+           f"{result['epsilon_final_fitted_std']:.3f}",
+           f"{result['epsilon_lo_mean']:.3f}",
+           f"{result['epsilon_lo_held_out_mean']:.3f}",
+           f"{result['epsilon_lo_simultaneous_mean']:.3f}",
+           f"{result['one_run_bound_mean']:.3f}", f"{result['seconds']:.1f}")
+  return " ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells,
+                                                                  _COLUMNS))
+
+
+def write_json(study: dict[str, Any], path: str) -> None:
+  """Writes `study` to `path` atomically (temp file, then os.replace)."""
+  _write_atomically(path, json.dumps(study, indent=1).encode("utf-8"))
+
+
+def plot_study(study: dict[str, Any], path: str) -> None:
+  """Writes a PNG: per target, both epsilon-final variants against the target.
+
+  One panel per target epsilon (their scales differ), each with the per-trial
+  estimates of the mean-only and fitted-variance variants as jittered points
+  over a box plot, and the analytical epsilon as a horizontal line.
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  results = study["results"]
+  config = study["config"]
+  fig, axes = plt.subplots(1, len(results), figsize=(3.2 * len(results), 3.6),
+                           squeeze=False)
+  jitter = np.random.default_rng(0)
+  for ax, result in zip(axes[0], results):
+    data = [result["epsilon_final_trials"],
+            result["epsilon_final_fitted_trials"]]
+    ax.boxplot(data, widths=0.5, showfliers=False)
+    for position, values in enumerate(data, start=1):
+      ax.plot(position + jitter.uniform(-0.12, 0.12, len(values)), values,
+              "o", ms=3, alpha=0.5, color=("C0", "C1")[position - 1])
+    ax.axhline(result["target_epsilon"], color="k", ls="--", lw=1,
+               label="analytical")
+    ax.set_xticks([1, 2], ["mean-only", "fitted var."])
+    ax.set_title(f"target epsilon = {result['target_epsilon']:g}\n"
+                 f"noise_std = {result['noise_std']:.3f}", fontsize=9)
+  axes[0][0].set_ylabel("epsilon-final")
+  axes[0][0].legend(fontsize=8, loc="upper left")
+  fig.suptitle(f"Gaussian mechanism, d = {config['dim']:g}, "
+               f"{config['num_canaries']} canaries, delta = "
+               f"{config['delta']:g}, {config['trials']} runs", fontsize=9)
+  fig.tight_layout()
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, temp = tempfile.mkstemp(suffix=".png", dir=directory)
+  os.close(fd)
+  try:
+    fig.savefig(temp, format="png", dpi=120)
+    os.replace(temp, path)
+  except BaseException:
+    os.unlink(temp)
+    raise
+  finally:
+    plt.close(fig)
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, temp = tempfile.mkstemp(suffix=".tmp", dir=directory)
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    os.replace(temp, path)
+  except BaseException:
+    if os.path.exists(temp):
+      os.unlink(temp)
+    raise
+
+
+def _progress(message: str) -> None:
+  if sys.stderr.isatty():
+    sys.stderr.write(f"\r  {message}   ")
+    sys.stderr.flush()
+
+
+def _print_result(result: dict[str, Any]) -> None:
+  if sys.stderr.isatty():
+    sys.stderr.write("\r" + " " * 70 + "\r")
+  print(table_row(result), flush=True)
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  try:
+    targets = [float(e) for e in _FLAGS.target_epsilons]
+  except ValueError as e:
+    raise app.UsageError(f"--target_epsilons must be numbers, got "
+                         f"{_FLAGS.target_epsilons}: {e}") from None
+  try:
+    check_args(dim=_FLAGS.dim, num_canaries=_FLAGS.num_canaries,
+               target_epsilons=targets, delta=_FLAGS.delta,
+               trials=_FLAGS.trials, seed=_FLAGS.seed,
+               simulator=_FLAGS.simulator)
+  except (TypeError, ValueError) as e:
+    raise app.UsageError(str(e)) from None
+  print(f"Gaussian mechanism, d = {_FLAGS.dim}, {_FLAGS.num_canaries} "
+        f"canaries, delta = {_FLAGS.delta:g}, {_FLAGS.trials} runs per "
+        f"target, simulator {_FLAGS.simulator}, seed {_FLAGS.seed}")
+  print(table_header(), flush=True)
+  start = time.perf_counter()
+  study = run_study(dim=_FLAGS.dim, num_canaries=_FLAGS.num_canaries,
+                    target_epsilons=targets, delta=_FLAGS.delta,
+                    trials=_FLAGS.trials, seed=_FLAGS.seed,
+                    simulator=_FLAGS.simulator, progress=_progress,
+                    on_result=_print_result)
+  print(f"total {time.perf_counter() - start:.1f} s. Mean +- std over runs; "
+        f"eps_lo and one-run are lower bounds that saturate with the number "
+        f"of canaries, not estimates.")
+  for result in study["results"]:
+    paper = PAPER_EPSILON_FINAL.get(result["target_epsilon"])
+    if paper is not None:
+      print(f"  paper, target {result['target_epsilon']:g}: epsilon-final "
+            f"{paper[0]:.2f} +- {paper[1]:.2f}")
+  if _FLAGS.output_json:
+    write_json(study, _FLAGS.output_json)
+    print(f"wrote {_FLAGS.output_json}")
+  if _FLAGS.plot:
+    plot_study(study, _FLAGS.plot)
+    print(f"wrote {_FLAGS.plot}")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
