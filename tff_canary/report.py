@@ -1,0 +1,215 @@
+"""The report of a run: every epsilon beside the analytical one (NumPy only).
+
+`build_report(run_dir)` reads a run directory (`run_dir.RunDir`), recomputes
+every estimate of the saved cosine table at any delta and confidence
+(`table_estimates.estimate_table`), computes the analytical epsilon of the
+run's participation from its own DpEvent ledger (`analytical.Ledger`), audits
+the claim (`audit.audit_table`), and `write_report` writes report.json,
+report.md and the plots. No TensorFlow: `python -m tff_canary report RUN_DIR`
+runs anywhere the estimators do.
+
+The analytical epsilons (METHOD §8), all from the ledger:
+  * one participation: the paper's "analytical epsilon" (the adversary knows
+    the one round a user took part in; no amplification);
+  * the run's participation: the canary that took part most often (r rounds),
+    composed over its rounds without amplification;
+  * Poisson: with per-round sampling, every round Poisson-sampled with the
+    run's client sampling rate (PLD accountant; amplification by sampling).
+The claim audited by default is the run's own: Poisson for per-round sampling,
+else r participations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Optional
+
+import numpy as np
+
+from tff_canary import atomic_files
+from tff_canary import audit
+from tff_canary import run_dir as run_dir_lib
+from tff_canary import table_estimates
+from tff_canary import validation
+
+
+@dataclasses.dataclass(frozen=True)
+class RunReport:
+  """Everything the report shows, frozen; `as_dict()` is report.json."""
+
+  run_dir: str
+  config: dict[str, Any]
+  delta: float
+  confidence: float
+  estimates: table_estimates.TableEstimates
+  analytical: dict[str, float]
+  claimed_epsilon: float
+  claim: str
+  verdict: audit.AuditVerdict
+  accuracy: Optional[float]
+  loss: Optional[float]
+  max_participation: int
+
+  def rows(self) -> list[tuple[str, str, float, str]]:
+    """(name, kind, epsilon, detail) rows of the report's table."""
+    out = []
+    for name, value in self.analytical.items():
+      out.append((f"analytical: {name}", "analytical", value,
+                  "dp-accounting, from the run's DpEvent ledger"))
+    for name, kind, result in self.estimates.rows():
+      if kind == "estimate":
+        detail = (f"{self.confidence:.0%} CI [{result.interval.low:.4g}, "
+                  f"{result.interval.high:.4g}]")
+      elif getattr(result, "saturated", False):
+        detail = f"saturated (ceiling {result.ceiling:.4g})"
+      elif kind == "nominal bound":
+        detail = "paper's construction; 95% is nominal only"
+      else:
+        detail = f"holds with {self.confidence:.0%} confidence"
+      out.append((name, kind, result.epsilon, detail))
+    return out
+
+  def table_text(self) -> str:
+    """A fixed-width table for the terminal."""
+    header = f"{'epsilon':46s} {'kind':14s} {'value':>10s}  detail"
+    lines = [header, "-" * (len(header) + 30)]
+    for name, kind, value, detail in self.rows():
+      lines.append(f"{name:46s} {kind:14s} {_fmt(value):>10s}  {detail}")
+    lines.append(f"audit ({self.claim}): {self.verdict}")
+    if self.accuracy is not None:
+      lines.append(f"final model accuracy: {self.accuracy:.4f}")
+    return "\n".join(lines)
+
+  def as_dict(self) -> dict[str, Any]:
+    return dict(
+        run_dir=self.run_dir, delta=self.delta, confidence=self.confidence,
+        analytical=self.analytical, claimed_epsilon=self.claimed_epsilon,
+        claim=self.claim, verdict=self.verdict.as_dict(),
+        accuracy=self.accuracy, loss=self.loss,
+        max_participation=self.max_participation,
+        estimates=self.estimates.as_dict(),
+        config={k: self.config[k] for k in sorted(self.config)})
+
+  def to_markdown(self) -> str:
+    c = self.config
+    lines = [
+        f"# tff-canary report: {c['task']} ({c.get('data', '?')} data)", "",
+        f"Run directory `{self.run_dir}`; noise multiplier "
+        f"{c['noise_multiplier']}, {c['clients_per_round']} clients per round, "
+        f"{c['num_rounds']} rounds, {c['num_clients']} clients, "
+        f"{self.estimates.num_inserted} inserted and "
+        f"{self.estimates.num_held_out} held-out canaries (d = {c['dim']}, "
+        f"canary seed {c['seed']}); δ = {self.delta:g}.", "",
+        "| epsilon | kind | value | detail |", "|---|---|---:|---|"]
+    for name, kind, value, detail in self.rows():
+      lines.append(f"| {name} | {kind} | {_fmt(value)} | {detail} |")
+    lines += [
+        "", f"**Audit** of the {self.claim}: {self.verdict}.", "",
+        "Point estimates (ε-final, ε-all) are estimates of what the canary "
+        "attack achieves, not bounds. Only the bounds that hold with their "
+        "confidence decide the audit; ε_lo saturates with the number of "
+        "canaries, which is why the point estimates exist. The paper's ε_lo "
+        "is shown for comparison; its 95% is nominal only."]
+    if self.accuracy is not None:
+      lines += ["", f"Final model: accuracy {self.accuracy:.4f}, loss "
+                f"{self.loss:.4f}."]
+    if self.estimates.warnings:
+      lines += ["", "Warnings:"] + [f"- {w}" for w in self.estimates.warnings]
+    lines += ["", "![cosines](plots/cosines.png)",
+              "![max cosine by round](plots/max_cosine_by_round.png)",
+              "![epsilons](plots/epsilons.png)", ""]
+    return "\n".join(lines)
+
+
+def _fmt(value: float) -> str:
+  if value is None or (isinstance(value, float) and math.isnan(value)):
+    return "-"
+  if math.isinf(value):
+    return "inf"
+  return f"{value:.4g}"
+
+
+def _analytical(config, ledger, events, delta):
+  out = {"one participation": ledger.epsilon_one_participation(delta)}
+  max_participation = 0
+  if events.size:
+    ids, counts = np.unique(events[:, 1], return_counts=True)
+    worst = ids[np.argmax(counts)]
+    max_participation = int(counts.max())
+    rounds = events[events[:, 1] == worst, 0]
+    rounds = rounds[rounds < len(ledger)]
+    if rounds.size > 1:
+      out[f"{rounds.size} participations"] = ledger.epsilon_for_rounds(
+          rounds.tolist(), delta)
+  if config["sampling"] == "per_round":
+    rate = float(config["clients_per_round"]) / float(config["num_clients"])
+    out["Poisson sampling (PLD)"] = ledger.epsilon_poisson(rate, delta)
+  return out, max_participation
+
+
+def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
+                 confidence: float = 0.95,
+                 claimed_epsilon: Optional[float] = None) -> RunReport:
+  """Recomputes every estimate of a finished run (see module docstring).
+
+  Args:
+    path: the run directory.
+    delta: delta for every epsilon; default the run's (config.json).
+    confidence: confidence of intervals, bounds and the audit verdict.
+    claimed_epsilon: the claim to audit; default the run's analytical epsilon
+      for its participation.
+  """
+  rd = run_dir_lib.RunDir(path)
+  config = rd.load_config()
+  delta = validation.as_open_unit(config["delta"] if delta is None else delta,
+                                  "delta")
+  confidence = validation.as_open_unit(confidence, "confidence")
+  table = rd.load_table(config)
+  ledger = rd.load_ledger()
+  events = rd.load_participation()
+  estimates = table_estimates.estimate_table(table, delta=delta,
+                                             confidence=confidence)
+  analytical, max_participation = _analytical(config, ledger, events, delta)
+  if claimed_epsilon is None:
+    if "Poisson sampling (PLD)" in analytical:
+      claim_name = "Poisson sampling (PLD)"
+    else:
+      claim_name = next((k for k in analytical if k.endswith("participations")),
+                        "one participation")
+    claimed_epsilon = analytical[claim_name]
+    claim = f"analytical ε ({claim_name})"
+  else:
+    claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
+                                                "claimed_epsilon")
+    claim = "claimed ε"
+  verdict = audit.audit_table(table, claimed_epsilon=claimed_epsilon,
+                              delta=delta, confidence=confidence)
+  accuracy = loss = None
+  if rd.exists(run_dir_lib.METRICS):
+    evaluated = [r for r in rd.load_metrics()
+                 if r.get("eval_accuracy") is not None]
+    if evaluated:
+      accuracy = evaluated[-1]["eval_accuracy"]
+      loss = evaluated[-1]["eval_loss"]
+  return RunReport(run_dir=rd.path, config=config, delta=delta,
+                   confidence=confidence, estimates=estimates,
+                   analytical=analytical, claimed_epsilon=claimed_epsilon,
+                   claim=claim, verdict=verdict, accuracy=accuracy, loss=loss,
+                   max_participation=max_participation)
+
+
+def write_report(report: RunReport, plots: bool = True) -> list[str]:
+  """Writes report.json, report.md (and the plots) atomically; returns paths."""
+  rd = run_dir_lib.RunDir(report.run_dir)
+  written = []
+  if plots:
+    from tff_canary import plots as plots_lib  # pylint: disable=g-import-not-at-top
+    table = rd.load_table(report.config)
+    written += plots_lib.write_report_plots(report, table,
+                                            rd.file(run_dir_lib.PLOTS))
+  atomic_files.write_json(rd.file(run_dir_lib.REPORT_JSON), report.as_dict())
+  atomic_files.write_text(rd.file(run_dir_lib.REPORT_MD), report.to_markdown())
+  written += [rd.file(run_dir_lib.REPORT_JSON), rd.file(run_dir_lib.REPORT_MD)]
+  return written
