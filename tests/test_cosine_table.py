@@ -1,0 +1,195 @@
+"""Tests of tff_canary.cosine_table (NumPy only; no TensorFlow imported)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tff_canary import cosine_table
+from tff_canary.cosine_table import CosineTable
+
+
+def _table(**overrides):
+  rng = np.random.default_rng(0)
+  m = 7
+  kwargs = dict(
+      id=np.arange(m),
+      group=np.array(["inserted"] * 4 + ["held_out"] * 3),
+      participation=np.array([1, 2, 1, 3, 0, 0, 0]),
+      final_cosine=rng.uniform(-0.1, 0.3, m),
+      max_cosine=rng.uniform(0.0, 0.5, m),
+      max_round=rng.integers(0, 10, m),
+      seed=12345678901,
+      dim=1000,
+      num_rounds=10,
+      rounds_recorded=10,
+      assignment="fixed",
+      schedule="FixedPresentations(num_rounds=10, presentations=2)",
+      generator="gen-v1",
+  )
+  kwargs.update(overrides)
+  return CosineTable(**kwargs)
+
+
+def test_module_imports_no_tensorflow():
+  code = ("import sys; import tff_canary.cosine_table; "
+          "assert 'tensorflow' not in sys.modules, 'TF imported'")
+  subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".npz"])
+def test_round_trip_is_exact(tmp_path, suffix):
+  table = _table()
+  path = tmp_path / f"t{suffix}"
+  table.save(path)
+  loaded = CosineTable.load(path)
+  assert loaded == table
+  for name in cosine_table.COLUMNS:
+    np.testing.assert_array_equal(getattr(loaded, name), getattr(table, name))
+  assert loaded.final_cosine.dtype == np.float64
+  assert loaded.metadata == table.metadata
+  assert CosineTable.load(path, dim=1000) == table
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".npz"])
+def test_round_trip_without_all_iterates(tmp_path, suffix):
+  table = _table(max_cosine=np.full(7, np.nan), max_round=np.full(7, -1),
+                 rounds_recorded=0)
+  path = tmp_path / f"t{suffix}"
+  table.save(path)
+  loaded = CosineTable.load(path)
+  assert loaded == table
+  with pytest.raises(ValueError, match="no all-iterates"):
+    loaded.max_cosines("inserted")
+
+
+def test_accessors():
+  table = _table()
+  np.testing.assert_array_equal(table.final_cosines("inserted"),
+                                table.final_cosine[:4])
+  np.testing.assert_array_equal(table.max_cosines("held_out"),
+                                table.max_cosine[4:])
+  np.testing.assert_array_equal(table.ids("held_out"), [4, 5, 6])
+  np.testing.assert_array_equal(table.participations("inserted"), [1, 2, 1, 3])
+  assert len(table) == 7
+  with pytest.raises(ValueError, match="group"):
+    table.final_cosines("in")
+  assert "4 inserted, 3 held out" in repr(table)
+
+
+def test_table_is_frozen():
+  table = _table()
+  with pytest.raises(ValueError):
+    table.final_cosine[0] = 0.5
+  with pytest.raises(Exception):
+    table.seed = 3
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (dict(group=np.array(["inserted"] * 4 + ["other"] * 3)), "group"),
+    (dict(id=np.array([0, 1, 2, 3, 4, 5, 5])), "distinct"),
+    (dict(participation=np.array([1, 2, 1, 3, 0, 1, 0])), "held-out"),
+    (dict(final_cosine=np.r_[np.zeros(6), 1.5]), "final_cosine"),
+    (dict(final_cosine=np.r_[np.zeros(6), np.nan]), "final_cosine"),
+    (dict(max_cosine=np.r_[np.zeros(6), np.nan]), "disagree"),
+    (dict(max_round=np.r_[np.zeros(6, int), -4]), "disagree|max_round"),
+    (dict(final_cosine=np.zeros(6)), "rows"),
+    (dict(dim=1), "dim"),
+    (dict(seed=-1), "seed"),
+    (dict(rounds_recorded=0), "rounds_recorded"),
+])
+def test_invalid_tables(overrides, match):
+  with pytest.raises(ValueError, match=match):
+    _table(**overrides)
+
+
+def test_invalid_types():
+  with pytest.raises(TypeError, match="id"):
+    _table(id=np.arange(7) + 0.5)
+  with pytest.raises(TypeError, match="assignment"):
+    _table(assignment=3)
+
+
+def test_load_mismatched_dim(tmp_path):
+  path = tmp_path / "t.npz"
+  _table().save(path)
+  with pytest.raises(ValueError, match="dim = 1000, not dim = 999"):
+    CosineTable.load(path, dim=999)
+
+
+def test_load_missing_column_csv(tmp_path):
+  path = tmp_path / "t.csv"
+  _table().save(path)
+  lines = path.read_text().splitlines()
+  header_at = next(i for i, l in enumerate(lines) if not l.startswith("#"))
+  cut = [",".join(l.split(",")[:-1]) if i >= header_at else l
+         for i, l in enumerate(lines)]
+  path.write_text("\n".join(cut) + "\n")
+  with pytest.raises(ValueError, match=r"missing columns \['max_round'\]"):
+    CosineTable.load(path)
+
+
+def test_load_missing_column_npz(tmp_path):
+  path = tmp_path / "t.npz"
+  table = _table()
+  np.savez(path, metadata=np.array('{"seed": 1, "dim": 1000, "num_rounds": '
+                                   '10, "rounds_recorded": 10}'),
+           id=table.id, group=table.group)
+  with pytest.raises(ValueError, match="missing columns"):
+    CosineTable.load(path)
+
+
+def test_load_missing_metadata(tmp_path):
+  path = tmp_path / "t.csv"
+  _table().save(path)
+  text = "\n".join(l for l in path.read_text().splitlines()
+                   if not l.startswith("# dim"))
+  path.write_text(text)
+  with pytest.raises(ValueError, match=r"missing metadata \['dim'\]"):
+    CosineTable.load(path)
+
+
+def test_load_corrupt_files(tmp_path):
+  npz = tmp_path / "t.npz"
+  _table().save(npz)
+  data = npz.read_bytes()
+  npz.write_bytes(data[: len(data) // 2])
+  with pytest.raises(ValueError, match="not a valid cosine table"):
+    CosineTable.load(npz)
+  garbage = tmp_path / "g.csv"
+  garbage.write_bytes(b"\xff\xfe\x00garbage")
+  with pytest.raises(ValueError, match="not a valid cosine table"):
+    CosineTable.load(garbage)
+  csv = tmp_path / "t.csv"
+  _table().save(csv)
+  csv.write_text(csv.read_text().replace("inserted,1,", "inserted,one,", 1))
+  with pytest.raises(ValueError, match="not a valid cosine table"):
+    CosineTable.load(csv)
+  with pytest.raises(FileNotFoundError):
+    CosineTable.load(tmp_path / "none.csv")
+
+
+def test_save_bad_extension(tmp_path):
+  with pytest.raises(ValueError, match=".csv or .npz"):
+    _table().save(tmp_path / "t.txt")
+
+
+def test_write_is_atomic(tmp_path, monkeypatch):
+  """A failed save leaves the old file intact and no temporary file behind."""
+  path = tmp_path / "t.npz"
+  old = _table()
+  old.save(path)
+  before = path.read_bytes()
+
+  def fail(*args):
+    raise OSError("disk full")
+
+  monkeypatch.setattr(os, "replace", fail)
+  with pytest.raises(OSError, match="disk full"):
+    _table(seed=1).save(path)
+  assert path.read_bytes() == before
+  assert sorted(os.listdir(tmp_path)) == ["t.npz"]

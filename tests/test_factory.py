@@ -1,0 +1,524 @@
+"""Tests of tff_canary.factory: real TFF computations on a small model (CPU).
+
+The model is a 30-128-5 MLP (d = 4613 parameters) on synthetic Gaussian-class
+federated data. TFF's DP noise is unseeded, so exact comparisons use
+noise_multiplier = 0 (clipping still active); tests with noise are
+statistical, with margins stated where they are made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_canary import canaries
+from tff_canary import factory
+from tff_canary import hooks
+from tff_canary import schedules
+import tensorflow_federated as tff  # pylint: disable=g-bad-import-order
+import tensorflow_privacy as tfp  # pylint: disable=g-bad-import-order
+
+pytestmark = pytest.mark.tff
+
+FEATURES, CLASSES, HIDDEN = 30, 5, 128
+DIM = FEATURES * HIDDEN + HIDDEN + HIDDEN * CLASSES + CLASSES  # 4613
+CLIP = 0.5
+
+
+def _keras_model():
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(FEATURES,)),
+      tf.keras.layers.Dense(
+          HIDDEN, activation="relu",
+          kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1)),
+      tf.keras.layers.Dense(
+          CLASSES,
+          kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)),
+  ])
+
+
+def _model_fn():
+  return tff.learning.models.from_keras_model(
+      _keras_model(),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=(tf.TensorSpec([None, FEATURES], tf.float32),
+                  tf.TensorSpec([None], tf.int32)),
+      metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+
+
+_MEANS = np.random.default_rng(0).normal(size=(CLASSES, FEATURES))
+
+
+def _examples(rng, n):
+  y = rng.integers(0, CLASSES, n).astype(np.int32)
+  x = (_MEANS[y] + 1.5 * rng.normal(size=(n, FEATURES))).astype(np.float32)
+  return x, y
+
+
+def _clients(num_clients, seed=0, examples=20):
+  rng = np.random.default_rng(seed)
+  return [tf.data.Dataset.from_tensor_slices(_examples(rng, examples)).batch(10)
+          for _ in range(num_clients)]
+
+
+def _accuracy(weights, x, y):
+  w1, b1, w2, b2 = weights.trainable
+  logits = np.maximum(x @ w1 + b1, 0.0) @ w2 + b2
+  return float(np.mean(logits.argmax(axis=1) == y))
+
+
+def _process(aggregator, client_lr=0.1, weighted=False):
+  build = (tff.learning.algorithms.build_weighted_fed_avg if weighted else
+           tff.learning.algorithms.build_unweighted_fed_avg)
+  return build(_model_fn,
+               client_optimizer_fn=tff.learning.optimizers.build_sgdm(
+                   client_lr),
+               server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+               model_aggregator=aggregator)
+
+
+def _config(num_inserted=5, num_held_out=5, rounds=6, presentations=2,
+            seed=11, **kwargs):
+  return canaries.CanaryConfig(
+      seed=seed, num_inserted=num_inserted, num_held_out=num_held_out,
+      schedule=schedules.FixedPresentations(rounds, presentations), **kwargs)
+
+
+def _flat(weights):
+  return canaries.flatten_numpy(weights.trainable)
+
+
+def _with_weights_of(process, state0):
+  """process.initialize() with the model (and client state) of state0."""
+  state = process.initialize()
+  return tff.learning.templates.LearningAlgorithmState(
+      global_model_weights=state0.global_model_weights,
+      distributor=state.distributor, client_work=state0.client_work,
+      aggregator=state.aggregator, finalizer=state0.finalizer)
+
+
+def _run(process, state, clients, rounds, recorder=None):
+  """`rounds` rounds; returns the final state and each round's metrics."""
+  metrics = []
+  for _ in range(rounds):
+    output = process.next(state, clients)
+    state = output.state
+    if recorder is not None:
+      recorder.record(output.metrics)
+    metrics.append(output.metrics)
+  return state, metrics
+
+
+# ------------------------------------------------------- zero noise, exact
+
+
+def test_one_canary_no_clients_aggregate_is_clip_times_canary():
+  config = _config(num_inserted=1, num_held_out=0, rounds=1, presentations=1)
+  value_type = tff.types.to_type(
+      [tff.TensorType(np.float32, [40, 5]), tff.TensorType(np.float32, [5])])
+  process = factory.CanaryDPFactory.gaussian_fixed(
+      0.0, 4, 2.5, canaries=config).create(value_type)
+  output = process.next(process.initialize(), [])
+  c = canaries.canary_block(config.seed, [0], 205)[0]
+  flat = canaries.flatten_numpy(output.result)
+  # a = C c / clients_per_round, computed as (2.5 * c) / 4 in float32: two
+  # roundings, so each entry is within 2 float32 ulps (2 * 2^-23 relative).
+  np.testing.assert_allclose(flat, 2.5 * c / 4, rtol=2.5e-7, atol=0)
+  np.testing.assert_array_equal(output.measurements["noised_aggregate"], flat)
+  assert output.measurements["canaries_inserted"] == 1
+  assert output.measurements["clip"] == 2.5
+  assert output.measurements["round_num"] == 0
+
+
+def test_zero_noise_one_round_cosine_is_one_with_sign(tmp_path):
+  """Full learning process, zero client updates: theta_0 - theta_1 = C c_0/n.
+
+  Client learning rate 0 makes every client update exactly zero; the only
+  change of the model is the inserted canary 0, and the server's SGD step
+  (learning rate 1) subtracts the aggregate. The cosine of canary 0 with
+  theta_0 - theta_1 and with the recorded aggregate must be +1 (sign
+  included); the held-out canary's is a null draw.
+  """
+  config = _config(num_inserted=1, num_held_out=1, rounds=1, presentations=1)
+  process = _process(factory.CanaryDPFactory.gaussian_fixed(
+      0.0, 3, CLIP, canaries=config), client_lr=0.0)
+  state = process.initialize()
+  theta0 = process.get_model_weights(state)
+  recorder = hooks.AggregateRecorder(tmp_path / "a.npy", DIM, 1)
+  state, _ = _run(process, state, _clients(3), 1, recorder)
+  theta1 = process.get_model_weights(state)
+  c = canaries.canary_block(config.seed, [0], DIM)[0].astype(np.float64)
+  # float32 weights: theta_1 = theta_0 - a rounds each entry (|theta| < 0.3,
+  # |a| ~ C/(n sqrt(d)) ~ 3e-3), so the difference is exact to ~3e-8.
+  np.testing.assert_allclose(_flat(theta0) - _flat(theta1), CLIP * c / 3,
+                             atol=5e-8)
+  table = hooks.compute_cosine_table(config, theta0, theta1, recorder,
+                                     progress=False)
+  # Cosine of float32 vectors equal up to rounding: within 1e-6 of +1.
+  assert table.final_cosine[0] > 1 - 1e-6
+  assert table.max_cosine[0] > 1 - 1e-6 and table.max_round[0] == 0
+  # Held out: one N(0, 1/d) draw, sd 0.021; 5 sd.
+  assert abs(table.final_cosine[1]) < 5 / np.sqrt(DIM)
+
+
+def test_canaries_survive_zeroing():
+  # A fixed zeroing norm of 1e-3 zeroes every client (norm 1), but the
+  # canary is added inside the DP factory at the server and is not zeroed.
+  config = _config(num_inserted=1, num_held_out=0, rounds=1, presentations=1)
+  aggregator = tff.aggregators.zeroing_factory(
+      1e-3, factory.CanaryDPFactory.gaussian_fixed(0.0, 2, 1.0,
+                                                   canaries=config))
+  value_type = tff.types.to_type(tff.TensorType(np.float32, [300]))
+  process = aggregator.create(value_type)
+  clients = [np.full(300, 1 / np.sqrt(300), np.float32)] * 2
+  output = process.next(process.initialize(), clients)
+  assert output.measurements["zeroed_count"] == 2
+  c = canaries.canary_block(config.seed, [0], 300)[0]
+  np.testing.assert_allclose(output.result, c / 2, rtol=2.5e-7, atol=0)
+  assert output.measurements["zeroing"]["canaries_inserted"] == 1
+
+
+# ------------------------------------------------------ real training run
+
+
+def test_short_training_run_separates_inserted_from_held_out(tmp_path):
+  """Inserted canaries: clearly positive mean cosine; held out: null.
+
+  20 + 20 canaries, 10 rounds of 10 clients, z = 0.3, clip 0.5, each
+  inserted canary in 3 rounds. Over 15 repetitions (the noise is unseeded)
+  the inserted mean final cosine was 10.6-17.6 sample standard errors above
+  0 (12-14 null standard errors), the held-out mean within 2.5 null standard
+  errors 1/sqrt(d k') = 0.0033 of 0 (an exact null, METHOD §5), and the mean
+  max cosine of inserted canaries 11-17 standard errors above the held-out
+  one. The bounds below are 4 standard errors: false alarms have probability
+  < 1e-4, and a real failure (no signal, wrong sign) is far outside them.
+  """
+  config = _config(num_inserted=20, num_held_out=20, rounds=10,
+                   presentations=3)
+  process = _process(factory.CanaryDPFactory.gaussian_fixed(
+      0.3, 10, CLIP, canaries=config))
+  state = process.initialize()
+  theta0 = process.get_model_weights(state)
+  recorder = hooks.AggregateRecorder(tmp_path / "a.npy", DIM, 10)
+  state, metrics = _run(process, state, _clients(10), 10, recorder)
+  table = hooks.compute_cosine_table(
+      config, theta0, process.get_model_weights(state), recorder,
+      progress=False)
+  inserted = table.final_cosines("inserted")
+  held_out = table.final_cosines("held_out")
+  null_se = 1 / np.sqrt(DIM * 20)
+  assert inserted.mean() > 4 * inserted.std(ddof=1) / np.sqrt(20)
+  assert inserted.mean() > 4 * null_se
+  # Exact null: P(|mean| > 4 sd) = 6e-5.
+  assert abs(held_out.mean()) < 4 * null_se
+  # All iterates: inserted canaries peak higher than held-out ones.
+  m_in, m_out = table.max_cosines("inserted"), table.max_cosines("held_out")
+  se = np.sqrt(m_in.var(ddof=1) / 20 + m_out.var(ddof=1) / 20)
+  assert m_in.mean() - m_out.mean() > 4 * se
+  # The realized participation and the per-round counts match the schedule.
+  np.testing.assert_array_equal(table.participations("inserted"),
+                                np.full(20, 3))
+  per_round = [m["aggregator"]["canaries_inserted"] for m in metrics]
+  np.testing.assert_array_equal(per_round, config.participation.per_round())
+
+
+def test_paper_ratio_canaries_do_not_change_accuracy():
+  """<= 1% canaries change a small model's accuracy by < 2 points.
+
+  20 rounds x 10 clients = 200 client participations; 2 inserted canaries
+  once each = 1%. Noise 0 isolates the canaries' effect (deterministic). The
+  tolerance, 2 percentage points, is about twice the sampling sd of an
+  accuracy measured on 2000 test examples (sqrt(.25 / 2000) = 1.1 points):
+  a change below it is invisible to that evaluation.
+  """
+  clients = _clients(10, seed=3)
+  x_test, y_test = _examples(np.random.default_rng(99), 2000)
+  with_canaries = _config(num_inserted=2, num_held_out=0, rounds=20,
+                          presentations=1)
+  without = _config(num_inserted=0, num_held_out=0, rounds=20,
+                    presentations=1)
+  accuracies, weights = [], []
+  state0 = None
+  for config in (without, with_canaries):
+    process = _process(factory.CanaryDPFactory.gaussian_fixed(
+        0.0, 10, CLIP, canaries=config))
+    if state0 is None:
+      state0 = process.initialize()
+    state = _with_weights_of(process, state0)
+    state, _ = _run(process, state, clients, 20)
+    weights.append(process.get_model_weights(state))
+    accuracies.append(_accuracy(weights[-1], x_test, y_test))
+  # Not vacuous: the model learned (chance is 0.2) and the canaries did move
+  # it.
+  assert accuracies[0] > 0.6
+  assert not np.array_equal(_flat(weights[0]), _flat(weights[1]))
+  assert abs(accuracies[1] - accuracies[0]) < 0.02
+
+
+# -------------------------------------------------------- checkpointing
+
+
+def _save_and_load(state, process, directory):
+  manager = tff.program.FileProgramStateManager(directory)
+  asyncio.run(manager.save(state, 3))
+  loaded, version = asyncio.run(manager.load_latest(process.initialize()))
+  assert version == 3
+  return loaded
+
+
+def test_resume_gives_identical_cosine_tables(tmp_path):
+  """Noise 0, clipping active: interrupted and uninterrupted runs agree.
+
+  The clip 0.05 is well below the clients' update norms (measured 0.57-0.63
+  in round 0 with these clients), so clipping acts in every round.
+  """
+  config = _config(num_inserted=5, num_held_out=5, rounds=6, presentations=2)
+  clients = _clients(4, seed=1)
+
+  def new_process():
+    return _process(factory.CanaryDPFactory.gaussian_fixed(
+        0.0, 4, 0.05, canaries=config))
+
+  process = new_process()
+  state0 = process.initialize()
+  theta0 = process.get_model_weights(state0)
+
+  straight = hooks.AggregateRecorder(tmp_path / "a.npy", DIM, 6)
+  state_a, _ = _run(process, state0, clients, 6, straight)
+
+  resumed = hooks.AggregateRecorder(tmp_path / "b.npy", DIM, 6)
+  state_b, _ = _run(process, state0, clients, 3, resumed)
+  resumed.close()
+  fresh = new_process()
+  state_b = _save_and_load(state_b, fresh, str(tmp_path / "ckpt"))
+  assert isinstance(state_b.aggregator, factory.CanaryDPAggregatorState)
+  assert state_b.aggregator.round_num == 3
+  state_b, metrics_b = _run(fresh, state_b, clients, 3,
+                            hooks.AggregateRecorder.open(tmp_path / "b.npy"))
+
+  np.testing.assert_array_equal(_flat(process.get_model_weights(state_a)),
+                                _flat(fresh.get_model_weights(state_b)))
+  table_a = hooks.compute_cosine_table(
+      config, theta0, process.get_model_weights(state_a), tmp_path / "a.npy",
+      progress=False)
+  table_b = hooks.compute_cosine_table(
+      config, theta0, fresh.get_model_weights(state_b), tmp_path / "b.npy",
+      progress=False)
+  assert table_a == table_b
+  assert [m["aggregator"]["round_num"] for m in metrics_b] == [3, 4, 5]
+
+
+def test_resume_with_noise_keeps_schedule_and_canaries(tmp_path):
+  """Noise > 0 is unseeded: the schedule and the canaries must still match."""
+  config = _config(num_inserted=5, num_held_out=5, rounds=6, presentations=2)
+  clients = _clients(4, seed=1)
+
+  def new_process():
+    return _process(factory.CanaryDPFactory.gaussian_fixed(
+        0.5, 4, CLIP, canaries=config))
+
+  process = new_process()
+  state, metrics = _run(process, process.initialize(), clients, 3)
+  fresh = new_process()
+  state = _save_and_load(state, fresh, str(tmp_path / "ckpt"))
+  state, more = _run(fresh, state, clients, 3)
+  metrics += more
+  aggregator = state.aggregator
+  assert aggregator.seed == config.seed and aggregator.round_num == 6
+  np.testing.assert_array_equal(aggregator.schedule,
+                                config.participation.events)
+  np.testing.assert_array_equal(
+      [m["aggregator"]["canaries_inserted"] for m in metrics],
+      config.participation.per_round())
+  assert [m["aggregator"]["round_num"] for m in metrics] == list(range(6))
+
+
+# -------------------------------------------------------- configurations
+
+
+def _state_types_match(process):
+  init_type = process.initialize.type_signature.result
+  next_type = process.next.type_signature.result.state
+  return init_type.is_identical_to(next_type)
+
+
+def test_fixed_configuration_measurements_and_dp_event():
+  config = _config()
+  aggregator = factory.CanaryDPFactory.gaussian_fixed(0.7, 4, CLIP,
+                                                      canaries=config)
+  process = _process(aggregator)
+  assert _state_types_match(aggregator.create(
+      process.initialize.type_signature.result.member.global_model_weights
+      .trainable))
+  state = process.initialize()
+  with pytest.raises(
+      tff.aggregators.differential_privacy
+      .ExtractingDpEventFromInitialStateError):
+    tff.aggregators.differential_privacy.extract_dp_event_from_state(
+        state.aggregator)
+  state, metrics = _run(process, state, _clients(4), 2)
+  event = tff.aggregators.differential_privacy.extract_dp_event_from_state(
+      state.aggregator)
+  assert event == tfp.GaussianSumQuery(CLIP, CLIP * 0.7).get_noised_result(
+      [tf.zeros(1)], tfp.GaussianSumQuery(CLIP, CLIP * 0.7)
+      .initial_global_state())[2]
+  for r, m in enumerate(metrics):
+    agg = m["aggregator"]
+    assert set(agg) == {"dp_query_metrics", "dp", "canaries_inserted", "clip",
+                        "round_num", "noised_aggregate"}
+    assert agg["clip"] == np.float32(CLIP)
+    assert agg["canaries_inserted"] == config.participation.per_round()[r]
+    assert agg["noised_aggregate"].shape == (DIM,)
+    assert agg["noised_aggregate"].dtype == np.float32
+
+
+def test_adaptive_configuration_uses_this_rounds_clip():
+  config = _config()
+  aggregator = factory.CanaryDPFactory.gaussian_adaptive(
+      0.0, 4, initial_l2_norm_clip=0.05, canaries=config)
+  _, metrics = _run(_process(aggregator), _process(aggregator).initialize(),
+                    _clients(4), 3)
+  clips = [m["aggregator"]["clip"] for m in metrics]
+  next_clips = [m["aggregator"]["dp_query_metrics"]["clip"] for m in metrics]
+  assert clips[0] == np.float32(0.05)
+  # dp_query_metrics['clip'] is the NEXT round's clip.
+  np.testing.assert_array_equal(clips[1:], next_clips[:-1])
+  # Client updates are larger than 0.05, so the clip grows.
+  assert next_clips[-1] > clips[0]
+
+
+def test_adaptive_canaries_do_not_vote_in_the_quantile():
+  # With no clients, the quantile estimate has no votes (fraction = target):
+  # the clip stays where it is. Three voting canaries (norm = clip) would
+  # move it by a factor exp(-+0.2 * 0.375) = 0.93 or 1.08 in one round.
+  config = _config(num_inserted=3, num_held_out=0, rounds=2, presentations=2)
+  value_type = tff.types.to_type(tff.TensorType(np.float32, [400]))
+  process = factory.CanaryDPFactory.gaussian_adaptive(
+      0.0, 4, initial_l2_norm_clip=0.1, canaries=config).create(value_type)
+  output = process.next(process.initialize(), [])
+  assert output.measurements["canaries_inserted"] == 3
+  assert output.measurements["dp_query_metrics"]["clip"] == np.float32(0.1)
+  c = canaries.canary_block(config.seed, [0, 1, 2], 400).astype(np.float64)
+  np.testing.assert_allclose(output.result, 0.1 * c.sum(0) / 4, atol=1e-7)
+
+
+def test_zeroing_and_weighted_configurations_run():
+  config = _config()
+  # TFF refuses z >= 2 * 0.05 * clients_per_round (= 0.4 here).
+  zeroing = factory.canary_dp_aggregator(0.1, 4, config, zeroing=True)
+  state, metrics = _run(_process(zeroing), _process(zeroing).initialize(),
+                        _clients(4), 2)
+  inner = metrics[-1]["aggregator"]["zeroing"]
+  assert inner["canaries_inserted"] == config.participation.per_round()[1]
+  assert metrics[-1]["aggregator"]["zeroed_count"] == 0
+  # TFF's zeroing wrapper keeps the DP factory's state under 'inner_agg'.
+  inner_state = state.aggregator["inner_agg"]
+  assert isinstance(inner_state, factory.CanaryDPAggregatorState)
+  event = tff.aggregators.differential_privacy.extract_dp_event_from_state(
+      inner_state)
+  assert type(event).__name__ == "ComposedDpEvent"
+
+  weighted = tff.aggregators.as_weighted_aggregator(
+      factory.CanaryDPFactory.gaussian_fixed(0.5, 4, CLIP, canaries=config))
+  process = _process(weighted, weighted=True)
+  _, metrics = _run(process, process.initialize(), _clients(4), 2)
+  assert metrics[-1]["aggregator"]["canaries_inserted"] == (
+      config.participation.per_round()[1])
+
+
+@pytest.mark.parametrize("ours, theirs", [
+    (lambda c: factory.CanaryDPFactory.gaussian_fixed(0.0, 4, CLIP,
+                                                      canaries=c),
+     lambda: tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+         0.0, 4.0, CLIP)),
+    (lambda c: factory.canary_dp_aggregator(0.0, 4, c, zeroing=True),
+     lambda: tff.learning.dp_aggregator(0.0, 4.0, zeroing=True)),
+], ids=["fixed", "adaptive_zeroing"])
+def test_zero_canaries_behave_exactly_like_tff(ours, theirs):
+  config = _config(num_inserted=0, num_held_out=0)
+  clients = _clients(4, seed=2)
+  process_ours = _process(ours(config))
+  process_theirs = _process(theirs())
+  state0 = process_theirs.initialize()
+  state_t, metrics_t = _run(process_theirs, state0, clients, 3)
+  state_o = _with_weights_of(process_ours, state0)
+  state_o, metrics_o = _run(process_ours, state_o, clients, 3)
+  np.testing.assert_array_equal(_flat(process_ours.get_model_weights(state_o)),
+                                _flat(process_theirs.get_model_weights(
+                                    state_t)))
+  assert all(m["aggregator"].get("canaries_inserted",
+                                 m["aggregator"].get("zeroing", {}).get(
+                                     "canaries_inserted")) == 0
+             for m in metrics_o)
+  assert metrics_t[-1]["client_work"] == metrics_o[-1]["client_work"]
+
+
+# ------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("build, error, match", [
+    (lambda c: factory.CanaryDPFactory.gaussian_fixed(-0.1, 4, 1.0,
+                                                      canaries=c),
+     ValueError, "noise_multiplier"),
+    (lambda c: factory.CanaryDPFactory.gaussian_fixed(0.1, 4, 0.0,
+                                                      canaries=c),
+     ValueError, "clip"),
+    (lambda c: factory.CanaryDPFactory.gaussian_fixed(0.1, 0, 1.0,
+                                                      canaries=c),
+     ValueError, "clients_per_round"),
+    (lambda c: factory.CanaryDPFactory.gaussian_fixed("1", 4, 1.0,
+                                                      canaries=c),
+     TypeError, "noise_multiplier"),
+    (lambda c: factory.CanaryDPFactory.gaussian_fixed(0.1, 4, 1.0,
+                                                      canaries=None),
+     TypeError, "canaries"),
+    (lambda c: factory.CanaryDPFactory.gaussian_adaptive(
+        0.1, 4, initial_l2_norm_clip=-1.0, canaries=c),
+     ValueError, "initial_l2_norm_clip"),
+    (lambda c: factory.CanaryDPFactory.gaussian_adaptive(
+        0.1, 4, target_unclipped_quantile=1.5, canaries=c),
+     ValueError, "target_unclipped_quantile"),
+    (lambda c: factory.CanaryDPFactory.gaussian_adaptive(
+        1.0, 4, canaries=c),
+     ValueError, "clipped_count_stddev"),
+    (lambda c: factory.CanaryDPFactory(tfp.NoPrivacySumQuery(), c),
+     TypeError, "query"),
+    (lambda c: factory.CanaryDPFactory(
+        tfp.GaussianSumQuery(1.0, 0.0), c,
+        record_aggregation_factory=tff.aggregators.MeanFactory()),
+     TypeError, "record_aggregation_factory"),
+    (lambda c: factory.canary_dp_aggregator(0.1, 4, c, zeroing="no"),
+     TypeError, "zeroing"),
+])
+def test_bad_configuration_fails_at_construction(build, error, match):
+  with pytest.raises(error, match=match):
+    build(_config())
+
+
+def test_too_many_canaries_warns_at_create():
+  config = _config(num_inserted=20, num_held_out=10)
+  aggregator = factory.CanaryDPFactory.gaussian_fixed(0.0, 4, 1.0,
+                                                      canaries=config)
+  with pytest.warns(canaries.TooManyCanariesWarning, match="30 canaries"):
+    aggregator.create(tff.types.to_type(tff.TensorType(np.float32, [2000])))
+
+
+def test_integer_values_are_refused_at_create():
+  aggregator = factory.CanaryDPFactory.gaussian_fixed(0.0, 4, 1.0,
+                                                      canaries=_config())
+  with pytest.raises(TypeError, match="int32"):
+    aggregator.create(tff.types.to_type(tff.TensorType(np.int32, [2000])))
+
+
+def test_measurements_without_the_aggregate():
+  config = _config(num_inserted=1, num_held_out=0, rounds=1, presentations=1,
+                   record_aggregate=False)
+  process = factory.CanaryDPFactory.gaussian_fixed(
+      0.0, 1, 1.0, canaries=config).create(
+          tff.types.to_type(tff.TensorType(np.float32, [200])))
+  output = process.next(process.initialize(), [])
+  assert "noised_aggregate" not in output.measurements
+  assert output.measurements["canaries_inserted"] == 1

@@ -1,0 +1,342 @@
+"""Tests of canary generation (tff_canary.canaries) and tff_canary.hooks.
+
+No TFF computation runs here (importing hooks installs the worker guard);
+the real training runs are in test_factory.py. The cosines are checked
+against an independent float64 computation.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_canary import canaries
+from tff_canary import hooks
+from tff_canary import schedules
+
+
+def _config(num_inserted=4, num_held_out=3, seed=3, rounds=10, r=2,
+            **kwargs):
+  return canaries.CanaryConfig(
+      seed=seed, num_inserted=num_inserted, num_held_out=num_held_out,
+      schedule=schedules.FixedPresentations(rounds, r), **kwargs)
+
+
+def _brute_force(seed, m, theta0, theta_t, aggregates):
+  """Cosines in float64 from the canaries' definition, no blocking."""
+  dim = theta0.size
+  rows = []
+  for j in range(m):
+    g = tf.random.stateless_normal([dim], seed=[seed, j], dtype=tf.float32,
+                                   alg="philox").numpy().astype(np.float64)
+    rows.append(g / np.linalg.norm(g))
+  c = np.stack(rows)
+  u = theta0 - theta_t
+  final = c @ u / np.linalg.norm(u)
+  a = np.asarray(aggregates, np.float64)
+  cos = (c @ a.T) / np.linalg.norm(a, axis=1)
+  return final, cos.max(axis=1), cos.argmax(axis=1)
+
+
+# ------------------------------------------------------------ generation
+
+
+def test_block_matches_in_graph_generation_bitwise():
+  dim = 3001
+
+  @tf.function
+  def in_graph(seed, j):
+    return canaries.canary_direction(seed, j, dim)
+
+  block = canaries.canary_block(99, [0, 5, 2], dim)
+  for row, j in zip(block, [0, 5, 2]):
+    np.testing.assert_array_equal(row, in_graph(tf.constant(99, tf.int64),
+                                                tf.constant(j)).numpy())
+  # Deterministic across calls, different across ids and seeds.
+  np.testing.assert_array_equal(block, canaries.canary_block(99, [0, 5, 2],
+                                                             dim))
+  assert not np.array_equal(block[0], canaries.canary_block(98, [0], dim)[0])
+
+
+def test_canaries_are_unit_and_nearly_orthogonal():
+  dim, m = 4000, 200
+  c = canaries.canary_block(1, range(m), dim).astype(np.float64)
+  # float32 entries scaled by a float64 norm: |c| = 1 to ~1e-7.
+  np.testing.assert_allclose(np.linalg.norm(c, axis=1), 1.0, atol=1e-6)
+  gram = c @ c.T
+  off = gram[np.triu_indices(m, 1)]
+  # 19900 pairwise cosines ~ N(0, 1/d) (weakly dependent): their mean has sd
+  # about 1/sqrt(d * 19900) = 1.1e-4 and their variance is 1/d = 2.5e-4 with
+  # relative sd ~1%. Bands of 5 sd (fixed seed).
+  assert abs(off.mean()) < 5 * np.sqrt(1 / (dim * off.size))
+  assert abs(off.var() * dim - 1.0) < 0.1
+
+
+def test_canary_sum_is_one_generator_in_a_loop():
+  dim = 500
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
+  def total(ids):
+    return canaries.canary_sum(tf.constant(4, tf.int64), ids, dim)
+
+  ids = np.array([3, 1, 7, 7, 0], np.int32)
+  expected = canaries.canary_block(4, ids, dim).astype(np.float64).sum(0)
+  np.testing.assert_allclose(total(ids).numpy(), expected, atol=1e-6)
+  np.testing.assert_array_equal(total(np.zeros(0, np.int32)).numpy(),
+                                np.zeros(dim))
+  graph = total.get_concrete_function().graph.as_graph_def()
+  ops = [n.op for n in graph.node]
+  for function in graph.library.function:
+    ops += [n.op for n in function.node_def]
+  # One generator whatever the number of canaries: the loop is not unrolled.
+  assert ops.count("StatelessRandomNormalV2") == 1
+
+
+def test_flatten_and_unflatten_round_trip():
+  specs = collections.OrderedDict(
+      b=tf.TensorSpec([2, 3], tf.float32), a=[tf.TensorSpec([4], tf.float32)])
+  assert canaries.tensor_specs_dim(specs) == 10
+  flat = tf.range(10, dtype=tf.float32)
+  value = canaries.unflatten_value(flat, specs)
+  np.testing.assert_array_equal(canaries.flatten_value(value).numpy(),
+                                np.arange(10))
+  np.testing.assert_array_equal(
+      canaries.flatten_numpy(tf.nest.map_structure(np.asarray, value)),
+      np.arange(10))
+  with pytest.raises(TypeError, match="dtype int32"):
+    canaries.tensor_specs_dim([tf.TensorSpec([3], tf.int32)])
+  with pytest.raises(ValueError, match="not fully defined"):
+    canaries.tensor_specs_dim([tf.TensorSpec([None], tf.float32)])
+
+
+def test_orthogonality_warning_threshold():
+  with pytest.warns(canaries.TooManyCanariesWarning, match="dim / 100"):
+    assert canaries.check_orthogonality(11, 1000)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert not canaries.check_orthogonality(10, 1000)
+
+
+# ------------------------------------------------------------ recorder
+
+
+def test_recorder_pops_writes_and_resumes(tmp_path):
+  path = str(tmp_path / "agg.npy")
+  data = np.random.default_rng(0).normal(size=(6, 50)).astype(np.float32)
+  recorder = hooks.AggregateRecorder(path, 50, 8)
+  for r in range(3):
+    metrics = collections.OrderedDict(
+        client_work={"loss": 1.0},
+        aggregator=collections.OrderedDict(
+            zeroing=collections.OrderedDict(
+                clip=0.1, round_num=np.int32(r), noised_aggregate=data[r])))
+    assert recorder.record(metrics) == r
+    assert "noised_aggregate" not in metrics["aggregator"]["zeroing"]
+    assert metrics["aggregator"]["zeroing"]["clip"] == 0.1
+  recorder.close()
+  # Resume: reopen and go on.
+  again = hooks.AggregateRecorder.open(path)
+  np.testing.assert_array_equal(again.recorded, np.arange(8) < 3)
+  for r in range(3, 6):
+    again.record({"noised_aggregate": data[r], "round_num": r})
+  array, recorded = hooks.load_aggregates(path)
+  np.testing.assert_array_equal(array[:6], data)
+  np.testing.assert_array_equal(recorded, np.arange(8) < 6)
+  with open(path + ".rounds.json") as f:
+    assert json.load(f)["recorded"] == list(range(6))
+
+
+def test_recorder_errors(tmp_path):
+  path = str(tmp_path / "agg.npy")
+  recorder = hooks.AggregateRecorder(path, 5, 2)
+  with pytest.raises(FileExistsError, match="open"):
+    hooks.AggregateRecorder(path, 5, 2)
+  with pytest.raises(ValueError, match="record_aggregate=True"):
+    recorder.record({"aggregator": {"clip": 1.0}})
+  with pytest.raises(ValueError, match="2 'noised_aggregate'"):
+    recorder.record({"a": {"noised_aggregate": np.zeros(5), "round_num": 0},
+                     "b": {"noised_aggregate": np.zeros(5), "round_num": 0}})
+  with pytest.raises(ValueError, match="beyond"):
+    recorder.record({"noised_aggregate": np.zeros(5), "round_num": 2})
+  with pytest.raises(ValueError, match="shape"):
+    recorder.write(0, np.zeros(4))
+  with pytest.raises(ValueError, match="not finite"):
+    recorder.write(0, np.full(5, np.nan))
+  with pytest.raises(ValueError, match="dtype"):
+    hooks.AggregateRecorder(str(tmp_path / "b.npy"), 5, 2, dtype=np.int32)
+  other = tmp_path / "c.npy"
+  np.save(other, np.zeros((2, 5), np.float32))
+  with pytest.raises(ValueError, match="rounds.json is missing"):
+    hooks.AggregateRecorder.open(other)
+
+
+def test_recorder_float16(tmp_path):
+  path = str(tmp_path / "agg.npy")
+  recorder = hooks.AggregateRecorder(path, 4, 1, dtype=np.float16)
+  recorder.write(0, np.array([1.0, 2.0, 3.0, 4.0], np.float32))
+  array, _ = hooks.load_aggregates(path)
+  assert array.dtype == np.float16
+  np.testing.assert_array_equal(array[0], [1, 2, 3, 4])
+
+
+# ------------------------------------------------------------ cosines
+
+
+@pytest.fixture(name="run")
+def _run(tmp_path):
+  """A synthetic run: weights, aggregates (canary 2 planted in round 4)."""
+  dim, rounds = 1500, 9
+  config = _config(rounds=rounds)
+  rng = np.random.default_rng(1)
+  theta0 = rng.normal(size=dim)
+  theta_t = rng.normal(size=dim)
+  aggregates = rng.normal(size=(rounds, dim)).astype(np.float32)
+  aggregates[4] = 3.0 * canaries.canary_block(config.seed, [2], dim)[0]
+  path = str(tmp_path / "agg.npy")
+  recorder = hooks.AggregateRecorder(path, dim, rounds + 3)
+  for r in range(rounds):
+    recorder.write(r, aggregates[r])
+  return config, theta0, theta_t, aggregates, recorder
+
+
+def test_cosines_agree_with_float64_brute_force(run):
+  config, theta0, theta_t, aggregates, recorder = run
+  final, best, arg = _brute_force(config.seed, 7, theta0, theta_t, aggregates)
+  # float32 products of unit vectors: errors ~1e-7 (hooks docstring); 1e-6
+  # leaves a margin and is 25000x below the null sd 1/sqrt(1500).
+  for source in (aggregates, recorder, recorder.path):
+    table = hooks.compute_cosine_table(config, theta0, theta_t, source,
+                                       progress=False)
+    np.testing.assert_allclose(table.final_cosine, final, atol=1e-6)
+    np.testing.assert_allclose(table.max_cosine, best, atol=1e-6)
+    np.testing.assert_array_equal(table.max_round, arg)
+    assert table.max_round[2] == 4 and table.max_cosine[2] > 1 - 1e-6
+    assert table.rounds_recorded == 9 and table.dim == 1500
+    np.testing.assert_array_equal(table.participation, config.counts())
+    np.testing.assert_array_equal(table.group == "inserted", config.inserted)
+
+
+@pytest.mark.parametrize("budget_rows", [4, 5, 7, 20])
+def test_blocking_does_not_change_the_result(run, budget_rows):
+  config, theta0, theta_t, _, recorder = run
+  reference = hooks.compute_cosine_table(config, theta0, theta_t,
+                                         recorder.path, progress=False)
+  budget = budget_rows * 4 * 1500
+  chunk, block = hooks.plan_blocks(1500, 9, 7, budget)
+  row = 4 * 1500
+  assert (block + 1) * row + min(chunk, 9) * row + 8 * block * chunk <= budget
+  table = hooks.compute_cosine_table(config, theta0, theta_t, recorder.path,
+                                     memory_budget_bytes=budget,
+                                     progress=False)
+  # Different GEMM shapes may round differently in float32: 1e-6 as above.
+  np.testing.assert_allclose(table.final_cosine, reference.final_cosine,
+                             atol=1e-6)
+  np.testing.assert_allclose(table.max_cosine, reference.max_cosine,
+                             atol=1e-6)
+  np.testing.assert_array_equal(table.max_round, reference.max_round)
+
+
+def test_missing_rounds_are_skipped(tmp_path):
+  dim = 300
+  config = _config(rounds=5)
+  recorder = hooks.AggregateRecorder(str(tmp_path / "a.npy"), dim, 5)
+  rng = np.random.default_rng(2)
+  rows = {0: rng.normal(size=dim), 3: rng.normal(size=dim)}
+  for r, a in rows.items():
+    recorder.write(r, a)
+  theta0, theta_t = rng.normal(size=dim), rng.normal(size=dim)
+  table = hooks.compute_cosine_table(config, theta0, theta_t, recorder,
+                                     progress=False)
+  assert table.rounds_recorded == 2
+  assert set(table.max_round) <= {0, 3}
+  _, best, _ = _brute_force(config.seed, 7, theta0, theta_t,
+                            np.stack([rows[0], rows[3]]))
+  np.testing.assert_allclose(table.max_cosine, best, atol=1e-6)
+
+
+def test_null_cosines_of_an_independent_vector():
+  # u independent of the canaries: cos(c_j, u) has mean 0 and variance 1/d
+  # (METHOD §5). 400 canaries at d = 2000: the mean has sd 1/sqrt(d m) =
+  # 1.1e-3, the variance relative sd sqrt(2/m) = 7%; 5 sd bands, fixed seed.
+  dim, m = 2000, 400
+  config = _config(num_inserted=0, num_held_out=m)
+  rng = np.random.default_rng(5)
+  table = hooks.compute_cosine_table(config, rng.normal(size=dim),
+                                     rng.normal(size=dim), progress=False)
+  x = table.final_cosines("held_out")
+  assert abs(x.mean()) < 5 / np.sqrt(dim * m)
+  assert abs(x.var() * dim - 1.0) < 5 * np.sqrt(2 / m)
+  assert np.isnan(table.max_cosine).all() and (table.max_round == -1).all()
+
+
+def test_sign_convention():
+  # A model moved along -c_0 (what an inserted canary does) gives cosine +1.
+  dim = 800
+  config = _config(num_inserted=1, num_held_out=1)
+  c0 = canaries.canary_block(config.seed, [0], dim)[0].astype(np.float64)
+  theta0 = np.zeros(dim)
+  table = hooks.compute_cosine_table(config, theta0, theta0 - 0.5 * c0,
+                                     aggregates=(0.5 * c0)[None, :],
+                                     progress=False)
+  assert table.final_cosine[0] > 1 - 1e-6
+  assert table.max_cosine[0] > 1 - 1e-6
+
+
+def test_structured_and_model_weights_inputs(run):
+  config, theta0, theta_t, aggregates, _ = run
+  reference = hooks.compute_cosine_table(config, theta0, theta_t, aggregates,
+                                         progress=False)
+  weights = collections.namedtuple("ModelWeights",
+                                   ["trainable", "non_trainable"])
+  split = lambda v: [v[:1000].reshape(100, 10), v[1000:]]
+  table = hooks.compute_cosine_table(
+      config, weights(split(theta0), [np.ones(3)]),
+      weights(split(theta_t), [np.zeros(3)]), aggregates, progress=False)
+  np.testing.assert_array_equal(table.final_cosine, reference.final_cosine)
+
+
+def test_zero_vectors_give_zero_with_a_warning():
+  dim = 400
+  config = _config()
+  theta = np.ones(dim)
+  aggregates = np.zeros((2, dim), np.float32)
+  aggregates[1] = 1.0
+  with pytest.warns(hooks.ZeroVectorWarning) as record:
+    table = hooks.compute_cosine_table(config, theta, theta, aggregates,
+                                       progress=False)
+  messages = " ".join(str(w.message) for w in record)
+  assert "did not move" in messages and "rounds [0]" in messages
+  np.testing.assert_array_equal(table.final_cosine, 0.0)
+  # Round 0 contributes cosine 0; the max is over both rounds.
+  ones = canaries.canary_block(config.seed, range(7), dim).sum(1)
+  expected = np.maximum(ones / np.sqrt(dim), 0.0)
+  np.testing.assert_allclose(table.max_cosine, expected, atol=1e-6)
+
+
+def test_bad_arguments(run):
+  config, theta0, theta_t, aggregates, _ = run
+  with pytest.raises(TypeError, match="CanaryConfig"):
+    hooks.compute_cosine_table(None, theta0, theta_t)
+  with pytest.raises(ValueError, match="dim = 1500, final_weights dim = 10"):
+    hooks.compute_cosine_table(config, theta0, theta_t[:10])
+  with pytest.raises(ValueError, match="aggregates have dim = 10"):
+    hooks.compute_cosine_table(config, theta0, theta_t, aggregates[:, :10])
+  with pytest.raises(ValueError, match="memory_budget_bytes = 100 is too"):
+    hooks.compute_cosine_table(config, theta0, theta_t, aggregates,
+                               memory_budget_bytes=100)
+  with pytest.raises(ValueError, match="no canaries"):
+    hooks.compute_cosine_table(_config(0, 0), theta0, theta_t)
+  with pytest.raises(ValueError, match="non-finite"):
+    hooks.compute_cosine_table(config, np.full(1500, np.nan), theta_t)
+  with pytest.raises(TypeError, match="floating"):
+    hooks.compute_cosine_table(config, theta0, theta_t,
+                               np.zeros((2, 1500), np.int32))
+  with pytest.raises(ValueError, match="not an aggregate file"):
+    bogus = os.path.join(os.path.dirname(__file__), "conftest.py")
+    hooks.compute_cosine_table(config, theta0, theta_t, bogus)
