@@ -18,6 +18,15 @@ that:
     `os._exit` and `kill -9` of Python;
   * registers the worker so that `stop_workers()` (also run `atexit`) stops it:
     SIGINT as TFF itself does, then SIGKILL if it has not exited in 5 s.
+    A stopped worker is left unreaped (a zombie) rather than waited for: TFF
+    still holds its `Popen` and will `os.kill` and `wait` it later, and a
+    zombie keeps the pid from being reused by an unrelated process meanwhile.
+
+At exit, after stopping the workers, the guard also replaces TFF's default
+execution context, so TFF's `ServiceManager` is destroyed while the interpreter
+is intact (its destructor reaps the zombie). Left to interpreter teardown, that
+destructor runs after its module's globals are cleared and prints
+"Exception ignored in ... ServiceManager.__del__".
 
 It must be a `subprocess.Popen` subclass because TFF subscripts
 `subprocess.Popen[bytes]`. Importing `tff_canary.factory` or
@@ -29,11 +38,14 @@ TensorFlow nor TFF until `install()` is called.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
+import time
 import types
 
 _GRACE_SECONDS = 5.0
@@ -92,32 +104,70 @@ def install() -> None:
     executor_factory.subprocess = _SubprocessProxy("subprocess")
 
 
+def _has_exited(worker: GuardedPopen) -> bool:
+  """True if the worker has exited, without reaping it."""
+  if worker.returncode is not None:
+    return True
+  try:
+    info = os.waitid(os.P_PID, worker.pid,
+                     os.WEXITED | os.WNOHANG | os.WNOWAIT)
+  except ChildProcessError:  # already reaped (by TFF's own wait)
+    return True
+  return info is not None
+
+
+def _wait_exit(worker: GuardedPopen, timeout: float) -> bool:
+  deadline = time.monotonic() + timeout
+  while not _has_exited(worker):
+    if time.monotonic() >= deadline:
+      return False
+    time.sleep(0.02)
+  return True
+
+
 def live_workers() -> list[int]:
   """PIDs of guarded workers that are still running."""
   with _lock:
-    return [w.pid for w in _workers if w.poll() is None]
+    return [w.pid for w in _workers if not _has_exited(w)]
 
 
 def stop_workers() -> None:
-  """Stops every guarded worker (SIGINT, then SIGKILL after 5 s) and reaps it.
+  """Stops every guarded worker (SIGINT, then SIGKILL after 5 s).
 
-  Safe to call more than once. TFF starts a new worker at its next computation
-  if one is needed.
+  Safe to call more than once. Stopped workers stay unreaped until TFF (or
+  the exit of this process) reaps them, so their pids cannot be reused while
+  TFF still refers to them. TFF starts a new worker at its next computation if
+  one is needed.
   """
   with _lock:
     workers = list(_workers)
-    _workers.clear()
   for worker in workers:
-    if worker.poll() is not None:
+    if _has_exited(worker):
       continue
     try:
       worker.send_signal(signal.SIGINT)
-      worker.wait(timeout=_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-      worker.kill()
-      worker.wait()
+      if not _wait_exit(worker, _GRACE_SECONDS):
+        worker.send_signal(signal.SIGKILL)
+        _wait_exit(worker, _GRACE_SECONDS)
     except ProcessLookupError:
       pass
 
 
-atexit.register(stop_workers)
+def _release_tff_context() -> None:
+  """Replaces TFF's default context so its ServiceManager dies now, not at teardown."""
+  if "tensorflow_federated" not in sys.modules:
+    return
+  try:
+    from tensorflow_federated.python.core.impl.context_stack import (  # pylint: disable=g-import-not-at-top
+        context_stack_impl, runtime_error_context)
+    context_stack_impl.context_stack.set_default_context(
+        runtime_error_context.RuntimeErrorContext())
+    gc.collect()
+  except Exception:  # pylint: disable=broad-except
+    pass  # best effort at exit; the workers are already stopped
+
+
+@atexit.register
+def _at_exit() -> None:
+  stop_workers()
+  _release_tff_context()
