@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+from scipy import stats
 import pytest
 import tensorflow as tf
 
@@ -336,6 +337,72 @@ def test_resume_with_noise_keeps_schedule_and_canaries(tmp_path):
   assert [m["aggregator"]["round_num"] for m in metrics] == list(range(6))
 
 
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_seeded_noise_makes_a_noisy_resume_identical(tmp_path, adaptive):
+  """With noise_seed, a resumed noisy run equals the uninterrupted one."""
+  config = _config(num_inserted=5, num_held_out=5, rounds=6, presentations=2)
+  clients = _clients(4, seed=1)
+
+  def new_process():
+    if adaptive:
+      aggregator = factory.CanaryDPFactory.gaussian_adaptive(
+          0.5, 4, initial_l2_norm_clip=CLIP, clipped_count_stddev=1.0,
+          canaries=config, noise_seed=11)
+    else:
+      aggregator = factory.CanaryDPFactory.gaussian_fixed(
+          0.5, 4, CLIP, canaries=config, noise_seed=11)
+    return _process(aggregator)
+
+  process = new_process()
+  state0 = process.initialize()
+  theta0 = process.get_model_weights(state0)
+  state_a, metrics_a = _run(process, state0, clients, 6,
+                            hooks.AggregateRecorder(tmp_path / "a.npy", DIM, 6))
+  recorder = hooks.AggregateRecorder(tmp_path / "b.npy", DIM, 6)
+  state_b, metrics_b = _run(process, state0, clients, 3, recorder)
+  recorder.close()
+  fresh = new_process()
+  state_b = _save_and_load(state_b, fresh, str(tmp_path / "ckpt"))
+  state_b, more = _run(fresh, state_b, clients, 3,
+                       hooks.AggregateRecorder.open(tmp_path / "b.npy"))
+  np.testing.assert_array_equal(_flat(process.get_model_weights(state_a)),
+                                _flat(fresh.get_model_weights(state_b)))
+  assert ([m["aggregator"]["clip"] for m in metrics_a]
+          == [m["aggregator"]["clip"] for m in metrics_b + more])
+  table_a = hooks.compute_cosine_table(
+      config, theta0, process.get_model_weights(state_a), tmp_path / "a.npy",
+      progress=False)
+  table_b = hooks.compute_cosine_table(
+      config, theta0, fresh.get_model_weights(state_b), tmp_path / "b.npy",
+      progress=False)
+  assert table_a == table_b
+
+
+def test_seeded_noise_has_the_law_of_the_query_noise():
+  config = _config(num_inserted=0, num_held_out=2, rounds=3, presentations=1)
+  value_type = tff.types.to_type(tff.TensorType(np.float32, [20000]))
+
+  def noise(noise_seed, rounds=2):
+    process = factory.CanaryDPFactory.gaussian_fixed(
+        2.0, 10, 1.5, canaries=config, noise_seed=noise_seed).create(value_type)
+    state, out = process.initialize(), []
+    for _ in range(rounds):
+      output = process.next(state, [])
+      state = output.state
+      out.append(np.asarray(output.result, np.float64))
+    return out
+
+  a, b, c = noise(7), noise(7), noise(8)
+  np.testing.assert_array_equal(a[0], b[0])
+  np.testing.assert_array_equal(a[1], b[1])
+  assert not np.array_equal(a[0], a[1]) and not np.array_equal(a[0], c[0])
+  # The normalized noise is N(0, (z C / n)^2) = N(0, 0.3^2) in every entry;
+  # KS on 20000 entries of one round, against the exact law, fixed seed.
+  assert stats.kstest(a[0], stats.norm(scale=0.3).cdf).pvalue > 0.01
+  assert stats.kstest(noise(None, rounds=1)[0],
+                      stats.norm(scale=0.3).cdf).pvalue > 0.01
+
+
 # -------------------------------------------------------- configurations
 
 
@@ -492,6 +559,12 @@ def test_zero_canaries_behave_exactly_like_tff(ours, theirs):
      TypeError, "record_aggregation_factory"),
     (lambda c: factory.canary_dp_aggregator(0.1, 4, c, zeroing="no"),
      TypeError, "zeroing"),
+    (lambda c: factory.CanaryDPFactory.gaussian_fixed(0.1, 4, 1.0, canaries=c,
+                                                      noise_seed=-1),
+     ValueError, "noise_seed"),
+    (lambda c: factory.CanaryDPFactory.gaussian_fixed(0.1, 4, 1.0, canaries=c,
+                                                      noise_seed=1.5),
+     TypeError, "noise_seed"),
 ])
 def test_bad_configuration_fails_at_construction(build, error, match):
   with pytest.raises(error, match=match):

@@ -49,9 +49,17 @@ The state (`CanaryDPAggregatorState`) is TFF's `DPAggregatorState`
 `tff.aggregators.differential_privacy.extract_dp_event_from_state` works on
 it) plus the round counter, the seed and the schedule's (round, canary id)
 events as tensors: checkpointing the learning process state and resuming gives
-the same canaries and schedule. The Gaussian noise of tensorflow_privacy's
-queries is not seeded (a `tf.random_normal_initializer` without seed), so a
-resumed run repeats the canaries, not the noise.
+the same canaries and schedule.
+
+Noise. By default the noise is tensorflow_privacy's own, unseeded (a
+`tf.random_normal_initializer` without seed), as in TFF: a resumed run repeats
+the canaries, not the noise. For reproducible simulations, `noise_seed=s`
+makes the same code path draw that noise from `tf.random.stateless_normal`
+with seed (s, round, k), k counting the noise draws of the round: the same
+N(0, (z C)^2) noise on the sum (and on the adaptive clipped count), but
+identical in every run with the same seed, so an interrupted and resumed run
+equals an uninterrupted one. Only for simulation: anyone who knows the seed
+can subtract the noise, so a deployment must leave `noise_seed=None`.
 
 Measurements per round (under the aggregator's key of the learning process's
 metrics, possibly nested under a zeroing wrapper's): `dp_query_metrics` and
@@ -66,7 +74,10 @@ float32 vector of length d in `tf.nest.flatten` order. Pop it with
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
+import threading
+import types
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -81,6 +92,58 @@ from tff_canary import worker_guard
 worker_guard.install()
 
 _tff_dp = tff.aggregators.differential_privacy
+# tensorflow_privacy's GaussianSumQuery draws its noise through the `tf` of
+# this module (tf.random_normal_initializer); the adaptive query's clipped
+# count uses a GaussianSumQuery too.
+from tensorflow_privacy.privacy.dp_query import gaussian_query as _gaussian_query  # pylint: disable=g-import-not-at-top,g-bad-import-order
+
+_NOISE_DRAWS_PER_ROUND = 2 ** 20
+_trace_lock = threading.Lock()
+
+
+class _SeededTf(types.ModuleType):
+  """`tensorflow` with a stateless, seeded `random_normal_initializer`."""
+
+  def __init__(self, noise_seed: int, round_num: tf.Tensor):
+    super().__init__("tensorflow")
+    self._noise_seed = noise_seed
+    self._round_num = round_num
+    self._draws = 0
+
+  def __getattr__(self, name):
+    return getattr(tf, name)
+
+  def random_normal_initializer(self, mean=0.0, stddev=1.0, seed=None):
+    del seed
+    index = self._draws
+    self._draws += 1
+    if index >= _NOISE_DRAWS_PER_ROUND:
+      raise ValueError("too many noise draws in one round for noise_seed.")
+    seed = tf.stack([
+        tf.constant(self._noise_seed, tf.int64),
+        tf.cast(self._round_num, tf.int64) * _NOISE_DRAWS_PER_ROUND + index])
+
+    def draw(shape, dtype=tf.float32):
+      return tf.random.stateless_normal(shape, seed=seed, mean=mean,
+                                        stddev=stddev, dtype=dtype,
+                                        alg="philox")
+
+    return draw
+
+
+@contextlib.contextmanager
+def _noise_source(noise_seed: Optional[int], round_num: tf.Tensor):
+  """While tracing a query's noise: seeded by (noise_seed, round) if given."""
+  if noise_seed is None:
+    yield
+    return
+  with _trace_lock:
+    original = _gaussian_query.tf
+    _gaussian_query.tf = _SeededTf(noise_seed, round_num)
+    try:
+      yield
+    finally:
+      _gaussian_query.tf = original
 
 
 class CanaryDPAggregatorState(NamedTuple):
@@ -168,6 +231,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       clipped_count_stddev: Optional[float] = None,
       *,
       canaries: canaries_lib.CanaryConfig,
+      noise_seed: Optional[int] = None,
   ) -> CanaryDPFactory:
     """Adaptive clipping and Gaussian noise, with canaries.
 
@@ -188,6 +252,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       clipped_count_stddev: Noise stddev of the clipped count (>= 0), or None
         for TFF's default 0.05 * clients_per_round (0 without noise).
       canaries: The `CanaryConfig`.
+      noise_seed: None (TFF's unseeded noise) or a seed for reproducible
+        simulation noise; see the module docstring. Never in deployment.
 
     Returns:
       A `CanaryDPFactory`.
@@ -224,7 +290,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         geometric_update=True,
     )
     query = tfp.NormalizedQuery(query, denominator=clients_per_round)
-    return cls(query, canaries)
+    return cls(query, canaries, noise_seed=noise_seed)
 
   @classmethod
   def gaussian_fixed(
@@ -234,6 +300,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       clip: float,
       *,
       canaries: canaries_lib.CanaryConfig,
+      noise_seed: Optional[int] = None,
   ) -> CanaryDPFactory:
     """Fixed clipping and Gaussian noise, with canaries.
 
@@ -248,6 +315,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       clients_per_round: Expected clients per round (> 0), the denominator.
       clip: The clip norm C > 0.
       canaries: The `CanaryConfig`.
+      noise_seed: None (TFF's unseeded noise) or a seed for reproducible
+        simulation noise; see the module docstring. Never in deployment.
 
     Returns:
       A `CanaryDPFactory`.
@@ -265,7 +334,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         tfp.GaussianSumQuery(l2_norm_clip=clip, stddev=clip * noise_multiplier),
         denominator=clients_per_round,
     )
-    return cls(query, canaries)
+    return cls(query, canaries, noise_seed=noise_seed)
 
   def __init__(
       self,
@@ -273,6 +342,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       canaries: canaries_lib.CanaryConfig,
       record_aggregation_factory: Optional[
           tff.aggregators.UnweightedAggregationFactory] = None,
+      noise_seed: Optional[int] = None,
   ):
     """Initializes the factory.
 
@@ -284,6 +354,9 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       record_aggregation_factory: Aggregates the clients' clipped records, as
         in TFF's factory (default `tff.aggregators.SumFactory`); it must
         implement a sum that does not increase sensitivity.
+      noise_seed: None (the query's own unseeded noise, as in TFF) or a
+        nonnegative integer: the same noise, drawn reproducibly from
+        (noise_seed, round); for simulations only (module docstring).
 
     Raises:
       TypeError: for a query or factory of another kind, or a `canaries` that
@@ -300,6 +373,12 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                       "tff.aggregators.UnweightedAggregationFactory, got "
                       f"{record_aggregation_factory!r}.")
     self._record_aggregation_factory = record_aggregation_factory
+    self._noise_seed = (None if noise_seed is None else
+                        validation.as_int(noise_seed, "noise_seed", minimum=0))
+
+  @property
+  def noise_seed(self) -> Optional[int]:
+    return self._noise_seed
 
   @property
   def canaries(self) -> canaries_lib.CanaryConfig:
@@ -370,10 +449,13 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         sample_state = adapter.with_sum(sample_state, sum_state)
       return sample_state, count, tf.cast(clip, tf.float32)
 
-    @tff.tensorflow.computation(agg_output_type, query_state_type)
-    def get_noised_result(sample_state, global_state):
-      result, new_global_state, event = query.get_noised_result(
-          sample_state, global_state)
+    noise_seed = self._noise_seed
+
+    @tff.tensorflow.computation(agg_output_type, query_state_type, round_type)
+    def get_noised_result(sample_state, global_state, round_num):
+      with _noise_source(noise_seed, round_num):
+        result, new_global_state, event = query.get_noised_result(
+            sample_state, global_state)
       return result, new_global_state, event
 
     derive_metrics = tff.tensorflow.computation(query.derive_metrics,
@@ -392,12 +474,13 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                                                tff.SERVER)
       query_sample_state = tff.federated_eval(query_sample_state_fn,
                                               tff.SERVER)
-      _, _, dp_event = tff.federated_map(
-          get_noised_result, (query_sample_state, query_initial_state))
-      dp_event = tff.federated_map(convert_dp_event, dp_event)
-      is_init_state = tff.federated_value(True, tff.SERVER)
       round_num, seed_v, schedule = tff.federated_eval(canary_state_fn,
                                                        tff.SERVER)
+      _, _, dp_event = tff.federated_map(
+          get_noised_result, (query_sample_state, query_initial_state,
+                              round_num))
+      dp_event = tff.federated_map(convert_dp_event, dp_event)
+      is_init_state = tff.federated_value(True, tff.SERVER)
       state = CanaryDPAggregatorState(
           query_initial_state, record_agg_process.initialize(), dp_event,
           is_init_state, round_num, seed_v, schedule)
@@ -415,7 +498,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
           add_canaries, (server_params, record_agg_output.result, round_num,
                          seed_v, schedule))
       result, new_query_state, dp_event = tff.federated_map(
-          get_noised_result, (sample_state, query_state))
+          get_noised_result, (sample_state, query_state, round_num))
       dp_event = tff.federated_map(convert_dp_event, dp_event)
       is_init_state = tff.federated_value(False, tff.SERVER)
       query_metrics = tff.federated_map(derive_metrics, new_query_state)
@@ -460,6 +543,7 @@ def canary_dp_aggregator(
     clients_per_round: float,
     canaries: canaries_lib.CanaryConfig,
     zeroing: bool = True,
+    noise_seed: Optional[int] = None,
 ) -> tff.aggregators.UnweightedAggregationFactory:
   """`tff.learning.dp_aggregator` with canaries.
 
@@ -482,7 +566,8 @@ def canary_dp_aggregator(
     raise TypeError(f"zeroing must be a bool, got {zeroing!r}.")
   factory = CanaryDPFactory.gaussian_adaptive(noise_multiplier,
                                               clients_per_round,
-                                              canaries=canaries)
+                                              canaries=canaries,
+                                              noise_seed=noise_seed)
   if zeroing:
     return _default_zeroing(factory)
   return factory
