@@ -38,7 +38,7 @@ def make_run(path, *, shift=2.5, noise_multiplier=0.8, seed=5, n=600,
   events = np.stack([rng.integers(0, ROUNDS, mask.sum()), np.flatnonzero(mask)], 1)
   atomic_files.save_npz(os.path.join(path, run_dir.PARTICIPATION), events=events)
   atomic_files.write_json(os.path.join(path, run_dir.CONFIG), dict(
-      task="emnist", data="synthetic", seed=seed, dim=DIM,
+      task="emnist", data="synthetic", seed=0, canary_seed=seed, dim=DIM,
       noise_multiplier=noise_multiplier, clients_per_round=20,
       num_rounds=ROUNDS, num_inserted=n // 2, num_held_out=n // 2,
       sampling=sampling, num_clients=1000, delta=1e-5))

@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import math
 import threading
 import types
 from typing import Any, NamedTuple, Optional
@@ -96,6 +95,7 @@ _tff_dp = tff.aggregators.differential_privacy
 # this module (tf.random_normal_initializer); the adaptive query's clipped
 # count uses a GaussianSumQuery too.
 from tensorflow_privacy.privacy.dp_query import gaussian_query as _gaussian_query  # pylint: disable=g-import-not-at-top,g-bad-import-order
+from tensorflow_federated.python.learning import model_update_aggregator as _model_update_aggregator  # pylint: disable=g-import-not-at-top,g-bad-import-order
 
 _NOISE_DRAWS_PER_ROUND = 2 ** 20
 _trace_lock = threading.Lock()
@@ -521,21 +521,16 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-def _default_zeroing(inner_factory):
-  """TFF 0.87's default adaptive zeroing (`tff.learning.dp_aggregator`'s).
+def with_zeroing(inner_factory):
+  """Wraps a factory in TFF's default adaptive zeroing.
 
-  The same estimation process as TFF's private
-  `model_update_aggregator._default_zeroing`: zero a client value whose norm
-  exceeds about 2x the 0.98 quantile of the norms seen, plus 1.
+  Exactly the zeroing of `tff.learning.dp_aggregator(..., zeroing=True)` (TFF
+  0.87's `model_update_aggregator._default_zeroing`, called, not copied: zero
+  a client value whose norm exceeds about 2x the 0.98 quantile of the norms
+  seen, plus 1). With a `CanaryDPFactory` inside, it zeroes client values
+  only, never canaries.
   """
-  zeroing_norm = tff.aggregators.PrivateQuantileEstimationProcess.no_noise(
-      initial_estimate=10.0,
-      target_quantile=0.98,
-      learning_rate=math.log(10.0),
-      multiplier=2.0,
-      increment=1.0,
-  )
-  return tff.aggregators.zeroing_factory(zeroing_norm, inner_factory)
+  return _model_update_aggregator._default_zeroing(inner_factory)  # pylint: disable=protected-access
 
 
 def canary_dp_aggregator(
@@ -569,7 +564,7 @@ def canary_dp_aggregator(
                                               canaries=canaries,
                                               noise_seed=noise_seed)
   if zeroing:
-    return _default_zeroing(factory)
+    return with_zeroing(factory)
   return factory
 
 

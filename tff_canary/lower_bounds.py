@@ -228,7 +228,7 @@ def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
       n, log_fnr_at, log_fpr_at, delta)
   return results.LowerBound(
       epsilon=epsilon, null=null,
-      threshold=float(thresholds[best]) if epsilon > 0 else float("nan"),
+      threshold=float(thresholds[best]) if epsilon > 0 else None,
       fnr_upper=float(np.exp(log_fnr)),
       fpr_upper=float(np.exp(log_fpr)),
       ceiling=ceiling,
@@ -276,7 +276,7 @@ def _simultaneous_epsilon_lo(x, delta, dim, held_out, confidence):
   epsilon = float(eps[best])
   return results.LowerBound(
       epsilon=epsilon, null=null,
-      threshold=float(thresholds[best]) if epsilon > 0 else float("nan"),
+      threshold=float(thresholds[best]) if epsilon > 0 else None,
       fnr_upper=float(np.exp(log_fnr[best])),
       fpr_upper=float(np.exp(log_fpr[best])),
       ceiling=ceiling,

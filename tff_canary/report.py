@@ -101,7 +101,7 @@ class RunReport:
         f"{c['num_rounds']} rounds, {c['num_clients']} clients, "
         f"{self.estimates.num_inserted} inserted and "
         f"{self.estimates.num_held_out} held-out canaries (d = {c['dim']}, "
-        f"canary seed {c['seed']}); δ = {self.delta:g}.", "",
+        f"canary seed {c['canary_seed']}); δ = {self.delta:g}.", "",
         "| epsilon | kind | value | detail |", "|---|---|---:|---|"]
     for name, kind, value, detail in self.rows():
       lines.append(f"| {name} | {kind} | {_fmt(value)} | {detail} |")

@@ -137,7 +137,7 @@ class LowerBound:
     null: "exact" (closed-form null law of METHOD §5; FPR has no sampling
       error) or "held_out" (FPR from the held-out canaries' Jeffreys interval).
     threshold: the statistic threshold where the max is reached (guess
-      "inserted" when statistic >= threshold); NaN if epsilon is 0.
+      "inserted" when statistic >= threshold); None if epsilon is 0.
     fnr_upper, fpr_upper: the FNR and FPR upper limits at that threshold.
     ceiling: the largest value this bound can take with these counts
       (inf for the exact null).
@@ -151,7 +151,7 @@ class LowerBound:
 
   epsilon: float
   null: str
-  threshold: float
+  threshold: Optional[float]
   fnr_upper: float
   fpr_upper: float
   ceiling: float

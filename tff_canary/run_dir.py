@@ -10,7 +10,8 @@ A run directory written by the experiment scripts holds:
   cosines.csv/.npz     the cosine table (`cosine_table.CosineTable`)
   report.json/.md      every estimate (`tff_canary report RUN_DIR` rewrites)
   plots/*.png          the report's figures
-  aggregates.bin       each round's noised aggregate (`hooks.AggregateRecorder`)
+  aggregates.npy       each round's noised aggregate (`hooks.AggregateRecorder`;
+                       with aggregates.npy.rounds.json, the rounds written)
   initial_weights.npy, final_weights.npy   theta_0 and theta_T, flat
   checkpoints/         learning process state (`tff.program.FileProgramStateManager`)
 
@@ -41,13 +42,13 @@ COSINES_NPZ = "cosines.npz"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 PLOTS = "plots"
-AGGREGATES = "aggregates.bin"
+AGGREGATES = "aggregates.npy"
 INITIAL_WEIGHTS = "initial_weights.npy"
 FINAL_WEIGHTS = "final_weights.npy"
 CHECKPOINTS = "checkpoints"
 
 # Keys config.json must have for the report.
-REQUIRED_CONFIG = ("task", "seed", "dim", "noise_multiplier",
+REQUIRED_CONFIG = ("task", "seed", "canary_seed", "dim", "noise_multiplier",
                    "clients_per_round", "num_rounds", "num_inserted",
                    "num_held_out", "sampling", "num_clients", "delta")
 
@@ -109,11 +110,12 @@ class RunDir:
       table = CosineTable.load(path)
     except (ValueError, TypeError, OSError, KeyError) as e:
       raise RunDirError(f"{path} is not a valid cosine table: {e}") from None
-    for key in ("dim", "seed"):
-      if int(config[key]) != getattr(table, key):
+    for table_key, key in (("dim", "dim"), ("seed", "canary_seed")):
+      if int(config[key]) != getattr(table, table_key):
         raise RunDirError(
-            f"{path} has {key}={getattr(table, key)} but {self.file(CONFIG)} "
-            f"says {key}={config[key]}: the table is not from this run.")
+            f"{path} has {table_key}={getattr(table, table_key)} but "
+            f"{self.file(CONFIG)} says {key}={config[key]}: the table is not "
+            "from this run.")
     return table
 
   # Ledger ------------------------------------------------------------------

@@ -7,19 +7,33 @@
 
 Both go through `tff.simulation.baselines` (`create_character_recognition_
 task_from_datasets`, `create_word_prediction_task_from_datasets`), so the
-preprocessing, the models and the losses are TFF's, whichever data source
+preprocessing and the losses are TFF's, whichever data source
 (`tff_canary.datasets`) is used. A `Task` adds what the experiments need on
-top: a Keras model with the same architecture for fast centralized evaluation.
+top: a seeded Keras model with the same architecture, built eagerly, for the
+initial weights and for fast centralized evaluation.
+
+Reproducibility. A run must repeat exactly from its seeds (and a run resumed
+from a checkpoint must equal an uninterrupted one), but TFF's models draw
+randomness that cannot be replayed: unseeded initializers (so the experiments
+overwrite the initial weights with those of the seeded Keras twin), and, in
+the EMNIST CNN, Keras `Dropout`, whose stateful generator TFF's runtime keeps
+across rounds and restarts in every new process. (Measured: an op-seeded
+`tf.random.uniform` in a TFF computation gives three different values in
+three calls, and the same three again in a fresh process, so a resumed run
+would replay masks from round 0.) The EMNIST model is therefore TFF's
+`cnn_dropout`, layer for layer and parameter for parameter, with
+`DeterministicDropout`, which keeps the rates (0.25, 0.5) and draws each
+mask statelessly from the layer's own inputs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_models
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_preprocessing
 
@@ -30,19 +44,79 @@ from tff_canary import worker_guard
 worker_guard.install()
 
 TASKS = ("emnist", "stackoverflow")
+EMNIST_CLASSES = datasets.EMNIST_CLASSES
+
+
+class DeterministicDropout(tf.keras.layers.Layer):
+  """Dropout whose mask is a stateless function of the layer's input.
+
+  While training, the mask is `tf.random.stateless_uniform(shape) >= rate`
+  with a seed hashed from the bits of the input activations (and the layer's
+  `seed`): fresh for every batch and every round, since activations change
+  with the data and the weights, yet the same whenever the same computation is
+  repeated. Scaled by 1 / (1 - rate) like Keras's `Dropout`; the identity at
+  inference.
+  """
+
+  def __init__(self, rate: float, seed: int = 0, **kwargs):
+    super().__init__(**kwargs)
+    self.rate = float(rate)
+    self.seed = int(seed)
+
+  def call(self, inputs, training=None):
+    if not training or self.rate == 0.0:
+      return inputs
+    bits = tf.cast(tf.reshape(tf.bitcast(inputs, tf.int32), [-1]), tf.int64)
+    index = tf.range(1, tf.size(bits, out_type=tf.int64) + 1)
+    seed = tf.stack([tf.reduce_sum(bits) + self.seed,
+                     tf.reduce_sum(bits * (2 * index + 1))])
+    keep = tf.random.stateless_uniform(tf.shape(inputs), seed=seed) >= self.rate
+    return inputs * tf.cast(keep, inputs.dtype) / (1.0 - self.rate)
+
+  def get_config(self):
+    return dict(super().get_config(), rate=self.rate, seed=self.seed)
+
+
+def emnist_cnn() -> tf.keras.Model:
+  """TFF's `cnn_dropout` for EMNIST-62 with `DeterministicDropout`.
+
+  Layers as `tff.simulation.baselines.emnist.emnist_models.
+  create_conv_dropout_model(only_digits=False)`: 1,206,590 parameters.
+  """
+  return tf.keras.models.Sequential([
+      tf.keras.layers.Conv2D(32, kernel_size=(3, 3), activation="relu",
+                             input_shape=(28, 28, 1)),
+      tf.keras.layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
+      tf.keras.layers.MaxPool2D(pool_size=(2, 2)),
+      DeterministicDropout(0.25, seed=1),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(128, activation="relu"),
+      DeterministicDropout(0.5, seed=2),
+      tf.keras.layers.Dense(EMNIST_CLASSES, activation=tf.nn.softmax),
+  ])
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-  """A TFF baseline task plus a compiled Keras twin for evaluation."""
+  """A TFF baseline task, its TFF model and a seeded Keras twin.
+
+  Attributes:
+    name: "emnist" or "stackoverflow".
+    baseline: the TFF baseline task (datasets and preprocessing).
+    model_fn: the `tff.learning` model constructor for training.
+    keras_model_fn: builds the same architecture as a compiled Keras model;
+      under `tf.keras.utils.set_random_seed(s)` its weights depend on s only.
+  """
 
   name: str
   baseline: tff.simulation.baselines.BaselineTask
+  model_fn: Callable[[], Any]
   keras_model_fn: Callable[[], tf.keras.Model]
 
-  @property
-  def model_fn(self):
-    return self.baseline.model_fn
+  def initial_weights(self, seed: int) -> list[np.ndarray]:
+    """Trainable weights of the Keras twin built eagerly with `seed`."""
+    tf.keras.utils.set_random_seed(seed)
+    return [v.numpy() for v in self.keras_model_fn().trainable_variables]
 
   def preprocessed_client(self, client_id: str) -> tf.data.Dataset:
     """One training client's dataset, preprocessed for training."""
@@ -80,13 +154,22 @@ def emnist_task(data: datasets.FederatedData, batch_size: int = 16,
                   test_data=data.test))
 
   def keras_model_fn():
-    model = emnist_models.create_conv_dropout_model(only_digits=False)
+    model = emnist_cnn()
     model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(),
                   metrics=[tf.keras.metrics.SparseCategoricalAccuracy(
                       name="accuracy")])
     return model
 
-  return Task("emnist", baseline, keras_model_fn)
+  input_spec = baseline.datasets.element_type_structure
+
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+        keras_model=emnist_cnn(),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+        input_spec=input_spec,
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+
+  return Task("emnist", baseline, model_fn, keras_model_fn)
 
 
 def stackoverflow_task(data: datasets.FederatedData, batch_size: int = 16,
@@ -122,7 +205,7 @@ def stackoverflow_task(data: datasets.FederatedData, batch_size: int = 16,
         metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
     return model
 
-  return Task("stackoverflow", baseline, keras_model_fn)
+  return Task("stackoverflow", baseline, baseline.model_fn, keras_model_fn)
 
 
 def num_parameters(task: Task) -> int:

@@ -1,0 +1,113 @@
+"""The experiment runner: config, client sampling, a real run into a run dir."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tff_canary import experiment, run_dir
+
+pytestmark = [pytest.mark.tff, pytest.mark.slow]
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny(output_dir, **overrides):
+  """About 30 s on 2 cores (most of it TFF building the computations)."""
+  args = dict(output_dir=str(output_dir), num_rounds=4, clients_per_round=6,
+              examples_per_client=8, num_inserted=10, num_held_out=10,
+              noise_multiplier=0.2, eval_every=2, checkpoint_every=2,
+              eval_examples=64)
+  args.update(overrides)
+  return experiment.ExperimentConfig(**args)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(task="mnist"), ValueError, "task"),
+    (dict(data="web"), ValueError, "data"),
+    (dict(sampling="poisson"), ValueError, "sampling"),
+    (dict(noise_multiplier=-0.1), ValueError, "noise_multiplier"),
+    (dict(clip=0.0), ValueError, "clip"),
+    (dict(clients_per_round=0), ValueError, "clients_per_round"),
+    (dict(num_rounds=None), ValueError, "exactly one of num_rounds and epochs"),
+    (dict(epochs=2), ValueError, "exactly one of num_rounds and epochs"),
+    (dict(num_inserted=-1), ValueError, "num_inserted"),
+    (dict(num_inserted=1, num_held_out=1), ValueError, "at least 4"),
+    (dict(seed=1.5), TypeError, "seed"),
+    (dict(delta=1.0), ValueError, "delta"),
+    (dict(server_momentum=1.0), ValueError, "server_momentum"),
+    (dict(zeroing="yes"), TypeError, "zeroing"),
+    (dict(data="tff", num_clients=10), ValueError, "num_clients"),
+    (dict(output_dir=""), ValueError, "output_dir"),
+])
+def test_bad_configuration(kwargs, error, match, tmp_path):
+  args = dict(output_dir=str(tmp_path))
+  args.update(kwargs)
+  with pytest.raises(error, match=match):
+    experiment.ExperimentConfig(**args)
+
+
+def test_client_sampling_is_seeded_and_covers_epochs():
+  kw = dict(num_clients=100, clients_per_round=10, sampling="shuffle", seed=3)
+  epoch = np.concatenate([experiment.sample_clients(r, **kw) for r in range(10)])
+  assert sorted(epoch) == list(range(100))  # every client once per epoch
+  assert np.array_equal(experiment.sample_clients(4, **kw),
+                        experiment.sample_clients(4, **kw))
+  assert not np.array_equal(experiment.sample_clients(12, **kw)[:10],
+                            epoch[20:30])  # a fresh permutation next epoch
+  counts = [experiment.sample_clients(r, num_clients=1000, clients_per_round=20,
+                                      sampling="per_round", seed=1).size
+            for r in range(400)]
+  # Poisson sampling: Binomial(1000, 0.02) counts, mean 20, std ~4.4; the
+  # mean of 400 rounds has std 0.22.
+  assert abs(np.mean(counts) - 20) < 1.0 and np.std(counts) > 3
+
+
+def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
+  config = tiny(tmp_path / "run")
+  report = experiment.run_experiment(config, progress=False, log=lambda *a: None)
+  for name in (run_dir.CONFIG, run_dir.METRICS, run_dir.LEDGER,
+               run_dir.PARTICIPATION, run_dir.COSINES_CSV, run_dir.COSINES_NPZ,
+               run_dir.REPORT_JSON, run_dir.REPORT_MD, run_dir.INITIAL_WEIGHTS,
+               run_dir.FINAL_WEIGHTS, run_dir.AGGREGATES,
+               "plots/cosines.png", "plots/epsilons.png"):
+    assert os.path.exists(tmp_path / "run" / name), name
+  saved = json.load(open(tmp_path / "run" / run_dir.CONFIG))
+  assert saved["dim"] == 1_206_590 and saved["num_rounds"] == 4
+  assert saved["canary_seed"] == 1 and saved["noise_seed"] is not None
+  assert saved["delta"] == pytest.approx(saved["num_clients"] ** -1.1)
+  rows = run_dir.RunDir(tmp_path / "run").load_metrics()
+  assert [r["round"] for r in rows] == [0, 1, 2, 3]
+  assert rows[1]["eval_accuracy"] is not None and rows[0]["eval_accuracy"] is None
+  assert sum(r["canaries_inserted"] for r in rows) == report.estimates.num_inserted
+  assert len(run_dir.RunDir(tmp_path / "run").load_ledger()) == 4
+  assert report.estimates.one_run_final is not None  # coin assignment
+  with pytest.raises(FileExistsError, match="--resume"):
+    experiment.run_experiment(config, progress=False, log=lambda *a: None)
+  # Resuming a finished run recomputes nothing but the cosines and report.
+  again = experiment.run_experiment(tiny(tmp_path / "run", resume=True),
+                                    progress=False, log=lambda *a: None)
+  assert again.estimates == report.estimates
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+  experiment.run_experiment(tiny(tmp_path / "run", num_rounds=2, eval_every=0),
+                            progress=False, log=lambda *a: None)
+  with pytest.raises(ValueError, match="noise_multiplier: 0.2 -> 0.3"):
+    experiment.run_experiment(
+        tiny(tmp_path / "run", num_rounds=2, eval_every=0, noise_multiplier=0.3,
+             resume=True), progress=False, log=lambda *a: None)
+
+
+def test_missing_tff_data_via_the_script(tmp_path):
+  out = tmp_path / "run"
+  proc = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "emnist.py"),
+       "--data=tff", f"--cache_dir={tmp_path / 'cache'}", f"--output_dir={out}"],
+      capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2
+  assert "emnist_all.sqlite" in proc.stderr and "Traceback" not in proc.stderr
+  assert not out.exists() and not (tmp_path / "cache").exists()
