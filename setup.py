@@ -32,6 +32,10 @@ setuptools.setup(
             "nbclient",
             "nbformat",
             "ipykernel",
+            # IPython 8.23 imports typing_extensions.TypeAliasType (4.6+), but
+            # TensorFlow 2.14 pins typing_extensions<4.6 and IPython does not
+            # declare the minimum: cap it so the notebooks kernel starts.
+            "ipython<8.23",
         ],
     },
     entry_points={

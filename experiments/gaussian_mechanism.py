@@ -29,10 +29,7 @@ Usage:
 from __future__ import annotations
 
 import collections
-import json
-import os
 import sys
-import tempfile
 import time
 import warnings
 from typing import Any, Callable, Sequence
@@ -42,6 +39,7 @@ from absl import flags
 import numpy as np
 
 from tff_canary import analytical
+from tff_canary import atomic_files
 from tff_canary import estimates
 from tff_canary import gaussian_mechanism
 from tff_canary import lower_bounds
@@ -258,7 +256,7 @@ def table_row(result: dict[str, Any]) -> str:
 
 def write_json(study: dict[str, Any], path: str) -> None:
   """Writes `study` to `path` atomically (temp file, then os.replace)."""
-  _write_atomically(path, json.dumps(study, indent=1).encode("utf-8"))
+  atomic_files.write_json(path, study)
 
 
 def plot_study(study: dict[str, Any], path: str) -> None:
@@ -295,30 +293,11 @@ def plot_study(study: dict[str, Any], path: str) -> None:
                f"{config['num_canaries']} canaries, delta = "
                f"{config['delta']:g}, {config['trials']} runs", fontsize=9)
   fig.tight_layout()
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, temp = tempfile.mkstemp(suffix=".png", dir=directory)
-  os.close(fd)
   try:
-    fig.savefig(temp, format="png", dpi=120)
-    os.replace(temp, path)
-  except BaseException:
-    os.unlink(temp)
-    raise
+    with atomic_files.replacing(path, suffix=".png") as temp:
+      fig.savefig(temp, format="png", dpi=120)
   finally:
     plt.close(fig)
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, temp = tempfile.mkstemp(suffix=".tmp", dir=directory)
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    os.replace(temp, path)
-  except BaseException:
-    if os.path.exists(temp):
-      os.unlink(temp)
-    raise
 
 
 def _progress(message: str) -> None:

@@ -1,0 +1,201 @@
+"""The shape of the paper's Table 3 and Figure 2, at reduced scale.
+
+Runs the EMNIST experiment (built-in synthetic data) for every noise multiplier
+in --noise_multipliers (noise 0 and the paper's three EMNIST levels by
+default) and every number of presentations in --presentations, then writes
+
+  <output_dir>/sweep.csv   one row per run: noise_multiplier, presentations,
+                           analytical epsilon (one participation and the run's
+                           presentations), epsilon_all, epsilon_lo_all,
+                           epsilon_final (mean-only and fitted variance),
+                           epsilon_lo_final, the one-run bounds, accuracy
+  <output_dir>/sweep.png   left: Table 3's view (every epsilon per noise level
+                           at one presentation, beside the analytical one);
+                           right: Figure 2's view (epsilon-final against the
+                           number of presentations, one line per noise level)
+
+and each run's own directory under <output_dir>/runs/. Reduced scale: the
+defaults (16 runs of 60 rounds of 25 clients) take about 30 minutes on 2 cores,
+and put more canaries per client than the paper's 1% (a CanaryFractionWarning
+says so), so the estimates are noisier than the paper's; the shape (epsilon
+falling with noise, epsilon-final rising with presentations, epsilon-all far
+above epsilon-final) is what it shows. Re-running with the same --output_dir
+resumes: finished runs are read back, not redone.
+
+  .venv/bin/python experiments/sweep.py --output_dir runs/sweep
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+import warnings
+
+from absl import app
+from absl import flags
+
+from tff_canary import atomic_files
+from tff_canary import experiment
+from tff_canary import report as report_lib
+from tff_canary import run_dir as run_dir_lib
+
+flags.DEFINE_string("output_dir", "runs/sweep", "Where sweep.csv, sweep.png "
+                    "and the runs go.")
+flags.DEFINE_list("noise_multipliers", ["0", "0.0487", "0.0958", "0.2207"],
+                  "Noise multipliers (the paper's EMNIST levels and 0).")
+flags.DEFINE_list("presentations", ["1", "2", "4", "8"],
+                  "Presentations per canary (Figure 2).")
+flags.DEFINE_integer("num_rounds", 64, "Rounds per run.")
+flags.DEFINE_integer("clients_per_round", 25, "Clients per round.")
+flags.DEFINE_integer("examples_per_client", 32, "Synthetic examples per client.")
+flags.DEFINE_integer("num_inserted", 50, "Inserted canaries (coin assignment: "
+                     "expected).")
+flags.DEFINE_integer("num_held_out", 50, "Held-out canaries.")
+flags.DEFINE_integer("seed", 0, "Seed of every run.")
+
+FLAGS = flags.FLAGS
+
+COLUMNS = ("noise_multiplier", "presentations", "analytical_epsilon",
+           "analytical_epsilon_presentations", "epsilon_all", "epsilon_lo_all",
+           "epsilon_final", "epsilon_final_fitted", "epsilon_lo_final",
+           "epsilon_lo_final_paper", "one_run_bound_final", "one_run_bound_all",
+           "accuracy", "delta", "num_inserted", "run_dir")
+
+
+def run_one(output_dir: str, noise_multiplier: float, presentations: int,
+            **settings) -> report_lib.RunReport:
+  """One run of the sweep (resumed or reread if it exists)."""
+  path = os.path.join(output_dir, "runs",
+                      f"noise{noise_multiplier:g}_presentations{presentations}")
+  if os.path.exists(os.path.join(path, run_dir_lib.REPORT_JSON)):
+    return report_lib.build_report(path)
+  config = experiment.ExperimentConfig(
+      task="emnist", output_dir=path, noise_multiplier=noise_multiplier,
+      presentations=presentations, client_learning_rate=0.1,
+      eval_every=settings["num_rounds"], checkpoint_every=16,
+      resume=os.path.exists(os.path.join(path, run_dir_lib.CONFIG)),
+      **settings)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", experiment.CanaryFractionWarning)
+    return experiment.run_experiment(config, progress=sys.stderr.isatty())
+
+
+def row_of(report: report_lib.RunReport) -> dict:
+  e = report.estimates
+  analytical = report.analytical
+  eps = lambda r: None if r is None else r.epsilon  # pylint: disable=unnecessary-lambda-assignment
+  presentations = report.config["presentations"]
+  many = analytical.get(f"{report.max_participation} participations",
+                        analytical["one participation"])
+  return dict(
+      noise_multiplier=report.config["noise_multiplier"],
+      presentations=presentations,
+      analytical_epsilon=analytical["one participation"],
+      analytical_epsilon_presentations=many,
+      epsilon_all=eps(e.all_iterates), epsilon_lo_all=eps(e.lo_all),
+      epsilon_final=e.final_mean_only.epsilon,
+      epsilon_final_fitted=e.final_fitted.epsilon,
+      epsilon_lo_final=e.lo_final.epsilon,
+      epsilon_lo_final_paper=e.lo_final_paper.epsilon,
+      one_run_bound_final=eps(e.one_run_final),
+      one_run_bound_all=eps(e.one_run_all), accuracy=report.accuracy,
+      delta=report.delta, num_inserted=e.num_inserted, run_dir=report.run_dir)
+
+
+def write_csv(path: str, rows: list[dict]) -> None:
+  buffer = io.StringIO()
+  writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+  writer.writeheader()
+  for row in rows:
+    writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
+  atomic_files.write_text(path, buffer.getvalue())
+
+
+def plot(path: str, rows: list[dict]) -> None:
+  """Table 3's and Figure 2's views side by side."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+  noises = sorted({r["noise_multiplier"] for r in rows})
+  first = min(r["presentations"] for r in rows)
+  kinds = [("analytical_epsilon", "analytical", "k"),
+           ("epsilon_all", "ε-all", "C3"), ("epsilon_lo_all", "ε_lo-all", "C1"),
+           ("epsilon_final", "ε-final", "C0"),
+           ("epsilon_lo_final", "ε_lo-final", "C2")]
+  width = 0.8 / len(kinds)
+  for i, noise in enumerate(noises):
+    row = next((r for r in rows if r["noise_multiplier"] == noise
+                and r["presentations"] == first), None)
+    if row is None:
+      continue
+    for j, (key, label, color) in enumerate(kinds):
+      value = row[key]
+      if value is None or not np.isfinite(value):
+        continue
+      left.bar(i + (j - len(kinds) / 2 + 0.5) * width, max(value, 1e-3),
+               width, color=color, label=label if i == 0 else None)
+  left.set_yscale("log")
+  left.set_xticks(range(len(noises)), [f"{n:g}" for n in noises])
+  left.set_xlabel("noise multiplier")
+  left.set_ylabel("epsilon")
+  left.set_title(f"Table 3's view ({first} presentation)", fontsize=10)
+  left.legend(fontsize=8)
+  for noise in noises:
+    points = sorted((r["presentations"], r["epsilon_final"]) for r in rows
+                    if r["noise_multiplier"] == noise)
+    if points:
+      right.plot(*zip(*points), "o-", label=f"noise {noise:g}")
+  right.set_xscale("log", base=2)
+  right.set_xlabel("presentations per canary")
+  right.set_ylabel("ε-final (mean-only)")
+  right.set_title("Figure 2's view", fontsize=10)
+  right.legend(fontsize=8)
+  fig.tight_layout()
+  with atomic_files.replacing(path, suffix=".png") as temp:
+    fig.savefig(temp, dpi=110)
+  plt.close(fig)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  try:
+    noises = [float(v) for v in FLAGS.noise_multipliers]
+    presentations = [int(v) for v in FLAGS.presentations]
+  except ValueError as e:
+    print(f"error: --noise_multipliers and --presentations must be numbers: "
+          f"{e}", file=sys.stderr)
+    return 2
+  settings = dict(num_rounds=FLAGS.num_rounds,
+                  clients_per_round=FLAGS.clients_per_round,
+                  examples_per_client=FLAGS.examples_per_client,
+                  num_inserted=FLAGS.num_inserted,
+                  num_held_out=FLAGS.num_held_out, seed=FLAGS.seed)
+  rows = []
+  try:
+    for noise in noises:
+      for count in presentations:
+        print(f"sweep: noise {noise:g}, {count} presentation(s)", flush=True)
+        rows.append(row_of(run_one(FLAGS.output_dir, noise, count,
+                                   **settings)))
+  except (ValueError, TypeError, FileNotFoundError, FileExistsError,
+          run_dir_lib.RunDirError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  csv_path = os.path.join(FLAGS.output_dir, "sweep.csv")
+  png_path = os.path.join(FLAGS.output_dir, "sweep.png")
+  write_csv(csv_path, rows)
+  plot(png_path, rows)
+  with open(csv_path) as f:
+    print(f.read())
+  print(f"wrote {csv_path} and {png_path}")
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)
