@@ -1,0 +1,39 @@
+"""The sweep script, end to end on tiny settings (4 runs)."""
+
+import csv
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.tff, pytest.mark.slow]
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_sweep_writes_one_csv_and_one_figure(tmp_path):
+  out = tmp_path / "sweep"
+  args = [sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
+          f"--output_dir={out}", "--noise_multipliers=0,0.1",
+          "--presentations=1,2", "--num_rounds=4", "--clients_per_round=4",
+          "--examples_per_client=8", "--num_inserted=8", "--num_held_out=8"]
+  proc = subprocess.run(args, capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = list(csv.DictReader(open(out / "sweep.csv")))
+  assert [(float(r["noise_multiplier"]), int(r["presentations"])) for r in rows] == [
+      (0.0, 1), (0.0, 2), (0.1, 1), (0.1, 2)]
+  assert open(out / "sweep.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+  by = {(float(r["noise_multiplier"]), int(r["presentations"])): r for r in rows}
+  # Noise 0 has no privacy; with noise, two presentations compose two
+  # Gaussians, so their analytical epsilon is larger than one's.
+  assert math.isinf(float(by[(0.0, 1)]["analytical_epsilon"]))
+  assert (float(by[(0.1, 2)]["analytical_epsilon_presentations"])
+          > float(by[(0.1, 1)]["analytical_epsilon"]))
+  for r in rows:
+    assert float(r["epsilon_final"]) >= 0 and r["epsilon_all"] != ""
+  # Re-running reads the finished runs back instead of training again.
+  again = subprocess.run(args, capture_output=True, text=True, timeout=300)
+  assert again.returncode == 0 and "training" not in again.stdout
+  assert list(csv.DictReader(open(out / "sweep.csv"))) == rows
