@@ -111,3 +111,15 @@ def test_missing_tff_data_via_the_script(tmp_path):
   assert proc.returncode == 2
   assert "emnist_all.sqlite" in proc.stderr and "Traceback" not in proc.stderr
   assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+def test_a_stackoverflow_run(tmp_path):
+  config = tiny(tmp_path / "so", task="stackoverflow", num_rounds=2,
+                clients_per_round=4, examples_per_client=4, num_inserted=6,
+                num_held_out=6, noise_multiplier=0.1, eval_every=2,
+                eval_examples=50)
+  report = experiment.run_experiment(config, progress=False, log=lambda *a: None)
+  saved = json.load(open(tmp_path / "so" / run_dir.CONFIG))
+  assert saved["dim"] == 4_050_748 and saved["task"] == "stackoverflow"
+  assert report.accuracy is not None and 0.0 <= report.accuracy <= 1.0
+  assert report.estimates.final_mean_only.dim == 4_050_748
