@@ -203,6 +203,11 @@ def _adapter_for(query: Any) -> _SumAdapter:
       f", optionally wrapped in a tfp.NormalizedQuery; got {query!r}.")
 
 
+def _check_noise(noise_multiplier: Any, clients_per_round: Any):
+  return (validation.as_nonnegative(noise_multiplier, "noise_multiplier"),
+          validation.as_positive(clients_per_round, "clients_per_round"))
+
+
 def _check_config(canaries: Any) -> canaries_lib.CanaryConfig:
   if not isinstance(canaries, canaries_lib.CanaryConfig):
     raise TypeError("canaries must be a tff_canary.canaries.CanaryConfig, got "
@@ -261,10 +266,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     Raises:
       TypeError, ValueError: for bad arguments, naming them.
     """
-    noise_multiplier = validation.as_nonnegative(noise_multiplier,
-                                                 "noise_multiplier")
-    clients_per_round = validation.as_positive(clients_per_round,
-                                               "clients_per_round")
+    noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
+                                                       clients_per_round)
     initial_l2_norm_clip = validation.as_positive(initial_l2_norm_clip,
                                                   "initial_l2_norm_clip")
     target_unclipped_quantile = validation.as_float(
@@ -324,10 +327,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     Raises:
       TypeError, ValueError: for bad arguments, naming them.
     """
-    noise_multiplier = validation.as_nonnegative(noise_multiplier,
-                                                 "noise_multiplier")
-    clients_per_round = validation.as_positive(clients_per_round,
-                                               "clients_per_round")
+    noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
+                                                       clients_per_round)
     clip = validation.as_positive(clip, "clip")
     canaries = _check_config(canaries)
     query = tfp.NormalizedQuery(

@@ -186,9 +186,38 @@ def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
     raise ValueError("give exactly one of dim (exact null) and held_out "
                      f"(empirical null); got dim={dim!r} and held_out="
                      f"{'None' if held_out is None else 'an array'}.")
-  alpha = 1.0 - confidence
-  if correction == "simultaneous":
-    return _simultaneous_epsilon_lo(x, delta, dim, held_out, confidence)
+  if dim is not None:
+    null, null_dist, y, null_mean = "exact", null_law.CosineNull(
+        validation.as_dim(dim)), None, 0.0
+  else:
+    y = np.sort(validation.as_cosines(held_out, "held_out"))
+    null, null_dist, null_mean = "held_out", None, float(y.mean())
+  below = float(x.mean()) < null_mean
+  if below:
+    warnings.warn(
+        f"The inserted canaries' mean statistic ({x.mean():.4g}) is below the "
+        f"null's ({null_mean:.4g}); this is almost always a sign-convention "
+        "bug (METHOD §3).", results.SignConventionWarning, stacklevel=2)
+  search = (_paper_search if correction == "none" else _simultaneous_search)
+  epsilon, threshold, fnr, fpr, ceiling = search(x, null_dist, y, delta,
+                                                 1.0 - confidence)
+  return results.LowerBound(
+      epsilon=epsilon, null=null,
+      threshold=threshold if epsilon > 0 else None,
+      fnr_upper=fnr, fpr_upper=fpr, ceiling=ceiling,
+      saturated=bool(np.isfinite(ceiling) and epsilon >= ceiling * (1 - 1e-9)),
+      correction=correction, delta=delta, confidence=confidence,
+      num_inserted=x.size, num_held_out=0 if y is None else y.size,
+      dim=None if null_dist is None else null_dist.dim,
+      inserted_below_null=below)
+
+
+def _paper_search(x, null_dist, y, delta, alpha):
+  """The paper's construction: every threshold, each rate at level alpha.
+
+  Returns:
+    (epsilon, threshold, FNR_up, FPR_up, ceiling) at the best threshold.
+  """
   n = x.size
   thresholds = np.sort(x)
   misses = np.searchsorted(thresholds, thresholds, side="left")
@@ -196,94 +225,50 @@ def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
   def log_fnr_at(idx):
     return np.log(jeffreys_upper(misses[idx], n, alpha))
 
-  if dim is not None:
-    dim = validation.as_dim(dim)
-    null_law_ = null_law.CosineNull(dim)
-
+  if null_dist is not None:
     def log_fpr_at(idx):
-      return null_law_.logsf(thresholds[idx])
+      return null_dist.logsf(thresholds[idx])
 
-    null, num_held_out, null_mean, ceiling = "exact", 0, 0.0, np.inf
+    ceiling = np.inf
   else:
-    y = np.sort(validation.as_cosines(held_out, "held_out"))
-    num_held_out = y.size
-    false_positives = num_held_out - np.searchsorted(y, thresholds, side="left")
+    false_positives = y.size - np.searchsorted(y, thresholds, side="left")
 
     def log_fpr_at(idx):
-      return np.log(jeffreys_upper(false_positives[idx], num_held_out, alpha))
+      return np.log(jeffreys_upper(false_positives[idx], y.size, alpha))
 
-    null, null_mean = "held_out", float(y.mean())
     ceiling = float(_eps_of_rates(np.log(jeffreys_upper(0, n, alpha)),
-                                  np.log(jeffreys_upper(0, num_held_out, alpha)),
+                                  np.log(jeffreys_upper(0, y.size, alpha)),
                                   delta))
-
-  below = float(x.mean()) < null_mean
-  if below:
-    warnings.warn(
-        f"The inserted canaries' mean statistic ({x.mean():.4g}) is below the "
-        f"null's ({null_mean:.4g}); this is almost always a sign-convention "
-        "bug (METHOD §3).", results.SignConventionWarning, stacklevel=2)
-
   epsilon, best, log_fnr, log_fpr = _max_over_thresholds(
       n, log_fnr_at, log_fpr_at, delta)
-  return results.LowerBound(
-      epsilon=epsilon, null=null,
-      threshold=float(thresholds[best]) if epsilon > 0 else None,
-      fnr_upper=float(np.exp(log_fnr)),
-      fpr_upper=float(np.exp(log_fpr)),
-      ceiling=ceiling,
-      saturated=bool(np.isfinite(ceiling) and epsilon >= ceiling * (1 - 1e-9)),
-      correction=correction, delta=delta, confidence=confidence,
-      num_inserted=n, num_held_out=num_held_out, dim=dim,
-      inserted_below_null=below)
+  return (epsilon, float(thresholds[best]), float(np.exp(log_fnr)),
+          float(np.exp(log_fpr)), ceiling)
 
 
-def _simultaneous_epsilon_lo(x, delta, dim, held_out, confidence):
-  """epsilon_lo with correction="simultaneous" (module docstring)."""
-  alpha = 1.0 - confidence
+def _simultaneous_search(x, null_dist, y, delta, alpha):
+  """correction="simultaneous" (module docstring); same return as above."""
   n = x.size
   ranks = simultaneous_ranks(n)
-  descending = np.sort(x)[::-1]
-  thresholds = descending[ranks - 1]
-  alpha_tpr = alpha if dim is not None else alpha / 2.0
-  per_rank = alpha_tpr / ranks.size
+  thresholds = np.sort(x)[::-1][ranks - 1]
+  per_rank = (alpha if null_dist is not None else alpha / 2.0) / ranks.size
   tpr_lo = special.betaincinv(ranks.astype(np.float64),
                               (n - ranks + 1).astype(np.float64), per_rank)
   with np.errstate(divide="ignore"):
     log_fnr = np.log1p(-tpr_lo)
-  if dim is not None:
-    dim = validation.as_dim(dim)
-    log_fpr = null_law.CosineNull(dim).logsf(thresholds)
-    null, num_held_out, null_mean, ceiling = "exact", 0, 0.0, np.inf
+  if null_dist is not None:
+    log_fpr = null_dist.logsf(thresholds)
+    ceiling = np.inf
   else:
-    y = np.sort(validation.as_cosines(held_out, "held_out"))
-    num_held_out = y.size
     per_rank_fpr = (alpha / 2.0) / ranks.size
-    counts = num_held_out - np.searchsorted(y, thresholds, side="left")
-    log_fpr = np.log(clopper_pearson_upper(counts, num_held_out, per_rank_fpr))
-    null, null_mean = "held_out", float(y.mean())
+    counts = y.size - np.searchsorted(y, thresholds, side="left")
+    log_fpr = np.log(clopper_pearson_upper(counts, y.size, per_rank_fpr))
     # Perfect separation: no held-out statistic above any threshold.
     ceiling = float(_eps_of_rates(log_fnr, np.log(clopper_pearson_upper(
-        np.zeros(ranks.size), num_held_out, per_rank_fpr)), delta).max())
-  below = float(x.mean()) < null_mean
-  if below:
-    warnings.warn(
-        f"The inserted canaries' mean statistic ({x.mean():.4g}) is below the "
-        f"null's ({null_mean:.4g}); this is almost always a sign-convention "
-        "bug (METHOD §3).", results.SignConventionWarning, stacklevel=3)
+        np.zeros(ranks.size), y.size, per_rank_fpr)), delta).max())
   eps = _eps_of_rates(log_fnr, log_fpr, delta)
   best = int(np.argmax(eps))
-  epsilon = float(eps[best])
-  return results.LowerBound(
-      epsilon=epsilon, null=null,
-      threshold=float(thresholds[best]) if epsilon > 0 else None,
-      fnr_upper=float(np.exp(log_fnr[best])),
-      fpr_upper=float(np.exp(log_fpr[best])),
-      ceiling=ceiling,
-      saturated=bool(np.isfinite(ceiling) and epsilon >= ceiling * (1 - 1e-9)),
-      correction="simultaneous", delta=delta, confidence=confidence,
-      num_inserted=n, num_held_out=num_held_out, dim=dim,
-      inserted_below_null=below)
+  return (float(eps[best]), float(thresholds[best]),
+          float(np.exp(log_fnr[best])), float(np.exp(log_fpr[best])), ceiling)
 
 
 def one_run_p_value(epsilon, guesses, correct, num_candidates, delta):
