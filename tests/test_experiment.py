@@ -123,3 +123,22 @@ def test_a_stackoverflow_run(tmp_path):
   assert saved["dim"] == 4_050_748 and saved["task"] == "stackoverflow"
   assert report.accuracy is not None and 0.0 <= report.accuracy <= 1.0
   assert report.estimates.final_mean_only.dim == 4_050_748
+
+
+def test_resume_after_a_crash_before_the_first_checkpoint(tmp_path, monkeypatch):
+  def crash(*args, **kwargs):
+    raise RuntimeError("killed before the first checkpoint")
+
+  config = tiny(tmp_path / "run", num_rounds=2, eval_every=0,
+                checkpoint_every=2)
+  monkeypatch.setattr(experiment, "_checkpoint", crash)
+  with pytest.raises(RuntimeError, match="first checkpoint"):
+    experiment.run_experiment(config, progress=False, log=lambda *a: None)
+  assert os.path.exists(tmp_path / "run" / run_dir.AGGREGATES)
+  monkeypatch.undo()
+  moved = tmp_path / "moved"
+  os.rename(tmp_path / "run", moved)  # a run directory may move between runs
+  report = experiment.run_experiment(
+      tiny(moved, num_rounds=2, eval_every=0, checkpoint_every=2, resume=True),
+      progress=False, log=lambda *a: None)
+  assert report.estimates.num_inserted + report.estimates.num_held_out == 20

@@ -66,7 +66,7 @@ _NOISE_TAG = 0x401
 
 # Keys that may differ between a run and its resumption.
 _RESUMABLE_KEYS = ("resume", "eval_every", "checkpoint_every",
-                   "memory_budget_gb")
+                   "memory_budget_gb", "output_dir")
 
 
 class CanaryFractionWarning(UserWarning):
@@ -449,12 +449,13 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
   state, done = _initial_or_resumed(process, manager, task, config, rd)
   progress_state = _load_progress(rd, done)
   aggregates_path = rd.file(run_dir_lib.AGGREGATES)
-  if config.record_aggregates:
-    recorder = (hooks.AggregateRecorder.open(aggregates_path) if done
-                and os.path.exists(aggregates_path) else
-                hooks.AggregateRecorder(aggregates_path, dim, num_rounds))
-  else:
+  if not config.record_aggregates:
     recorder = None
+  elif done and os.path.exists(aggregates_path):
+    recorder = hooks.AggregateRecorder.open(aggregates_path)
+  else:  # a fresh start; a file here is from a run killed before round 1
+    recorder = hooks.AggregateRecorder(aggregates_path, dim, num_rounds,
+                                       overwrite=True)
 
   if done < num_rounds:
     log(f"{'resuming' if done else 'training'} {config.task} "
