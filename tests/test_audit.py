@@ -8,7 +8,6 @@ clients per round), while its DpEvent still reports the claimed multiplier.
 import warnings
 
 import dp_accounting
-import numpy as np
 import pytest
 
 from tff_canary import analytical, audit, gaussian_mechanism

@@ -1,6 +1,5 @@
 """Synthetic federated data and TFF's real loaders on tiny files in TFF's format."""
 
-import os
 import sqlite3
 
 import numpy as np

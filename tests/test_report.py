@@ -9,7 +9,7 @@ import pytest
 
 from tff_canary import atomic_files, audit, report, run_dir
 
-from fake_runs import DIM, ROUNDS, make_run
+from fake_runs import make_run
 
 
 def test_report_recomputes_at_any_delta(tmp_path):

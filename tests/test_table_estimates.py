@@ -1,6 +1,5 @@
 """Feeding a cosine table to every estimator (TF-free)."""
 
-import warnings
 
 import numpy as np
 import pytest

@@ -1,6 +1,5 @@
 """The TFF worker_binary never outlives Python, and never holds a pipe open."""
 
-import os
 import signal
 import subprocess
 import sys

@@ -30,4 +30,11 @@ from tff_canary.results import VarianceMismatchWarning
 from tff_canary.two_gaussians import delta_for_epsilon
 from tff_canary.two_gaussians import epsilon_for_delta
 
+__all__ = [
+    "CosineNull", "EpsilonEstimate", "Ledger", "LowerBound", "OneRunBound",
+    "SignConventionWarning", "VarianceMismatchWarning", "delta_for_epsilon",
+    "epsilon_all", "epsilon_final", "epsilon_for_delta", "epsilon_lo",
+    "gaussian_epsilon", "gaussian_noise_multiplier", "one_run_bound",
+    "poisson_epsilon", "repeated_epsilon",
+]
 __version__ = "0.1.0"

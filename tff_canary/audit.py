@@ -34,7 +34,6 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from tff_canary import lower_bounds
-from tff_canary import results
 from tff_canary import validation
 from tff_canary.cosine_table import CosineTable
 

@@ -33,7 +33,6 @@ import csv
 import dataclasses
 import functools
 import io
-import json
 import os
 import sys
 import time

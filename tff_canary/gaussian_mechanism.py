@@ -146,7 +146,7 @@ def simulate(*,
   num_held_out = validation.as_int(num_held_out, "num_held_out", minimum=0)
   if num_inserted + num_held_out == 0:
     raise ValueError("num_inserted + num_held_out must be at least 1, got "
-                     f"num_inserted=0 and num_held_out=0.")
+                     "num_inserted=0 and num_held_out=0.")
   _check_output_nonzero(num_inserted, noise_std)
   if simulator == "fast":
     _check_fast_dim(dim, num_inserted, "num_inserted")
