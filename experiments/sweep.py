@@ -15,7 +15,7 @@ default) and every number of presentations in --presentations, then writes
                            number of presentations, one line per noise level)
 
 and each run's own directory under <output_dir>/runs/. Reduced scale: the
-defaults (16 runs of 60 rounds of 25 clients) take about 30 minutes on 2 cores,
+defaults (16 runs of 64 rounds of 25 clients) take about 40 minutes on 2 cores,
 and put more canaries per client than the paper's 1% (a CanaryFractionWarning
 says so), so the estimates are noisier than the paper's; the shape (epsilon
 falling with noise, epsilon-final rising with presentations, epsilon-all far
@@ -128,6 +128,7 @@ def plot(path: str, rows: list[dict]) -> None:
            ("epsilon_final", "ε-final", "C0"),
            ("epsilon_lo_final", "ε_lo-final", "C2")]
   width = 0.8 / len(kinds)
+  labelled = set()
   for i, noise in enumerate(noises):
     row = next((r for r in rows if r["noise_multiplier"] == noise
                 and r["presentations"] == first), None)
@@ -138,7 +139,9 @@ def plot(path: str, rows: list[dict]) -> None:
       if value is None or not np.isfinite(value):
         continue
       left.bar(i + (j - len(kinds) / 2 + 0.5) * width, max(value, 1e-3),
-               width, color=color, label=label if i == 0 else None)
+               width, color=color,
+               label=None if label in labelled else label)
+      labelled.add(label)
   left.set_yscale("log")
   left.set_xticks(range(len(noises)), [f"{n:g}" for n in noises])
   left.set_xlabel("noise multiplier")
@@ -151,6 +154,7 @@ def plot(path: str, rows: list[dict]) -> None:
     if points:
       right.plot(*zip(*points), "o-", label=f"noise {noise:g}")
   right.set_xscale("log", base=2)
+  right.set_yscale("log")
   right.set_xlabel("presentations per canary")
   right.set_ylabel("ε-final (mean-only)")
   right.set_title("Figure 2's view", fontsize=10)
