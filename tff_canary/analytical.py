@@ -302,13 +302,6 @@ def repeated_epsilon(noise_multiplier: float, participations: int,
 # Poisson sampling: PLD (tight, pessimistic) and RDP (upper bound).
 
 
-def _as_probability(value: Any, name: str) -> float:
-  """A sampling probability in (0, 1]."""
-  value = validation.as_positive(value, name)
-  if value > 1.0:
-    raise ValueError(f"{name} must be in (0, 1], got {value}.")
-  return value
-
 
 def _pld_epsilon_at(event: dp_accounting.DpEvent, delta: float,
                     interval: float) -> float:
@@ -389,8 +382,8 @@ def poisson_epsilon(noise_multiplier: float, sampling_probability: float,
   """
   noise_multiplier = validation.as_nonnegative(noise_multiplier,
                                                "noise_multiplier")
-  sampling_probability = _as_probability(sampling_probability,
-                                         "sampling_probability")
+  sampling_probability = validation.as_unit_interval(
+      sampling_probability, "sampling_probability", include_low=False)
   rounds = validation.as_int(rounds, "rounds", minimum=1)
   delta = validation.as_open_unit(delta, "delta")
   accountant = validation.as_choice(accountant, "accountant", ACCOUNTANTS)
@@ -743,8 +736,8 @@ class Ledger:
     al. 2018, section 3), grouped into self-compositions of equal z_t. PLD or
     RDP as in `poisson_epsilon`.
     """
-    sampling_probability = _as_probability(sampling_probability,
-                                           "sampling_probability")
+    sampling_probability = validation.as_unit_interval(
+        sampling_probability, "sampling_probability", include_low=False)
     delta = validation.as_open_unit(delta, "delta")
     accountant = validation.as_choice(accountant, "accountant", ACCOUNTANTS)
     counts = collections.Counter(self.noise_multipliers)

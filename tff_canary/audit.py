@@ -126,7 +126,7 @@ def table_bounds(table: CosineTable, delta: float) -> dict[str, BoundFn]:
   fns["epsilon_lo final"] = lambda c: lower_bounds.epsilon_lo(
       final_in, dim=table.dim, delta=delta, confidence=c,
       correction="simultaneous")
-  recorded = table.rounds_recorded > 0 and not np.isnan(table.max_cosine).any()
+  recorded = table.has_max_cosines
   if recorded:
     max_in, max_out = table.max_cosines("inserted"), table.max_cosines(
         "held_out")

@@ -169,6 +169,11 @@ class CosineTable:
     """The final-model cosines x_j of `group`, float64."""
     return self.final_cosine[self.mask(group)]
 
+  @property
+  def has_max_cosines(self) -> bool:
+    """True when every canary has its all-iterates statistic (aggregates recorded)."""
+    return self.rounds_recorded > 0 and not np.isnan(self.max_cosine).any()
+
   def max_cosines(self, group: str) -> np.ndarray:
     """The all-iterates statistics m_j of `group`; error if none recorded."""
     values = self.max_cosine[self.mask(group)]

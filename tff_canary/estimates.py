@@ -66,16 +66,6 @@ def _check_common(delta, confidence):
           validation.as_open_unit(confidence, "confidence"))
 
 
-def _warn_sign(group: str, mean: float, reference: str, ref_mean: float):
-  warnings.warn(
-      f"The {group} canaries' mean statistic ({mean:.4g}) is below the "
-      f"{reference} ({ref_mean:.4g}). Inserted canaries should have a "
-      "positive mean with u = theta_0 - theta_T (or the round's noised "
-      "aggregate); this is almost always a sign-convention bug (METHOD §3), "
-      "and the epsilon reported for it is not meaningful.",
-      results.SignConventionWarning, stacklevel=3)
-
-
 def _mean_interval(x, level):
   """t-interval of the mean at `level`."""
   half = (stats.t.ppf(0.5 + level / 2.0, x.size - 1) * x.std(ddof=1)
@@ -159,7 +149,7 @@ def epsilon_final(inserted, *, dim, delta, method: str = "mean_only",
   mean, sample_std = float(x.mean()), float(x.std(ddof=1))
   below = mean < 0.0
   if below:
-    _warn_sign("inserted", mean, "null mean", 0.0)
+    results.warn_sign_convention(mean, "null mean", 0.0)
 
   if method == "mean_only":
     fitted_std = null_std
@@ -226,7 +216,7 @@ def epsilon_all(inserted, held_out, *, delta,
   mean0, std0 = float(y.mean()), float(y.std(ddof=1))
   below = mean1 < mean0
   if below:
-    _warn_sign("inserted", mean1, "held-out canaries' mean", mean0)
+    results.warn_sign_convention(mean1, "held-out canaries' mean", mean0)
   epsilon = two_gaussians.epsilon_for_delta(delta, mean0, std0, mean1, std1)
 
   level = confidence ** 0.25  # four parameters

@@ -136,14 +136,15 @@ class ExperimentConfig:
         "examples_per_client": lambda x: v.as_int(x, "examples_per_client", 1),
         "clients_per_round": lambda x: v.as_int(x, "clients_per_round", 1),
         "noise_multiplier": lambda x: v.as_nonnegative(x, "noise_multiplier"),
-        "target_unclipped_quantile": lambda x: _unit_closed(
+        "target_unclipped_quantile": lambda x: v.as_unit_interval(
             x, "target_unclipped_quantile"),
         "initial_clip": lambda x: v.as_positive(x, "initial_clip"),
         "client_learning_rate": lambda x: v.as_positive(
             x, "client_learning_rate"),
         "server_learning_rate": lambda x: v.as_positive(
             x, "server_learning_rate"),
-        "server_momentum": lambda x: _unit_right_open(x, "server_momentum"),
+        "server_momentum": lambda x: v.as_unit_interval(
+            x, "server_momentum", include_high=False),
         "batch_size": lambda x: v.as_int(x, "batch_size", 1),
         "client_epochs": lambda x: v.as_int(x, "client_epochs", 1),
         "num_inserted": lambda x: v.as_int(x, "num_inserted", 0),
@@ -191,20 +192,6 @@ class ExperimentConfig:
 
   def as_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
-
-
-def _unit_closed(value, name):
-  value = validation.as_float(value, name)
-  if not 0.0 <= value <= 1.0:
-    raise ValueError(f"{name} must be in [0, 1], got {value}.")
-  return value
-
-
-def _unit_right_open(value, name):
-  value = validation.as_float(value, name)
-  if not 0.0 <= value < 1.0:
-    raise ValueError(f"{name} must be in [0, 1), got {value}.")
-  return value
 
 
 # --------------------------------------------------------------- the pieces

@@ -270,11 +270,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                                                        clients_per_round)
     initial_l2_norm_clip = validation.as_positive(initial_l2_norm_clip,
                                                   "initial_l2_norm_clip")
-    target_unclipped_quantile = validation.as_float(
+    target_unclipped_quantile = validation.as_unit_interval(
         target_unclipped_quantile, "target_unclipped_quantile")
-    if not 0.0 <= target_unclipped_quantile <= 1.0:
-      raise ValueError("target_unclipped_quantile must be in [0, 1], got "
-                       f"{target_unclipped_quantile}.")
     learning_rate = validation.as_nonnegative(learning_rate, "learning_rate")
     if clipped_count_stddev is not None:
       clipped_count_stddev = validation.as_nonnegative(

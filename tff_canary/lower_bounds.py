@@ -66,7 +66,6 @@ NumPy/SciPy only.
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -194,10 +193,7 @@ def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
     null, null_dist, null_mean = "held_out", None, float(y.mean())
   below = float(x.mean()) < null_mean
   if below:
-    warnings.warn(
-        f"The inserted canaries' mean statistic ({x.mean():.4g}) is below the "
-        f"null's ({null_mean:.4g}); this is almost always a sign-convention "
-        "bug (METHOD §3).", results.SignConventionWarning, stacklevel=2)
+    results.warn_sign_convention(float(x.mean()), "null's mean", null_mean)
   search = (_paper_search if correction == "none" else _simultaneous_search)
   epsilon, threshold, fnr, fpr, ceiling = search(x, null_dist, y, delta,
                                                  1.0 - confidence)
@@ -349,10 +345,9 @@ def one_run_bound(statistics, inserted_mask, *, delta, k_plus=None,
   below = bool(mask.any() and (~mask).any()
                and s[mask].mean() < s[~mask].mean())
   if below:
-    warnings.warn(
-        "The inserted candidates' mean statistic is below the others'; this is "
-        "almost always a sign-convention bug (METHOD §3).",
-        results.SignConventionWarning, stacklevel=2)
+    results.warn_sign_convention(float(s[mask].mean()), "other candidates'",
+                                 float(s[~mask].mean()),
+                                 what="inserted candidates'")
 
   epsilon = _largest_rejected_epsilon(guesses, correct, m, delta, alpha)
   ceiling = _largest_rejected_epsilon(guesses, guesses, m, delta, alpha)

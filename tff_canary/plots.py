@@ -63,7 +63,7 @@ def cosine_histograms(table: CosineTable, path: str) -> str:
 def max_cosine_by_round(table: CosineTable, path: str) -> str:
   """Max cosine over rounds against the round of the max, per group."""
   fig, ax = plt.subplots(figsize=(6.4, 3.8))
-  if table.rounds_recorded > 0 and not np.isnan(table.max_cosine).any():
+  if table.has_max_cosines:
     scale = np.sqrt(table.dim)
     for group in ("held_out", "inserted"):
       mask = table.mask(group)

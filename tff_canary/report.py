@@ -22,7 +22,6 @@ else r participations.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Any, Optional
 
@@ -30,9 +29,11 @@ import numpy as np
 
 from tff_canary import atomic_files
 from tff_canary import audit
+from tff_canary import results
 from tff_canary import run_dir as run_dir_lib
 from tff_canary import table_estimates
 from tff_canary import validation
+from tff_canary.cosine_table import CosineTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,7 @@ class RunReport:
   accuracy: Optional[float]
   loss: Optional[float]
   max_participation: int
+  table: CosineTable = dataclasses.field(repr=False, compare=False)
 
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""
@@ -76,7 +78,8 @@ class RunReport:
     header = f"{'epsilon':46s} {'kind':14s} {'value':>10s}  detail"
     lines = [header, "-" * (len(header) + 30)]
     for name, kind, value, detail in self.rows():
-      lines.append(f"{name:46s} {kind:14s} {_fmt(value):>10s}  {detail}")
+      value = results.format_number(value)
+      lines.append(f"{name:46s} {kind:14s} {value:>10s}  {detail}")
     lines.append(f"audit ({self.claim}): {self.verdict}")
     if self.accuracy is not None:
       lines.append(f"final model accuracy: {self.accuracy:.4f}")
@@ -104,7 +107,7 @@ class RunReport:
         f"canary seed {c['canary_seed']}); δ = {self.delta:g}.", "",
         "| epsilon | kind | value | detail |", "|---|---|---:|---|"]
     for name, kind, value, detail in self.rows():
-      lines.append(f"| {name} | {kind} | {_fmt(value)} | {detail} |")
+      lines.append(f"| {name} | {kind} | {results.format_number(value)} | {detail} |")
     lines += [
         "", f"**Audit** of the {self.claim}: {self.verdict}.", "",
         "Point estimates (ε-final, ε-all) are estimates of what the canary "
@@ -121,14 +124,6 @@ class RunReport:
               "![max cosine by round](plots/max_cosine_by_round.png)",
               "![epsilons](plots/epsilons.png)", ""]
     return "\n".join(lines)
-
-
-def _fmt(value: float) -> str:
-  if value is None or (isinstance(value, float) and math.isnan(value)):
-    return "-"
-  if math.isinf(value):
-    return "inf"
-  return f"{value:.4g}"
 
 
 def _analytical(config, ledger, events, delta):
@@ -197,7 +192,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                    confidence=confidence, estimates=estimates,
                    analytical=analytical, claimed_epsilon=claimed_epsilon,
                    claim=claim, verdict=verdict, accuracy=accuracy, loss=loss,
-                   max_participation=max_participation)
+                   max_participation=max_participation, table=table)
 
 
 def write_report(report: RunReport, plots: bool = True) -> list[str]:
@@ -206,8 +201,7 @@ def write_report(report: RunReport, plots: bool = True) -> list[str]:
   written = []
   if plots:
     from tff_canary import plots as plots_lib  # pylint: disable=g-import-not-at-top
-    table = rd.load_table(report.config)
-    written += plots_lib.write_report_plots(report, table,
+    written += plots_lib.write_report_plots(report, report.table,
                                             rd.file(run_dir_lib.PLOTS))
   atomic_files.write_json(rd.file(run_dir_lib.REPORT_JSON), report.as_dict())
   atomic_files.write_text(rd.file(run_dir_lib.REPORT_MD), report.to_markdown())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any, NamedTuple, Optional
 
 
@@ -20,6 +21,18 @@ class SignConventionWarning(UserWarning):
   almost always means the model delta was taken the wrong way round, and a
   symmetric formula would then report a large epsilon for the wrong reason.
   """
+
+
+def warn_sign_convention(mean: float, reference: str, ref_mean: float,
+                         what: str = "inserted canaries'") -> None:
+  """Raises `SignConventionWarning` from a public estimator (for its caller)."""
+  warnings.warn(
+      f"The {what} mean statistic ({mean:.4g}) is below the {reference} "
+      f"({ref_mean:.4g}). Inserted canaries should have a positive mean with "
+      "u = theta_0 - theta_T (or the round's noised aggregate); this is "
+      "almost always a sign-convention bug (METHOD §3), and the epsilon "
+      "reported for it is not meaningful.", SignConventionWarning,
+      stacklevel=3)
 
 
 class VarianceMismatchWarning(UserWarning):
@@ -36,8 +49,9 @@ class ConfidenceInterval(NamedTuple):
   high: float
 
 
-def _fmt(x: Optional[float]) -> str:
-  if x is None:
+def format_number(x: Optional[float]) -> str:
+  """A result number for tables and summaries: 4 significant digits."""
+  if x is None or math.isnan(x):
     return "-"
   if math.isinf(x):
     return "inf"
@@ -109,8 +123,8 @@ class EpsilonEstimate:
     name = "ε-final" if self.statistic == "final" else "ε-all"
     method = self.method.replace("_", "-")
     dim = f", d={self.dim}" if self.dim is not None else ""
-    text = (f"{name} = {_fmt(self.epsilon)} "
-            f"[{_fmt(self.interval.low)}, {_fmt(self.interval.high)}] "
+    text = (f"{name} = {format_number(self.epsilon)} "
+            f"[{format_number(self.interval.low)}, {format_number(self.interval.high)}] "
             f"({self.confidence:.0%} CI; {method} estimate; δ={self.delta:g}"
             f"{dim}; {_counts(self.num_inserted, self.num_held_out)})")
     return text + (_SIGN_NOTE if self.inserted_below_null else "")
@@ -166,12 +180,12 @@ class LowerBound:
 
   def __str__(self) -> str:
     null = f"exact null, d={self.dim}" if self.null == "exact" else "held-out null"
-    sat = (f"; saturated: cannot exceed {_fmt(self.ceiling)} with these counts"
+    sat = (f"; saturated: cannot exceed {format_number(self.ceiling)} with these counts"
            if self.saturated else "")
     level = (f"nominal {self.confidence:.0%} lower bound, paper's uncorrected "
              "max over thresholds" if self.correction == "none"
              else f"{self.confidence:.0%} lower bound, {self.correction}")
-    text = (f"ε_lo = {_fmt(self.epsilon)} ({level}; "
+    text = (f"ε_lo = {format_number(self.epsilon)} ({level}; "
             f"{null}; δ={self.delta:g}; "
             f"{_counts(self.num_inserted, self.num_held_out)}{sat})")
     return text + (_SIGN_NOTE if self.inserted_below_null else "")
@@ -212,11 +226,11 @@ class OneRunBound:
   inserted_below_null: bool
 
   def __str__(self) -> str:
-    text = (f"one-run bound = {_fmt(self.epsilon)} ({self.confidence:.0%} "
+    text = (f"one-run bound = {format_number(self.epsilon)} ({self.confidence:.0%} "
             f"lower bound; {self.correct}/{self.guesses} guesses right, "
             f"k+={self.k_plus}, k-={self.k_minus}; {self.num_candidates} "
             f"candidates, {self.num_inserted} inserted; δ={self.delta:g}; "
-            f"ceiling {_fmt(self.ceiling)})")
+            f"ceiling {format_number(self.ceiling)})")
     return text + (_SIGN_NOTE if self.inserted_below_null else "")
 
   def as_dict(self) -> dict[str, Any]:

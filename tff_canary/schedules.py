@@ -264,9 +264,7 @@ class PerRoundSampling(Schedule):
 
   def __post_init__(self):
     num_rounds = validation.as_int(self.num_rounds, "num_rounds", minimum=1)
-    probability = validation.as_float(self.probability, "probability")
-    if not 0.0 <= probability <= 1.0:
-      raise ValueError(f"probability must be in [0, 1], got {probability}.")
+    probability = validation.as_unit_interval(self.probability, "probability")
     object.__setattr__(self, "num_rounds", num_rounds)
     object.__setattr__(self, "probability", probability)
 

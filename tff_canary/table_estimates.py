@@ -23,7 +23,6 @@ import dataclasses
 import warnings
 from typing import Any, Optional
 
-import numpy as np
 
 from tff_canary import estimates
 from tff_canary import lower_bounds
@@ -133,8 +132,7 @@ def estimate_table(table: CosineTable, *, delta: float,
                                        correction="simultaneous", **kw)
     lo_final_paper = lower_bounds.epsilon_lo(final_in, dim=dim, **kw)
 
-    have_all = (table.rounds_recorded > 0
-                and not np.isnan(table.max_cosine).any())
+    have_all = table.has_max_cosines
     all_iterates = lo_all = lo_all_paper = None
     if have_all:
       max_in = table.max_cosines("inserted")

@@ -62,6 +62,23 @@ def as_open_unit(value: Any, name: str) -> float:
   return value
 
 
+def as_unit_interval(value: Any, name: str, *, include_low: bool = True,
+                     include_high: bool = True) -> float:
+  """`value` as a float in [0, 1], (0, 1], [0, 1) or (0, 1) as the flags say.
+
+  For quantiles, probabilities and momenta; deltas and confidences use
+  `as_open_unit`.
+  """
+  value = as_float(value, name)
+  low_ok = value >= 0.0 if include_low else value > 0.0
+  high_ok = value <= 1.0 if include_high else value < 1.0
+  if not (low_ok and high_ok):
+    interval = ("[" if include_low else "(") + "0, 1" + (
+        "]" if include_high else ")")
+    raise ValueError(f"{name} must be in {interval}, got {value}.")
+  return value
+
+
 def as_positive(value: Any, name: str) -> float:
   value = as_float(value, name)
   if value <= 0.0:
