@@ -41,13 +41,15 @@ def test_planted_bug_in_the_gaussian_mechanism():
 @pytest.mark.slow
 def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
   import tensorflow_privacy as tfp  # pylint: disable=g-import-not-at-top
-  from tff_canary import experiment, factory  # pylint: disable=g-import-not-at-top
+  from tff_canary import experiment, factory, seeded_query  # pylint: disable=g-import-not-at-top
 
-  class UnderNoisedQuery(tfp.GaussianSumQuery):
+  class UnderNoisedQuery(seeded_query.SeededGaussianSumQuery):
     """Adds stddev / clients_per_round noise but reports the claimed stddev."""
 
-    def __init__(self, clip, noise_multiplier, divisor):
-      super().__init__(l2_norm_clip=clip, stddev=clip * noise_multiplier / divisor)
+    def __init__(self, clip, noise_multiplier, divisor, noise_seed):
+      super().__init__(l2_norm_clip=clip,
+                       stddev=clip * noise_multiplier / divisor,
+                       noise_seed=noise_seed)
       self._claimed = noise_multiplier
 
     def get_noised_result(self, sample_state, global_state):
@@ -55,11 +57,12 @@ def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
       return result, state, dp_accounting.GaussianDpEvent(self._claimed)
 
   def buggy(config, canary_config, noise_seed):
+    # The experiment seeds its noise by default (seeded_noise=True).
     query = tfp.NormalizedQuery(
         UnderNoisedQuery(config.clip, config.noise_multiplier,
-                         config.clients_per_round),
+                         config.clients_per_round, noise_seed),
         denominator=config.clients_per_round)
-    return factory.CanaryDPFactory(query, canary_config, noise_seed=noise_seed)
+    return factory.CanaryDPFactory(query, canary_config)
 
   def run(name):
     return experiment.run_experiment(experiment.ExperimentConfig(

@@ -2,16 +2,18 @@
 
 The model is a 30-128-5 MLP (d = 4613 parameters) on synthetic Gaussian-class
 federated data. TFF's DP noise is unseeded, so exact comparisons use
-noise_multiplier = 0 (clipping still active); tests with noise are
-statistical, with margins stated where they are made.
+noise_multiplier = 0 (clipping still active) or a `noise_seed`; tests with
+noise are statistical, with margins stated where they are made. The seeded
+noise is checked on an MLP's four tensors (784-128-5, the shapes of
+test_seeded_query.MLP_SHAPES).
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import dp_accounting
 import numpy as np
-from scipy import stats
 import pytest
 import tensorflow as tf
 
@@ -21,6 +23,10 @@ from tff_canary import hooks
 from tff_canary import schedules
 import tensorflow_federated as tff  # pylint: disable=g-bad-import-order
 import tensorflow_privacy as tfp  # pylint: disable=g-bad-import-order
+from test_seeded_query import MLP_SHAPES  # pylint: disable=g-bad-import-order
+from test_seeded_query import OneKeyQuery
+from test_seeded_query import independence_problems
+from test_seeded_query import variance_problems
 
 pytestmark = pytest.mark.tff
 
@@ -378,29 +384,154 @@ def test_seeded_noise_makes_a_noisy_resume_identical(tmp_path, adaptive):
   assert table_a == table_b
 
 
-def test_seeded_noise_has_the_law_of_the_query_noise():
-  config = _config(num_inserted=0, num_held_out=2, rounds=3, presentations=1)
-  value_type = tff.types.to_type(tff.TensorType(np.float32, [20000]))
+# ------------------------------------------- seeded noise on an MLP's tensors
+#
+# These replace a test that drew the seeded noise of ONE tensor and checked
+# its law and reproducibility: it could not fail on the bug where one key
+# served every tensor of a round (each tensor's noise a prefix of the largest
+# one's, b1 == w1.flat[:128]). These draw the four tensors of an MLP through
+# the factory and check them with test_seeded_query's `independence_problems`
+# (equal runs at any offset, prefix correlations), which flags the planted
+# one-key query below (test_planted_one_key_noise_is_flagged_through_the_
+# factory), so they can fail on that bug.
 
-  def noise(noise_seed, rounds=2):
-    process = factory.CanaryDPFactory.gaussian_fixed(
-        2.0, 10, 1.5, canaries=config, noise_seed=noise_seed).create(value_type)
-    state, out = process.initialize(), []
-    for _ in range(rounds):
-      output = process.next(state, [])
-      state = output.state
-      out.append(np.asarray(output.result, np.float64))
-    return out
+NOISE_Z, NOISE_N, NOISE_CLIP, COUNT_STDDEV = 2.0, 10, 1.5, 5.0
 
-  a, b, c = noise(7), noise(7), noise(8)
-  np.testing.assert_array_equal(a[0], b[0])
-  np.testing.assert_array_equal(a[1], b[1])
-  assert not np.array_equal(a[0], a[1]) and not np.array_equal(a[0], c[0])
-  # The normalized noise is N(0, (z C / n)^2) = N(0, 0.3^2) in every entry;
-  # KS on 20000 entries of one round, against the exact law, fixed seed.
-  assert stats.kstest(a[0], stats.norm(scale=0.3).cdf).pvalue > 0.01
-  assert stats.kstest(noise(None, rounds=1)[0],
-                      stats.norm(scale=0.3).cdf).pvalue > 0.01
+
+def _mlp_type():
+  return tff.types.to_type(
+      [tff.TensorType(np.float32, s) for s in MLP_SHAPES])
+
+
+def _seeded_factory(adaptive, noise_seed, config):
+  if adaptive:
+    return factory.CanaryDPFactory.gaussian_adaptive(
+        NOISE_Z, NOISE_N, initial_l2_norm_clip=NOISE_CLIP,
+        clipped_count_stddev=COUNT_STDDEV, canaries=config,
+        noise_seed=noise_seed)
+  return factory.CanaryDPFactory.gaussian_fixed(
+      NOISE_Z, NOISE_N, NOISE_CLIP, canaries=config, noise_seed=noise_seed)
+
+
+def _no_client_rounds(process, state, rounds, first=0):
+  """Rounds without clients: {"r<t>/<i>": tensor i of a_t}, clips, state."""
+  draws, clips = {}, []
+  for t in range(first, first + rounds):
+    output = process.next(state, [])
+    state = output.state
+    clips.append(float(output.measurements["clip"]))
+    for i, v in enumerate(output.result):
+      draws[f"r{t}/{i}"] = np.asarray(v)
+  return draws, clips, state
+
+
+def _noise_config():
+  return _config(num_inserted=0, num_held_out=2, rounds=3, presentations=1)
+
+
+def _save_and_load_state(state, process, directory):
+  manager = tff.program.FileProgramStateManager(directory)
+  asyncio.run(manager.save(state, 1))
+  loaded, _ = asyncio.run(manager.load_latest(process.initialize()))
+  return loaded
+
+
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
+def test_seeded_noise_is_independent_reproducible_and_resumable(tmp_path,
+                                                                adaptive):
+  """No clients: a_t = noise / clients_per_round, tensor by tensor."""
+  config = _noise_config()
+  process = _seeded_factory(adaptive, 7, config).create(_mlp_type())
+  draws, clips, state = _no_client_rounds(process, process.initialize(), 3)
+
+  assert independence_problems(draws) == []
+  if adaptive:
+    value_z, _ = tff.aggregators.differential_privacy.adaptive_clip_noise_params(
+        NOISE_Z, NOISE_N, COUNT_STDDEV)
+    # Not vacuous: the clip moved, so each round has its own stddev.
+    assert len(set(clips)) == 3
+  else:
+    value_z = NOISE_Z
+    assert clips == [NOISE_CLIP] * 3
+  for t, clip in enumerate(clips):
+    round_draws = {k: v for k, v in draws.items() if k.startswith(f"r{t}/")}
+    assert variance_problems(round_draws, value_z * clip / NOISE_N) == []
+
+  # The state carries the round's DpEvent, as TFF's factory's does.
+  event = tff.aggregators.differential_privacy.extract_dp_event_from_state(
+      state)
+  if adaptive:
+    assert isinstance(event, dp_accounting.ComposedDpEvent)
+    assert [e.noise_multiplier for e in event.events] == [
+        pytest.approx(value_z, rel=1e-6), pytest.approx(COUNT_STDDEV / 0.5)]
+  else:
+    assert event == dp_accounting.GaussianDpEvent(NOISE_Z)
+
+  # The same seed on a second create(): bitwise the same noise.
+  again = _seeded_factory(adaptive, 7, config).create(_mlp_type())
+  repeated, _, _ = _no_client_rounds(again, again.initialize(), 3)
+  assert repeated.keys() == draws.keys()
+  for key, value in draws.items():
+    np.testing.assert_array_equal(repeated[key], value)
+
+  # Resume: the state after round 0, checkpointed and loaded into a fresh
+  # process, continues the same streams.
+  fresh = _seeded_factory(adaptive, 7, config).create(_mlp_type())
+  _, _, state0 = _no_client_rounds(process, process.initialize(), 1)
+  loaded = _save_and_load_state(state0, fresh, str(tmp_path / "ckpt"))
+  resumed, _, _ = _no_client_rounds(fresh, loaded, 2, first=1)
+  for key, value in resumed.items():
+    np.testing.assert_array_equal(value, draws[key])
+
+  # Another seed: every tensor's noise differs.
+  other = _seeded_factory(adaptive, 8, config).create(_mlp_type())
+  different, _, _ = _no_client_rounds(other, other.initialize(), 1)
+  for key, value in different.items():
+    assert not np.array_equal(value, draws[key]), key
+
+
+def test_planted_one_key_noise_is_flagged_through_the_factory():
+  """The old bug, planted in a query, fails the checks the tests above pass."""
+  query = tfp.NormalizedQuery(
+      OneKeyQuery(NOISE_CLIP, NOISE_Z * NOISE_CLIP, noise_seed=7),
+      denominator=NOISE_N)
+  process = factory.CanaryDPFactory(query, _noise_config()).create(_mlp_type())
+  draws, _, _ = _no_client_rounds(process, process.initialize(), 2)
+  w1, b1 = draws["r0/0"].ravel(), draws["r0/1"]
+  np.testing.assert_array_equal(b1, w1[:128])
+  assert independence_problems(draws)
+
+
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
+def test_seeded_noise_never_coincides_with_a_canary_of_the_same_seed(adaptive):
+  """canary seed == noise seed: the noise is null against every canary.
+
+  a_t = (C_t sum_{inserted} c_j + noise) / n with no clients, so noise =
+  n a_t - C_t sum c_j (float64; float32 rounding leaves ~1e-7 relative). Its
+  cosine with each canary (inserted or held out) is a null draw, sd 1/sqrt(d):
+  |cos| sqrt(d) < 5 (P = 6e-7 each, 12 cosines). A noise stream equal to a
+  canary's would give cosine ~1 (|cos| sqrt(d) ~ 300): the old scheme's round
+  0 key [s, 0] was canary 0's.
+  """
+  seed = 29
+  config = canaries.CanaryConfig(
+      seed=seed, num_inserted=3, num_held_out=3,
+      schedule=schedules.FixedPresentations(2, 2))
+  process = _seeded_factory(adaptive, seed, config).create(_mlp_type())
+  state, dim = process.initialize(), sum(np.prod(s) for s in MLP_SHAPES)
+  block = canaries.canary_block(seed, range(6), dim).astype(np.float64)
+  events = config.participation.events
+  for t in range(2):
+    output = process.next(state, [])
+    state = output.state
+    ids = events[events[:, 0] == t, 1]
+    assert ids.size == 3
+    clip = float(output.measurements["clip"])
+    noise = (NOISE_N * np.asarray(output.measurements["noised_aggregate"],
+                                  np.float64)
+             - clip * block[ids].sum(axis=0))
+    cosines = block @ noise / np.linalg.norm(noise)
+    assert np.abs(cosines).max() * np.sqrt(dim) < 5, cosines
 
 
 # -------------------------------------------------------- configurations

@@ -51,15 +51,16 @@ it) plus the round counter, the seed and the schedule's (round, canary id)
 events as tensors: checkpointing the learning process state and resuming gives
 the same canaries and schedule.
 
-Noise. By default the noise is tensorflow_privacy's own, unseeded (a
-`tf.random_normal_initializer` without seed), as in TFF: a resumed run repeats
-the canaries, not the noise. For reproducible simulations, `noise_seed=s`
-makes the same code path draw that noise from `tf.random.stateless_normal`
-with seed (s, round, k), k counting the noise draws of the round: the same
-N(0, (z C)^2) noise on the sum (and on the adaptive clipped count), but
-identical in every run with the same seed, so an interrupted and resumed run
-equals an uninterrupted one. Only for simulation: anyone who knows the seed
-can subtract the noise, so a deployment must leave `noise_seed=None`.
+Noise. The noise is the query's own. With `noise_seed=None` (the default)
+the named constructors build tensorflow_privacy's queries, whose noise is
+unseeded, as in TFF: a resumed run repeats the canaries, not the noise. With
+`noise_seed=s` they build the same queries with seeded noise
+(`tff_canary.seeded_query`): the same N(0, (z C)^2) noise on the sum (and on
+the adaptive clipped count), every tensor of every round from its own
+independent stream of s, with the draw counter in the query's state, so an
+interrupted and resumed run equals an uninterrupted one. Only for simulation:
+anyone who knows the seed can subtract the noise, so a deployment must leave
+`noise_seed=None`.
 
 Measurements per round (under the aggregator's key of the learning process's
 metrics, possibly nested under a zeroing wrapper's): `dp_query_metrics` and
@@ -74,9 +75,6 @@ float32 vector of length d in `tf.nest.flatten` order. Pop it with
 from __future__ import annotations
 
 import collections
-import contextlib
-import threading
-import types
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -85,65 +83,14 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from tff_canary import canaries as canaries_lib
+from tff_canary import seeded_query
 from tff_canary import validation
 from tff_canary import worker_guard
 
 worker_guard.install()
 
 _tff_dp = tff.aggregators.differential_privacy
-# tensorflow_privacy's GaussianSumQuery draws its noise through the `tf` of
-# this module (tf.random_normal_initializer); the adaptive query's clipped
-# count uses a GaussianSumQuery too.
-from tensorflow_privacy.privacy.dp_query import gaussian_query as _gaussian_query  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from tensorflow_federated.python.learning import model_update_aggregator as _model_update_aggregator  # pylint: disable=g-import-not-at-top,g-bad-import-order
-
-_NOISE_DRAWS_PER_ROUND = 2 ** 20
-_trace_lock = threading.Lock()
-
-
-class _SeededTf(types.ModuleType):
-  """`tensorflow` with a stateless, seeded `random_normal_initializer`."""
-
-  def __init__(self, noise_seed: int, round_num: tf.Tensor):
-    super().__init__("tensorflow")
-    self._noise_seed = noise_seed
-    self._round_num = round_num
-    self._draws = 0
-
-  def __getattr__(self, name):
-    return getattr(tf, name)
-
-  def random_normal_initializer(self, mean=0.0, stddev=1.0, seed=None):
-    del seed
-    index = self._draws
-    self._draws += 1
-    if index >= _NOISE_DRAWS_PER_ROUND:
-      raise ValueError("too many noise draws in one round for noise_seed.")
-    seed = tf.stack([
-        tf.constant(self._noise_seed, tf.int64),
-        tf.cast(self._round_num, tf.int64) * _NOISE_DRAWS_PER_ROUND + index])
-
-    def draw(shape, dtype=tf.float32):
-      return tf.random.stateless_normal(shape, seed=seed, mean=mean,
-                                        stddev=stddev, dtype=dtype,
-                                        alg="philox")
-
-    return draw
-
-
-@contextlib.contextmanager
-def _noise_source(noise_seed: Optional[int], round_num: tf.Tensor):
-  """While tracing a query's noise: seeded by (noise_seed, round) if given."""
-  if noise_seed is None:
-    yield
-    return
-  with _trace_lock:
-    original = _gaussian_query.tf
-    _gaussian_query.tf = _SeededTf(noise_seed, round_num)
-    try:
-      yield
-    finally:
-      _gaussian_query.tf = original
 
 
 class CanaryDPAggregatorState(NamedTuple):
@@ -280,7 +227,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     value_noise_multiplier, clipped_count_stddev = (
         _tff_dp.adaptive_clip_noise_params(
             noise_multiplier, clients_per_round, clipped_count_stddev))
-    query = tfp.QuantileAdaptiveClipSumQuery(
+    arguments = dict(
         initial_l2_norm_clip=initial_l2_norm_clip,
         noise_multiplier=value_noise_multiplier,
         target_unclipped_quantile=target_unclipped_quantile,
@@ -289,8 +236,13 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         expected_num_records=clients_per_round,
         geometric_update=True,
     )
+    if noise_seed is None:
+      query = tfp.QuantileAdaptiveClipSumQuery(**arguments)
+    else:
+      query = seeded_query.SeededQuantileAdaptiveClipSumQuery(
+          **arguments, noise_seed=noise_seed)
     query = tfp.NormalizedQuery(query, denominator=clients_per_round)
-    return cls(query, canaries, noise_seed=noise_seed)
+    return cls(query, canaries)
 
   @classmethod
   def gaussian_fixed(
@@ -328,11 +280,15 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                                                        clients_per_round)
     clip = validation.as_positive(clip, "clip")
     canaries = _check_config(canaries)
-    query = tfp.NormalizedQuery(
-        tfp.GaussianSumQuery(l2_norm_clip=clip, stddev=clip * noise_multiplier),
-        denominator=clients_per_round,
-    )
-    return cls(query, canaries, noise_seed=noise_seed)
+    if noise_seed is None:
+      sum_query = tfp.GaussianSumQuery(l2_norm_clip=clip,
+                                       stddev=clip * noise_multiplier)
+    else:
+      sum_query = seeded_query.SeededGaussianSumQuery(
+          l2_norm_clip=clip, stddev=clip * noise_multiplier,
+          noise_seed=noise_seed)
+    query = tfp.NormalizedQuery(sum_query, denominator=clients_per_round)
+    return cls(query, canaries)
 
   def __init__(
       self,
@@ -340,21 +296,18 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       canaries: canaries_lib.CanaryConfig,
       record_aggregation_factory: Optional[
           tff.aggregators.UnweightedAggregationFactory] = None,
-      noise_seed: Optional[int] = None,
   ):
     """Initializes the factory.
 
     Args:
-      query: A `tfp.GaussianSumQuery` or `tfp.QuantileAdaptiveClipSumQuery`,
-        optionally in a `tfp.NormalizedQuery` (what TFF's named constructors
-        build).
+      query: A `tfp.GaussianSumQuery` or `tfp.QuantileAdaptiveClipSumQuery`
+        (or a subclass, such as the seeded queries of
+        `tff_canary.seeded_query`), optionally in a `tfp.NormalizedQuery`
+        (what TFF's named constructors build). The noise is the query's.
       canaries: The `CanaryConfig`.
       record_aggregation_factory: Aggregates the clients' clipped records, as
         in TFF's factory (default `tff.aggregators.SumFactory`); it must
         implement a sum that does not increase sensitivity.
-      noise_seed: None (the query's own unseeded noise, as in TFF) or a
-        nonnegative integer: the same noise, drawn reproducibly from
-        (noise_seed, round); for simulations only (module docstring).
 
     Raises:
       TypeError: for a query or factory of another kind, or a `canaries` that
@@ -371,12 +324,6 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                       "tff.aggregators.UnweightedAggregationFactory, got "
                       f"{record_aggregation_factory!r}.")
     self._record_aggregation_factory = record_aggregation_factory
-    self._noise_seed = (None if noise_seed is None else
-                        validation.as_int(noise_seed, "noise_seed", minimum=0))
-
-  @property
-  def noise_seed(self) -> Optional[int]:
-    return self._noise_seed
 
   @property
   def canaries(self) -> canaries_lib.CanaryConfig:
@@ -447,14 +394,9 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         sample_state = adapter.with_sum(sample_state, sum_state)
       return sample_state, count, tf.cast(clip, tf.float32)
 
-    noise_seed = self._noise_seed
-
-    @tff.tensorflow.computation(agg_output_type, query_state_type, round_type)
-    def get_noised_result(sample_state, global_state, round_num):
-      with _noise_source(noise_seed, round_num):
-        result, new_global_state, event = query.get_noised_result(
-            sample_state, global_state)
-      return result, new_global_state, event
+    @tff.tensorflow.computation(agg_output_type, query_state_type)
+    def get_noised_result(sample_state, global_state):
+      return query.get_noised_result(sample_state, global_state)
 
     derive_metrics = tff.tensorflow.computation(query.derive_metrics,
                                                 query_state_type)
@@ -475,8 +417,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       round_num, seed_v, schedule = tff.federated_eval(canary_state_fn,
                                                        tff.SERVER)
       _, _, dp_event = tff.federated_map(
-          get_noised_result, (query_sample_state, query_initial_state,
-                              round_num))
+          get_noised_result, (query_sample_state, query_initial_state))
       dp_event = tff.federated_map(convert_dp_event, dp_event)
       is_init_state = tff.federated_value(True, tff.SERVER)
       state = CanaryDPAggregatorState(
@@ -496,7 +437,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
           add_canaries, (server_params, record_agg_output.result, round_num,
                          seed_v, schedule))
       result, new_query_state, dp_event = tff.federated_map(
-          get_noised_result, (sample_state, query_state, round_num))
+          get_noised_result, (sample_state, query_state))
       dp_event = tff.federated_map(convert_dp_event, dp_event)
       is_init_state = tff.federated_value(False, tff.SERVER)
       query_metrics = tff.federated_map(derive_metrics, new_query_state)
@@ -551,6 +492,8 @@ def canary_dp_aggregator(
     clients_per_round: Expected clients per round (> 0).
     canaries: The `CanaryConfig`.
     zeroing: Whether to add TFF's default adaptive zeroing.
+    noise_seed: None (unseeded noise, as in TFF) or a seed of simulated noise
+      (`CanaryDPFactory.gaussian_adaptive`). Never in deployment.
 
   Returns:
     A `tff.aggregators.UnweightedAggregationFactory`.
