@@ -123,7 +123,11 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
         tf.cast(draw, tf.int64))
 
   def get_noised_result(self, sample_state, global_state):
-    """Adds the seeded noise of draw `global_state.draw`; increments it."""
+    """Adds the seeded noise of draw `global_state.draw`; increments it.
+
+    The noise is drawn in the value's dtype if it is a float type (the parent
+    draws float32 and casts), else in float32 and cast.
+    """
 
     def add_noise(index, value):
       dtype = value.dtype if value.dtype.is_floating else tf.float32
