@@ -166,7 +166,7 @@ def test_participation_is_reported_side_by_side(tmp_path):
                  mismatch=None)
   _set_config(path, participation=summary)
   r = report.build_report(path)
-  line = ("clients took part 0-1 times (mean 0.8) (0.8 epochs of 50 rounds), "
+  line = ("clients took part 0-1 times (mean 0.8; 0.8 epochs of 50 rounds), "
           "canaries 1 time each (once per epoch)")
   assert r.participation_line() == line
   assert f"Participation: {line}." in r.to_markdown()

@@ -249,31 +249,38 @@ def participation_summary(sampler: ClientSampler, num_rounds: int,
       mismatch=mismatch)
 
 
-def _times(stats: dict[str, Any]) -> str:
+def _times(stats: dict[str, Any], note: Optional[str]) -> str:
+  """"15 times each (note)" or "12-15 times (mean 14.7; note)"."""
   if not stats.get("count"):
-    return "none took part"
+    return "none"
   low, high = stats["min"], stats["max"]
+  notes = [] if note is None else [note]
   if low == high:
-    return f"{low} time{'' if low == 1 else 's'} each"
-  return f"{low}-{high} times (mean {stats['mean']:.4g})"
+    text = f"{low} time{'' if low == 1 else 's'} each"
+  else:
+    text = f"{low}-{high} times"
+    notes.insert(0, f"mean {stats['mean']:.4g}")
+  return f"{text} ({'; '.join(notes)})" if notes else text
 
 
 def describe(summary: dict[str, Any]) -> str:
-  """One line: "clients took part 15 times each (15 epochs of 33 rounds),
-  canaries 15 times each", with a prominent prefix for an allowed mismatch."""
+  """One line, e.g. "clients took part 12-15 times (mean 14.7; 15 epochs of
+  33 rounds), canaries 15 times each (once per epoch)", with a prominent
+  prefix and the reason for an allowed mismatch."""
   if summary["sampling"] == "shuffle":
     epochs = summary["epochs"]
     count = (f"{int(epochs)}" if float(epochs).is_integer()
              else f"{epochs:.4g}")
-    how = f"{count} epochs of {summary['rounds_per_epoch']} rounds"
+    how = (f"{count} epoch{'' if epochs == 1 else 's'} of "
+           f"{summary['rounds_per_epoch']} rounds")
     same = "once per epoch" if summary["mismatch"] is None else None
   else:
     how = f"Poisson sampling at rate {summary['rate']:.4g} per round"
     same = "the same rate" if summary["mismatch"] is None else None
-  line = (f"clients took part {_times(summary['clients'])} ({how}), canaries "
-          f"{_times(summary['canaries'])}")
+  line = (f"clients took part {_times(summary['clients'], how)}, canaries "
+          f"{_times(summary['canaries'], same)}")
   if same:
-    return f"{line} ({same})"
+    return line
   return (f"PARTICIPATION MISMATCH (allowed by {_MISMATCH_FLAG}): {line}; the "
           "canaries do not take part as the clients do, so their epsilons do "
           f"not describe a client's. {summary['mismatch']}")

@@ -9,11 +9,15 @@
      the canary aggregator (`tff_canary.factory`): fixed clipping when `clip`
      is set, else adaptive, with TFF's zeroing if asked;
   3. train: clients sampled per round from (seed, round) (shuffled epochs, or
-     Poisson sampling per round), each round's noised aggregate recorded to
+     Poisson sampling per round; `client_sampling`), the canaries taking part
+     the same way (checked before training; config.json's `participation`
+     and participation.npz's `client_counts` record both), each round's
+     noised aggregate recorded to
      disk (`hooks.AggregateRecorder`), a progress bar with the round, loss,
      accuracy, clip norm and canaries inserted, evaluation every
      `eval_every` rounds, a checkpoint every `checkpoint_every` rounds;
-  4. after training: the cosine table (`hooks.compute_cosine_table`), the
+  4. after training: the cosine table (`hooks.compute_cosine_table`, checked
+     against the seed and schedule in the trained aggregator state), the
      report (`tff_canary.report`), all written into the run directory
      (`tff_canary.run_dir` lists the files).
 
