@@ -126,8 +126,7 @@ class RunReport:
       else:
         detail = f"holds with {self.confidence:.0%} confidence"
       if name in above:
-        detail += ("; ABOVE THE ANALYTICAL BOUND: estimator noise, or the "
-                   "mechanism is not what it claims")
+        detail += "; ABOVE THE ANALYTICAL BOUND (see the flag below)"
       out.append((name, kind, result.epsilon, detail))
     return out
 
