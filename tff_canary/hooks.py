@@ -612,11 +612,15 @@ def check_state(canaries_config: canaries_lib.CanaryConfig,
   theirs = np.asarray(node.schedule).reshape(-1, 2).astype(np.int64)
   if ours.shape == theirs.shape and np.array_equal(ours, theirs):
     return
-  differ = next((i for i in range(min(len(ours), len(theirs)))
-                 if not np.array_equal(ours[i], theirs[i])),
-                min(len(ours), len(theirs)))
-  show = lambda e: (f"(round {e[differ][0]}, canary {e[differ][1]})"  # pylint: disable=g-long-lambda
-                    if differ < len(e) else "nothing")
+  common = min(len(ours), len(theirs))
+  unequal = np.flatnonzero(np.any(ours[:common] != theirs[:common], axis=1))
+  differ = int(unequal[0]) if unequal.size else common
+
+  def show(events):
+    if differ < len(events):
+      return f"(round {events[differ][0]}, canary {events[differ][1]})"
+    return "nothing"
+
   raise ValueError(
       f"canaries_config's schedule ({len(ours)} (round, canary id) events, "
       f"{canaries_config.schedule!r}) differs from the aggregator state's "
