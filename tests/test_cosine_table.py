@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from tff_canary import cosine_table
-from tff_canary.cosine_table import CosineTable
+from tff_canary.cosine_table import COLUMNS, CosineTable
 
 
 def _table(**overrides):
@@ -121,16 +122,36 @@ def test_load_mismatched_dim(tmp_path):
     CosineTable.load(path, dim=999)
 
 
+def _cut_last_columns(path, count):
+  lines = path.read_text().splitlines()
+  header_at = next(i for i, l in enumerate(lines) if not l.startswith("#"))
+  cut = [",".join(l.split(",")[:-count]) if i >= header_at else l
+         for i, l in enumerate(lines)]
+  path.write_text("\n".join(cut) + "\n")
+
+
 def test_load_missing_column_csv(tmp_path):
   path = tmp_path / "t.csv"
   _table().save(path)
-  lines = path.read_text().splitlines()
-  header_at = next(i for i, l in enumerate(lines) if not l.startswith("#"))
-  cut = [",".join(l.split(",")[:-1]) if i >= header_at else l
-         for i, l in enumerate(lines)]
-  path.write_text("\n".join(cut) + "\n")
+  _cut_last_columns(path, 2)  # max_round and unrecorded
   with pytest.raises(ValueError, match=r"missing columns \['max_round'\]"):
     CosineTable.load(path)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".npz"])
+def test_a_table_saved_before_the_unrecorded_column_loads(tmp_path, suffix):
+  # Files written before the column existed lack it; they load with zeros
+  # (every participation assumed recorded, as those runs recorded all rounds).
+  table = _table()
+  path = tmp_path / f"t{suffix}"
+  if suffix == ".csv":
+    table.save(path)
+    _cut_last_columns(path, 1)
+  else:
+    np.savez(path, metadata=np.array(json.dumps(table.metadata)),
+             **{c: getattr(table, c) for c in COLUMNS if c != "unrecorded"})
+  loaded = CosineTable.load(path)
+  assert loaded == table and not loaded.unrecorded.any()
 
 
 def test_load_missing_column_npz(tmp_path):
@@ -193,3 +214,40 @@ def test_write_is_atomic(tmp_path, monkeypatch):
     _table(seed=1).save(path)
   assert path.read_bytes() == before
   assert sorted(os.listdir(tmp_path)) == ["t.npz"]
+
+
+def test_unrecorded_participation_refuses_the_all_iterates_statistics():
+  # Canary 3 took part in 3 rounds, one of them not recorded: its max cosine
+  # misses that round, so it would look held out. The table must refuse
+  # (before the column existed, max_cosines returned the values silently).
+  table = _table(unrecorded=np.array([0, 0, 0, 1, 0, 0, 0]))
+  assert not table.has_max_cosines
+  assert "canary id 3" in table.all_iterates_refusal
+  for group in ("inserted", "held_out"):
+    with pytest.raises(ValueError, match=r"1 participations of 1 inserted "
+                       r"canaries .*not recorded.*epsilon_all"):
+      table.max_cosines(group)
+  complete = _table()
+  assert complete.has_max_cosines and complete.all_iterates_refusal is None
+  np.testing.assert_array_equal(complete.max_cosines("held_out"),
+                                complete.max_cosine[4:])
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".npz"])
+def test_unrecorded_round_trip(tmp_path, suffix):
+  table = _table(unrecorded=np.array([1, 0, 0, 2, 0, 0, 0]))
+  path = tmp_path / f"t{suffix}"
+  table.save(path)
+  loaded = CosineTable.load(path)
+  assert loaded == table
+  np.testing.assert_array_equal(loaded.unrecorded, [1, 0, 0, 2, 0, 0, 0])
+
+
+@pytest.mark.parametrize("unrecorded, match", [
+    ([2, 0, 0, 0, 0, 0, 0], r"canary id 0 has unrecorded 2 and participation 1"),
+    ([0, 0, 0, 0, 1, 0, 0], r"canary id 4 has unrecorded 1 and participation 0"),
+    ([-1, 0, 0, 0, 0, 0, 0], r"\[0, participation\]"),
+])
+def test_invalid_unrecorded(unrecorded, match):
+  with pytest.raises(ValueError, match=match):
+    _table(unrecorded=np.array(unrecorded))

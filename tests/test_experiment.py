@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -42,6 +43,11 @@ def tiny(output_dir, **overrides):
     (dict(zeroing="yes"), TypeError, "zeroing"),
     (dict(data="tff", num_clients=10), ValueError, "num_clients"),
     (dict(output_dir=""), ValueError, "output_dir"),
+    (dict(num_clients=5, clients_per_round=6, sampling="per_round"),
+     ValueError, r"clients_per_round = 6 exceeds num_clients = 5"),
+    (dict(presentations=0), ValueError, "presentations"),
+    (dict(allow_participation_mismatch=1), TypeError,
+     "allow_participation_mismatch"),
 ])
 def test_bad_configuration(kwargs, error, match, tmp_path):
   args = dict(output_dir=str(tmp_path))
@@ -64,6 +70,68 @@ def test_client_sampling_is_seeded_and_covers_epochs():
   # Poisson sampling: Binomial(1000, 0.02) counts, mean 20, std ~4.4; the
   # mean of 400 rounds has std 0.22.
   assert abs(np.mean(counts) - 20) < 1.0 and np.std(counts) > 3
+
+
+def _data(num_clients):
+  """Just what `resolve` reads of the data: the client ids."""
+  train = types.SimpleNamespace(client_ids=[str(i) for i in range(num_clients)])
+  return types.SimpleNamespace(train=train)
+
+
+def test_participation_is_checked_before_training(tmp_path):
+  # resolve() runs before any training: every refusal here costs no round.
+  # Poisson rate above 1 with TFF's data (num_clients known only from it):
+  with pytest.raises(ValueError, match=r"clients_per_round = 6 exceeds "
+                     r"num_clients = 5.*rate"):
+    experiment.resolve(tiny(tmp_path, sampling="per_round"), _data(5), 10)
+  # The paper's EMNIST setting: 3400 clients, 101 per round, 15 epochs.
+  paper = dict(num_rounds=None, epochs=15, clients_per_round=101)
+  resolved = experiment.resolve(tiny(tmp_path, **paper), _data(3400), 10)
+  assert resolved["num_rounds"] == 15 * 33 and resolved["presentations"] == 15
+  schedule = experiment.canary_schedule(tiny(tmp_path, **paper), 495, 3400)
+  assert schedule.rounds_per_epoch == 33 and schedule.num_epochs == 15
+  # Before, --presentations (default 1) made canaries take part once while
+  # clients took part 15 times; now a contradicting value is refused ...
+  with pytest.raises(ValueError, match=r"presentations = 1 contradicts.*15 "
+                     "whole epochs.*--allow_participation_mismatch"):
+    experiment.resolve(tiny(tmp_path, presentations=1, **paper), _data(3400),
+                       10)
+  # ... unless asked for.
+  allowed = tiny(tmp_path, presentations=1, allow_participation_mismatch=True,
+                 **paper)
+  assert experiment.resolve(allowed, _data(3400), 10)["presentations"] == 1
+  assert experiment.canary_schedule(allowed, 495, 3400).num_epochs == 1
+  # Per-round sampling: the canaries' rate is the clients'.
+  poisson = experiment.canary_schedule(tiny(tmp_path, sampling="per_round"),
+                                       40, 400)
+  assert poisson.probability == 6 / 400
+
+
+def test_a_run_with_epochs_gives_canaries_the_clients_participation(tmp_path):
+  # 12 clients, 6 per round: epochs of 2 rounds; 2 epochs = 4 rounds. Every
+  # client and every inserted canary takes part twice (the old default gave
+  # the canaries one presentation).
+  config = tiny(tmp_path / "run", num_rounds=None, epochs=2, num_clients=12,
+                eval_every=0)
+  report = experiment.run_experiment(config, progress=False, log=lambda *a: None)
+  saved = json.load(open(tmp_path / "run" / run_dir.CONFIG))
+  assert saved["num_rounds"] == 4 and saved["presentations"] == 2
+  part = saved["participation"]
+  assert part["clients"] == dict(count=12, min=2, max=2, mean=2.0)
+  assert part["canaries"]["min"] == part["canaries"]["max"] == 2
+  assert part["mismatch"] is None
+  line = ("clients took part 2 times each (2 epochs of 2 rounds), canaries 2 "
+          "times each (once per epoch)")
+  assert report.participation_line() == line
+  assert line in open(tmp_path / "run" / run_dir.REPORT_MD).read()
+  assert json.load(open(tmp_path / "run" / run_dir.REPORT_JSON))[
+      "participation_line"] == line
+  with np.load(tmp_path / "run" / run_dir.PARTICIPATION) as data:
+    np.testing.assert_array_equal(data["client_counts"], np.full(12, 2))
+  rows = run_dir.RunDir(tmp_path / "run").load_metrics()
+  assert sum(r["canaries_inserted"] for r in rows) == (
+      2 * report.estimates.num_inserted)
+  assert report.table.has_max_cosines  # every round recorded
 
 
 def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
@@ -103,10 +171,14 @@ def test_resume_with_other_settings_is_refused(tmp_path):
 
 
 def test_missing_tff_data_via_the_script(tmp_path):
+  # With the paper's --epochs=15 (and no --num_rounds): before the fix the
+  # script's default --num_rounds made it "give exactly one of num_rounds and
+  # epochs", so it never reached the data.
   out = tmp_path / "run"
   proc = subprocess.run(
       [sys.executable, os.path.join(REPO, "experiments", "emnist.py"),
-       "--data=tff", f"--cache_dir={tmp_path / 'cache'}", f"--output_dir={out}"],
+       "--data=tff", f"--cache_dir={tmp_path / 'cache'}", f"--output_dir={out}",
+       "--epochs=15", "--clients_per_round=101"],
       capture_output=True, text=True, timeout=300)
   assert proc.returncode == 2
   assert "emnist_all.sqlite" in proc.stderr and "Traceback" not in proc.stderr

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from tff_canary import canaries
+from tff_canary import cosine_table
 from tff_canary import hooks
 from tff_canary import schedules
 
@@ -251,13 +252,87 @@ def test_missing_rounds_are_skipped(tmp_path):
   for r, a in rows.items():
     recorder.write(r, a)
   theta0, theta_t = rng.normal(size=dim), rng.normal(size=dim)
-  table = hooks.compute_cosine_table(config, theta0, theta_t, recorder,
-                                     progress=False)
+  with pytest.warns(cosine_table.UnrecordedRoundsWarning,
+                    match="not recorded"):
+    table = hooks.compute_cosine_table(config, theta0, theta_t, recorder,
+                                       progress=False)
   assert table.rounds_recorded == 2
   assert set(table.max_round) <= {0, 3}
   _, best, _ = _brute_force(config.seed, 7, theta0, theta_t,
                             np.stack([rows[0], rows[3]]))
   np.testing.assert_allclose(table.max_cosine, best, atol=1e-6)
+  # The inserted canaries took part in rounds 1, 2 or 4 too (2 of 5 rounds
+  # each): their maxes miss those rounds, so the all-iterates statistics are
+  # refused. Without the guard they came out silently, looking held out.
+  events = config.participation.events
+  missed = events[~np.isin(events[:, 0], [0, 3])]
+  np.testing.assert_array_equal(
+      table.unrecorded, np.bincount(missed[:, 1], minlength=7))
+  assert table.unrecorded.sum() > 0 and not table.has_max_cosines
+  with pytest.raises(ValueError, match="not recorded"):
+    table.max_cosines("inserted")
+
+
+def test_rounds_without_canaries_may_be_unrecorded(tmp_path):
+  # Only rounds with an inserted canary matter: skipping the others keeps
+  # the all-iterates statistics.
+  dim = 300
+  config = _config(rounds=8, r=1, num_inserted=2)
+  wanted = np.unique(config.participation.events[:, 0])
+  assert wanted.size < 8
+  rng = np.random.default_rng(3)
+  recorder = hooks.AggregateRecorder(str(tmp_path / "a.npy"), dim, 8)
+  for r in wanted:
+    recorder.write(int(r), rng.normal(size=dim))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", cosine_table.UnrecordedRoundsWarning)
+    table = hooks.compute_cosine_table(config, rng.normal(size=dim),
+                                       rng.normal(size=dim), recorder,
+                                       progress=False)
+  assert table.has_max_cosines and not table.unrecorded.any()
+
+
+@pytest.mark.tff
+def test_state_must_carry_the_configs_seed_and_schedule(run):
+  # Loads TFF (the state types live in tff_canary.factory) but runs no
+  # computation. A cosine table computed for canaries other than the ones
+  # trained with is meaningless; the state carries the trained ones.
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_canary import factory  # pylint: disable=g-import-not-at-top
+  config, theta0, theta_t, aggregates, _ = run
+
+  def learning_state(cfg):
+    aggregator = factory.CanaryDPAggregatorState(
+        query_state=(), agg_state=(), dp_event=(), is_init_state=False,
+        round_num=np.int32(9), seed=np.int64(cfg.seed),
+        schedule=np.asarray(cfg.participation.events, np.int32))
+    wrapped = collections.OrderedDict(zeroing_norm=1.0, inner=aggregator)
+    return tff.learning.templates.LearningAlgorithmState(
+        global_model_weights=(), distributor=(), client_work=(),
+        aggregator=wrapped, finalizer=())
+
+  state = learning_state(config)
+  reference = hooks.compute_cosine_table(config, theta0, theta_t, aggregates,
+                                         progress=False)
+  for given in (state, state.aggregator["inner"]):
+    table = hooks.compute_cosine_table(config, theta0, theta_t, aggregates,
+                                       progress=False, state=given)
+    assert table == reference
+  other_seed = _config(seed=4, rounds=9)
+  with pytest.raises(ValueError, match="canaries_config has seed = 4 but the "
+                     "aggregator state has seed = 3"):
+    hooks.compute_cosine_table(other_seed, theta0, theta_t, aggregates,
+                               progress=False, state=state)
+  other_schedule = _config(rounds=9, r=1)  # same seed, 1 presentation, not 2
+  with pytest.raises(ValueError, match=r"schedule \(4 \(round, canary id\) "
+                     r"events.*differs from the aggregator state's \(8 "
+                     r"events\): event 0 is \(round \d+, canary \d\) in "
+                     r"canaries_config and \(round \d+, canary \d\) in the "
+                     "state"):
+    hooks.compute_cosine_table(other_schedule, theta0, theta_t, aggregates,
+                               progress=False, state=state)
+  with pytest.raises(ValueError, match="holds no canary aggregator state"):
+    hooks.check_state(config, {"aggregator": (1, 2)})
 
 
 def test_null_cosines_of_an_independent_vector():
@@ -278,7 +353,7 @@ def test_null_cosines_of_an_independent_vector():
 def test_sign_convention():
   # A model moved along -c_0 (what an inserted canary does) gives cosine +1.
   dim = 800
-  config = _config(num_inserted=1, num_held_out=1)
+  config = _config(num_inserted=1, num_held_out=1, rounds=1, r=1)
   c0 = canaries.canary_block(config.seed, [0], dim)[0].astype(np.float64)
   theta0 = np.zeros(dim)
   table = hooks.compute_cosine_table(config, theta0, theta0 - 0.5 * c0,
@@ -303,7 +378,7 @@ def test_structured_and_model_weights_inputs(run):
 
 def test_zero_vectors_give_zero_with_a_warning():
   dim = 400
-  config = _config()
+  config = _config(rounds=2, r=2)
   theta = np.ones(dim)
   aggregates = np.zeros((2, dim), np.float32)
   aggregates[1] = 1.0

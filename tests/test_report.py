@@ -116,3 +116,84 @@ def test_report_bad_arguments(tmp_path, kwargs, match):
 def test_missing_run_directory(tmp_path):
   with pytest.raises(run_dir.RunDirError, match="does not exist"):
     report.build_report(tmp_path / "nope")
+
+
+def _set_config(path, **changes):
+  config = json.load(open(os.path.join(path, "config.json")))
+  config.update(changes)
+  atomic_files.write_json(os.path.join(path, "config.json"), config)
+
+
+def test_an_estimate_above_the_analytical_bound_is_flagged(tmp_path):
+  # Each fake canary takes part once, so the analytical epsilon of one
+  # participation bounds every attack on a correct mechanism. Shift 4 in null
+  # std units is a Gaussian mechanism with z = 0.25 (epsilon ~ 19 at delta
+  # 1e-5) while the ledger claims z = 0.8 (epsilon ~ 5.6): a mechanism that
+  # is not what it claims. Without the flag the report showed the estimate
+  # like any other.
+  path = make_run(tmp_path / "run", shift=4.0, noise_multiplier=0.8)
+  r = report.build_report(path)
+  assert r.max_participation == 1
+  name, bound = r.analytical_bound
+  assert name == "one participation" and bound == r.analytical[name]
+  above = {item["name"]: item for item in r.above_analytical_bound()}
+  final = above["epsilon_final (mean-only)"]
+  assert final["epsilon"] > bound and final["analytical_epsilon"] == bound
+  assert final["interval"] == [r.estimates.final_mean_only.interval.low,
+                               r.estimates.final_mean_only.interval.high]
+  detail = dict((n, d) for n, _, _, d in r.rows())["epsilon_final (mean-only)"]
+  assert "95% CI [" in detail and "ABOVE THE ANALYTICAL BOUND" in detail
+  flag = ("is above the analytical bound (analytical ε for one participation"
+          f" = {bound:.4g}): estimator noise, or the mechanism is not what "
+          "it claims")
+  assert flag in r.table_text() and flag in r.to_markdown()
+  assert "epsilon_final (mean-only) = " in r.table_text()
+  assert json.loads(json.dumps(r.as_dict()))["above_analytical_bound"]
+  # A mechanism weaker than its claim (shift 0.25, z = 4) flags nothing.
+  quiet = report.build_report(make_run(tmp_path / "quiet", shift=0.25,
+                                       noise_multiplier=0.8))
+  assert quiet.above_analytical_bound() == []
+  assert "ABOVE" not in quiet.to_markdown() and "flag:" not in quiet.table_text()
+
+
+def test_participation_is_reported_side_by_side(tmp_path):
+  path = make_run(tmp_path / "run")
+  summary = dict(sampling="shuffle", num_rounds=40, rate=0.02,
+                 rounds_per_epoch=50, epochs=0.8,
+                 clients=dict(count=1000, min=0, max=1, mean=0.8),
+                 canaries=dict(count=300, min=1, max=1, mean=1.0,
+                               schedule="ShuffledEpochs(...)"),
+                 mismatch=None)
+  _set_config(path, participation=summary)
+  r = report.build_report(path)
+  line = ("clients took part 0-1 times (mean 0.8; 0.8 epochs of 50 rounds), "
+          "canaries 1 time each (once per epoch)")
+  assert r.participation_line() == line
+  assert f"Participation: {line}." in r.to_markdown()
+  assert f"participation: {line}" in r.table_text()
+  data = r.as_dict()
+  assert data["participation"] == summary and not data["participation_mismatch"]
+  # An allowed mismatch comes first, in bold, and in report.json.
+  _set_config(path, participation=dict(summary, mismatch="presentations = 3 "
+                                       "contradicts the client sampler."))
+  r = report.build_report(path)
+  assert r.table_text().startswith("PARTICIPATION MISMATCH (allowed by "
+                                   "--allow_participation_mismatch)")
+  md = r.to_markdown()
+  assert "**PARTICIPATION MISMATCH" in md
+  assert md.index("PARTICIPATION MISMATCH") < md.index("| epsilon |")
+  assert r.as_dict()["participation_mismatch"] is True
+  # Runs from before the participation was recorded still report.
+  _set_config(path, participation=None)
+  assert report.build_report(path).participation_line() is None
+
+
+def test_a_poisson_rate_above_one_is_a_clear_error(tmp_path):
+  # Before the check the error named dp-accounting's sampling_probability,
+  # not the config's values (and the experiment met it only after training).
+  path = make_run(tmp_path / "run", sampling="per_round")
+  _set_config(path, num_clients=10)
+  with pytest.raises(run_dir.RunDirError, match=r"clients_per_round = 20 and "
+                     r"num_clients = 10: the Poisson sampling rate .* = 2 is "
+                     r"not in \(0, 1\]"):
+    report.build_report(path)

@@ -252,3 +252,33 @@ def test_config_is_frozen():
     config.seed = 5
   with pytest.raises(ValueError):
     config.inserted[0] = False
+
+
+def test_shuffled_epochs_partial_last_epoch():
+  # 23 rounds of epochs of 5: rounds 20-22 start a fourth epoch. Each canary
+  # draws a round of it uniformly from 20..24 and keeps it if < 23: a 4th
+  # participation with probability 3/5, never outside the run.
+  schedule = schedules.ShuffledEpochs(23, 5, partial_last_epoch=True)
+  part = schedule.realize(seed=1, canary_ids=_ids(4000))
+  assert schedule.expected_participation() == pytest.approx(23 / 5)
+  extra = np.bincount(part.events[:, 1], minlength=4000) - 4
+  assert set(extra) <= {0, 1}
+  # Binomial(4000, 0.6) / 4000 has sd 0.0077; 0.04 is 5 sd (fixed seed).
+  assert abs(extra.mean() - 0.6) < 0.04
+  late = part.events[part.events[:, 0] >= 20, 0]
+  assert late.max() <= 22
+  # With no remainder the flag draws exactly what it drew without it.
+  np.testing.assert_array_equal(
+      schedules.ShuffledEpochs(20, 5, partial_last_epoch=True).realize(
+          1, _ids(50)).events,
+      schedules.ShuffledEpochs(20, 5).realize(1, _ids(50)).events)
+
+
+def test_shuffled_epochs_longer_than_the_run_with_a_partial_epoch():
+  part = schedules.ShuffledEpochs(3, 10, partial_last_epoch=True).realize(
+      0, _ids(4000))
+  counts = part.counts(4000)
+  # Binomial(4000, 0.3) / 4000 has sd 0.0072; 0.04 is 5.5 sd (fixed seed).
+  assert counts.max() == 1 and abs(counts.mean() - 0.3) < 0.04
+  with pytest.raises(TypeError, match="partial_last_epoch"):
+    schedules.ShuffledEpochs(3, 1, partial_last_epoch="yes")

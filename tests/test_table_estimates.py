@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tff_canary import estimates, lower_bounds, results
-from tff_canary.cosine_table import CosineTable
+from tff_canary.cosine_table import CosineTable, UnrecordedRoundsWarning
 from tff_canary.table_estimates import estimate_table
 
 DIM = 1_000_000
@@ -82,3 +82,23 @@ def test_bad_arguments():
                      seed=0, dim=10, num_rounds=1, rounds_recorded=0)
   with pytest.raises(ValueError, match="1 inserted"):
     estimate_table(tiny, delta=1e-6)
+
+
+def test_unrecorded_participation_refuses_epsilon_all():
+  # One inserted canary took part in a round that was not recorded. Its max
+  # cosine would miss its own round and make it look held out, biasing
+  # epsilon_all down; before the guard the estimate was returned silently.
+  rng = np.random.default_rng(4)
+  table = _table(rng)
+  unrecorded = np.zeros(len(table), int)
+  unrecorded[np.flatnonzero(table.mask("inserted"))[0]] = 1
+  partial = CosineTable(**{**{c: getattr(table, c) for c in (
+      "id", "group", "participation", "final_cosine", "max_cosine",
+      "max_round")}, **table.metadata, "unrecorded": unrecorded})
+  with pytest.warns(UnrecordedRoundsWarning, match="epsilon_all"):
+    est = estimate_table(partial, delta=1e-6)
+  assert est.all_iterates is None and est.lo_all is None
+  assert est.lo_all_paper is None and est.one_run_all is None
+  assert est.one_run_final is not None  # the final model is unaffected
+  assert est.final_mean_only == estimate_table(table, delta=1e-6).final_mean_only
+  assert any("not recorded" in w for w in est.warnings)

@@ -11,6 +11,12 @@ Columns (METHOD §4; Andrew et al., ICLR 2024, arXiv 2302.03098, Section 3):
     round's noised aggregate (all-iterates statistic); NaN if no aggregate was
     recorded.
   * `max_round`: the round r (0-based) of that max; -1 if none.
+  * `unrecorded`: how many of the canary's participations fall in rounds
+    whose aggregate was not recorded (0 for held-out canaries; tables saved
+    before this column existed load with 0). Any nonzero entry makes the
+    all-iterates statistics unusable: such a canary's max misses its own
+    rounds and looks held out, so `max_cosines` refuses with an error and
+    `has_max_cosines` is False.
 
 Metadata: `seed`, `dim`, `num_rounds` (the schedule's), `rounds_recorded`,
 `assignment` ("fixed" or "coin"), `schedule` (its repr) and `generator` (the
@@ -37,10 +43,16 @@ from tff_canary import validation
 
 GROUPS = ("inserted", "held_out")
 COLUMNS = ("id", "group", "participation", "final_cosine", "max_cosine",
-           "max_round")
+           "max_round", "unrecorded")
+# Columns a saved table may lack (older files): filled with zeros.
+OPTIONAL_COLUMNS = ("unrecorded",)
 METADATA = ("seed", "dim", "num_rounds", "rounds_recorded", "assignment",
             "schedule", "generator")
 _FORMAT = "tff-canary cosine table v1"
+
+
+class UnrecordedRoundsWarning(UserWarning):
+  """Inserted canaries took part in rounds whose aggregate was not recorded."""
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -66,6 +78,7 @@ class CosineTable:
   assignment: str = "fixed"
   schedule: str = ""
   generator: str = ""
+  unrecorded: Any = None
 
   def __post_init__(self):
     seed = validation.as_int(self.seed, "seed", minimum=0)
@@ -77,6 +90,9 @@ class CosineTable:
       if not isinstance(getattr(self, name), str):
         raise TypeError(f"{name} must be a str, got "
                         f"{getattr(self, name)!r}.")
+    if self.unrecorded is None:
+      object.__setattr__(self, "unrecorded", np.zeros(
+          np.asarray(self.id).shape, np.int64))
     columns = {}
     for name in COLUMNS:
       try:
@@ -94,7 +110,7 @@ class CosineTable:
       if column.size != size:
         raise ValueError(f"column {name} has {column.size} rows; column id "
                          f"has {size}.")
-    for name in ("id", "participation", "max_round"):
+    for name in ("id", "participation", "max_round", "unrecorded"):
       column = columns[name]
       if column.dtype.kind == "f" and np.all(np.isfinite(column)) and np.all(
           column == np.round(column)):
@@ -121,6 +137,14 @@ class CosineTable:
       raise ValueError(f"held-out canary id {ids[i]} has participation "
                        f"{columns['participation'][i]}; held-out canaries "
                        "never take part.")
+    unrecorded = columns["unrecorded"]
+    if unrecorded.min() < 0 or np.any(unrecorded > columns["participation"]):
+      i = int(np.flatnonzero((unrecorded < 0)
+                             | (unrecorded > columns["participation"]))[0])
+      raise ValueError(f"column unrecorded must lie in [0, participation], "
+                       f"but canary id {ids[i]} has unrecorded "
+                       f"{unrecorded[i]} and participation "
+                       f"{columns['participation'][i]}.")
     for name in ("final_cosine", "max_cosine"):
       column = columns[name]
       if column.dtype.kind not in "fiu":
@@ -171,16 +195,39 @@ class CosineTable:
 
   @property
   def has_max_cosines(self) -> bool:
-    """True when every canary has its all-iterates statistic (aggregates recorded)."""
-    return self.rounds_recorded > 0 and not np.isnan(self.max_cosine).any()
+    """True when every canary has a usable all-iterates statistic: aggregates
+    were recorded, and in every round an inserted canary took part."""
+    return self.all_iterates_refusal is None
+
+  @property
+  def all_iterates_refusal(self) -> str | None:
+    """Why the all-iterates statistics cannot be used, or None if they can."""
+    if self.rounds_recorded == 0 or np.isnan(self.max_cosine).any():
+      return ("this table has no all-iterates cosines (no noised aggregates "
+              "were recorded).")
+    missed = self.unrecorded > 0
+    if missed.any():
+      return (f"{int(self.unrecorded.sum())} participations of "
+              f"{int(missed.sum())} inserted canaries (e.g. canary id "
+              f"{int(self.id[missed][0])}) fall in rounds whose noised "
+              f"aggregate was not recorded ({self.rounds_recorded} rounds "
+              f"recorded, the schedule has {self.num_rounds}): their max "
+              "cosines miss those rounds and would make them look held out, "
+              "so epsilon_all and the all-iterates bounds are refused. Record "
+              "the aggregate of every round.")
+    return None
 
   def max_cosines(self, group: str) -> np.ndarray:
-    """The all-iterates statistics m_j of `group`; error if none recorded."""
-    values = self.max_cosine[self.mask(group)]
-    if np.isnan(values).any():
-      raise ValueError("this table has no all-iterates cosines (no noised "
-                       "aggregates were recorded).")
-    return values
+    """The all-iterates statistics m_j of `group`.
+
+    Raises:
+      ValueError: when no aggregates were recorded, or an inserted canary
+        took part in a round that was not recorded (`all_iterates_refusal`).
+    """
+    refusal = self.all_iterates_refusal
+    if refusal is not None:
+      raise ValueError(refusal)
+    return self.max_cosine[self.mask(group)]
 
   def participations(self, group: str) -> np.ndarray:
     return self.participation[self.mask(group)]
@@ -218,7 +265,7 @@ class CosineTable:
       buffer.write(
           f"{self.id[i]},{self.group[i]},{self.participation[i]},"
           f"{self.final_cosine[i]!r},{self.max_cosine[i]!r},"
-          f"{self.max_round[i]}\n")
+          f"{self.max_round[i]},{self.unrecorded[i]}\n")
     atomic_files.write_bytes(path, buffer.getvalue().encode("utf-8"))
 
   def save_npz(self, path: str | os.PathLike) -> None:
@@ -279,10 +326,11 @@ class CosineTable:
     try:
       with np.load(path, allow_pickle=False) as data:
         names = set(data.files)
-        missing = [c for c in COLUMNS + ("metadata",) if c not in names]
+        missing = [c for c in COLUMNS + ("metadata",)
+                   if c not in names and c not in OPTIONAL_COLUMNS]
         if missing:
           raise ValueError(f"missing columns {missing}")
-        columns = {name: data[name] for name in COLUMNS}
+        columns = {name: data[name] for name in COLUMNS if name in names}
         metadata = json.loads(str(data["metadata"]))
     except (zipfile.BadZipFile, OSError, EOFError) as e:
       raise ValueError(f"corrupt NPZ file ({e})") from None
@@ -312,7 +360,8 @@ class CosineTable:
     if not body:
       raise ValueError("no header line")
     header = [h.strip() for h in body[0].split(",")]
-    missing = [c for c in COLUMNS if c not in header]
+    missing = [c for c in COLUMNS
+               if c not in header and c not in OPTIONAL_COLUMNS]
     if missing:
       raise ValueError(f"missing columns {missing}")
     rows = [line.split(",") for line in body[1:]]
@@ -321,7 +370,7 @@ class CosineTable:
         raise ValueError(f"data row {i} has {len(row)} fields, the header "
                          f"{len(header)}")
     cells = {name: [row[header.index(name)].strip() for row in rows]
-             for name in COLUMNS}
+             for name in COLUMNS if name in header}
     try:
       columns = {
           "id": np.array([int(v) for v in cells["id"]], np.int64),
@@ -335,6 +384,9 @@ class CosineTable:
           "max_round": np.array([int(v) for v in cells["max_round"]],
                                 np.int64),
       }
+      if "unrecorded" in cells:
+        columns["unrecorded"] = np.array(
+            [int(v) for v in cells["unrecorded"]], np.int64)
     except ValueError as e:
       raise ValueError(f"bad value ({e})") from None
     return cls._from_parts(columns, metadata)

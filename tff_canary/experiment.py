@@ -9,11 +9,15 @@
      the canary aggregator (`tff_canary.factory`): fixed clipping when `clip`
      is set, else adaptive, with TFF's zeroing if asked;
   3. train: clients sampled per round from (seed, round) (shuffled epochs, or
-     Poisson sampling per round), each round's noised aggregate recorded to
+     Poisson sampling per round; `client_sampling`), the canaries taking part
+     the same way (checked before training; config.json's `participation`
+     and participation.npz's `client_counts` record both), each round's
+     noised aggregate recorded to
      disk (`hooks.AggregateRecorder`), a progress bar with the round, loss,
      accuracy, clip norm and canaries inserted, evaluation every
      `eval_every` rounds, a checkpoint every `checkpoint_every` rounds;
-  4. after training: the cosine table (`hooks.compute_cosine_table`), the
+  4. after training: the cosine table (`hooks.compute_cosine_table`, checked
+     against the seed and schedule in the trained aggregator state), the
      report (`tff_canary.report`), all written into the run directory
      (`tff_canary.run_dir` lists the files).
 
@@ -31,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import dataclasses
-import functools
 import io
 import os
 import sys
@@ -46,6 +49,7 @@ import tensorflow_federated as tff
 from tff_canary import analytical
 from tff_canary import atomic_files
 from tff_canary import canaries as canaries_lib
+from tff_canary import client_sampling
 from tff_canary import datasets
 from tff_canary import factory
 from tff_canary import hooks
@@ -58,9 +62,8 @@ from tff_canary import worker_guard
 
 worker_guard.install()
 
-SAMPLINGS = ("shuffle", "per_round")
+SAMPLINGS = client_sampling.SAMPLINGS
 OPTIMIZERS = ("sgd", "adam")
-_CLIENT_TAG = 0xC11E
 _NOISE_TAG = 0x401
 
 # Keys that may differ between a run and its resumption.
@@ -78,8 +81,13 @@ class ExperimentConfig:
 
   None means "derive": num_clients from the data (synthetic: enough clients
   for `presentations` shuffled epochs over the run), num_rounds from epochs,
-  delta = num_clients^-1.1 (the paper's), canary_seed and noise_seed from
-  seed.
+  presentations from the client sampler, delta = num_clients^-1.1 (the
+  paper's), canary_seed and noise_seed from seed.
+
+  Canaries take part as clients do (METHOD §2; `client_sampling`): a
+  `presentations` that contradicts the client sampler is refused before any
+  training unless `allow_participation_mismatch`, and so is a per-round rate
+  clients_per_round / num_clients above 1.
   """
 
   task: str = "emnist"
@@ -107,7 +115,8 @@ class ExperimentConfig:
   client_epochs: int = 1
   num_inserted: int = 100
   num_held_out: int = 100
-  presentations: int = 1
+  presentations: Optional[int] = None
+  allow_participation_mismatch: bool = False
   assignment: str = "coin"
   seed: int = 0
   canary_seed: Optional[int] = None
@@ -149,7 +158,6 @@ class ExperimentConfig:
         "client_epochs": lambda x: v.as_int(x, "client_epochs", 1),
         "num_inserted": lambda x: v.as_int(x, "num_inserted", 0),
         "num_held_out": lambda x: v.as_int(x, "num_held_out", 0),
-        "presentations": lambda x: v.as_int(x, "presentations", 1),
         "seed": lambda x: v.as_int(x, "seed", 0),
         "eval_every": lambda x: v.as_int(x, "eval_every", 0),
         "checkpoint_every": lambda x: v.as_int(x, "checkpoint_every", 1),
@@ -159,6 +167,7 @@ class ExperimentConfig:
         "num_clients": lambda x: v.as_int(x, "num_clients", 2),
         "num_rounds": lambda x: v.as_int(x, "num_rounds", 1),
         "epochs": lambda x: v.as_int(x, "epochs", 1),
+        "presentations": lambda x: v.as_int(x, "presentations", 1),
         "clip": lambda x: v.as_positive(x, "clip"),
         "canary_seed": lambda x: v.as_int(x, "canary_seed", 0),
         "noise_seed": lambda x: v.as_int(x, "noise_seed", 0),
@@ -170,7 +179,8 @@ class ExperimentConfig:
     for name, fn in optional.items():
       if getattr(self, name) is not None:
         object.__setattr__(self, name, fn(getattr(self, name)))
-    for name in ("zeroing", "seeded_noise", "record_aggregates", "resume"):
+    for name in ("zeroing", "seeded_noise", "record_aggregates", "resume",
+                 "allow_participation_mismatch"):
       if not isinstance(getattr(self, name), (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}.")
     for name in ("output_dir", "cache_dir", "vocab_path"):
@@ -189,6 +199,9 @@ class ExperimentConfig:
     if self.data == "tff" and self.num_clients is not None:
       raise ValueError("num_clients is for --data=synthetic; TFF's data has "
                        "its own clients.")
+    if self.num_clients is not None:  # the rate, before any data is loaded
+      client_sampling.ClientSampler(self.num_clients, self.clients_per_round,
+                                    self.sampling)
 
   def as_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -215,10 +228,11 @@ def load_data(config: ExperimentConfig) -> datasets.FederatedData:
 
 
 def default_num_clients(config: ExperimentConfig) -> int:
-  """Synthetic population: every client takes part `presentations` times,
-  like the canaries (shuffled epochs of num_rounds / presentations rounds)."""
+  """Synthetic population: every client takes part `presentations` times
+  (default 1), like the canaries (epochs of num_rounds // presentations
+  rounds)."""
   rounds = config.num_rounds if config.num_rounds is not None else 1
-  per_epoch = max(1, rounds // config.presentations)
+  per_epoch = max(1, rounds // (config.presentations or 1))
   return max(2, config.clients_per_round * per_epoch)
 
 
@@ -236,44 +250,27 @@ def _optimizer(name, learning_rate, momentum=None):
   return tff.learning.optimizers.build_adam(learning_rate=learning_rate)
 
 
+def client_sampler(config: ExperimentConfig,
+                   num_clients: int) -> client_sampling.ClientSampler:
+  """The run's client sampler (refuses a per-round rate above 1)."""
+  return client_sampling.ClientSampler(num_clients, config.clients_per_round,
+                                       config.sampling, config.seed)
+
+
 def canary_schedule(config: ExperimentConfig, num_rounds: int,
                     num_clients: int) -> schedules.Schedule:
-  """Canaries take part the way the clients do (METHOD §2)."""
-  if config.sampling == "shuffle":
-    return schedules.ShuffledEpochs(
-        num_rounds=num_rounds,
-        rounds_per_epoch=max(1, num_rounds // config.presentations))
-  if config.presentations != 1:
-    raise ValueError("presentations applies to --sampling=shuffle; with "
-                     f"per-round sampling got presentations="
-                     f"{config.presentations}.")
-  return schedules.PerRoundSampling(
-      num_rounds=num_rounds,
-      probability=min(1.0, config.clients_per_round / num_clients))
+  """Canaries take part the way the clients do (METHOD §2; see
+  `client_sampling.canary_schedule`)."""
+  return client_sampling.canary_schedule(
+      client_sampler(config, num_clients), num_rounds, config.presentations,
+      allow_mismatch=config.allow_participation_mismatch)
 
 
 def sample_clients(round_num: int, *, num_clients: int, clients_per_round: int,
                    sampling: str, seed: int) -> np.ndarray:
-  """Indices of the clients of `round_num`, a function of (seed, round).
-
-  "shuffle": epochs of num_clients // clients_per_round rounds, each a fresh
-  permutation; "per_round": Poisson sampling, each client independently with
-  probability clients_per_round / num_clients.
-  """
-  if sampling == "shuffle":
-    per_epoch = max(1, num_clients // clients_per_round)
-    epoch, index = divmod(round_num, per_epoch)
-    order = _epoch_order(seed, epoch, num_clients)
-    return order[index * clients_per_round:(index + 1) * clients_per_round]
-  rng = np.random.default_rng([seed, _CLIENT_TAG, round_num])
-  count = rng.binomial(num_clients, min(1.0, clients_per_round / num_clients))
-  return np.sort(rng.choice(num_clients, size=count, replace=False))
-
-
-@functools.lru_cache(maxsize=4)
-def _epoch_order(seed: int, epoch: int, num_clients: int) -> np.ndarray:
-  return np.random.default_rng([seed, _CLIENT_TAG, epoch]).permutation(
-      num_clients)
+  """Indices of the clients of `round_num` (`client_sampling.ClientSampler`)."""
+  return client_sampling.ClientSampler(num_clients, clients_per_round,
+                                       sampling, seed).clients(round_num)
 
 
 def _find(tree: Any, predicate) -> Any:
@@ -347,14 +344,26 @@ def _write_metrics(path: str, rows: list[dict[str, Any]]) -> None:
 
 def resolve(config: ExperimentConfig,
             data: datasets.FederatedData, dim: int) -> dict[str, Any]:
-  """config.json: the config with every derived value filled in."""
+  """config.json: the config with every derived value filled in.
+
+  Refuses, before any training, a per-round rate clients_per_round /
+  num_clients above 1 and a `presentations` that contradicts the client
+  sampler (unless `allow_participation_mismatch`). `presentations` resolves
+  to the clients' whole epochs with shuffle sampling.
+  """
   num_clients = len(data.train.client_ids)
+  sampler = client_sampler(config, num_clients)
   num_rounds = config.num_rounds
   if num_rounds is None:
-    num_rounds = config.epochs * max(1, num_clients // config.clients_per_round)
+    num_rounds = config.epochs * sampler.rounds_per_epoch
+  canary_schedule(config, num_rounds, num_clients)  # refuses a mismatch
+  presentations = config.presentations
+  if presentations is None and config.sampling == "shuffle":
+    presentations = sampler.whole_epochs(num_rounds)
   resolved = config.as_dict()
   resolved.update(
       num_clients=num_clients, num_rounds=num_rounds, dim=dim,
+      presentations=presentations,
       delta=config.delta if config.delta is not None else num_clients ** -1.1,
       canary_seed=(config.canary_seed if config.canary_seed is not None
                    else config.seed + 1),
@@ -395,8 +404,6 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
   task = build_task(config, data)
   dim = tasks.num_parameters(task)
   resolved = resolve(config, data, dim)
-  if started:
-    _check_resumable(rd.load_config(), resolved, rd.file(run_dir_lib.CONFIG))
   num_rounds, num_clients = resolved["num_rounds"], resolved["num_clients"]
 
   canary_config = canaries_lib.CanaryConfig(
@@ -404,6 +411,13 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
       num_held_out=config.num_held_out,
       schedule=canary_schedule(config, num_rounds, num_clients),
       assignment=config.assignment, record_aggregate=config.record_aggregates)
+  sampler = client_sampler(config, num_clients)
+  resolved["participation"] = client_sampling.participation_summary(
+      sampler, num_rounds, canary_config.counts()[canary_config.inserted],
+      canary_config.schedule, mismatch=client_sampling.participation_mismatch(
+          sampler, num_rounds, config.presentations))
+  if started:
+    _check_resumable(rd.load_config(), resolved, rd.file(run_dir_lib.CONFIG))
   canary_slots = canary_config.participation.num_events
   fraction = canary_slots / (config.clients_per_round * num_rounds
                              + canary_slots)
@@ -430,6 +444,9 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
     rd.save_config(resolved)
   else:
     _remove_leftovers(rd)
+  atomic_files.save_npz(rd.file(run_dir_lib.PARTICIPATION),
+                        events=canary_config.participation.events,
+                        client_counts=sampler.counts(num_rounds))
   manager = tff.program.FileProgramStateManager(
       rd.file(run_dir_lib.CHECKPOINTS), keep_total=2)
   state, done = _initial_or_resumed(process, manager, task, config, rd)
@@ -455,15 +472,13 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
   final_weights = process.get_model_weights(state)
   atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS),
                         _flat_trainable(final_weights))
-  atomic_files.save_npz(rd.file(run_dir_lib.PARTICIPATION),
-                        events=canary_config.participation.events)
   log("computing the canary cosines ...")
   initial = np.load(rd.file(run_dir_lib.INITIAL_WEIGHTS))
   table = hooks.compute_cosine_table(
       canary_config, initial, _flat_trainable(final_weights),
       aggregates_path if config.record_aggregates else None,
       memory_budget_bytes=int(config.memory_budget_gb * 1024 ** 3),
-      progress=progress)
+      progress=progress, state=state)
   table.save_npz(rd.file(run_dir_lib.COSINES_NPZ))
   table.save_csv(rd.file(run_dir_lib.COSINES_CSV))
   report = report_lib.build_report(rd.path)
@@ -549,13 +564,11 @@ def _train(process, state, task, config, resolved, rd, manager, recorder,
     bar = tqdm(total=num_rounds, initial=done, desc=config.task, unit="round",
                file=sys.stderr, dynamic_ncols=True)
   rows, events = progress_state.rows, progress_state.events
+  sampler = client_sampler(config, resolved["num_clients"])
   try:
     for round_num in range(done, num_rounds):
       start = time.perf_counter()
-      chosen = sample_clients(
-          round_num, num_clients=resolved["num_clients"],
-          clients_per_round=config.clients_per_round,
-          sampling=config.sampling, seed=config.seed)
+      chosen = sampler.clients(round_num)
       client_data = [task.preprocessed_client(client_ids[i]) for i in chosen]
       output = process.next(state, client_data)
       state = output.state

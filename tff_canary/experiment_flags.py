@@ -29,13 +29,17 @@ _HELP = {
     "cache_dir": "Where TFF's dataset files are (default ~/.tff).",
     "vocab_path": "StackOverflow word-count file (default "
                   "<cache_dir>/stackoverflow.word_count).",
-    "num_clients": "Synthetic clients (default: enough for --presentations "
-                   "shuffled epochs over the run).",
+    "num_clients": "Synthetic clients (default: clients_per_round x "
+                   "num_rounds // presentations, so that every client takes "
+                   "part --presentations times, default once).",
     "examples_per_client": "Synthetic examples (sentences) per client.",
     "clients_per_round": "Clients per round (expected, with per_round "
-                         "sampling).",
+                         "sampling); at most the number of clients (checked "
+                         "before training).",
     "num_rounds": "Rounds (or give --epochs).",
-    "epochs": "Epochs over the clients (instead of --num_rounds).",
+    "epochs": "Epochs over the clients (instead of --num_rounds): "
+              "num_rounds = epochs x (num_clients // clients_per_round); "
+              "canaries then take part once per epoch too.",
     "sampling": "shuffle (shuffled epochs) or per_round (Poisson sampling).",
     "noise_multiplier": "DP noise multiplier z.",
     "clip": "Fixed clip norm; unset for adaptive clipping.",
@@ -52,7 +56,22 @@ _HELP = {
     "num_inserted": "Inserted canaries (with --assignment=coin: half of the "
                     "candidates, in expectation).",
     "num_held_out": "Held-out canaries (never inserted; see --assignment).",
-    "presentations": "Presentations per inserted canary (shuffle sampling).",
+    "presentations": "How often each inserted canary takes part. Canaries "
+                     "take part as clients do: unset, it is derived from "
+                     "the client sampler (once per epoch of num_clients // "
+                     "clients_per_round rounds with shuffle sampling; the "
+                     "clients' per-round rate with per_round). With "
+                     "synthetic data, --num_rounds and no --num_clients it "
+                     "sets the clients' epochs too (clients_per_round x "
+                     "num_rounds // presentations clients). A value that "
+                     "contradicts the client sampler (e.g. with --epochs, a "
+                     "value other than --epochs) is refused before "
+                     "training unless --allow_participation_mismatch.",
+    "allow_participation_mismatch": "Accept a --presentations that "
+                                    "contradicts the client sampler: each "
+                                    "canary then takes part exactly that "
+                                    "often, whatever the clients do, and the "
+                                    "report says so prominently.",
     "assignment": "coin (each of num_inserted + num_held_out candidates "
                   "inserted by a fair coin; needed for the one-run bound) or "
                   "fixed.",
@@ -95,8 +114,16 @@ def define_flags(task: str, **defaults: Any) -> None:
 
 
 def config_from_flags() -> experiment.ExperimentConfig:
+  """The parsed flags as a config.
+
+  `--epochs` given on the command line without `--num_rounds` replaces the
+  script's default number of rounds (num_rounds is then derived from the
+  epochs), so the paper's `--epochs=15` works as documented.
+  """
   values = {f.name: FLAGS[f.name].value
             for f in dataclasses.fields(experiment.ExperimentConfig)}
+  if FLAGS["epochs"].present and not FLAGS["num_rounds"].present:
+    values["num_rounds"] = None
   return experiment.ExperimentConfig(**values)
 
 

@@ -398,8 +398,15 @@ def compute_cosine_table(
     aggregates: Any = None,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     progress: bool = True,
+    state: Any = None,
 ) -> cosine_table.CosineTable:
   """The cosine table of a run (module docstring).
+
+  Guards: with `state`, the canaries' seed and schedule must be the ones the
+  aggregator trained with (`check_state`). With `aggregates`, an inserted
+  canary that took part in a round whose aggregate was not recorded gets a
+  nonzero `unrecorded` count; the table then refuses its all-iterates
+  statistics, and an `UnrecordedRoundsWarning` says so here.
 
   Args:
     canaries_config: The run's `CanaryConfig`.
@@ -415,18 +422,25 @@ def compute_cosine_table(
       `plan_blocks`): the canary block and the aggregates held in memory. The
       few float64 vectors of length dim (theta_0, theta_T, u) come on top.
     progress: Show a tqdm progress bar over the canaries.
+    state: Optional: the learning process state after training (or the
+      checkpoint it was loaded from), or the `CanaryDPAggregatorState`
+      itself. Its `seed` and `schedule` fields are compared with
+      `canaries_config` (see `check_state`); None skips the check.
 
   Returns:
     The `CosineTable`.
 
   Raises:
     TypeError, ValueError: for bad arguments (mismatched dims, a budget too
-      small for one canary and one aggregate, ...).
+      small for one canary and one aggregate, a `state` whose seed or
+      schedule differs from `canaries_config`'s, ...).
   """
   if not isinstance(canaries_config, canaries_lib.CanaryConfig):
     raise TypeError("canaries_config must be a CanaryConfig, got "
                     f"{canaries_config!r}.")
   config = canaries_config
+  if state is not None:
+    check_state(config, state)
   if config.num_canaries == 0:
     raise ValueError("canaries_config has no canaries (num_inserted = "
                      "num_held_out = 0): there is no table to compute.")
@@ -513,6 +527,19 @@ def compute_cosine_table(
 
   np.clip(final, -1.0, 1.0, out=final)
   np.clip(best, -1.0, 1.0, out=best)
+  unrecorded = np.zeros(m, np.int64)
+  if reader is not None:
+    events = config.participation.events
+    missed = events[~np.isin(events[:, 0], rows)]
+    unrecorded = np.bincount(missed[:, 1], minlength=m).astype(np.int64)
+    if missed.size:
+      warnings.warn(
+          f"{missed.shape[0]} participations of inserted canaries fall in "
+          f"rounds that were not recorded (e.g. canary {missed[0, 1]} in "
+          f"round {missed[0, 0]}; {num_rows} rounds recorded of "
+          f"{config.num_rounds}): the table refuses epsilon_all and the "
+          "all-iterates bounds.", cosine_table.UnrecordedRoundsWarning,
+          stacklevel=2)
   return cosine_table.CosineTable(
       id=ids,
       group=np.where(config.inserted, "inserted", "held_out"),
@@ -527,4 +554,76 @@ def compute_cosine_table(
       assignment=config.assignment,
       schedule=repr(config.schedule),
       generator=canaries_lib.GENERATOR,
+      unrecorded=unrecorded,
   )
+
+
+def _find_canary_state(tree: Any, depth: int = 0) -> Any:
+  """The node of a state structure with `seed` and `schedule` fields."""
+  if hasattr(tree, "_fields") and {"seed", "schedule"} <= set(tree._fields):
+    return tree
+  if depth > 12:
+    return None
+  if isinstance(tree, Mapping):
+    children = list(tree.values())
+  elif hasattr(tree, "_asdict"):
+    children = list(tree._asdict().values())
+  elif isinstance(tree, (list, tuple)):
+    children = list(tree)
+  else:
+    children = []
+  for child in children:
+    found = _find_canary_state(child, depth + 1)
+    if found is not None:
+      return found
+  return None
+
+
+def check_state(canaries_config: canaries_lib.CanaryConfig,
+                state: Any) -> None:
+  """Checks that `canaries_config` is the one the aggregator trained with.
+
+  Args:
+    canaries_config: The `CanaryConfig` the cosines are to be computed for.
+    state: The learning process state (its aggregator part is searched, also
+      under a zeroing wrapper), a checkpoint loaded into one, or the
+      `factory.CanaryDPAggregatorState` itself: any structure holding a named
+      tuple with `seed` and `schedule` fields. Only those fields are read.
+
+  Raises:
+    ValueError: if no canary aggregator state is found, or its seed or its
+      (round, canary id) schedule differs from `canaries_config`'s (the
+      message shows both values).
+  """
+  if not isinstance(canaries_config, canaries_lib.CanaryConfig):
+    raise TypeError("canaries_config must be a CanaryConfig, got "
+                    f"{canaries_config!r}.")
+  node = _find_canary_state(getattr(state, "aggregator", state))
+  if node is None:
+    raise ValueError("state holds no canary aggregator state (a named tuple "
+                     "with seed and schedule fields, factory."
+                     f"CanaryDPAggregatorState); got {type(state).__name__}.")
+  seed = int(np.asarray(node.seed))
+  if seed != canaries_config.seed:
+    raise ValueError(f"canaries_config has seed = {canaries_config.seed} but "
+                     f"the aggregator state has seed = {seed}: these are not "
+                     "the canaries this run trained with.")
+  ours = canaries_config.participation.events
+  theirs = np.asarray(node.schedule).reshape(-1, 2).astype(np.int64)
+  if ours.shape == theirs.shape and np.array_equal(ours, theirs):
+    return
+  common = min(len(ours), len(theirs))
+  unequal = np.flatnonzero(np.any(ours[:common] != theirs[:common], axis=1))
+  differ = int(unequal[0]) if unequal.size else common
+
+  def show(events):
+    if differ < len(events):
+      return f"(round {events[differ][0]}, canary {events[differ][1]})"
+    return "nothing"
+
+  raise ValueError(
+      f"canaries_config's schedule ({len(ours)} (round, canary id) events, "
+      f"{canaries_config.schedule!r}) differs from the aggregator state's "
+      f"({len(theirs)} events): event {differ} is {show(ours)} in "
+      f"canaries_config and {show(theirs)} in the state. These are not the "
+      "canaries this run trained with.")

@@ -17,6 +17,19 @@ The analytical epsilons (METHOD §8), all from the ledger:
     run's client sampling rate (PLD accountant; amplification by sampling).
 The claim audited by default is the run's own: Poisson for per-round sampling,
 else r participations.
+
+The analytical bound: no attack on a canary can exceed the epsilon of the
+rounds it took part in, composed without amplification, if the mechanism is
+what its ledger claims (a canary that took part once sees one Gaussian
+mechanism; by adaptive composition the other rounds add nothing). So every
+estimate or bound above the analytical epsilon of the run's largest
+participation ("one participation" when each canary took part at most once) is
+flagged, with its interval: estimator noise, or the mechanism is not what it
+claims.
+
+Participation: client and canary participation side by side (config.json's
+`participation`, written by the experiment; `client_sampling.describe`), with
+an allowed mismatch shown first and prominently.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import numpy as np
 
 from tff_canary import atomic_files
 from tff_canary import audit
+from tff_canary import client_sampling
 from tff_canary import results
 from tff_canary import run_dir as run_dir_lib
 from tff_canary import table_estimates
@@ -53,6 +67,46 @@ class RunReport:
   loss: Optional[float]
   max_participation: int
   table: CosineTable = dataclasses.field(repr=False, compare=False)
+  participation: Optional[dict[str, Any]] = None
+
+  @property
+  def analytical_bound(self) -> tuple[str, float]:
+    """(name, epsilon): the analytical epsilon no attack on a correct
+    mechanism can exceed, for the run's largest participation."""
+    name = f"{self.max_participation} participations"
+    if self.max_participation <= 1 or name not in self.analytical:
+      name = "one participation"
+    return name, self.analytical[name]
+
+  def above_analytical_bound(self) -> list[dict[str, Any]]:
+    """The estimates and bounds above `analytical_bound`, with intervals."""
+    bound_name, bound = self.analytical_bound
+    out = []
+    for name, kind, result in self.estimates.rows():
+      if not result.epsilon > bound:
+        continue
+      interval = getattr(result, "interval", None)
+      out.append(dict(
+          name=name, kind=kind, epsilon=result.epsilon,
+          interval=None if interval is None else [interval.low,
+                                                  interval.high],
+          analytical=bound_name, analytical_epsilon=bound))
+    return out
+
+  def _flag(self, item: dict[str, Any]) -> str:
+    interval = ("" if item["interval"] is None else
+                f" ({self.confidence:.0%} CI [{item['interval'][0]:.4g}, "
+                f"{item['interval'][1]:.4g}])")
+    return (f"{item['name']} = {item['epsilon']:.4g}{interval} is above the "
+            f"analytical bound (analytical ε for {item['analytical']} = "
+            f"{item['analytical_epsilon']:.4g}): estimator noise, or the "
+            "mechanism is not what it claims")
+
+  def participation_line(self) -> Optional[str]:
+    """Client and canary participation in one line (None if not recorded)."""
+    if self.participation is None:
+      return None
+    return client_sampling.describe(self.participation)
 
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""
@@ -60,6 +114,7 @@ class RunReport:
     for name, value in self.analytical.items():
       out.append((f"analytical: {name}", "analytical", value,
                   "dp-accounting, from the run's DpEvent ledger"))
+    above = {item["name"] for item in self.above_analytical_bound()}
     for name, kind, result in self.estimates.rows():
       if kind == "estimate":
         detail = (f"{self.confidence:.0%} CI [{result.interval.low:.4g}, "
@@ -70,6 +125,8 @@ class RunReport:
         detail = "paper's construction; 95% is nominal only"
       else:
         detail = f"holds with {self.confidence:.0%} confidence"
+      if name in above:
+        detail += "; ABOVE THE ANALYTICAL BOUND (see the flag below)"
       out.append((name, kind, result.epsilon, detail))
     return out
 
@@ -81,6 +138,13 @@ class RunReport:
       value = results.format_number(value)
       lines.append(f"{name:46s} {kind:14s} {value:>10s}  {detail}")
     lines.append(f"audit ({self.claim}): {self.verdict}")
+    lines += [f"flag: {self._flag(item)}"
+              for item in self.above_analytical_bound()]
+    participation = self.participation_line()
+    if participation is not None and self.participation.get("mismatch"):
+      lines.insert(0, participation)
+    elif participation is not None:
+      lines.append(f"participation: {participation}")
     if self.accuracy is not None:
       lines.append(f"final model accuracy: {self.accuracy:.4f}")
     return "\n".join(lines)
@@ -92,6 +156,13 @@ class RunReport:
         claim=self.claim, verdict=self.verdict.as_dict(),
         accuracy=self.accuracy, loss=self.loss,
         max_participation=self.max_participation,
+        analytical_bound=dict(zip(("name", "epsilon"),
+                                  self.analytical_bound)),
+        above_analytical_bound=self.above_analytical_bound(),
+        participation=self.participation,
+        participation_line=self.participation_line(),
+        participation_mismatch=bool(self.participation
+                                    and self.participation.get("mismatch")),
         estimates=self.estimates.as_dict(),
         config={k: self.config[k] for k in sorted(self.config)})
 
@@ -104,12 +175,20 @@ class RunReport:
         f"{c['num_rounds']} rounds, {c['num_clients']} clients, "
         f"{self.estimates.num_inserted} inserted and "
         f"{self.estimates.num_held_out} held-out canaries (d = {c['dim']}, "
-        f"canary seed {c['canary_seed']}); δ = {self.delta:g}.", "",
-        "| epsilon | kind | value | detail |", "|---|---|---:|---|"]
+        f"canary seed {c['canary_seed']}); δ = {self.delta:g}.", ""]
+    line = self.participation_line()
+    if line is not None and self.participation.get("mismatch"):
+      lines += [f"**{line}**", ""]
+    elif line is not None:
+      lines += [f"Participation: {line}.", ""]
+    lines += ["| epsilon | kind | value | detail |", "|---|---|---:|---|"]
     for name, kind, value, detail in self.rows():
       lines.append(f"| {name} | {kind} | {results.format_number(value)} | {detail} |")
     lines += [
-        "", f"**Audit** of the {self.claim}: {self.verdict}.", "",
+        "", f"**Audit** of the {self.claim}: {self.verdict}.", ""]
+    for item in self.above_analytical_bound():
+      lines += [f"**Flag**: {self._flag(item)}.", ""]
+    lines += [
         "Point estimates (ε-final, ε-all) are estimates of what the canary "
         "attack achieves, not bounds. Only the bounds that hold with their "
         "confidence decide the audit; ε_lo saturates with the number of "
@@ -140,6 +219,12 @@ def _analytical(config, ledger, events, delta):
           rounds.tolist(), delta)
   if config["sampling"] == "per_round":
     rate = float(config["clients_per_round"]) / float(config["num_clients"])
+    if not 0.0 < rate <= 1.0:
+      raise run_dir_lib.RunDirError(
+          f"config.json has clients_per_round = {config['clients_per_round']} "
+          f"and num_clients = {config['num_clients']}: the Poisson sampling "
+          f"rate clients_per_round / num_clients = {rate:.4g} is not in "
+          "(0, 1].")
     out["Poisson sampling (PLD)"] = ledger.epsilon_poisson(rate, delta)
   return out, max_participation
 
@@ -192,7 +277,8 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                    confidence=confidence, estimates=estimates,
                    analytical=analytical, claimed_epsilon=claimed_epsilon,
                    claim=claim, verdict=verdict, accuracy=accuracy, loss=loss,
-                   max_participation=max_participation, table=table)
+                   max_participation=max_participation, table=table,
+                   participation=config.get("participation"))
 
 
 def write_report(report: RunReport, plots: bool = True) -> list[str]:

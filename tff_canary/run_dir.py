@@ -2,11 +2,13 @@
 
 A run directory written by the experiment scripts holds:
 
-  config.json          every flag of the run, the canary seed, dim, versions
+  config.json          every flag of the run, the canary seed, dim, versions,
+                       client and canary participation (`participation`)
   metrics.csv          one row per round (training metrics, clip, canaries
                        inserted, and evaluation metrics on evaluation rounds)
   ledger.json          the run's DpEvents, one per round (`analytical.Ledger`)
   participation.npz    the (round, canary id) events of the inserted canaries
+                       and each client's participation count (client_counts)
   cosines.csv/.npz     the cosine table (`cosine_table.CosineTable`)
   report.json/.md      every estimate (`tff_canary report RUN_DIR` rewrites)
   plots/*.png          the report's figures

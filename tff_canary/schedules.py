@@ -10,7 +10,11 @@ paper's settings (Andrew et al., ICLR 2024, arXiv 2302.03098, Section 4):
     each canary in a 500-round run. With `E = num_rounds // rounds_per_epoch`
     whole epochs, the `num_rounds - E * rounds_per_epoch` rounds left at the end
     (the remainder) form no epoch: no canary takes part in them, exactly like a
-    last, incomplete pass over the data that a real pipeline drops.
+    last, incomplete pass over the data that a real pipeline drops. With
+    `partial_last_epoch=True` they form the start of one more epoch instead, as
+    in a client sampler that keeps drawing from its next shuffle: each canary
+    draws its round of that epoch like any other and takes part only if the
+    round falls inside the run (probability remainder / rounds_per_epoch).
   * `FixedPresentations(num_rounds, presentations)`: each canary takes part
     exactly r = `presentations` times, at r distinct rounds drawn uniformly
     without replacement from the run.
@@ -174,40 +178,63 @@ class ShuffledEpochs(Schedule):
   """Each canary once per epoch, at a uniformly random round of the epoch.
 
   Epochs are the `num_rounds // rounds_per_epoch` consecutive blocks of
-  `rounds_per_epoch` rounds from round 0; the remaining rounds at the end belong
-  to no epoch and have no canaries.
+  `rounds_per_epoch` rounds from round 0. The remaining rounds at the end
+  belong to no epoch and have no canaries, unless `partial_last_epoch`: then
+  they are the first rounds of one more epoch, whose round each canary draws
+  uniformly from all `rounds_per_epoch` of it, taking part only if that round
+  is inside the run.
 
   Attributes:
     num_rounds: Length of the run in rounds, >= 1.
-    rounds_per_epoch: Rounds per epoch, in [1, num_rounds] (an epoch longer
-      than the run is an error).
+    rounds_per_epoch: Rounds per epoch, >= 1; at most num_rounds unless
+      `partial_last_epoch` (without it an epoch longer than the run is an
+      error: no canary would take part).
+    partial_last_epoch: Whether the remainder rounds form a partial epoch.
   """
 
   num_rounds: int
   rounds_per_epoch: int
+  partial_last_epoch: bool = False
 
   def __post_init__(self):
     num_rounds = validation.as_int(self.num_rounds, "num_rounds", minimum=1)
     per_epoch = validation.as_int(self.rounds_per_epoch, "rounds_per_epoch",
                                   minimum=1)
-    if per_epoch > num_rounds:
+    if not isinstance(self.partial_last_epoch, (bool, np.bool_)):
+      raise TypeError(f"partial_last_epoch must be a bool, got "
+                      f"{self.partial_last_epoch!r}.")
+    if per_epoch > num_rounds and not self.partial_last_epoch:
       raise ValueError(f"rounds_per_epoch = {per_epoch} is longer than the run "
                        f"(num_rounds = {num_rounds}).")
     object.__setattr__(self, "num_rounds", num_rounds)
     object.__setattr__(self, "rounds_per_epoch", per_epoch)
+    object.__setattr__(self, "partial_last_epoch",
+                       bool(self.partial_last_epoch))
 
   @property
   def num_epochs(self) -> int:
+    """Whole epochs in the run."""
     return self.num_rounds // self.rounds_per_epoch
 
+  @property
+  def remainder(self) -> int:
+    """Rounds after the last whole epoch."""
+    return self.num_rounds - self.num_epochs * self.rounds_per_epoch
+
   def expected_participation(self) -> float:
+    if self.partial_last_epoch:
+      return self.num_rounds / self.rounds_per_epoch
     return float(self.num_epochs)
 
   def _draw(self, rng, num_canaries):
+    epochs = self.num_epochs + int(self.partial_last_epoch
+                                   and self.remainder > 0)
     offsets = rng.integers(0, self.rounds_per_epoch,
-                           size=(num_canaries, self.num_epochs))
-    starts = np.arange(self.num_epochs) * self.rounds_per_epoch
-    return list(offsets + starts)
+                           size=(num_canaries, epochs))
+    rounds = offsets + np.arange(epochs) * self.rounds_per_epoch
+    if epochs == self.num_epochs:
+      return list(rounds)
+    return [row[row < self.num_rounds] for row in rounds]
 
 
 @dataclasses.dataclass(frozen=True)

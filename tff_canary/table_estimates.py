@@ -14,6 +14,11 @@ cosine hooks, or a table loaded from a run directory) to the estimators:
     were assigned by fair coins (`assignment="coin"`), which its guarantee
     requires.
 
+The all-iterates estimates are refused (None, with the reason in `warnings`
+and an `UnrecordedRoundsWarning`) when an inserted canary took part in a round
+whose aggregate was not recorded (`CosineTable.all_iterates_refusal`): its max
+would miss its own rounds and make it look held out.
+
 NumPy only: no TensorFlow.
 """
 
@@ -24,11 +29,14 @@ import warnings
 from typing import Any, Optional
 
 
+import numpy as np
+
 from tff_canary import estimates
 from tff_canary import lower_bounds
 from tff_canary import results
 from tff_canary import validation
 from tff_canary.cosine_table import CosineTable
+from tff_canary.cosine_table import UnrecordedRoundsWarning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +158,11 @@ def estimate_table(table: CosineTable, *, delta: float,
         one_run_all = lower_bounds.one_run_bound(table.max_cosine, mask, **kw)
 
   notes = []
+  if (table.rounds_recorded and not np.isnan(table.max_cosine).any()
+      and not have_all):  # recorded, but refused: unrecorded participations
+    notes.append(table.all_iterates_refusal)
+    warnings.warn(table.all_iterates_refusal, UnrecordedRoundsWarning,
+                  stacklevel=2)
   ours = (results.SignConventionWarning, results.VarianceMismatchWarning)
   for w in caught:
     text = str(w.message)
