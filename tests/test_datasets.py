@@ -343,3 +343,24 @@ def test_stackoverflow_missing_vocabulary_is_named(tmp_path):
 def test_synthetic_bad_arguments(kwargs, error, match):
   with pytest.raises(error, match=match):
     datasets.synthetic_emnist(**kwargs)
+
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: synthetic.HandwritingModel(label_noise=1.5), ValueError,
+     "label_noise"),
+    (lambda: synthetic.HandwritingModel(label_alpha=0), ValueError,
+     "label_alpha"),
+    (lambda: synthetic.HandwritingModel(width_px=(2.0, 1.0)), ValueError,
+     "width_px"),
+    (lambda: synthetic.HandwritingModel(jitter=-0.1), ValueError, "jitter"),
+    (lambda: synthetic.SentenceModel(successor_weights=(0.5, 0.4)),
+     ValueError, "successor_weights"),
+    (lambda: synthetic.SentenceModel(replace=2.0), ValueError, "replace"),
+    (lambda: datasets.synthetic_emnist(model=synthetic.SentenceModel()),
+     TypeError, "HandwritingModel"),
+    (lambda: datasets.synthetic_stackoverflow(
+        model=synthetic.HandwritingModel()), TypeError, "SentenceModel"),
+])
+def test_generative_model_bad_arguments(make, error, match):
+  with pytest.raises(error, match=match):
+    make()
