@@ -8,11 +8,12 @@ preprocessing and models apply to both:
     number of clients, each generated on demand in TensorFlow from
     (seed, client index) with stateless random ops, so a population of 10^6
     clients costs nothing until a client is used and the same seed gives the
-    same data everywhere. EMNIST-like clients hold 28x28 images of 62 classes
-    (class templates plus a client "handwriting" offset plus pixel noise, so a
-    CNN can learn them); StackOverflow-like clients hold sentences over a
-    10,000-word vocabulary from a sparse Markov chain (so next-word prediction
-    can be learned).
+    same data everywhere. EMNIST-like clients hold 28x28 glyphs of 62 classes
+    drawn in per-writer styles, with label skew and label noise;
+    StackOverflow-like clients hold sentences over a 10,000-word vocabulary
+    from a sparse Markov chain with per-user preferences and topics. The
+    generative models are `tff_canary.synthetic.HandwritingModel` and
+    `SentenceModel`.
   * TFF (`--data=tff`): `load_emnist` and `load_stackoverflow` read TFF's cached
     SQLite files through TFF's own loaders
     (`tff.simulation.datasets.emnist.load_data`, `stackoverflow.load_data`).
@@ -37,19 +38,17 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_canary import synthetic
 from tff_canary import validation
 from tff_canary import worker_guard
 
 worker_guard.install()
 
-EMNIST_CLASSES = 62
+EMNIST_CLASSES = synthetic.EMNIST_CLASSES
 EMNIST_FILE = "emnist_all.sqlite"
 STACKOVERFLOW_FILE = "stackoverflow.sqlite"
 STACKOVERFLOW_VOCAB_FILE = "stackoverflow.word_count"
 SYNTHETIC_VOCAB_SIZE = 10_000
-
-# Tags of the stateless seeds, so that different parts never share a stream.
-_TAG_TEMPLATES, _TAG_CLIENT, _TAG_CHAIN = 101, 102, 103
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,13 +65,6 @@ def _client_index(client_id: tf.Tensor) -> tf.Tensor:
   return tf.strings.to_number(client_id, out_type=tf.int64)
 
 
-def _seed(seed: int, tag: int, index) -> tf.Tensor:
-  """A stateless seed [seed, tag * 2^32 + index] as int64[2]."""
-  return tf.stack([tf.constant(seed, tf.int64),
-                   tf.constant(tag, tf.int64) * (2 ** 32)
-                   + tf.cast(index, tf.int64)])
-
-
 def _check_counts(num_clients, examples, name):
   num_clients = validation.as_int(num_clients, "num_clients", minimum=1)
   examples = validation.as_int(examples, name, minimum=1)
@@ -81,46 +73,36 @@ def _check_counts(num_clients, examples, name):
 
 def synthetic_emnist(num_clients: int = 100_000,
                      examples_per_client: int = 50, seed: int = 0,
-                     num_test_clients: int = 50) -> FederatedData:
+                     num_test_clients: int = 50,
+                     model: Optional[synthetic.HandwritingModel] = None
+                     ) -> FederatedData:
   """EMNIST-shaped synthetic federated data (pixels [28, 28] float32, label int32).
 
-  Each class c has a fixed template image T_c (smooth random strokes); client
-  i has a "handwriting" offset H_i; an example of class c at client i is
-  clip(0.6 T_c + 0.25 H_i + 0.15 noise, 0, 1), with labels drawn uniformly.
-  Deterministic from `seed`.
+  Handwritten-like glyphs of 62 classes in confusable groups, with per-writer
+  style and label skew and a fraction of noisy labels: `HandwritingModel`
+  (the default one unless `model` is given) describes the generative model.
+  Deterministic from `seed`; lazy (a client is generated when its dataset is
+  built). Test clients are further writers, unseen in training.
 
   Args:
     num_clients: training clients (ids "0" .. str(num_clients - 1)).
     examples_per_client: examples per client.
     seed: data seed (independent of the canary seed).
     num_test_clients: test clients (ids continue after the training ones).
+    model: the generative model's parameters.
   """
   num_clients, examples = _check_counts(num_clients, examples_per_client,
                                         "examples_per_client")
   num_test_clients = validation.as_int(num_test_clients, "num_test_clients",
                                        minimum=1)
   seed = validation.as_int(seed, "seed", minimum=0)
-
-  def templates():
-    coarse = tf.random.stateless_uniform(
-        [EMNIST_CLASSES, 7, 7, 1], seed=_seed(seed, _TAG_TEMPLATES, 0))
-    return tf.image.resize(coarse, [28, 28])[..., 0]  # smooth strokes
+  model = synthetic.HandwritingModel() if model is None else model
+  generate = synthetic.emnist_generator(seed, examples, model)
 
   def dataset_fn(client_id):
-    index = _client_index(client_id)
-    t = templates()
-    h = tf.image.resize(tf.random.stateless_uniform(
-        [1, 14, 14, 1], seed=_seed(seed, _TAG_CLIENT, 2 * index)),
-                        [28, 28])[0, ..., 0]
-    labels = tf.random.stateless_uniform(
-        [examples], seed=_seed(seed, _TAG_CLIENT, 2 * index + 1),
-        maxval=EMNIST_CLASSES, dtype=tf.int32)
-    noise = tf.random.stateless_uniform(
-        [examples, 28, 28], seed=_seed(seed, _TAG_CHAIN, index))
-    pixels = tf.clip_by_value(
-        0.6 * tf.gather(t, labels) + 0.25 * h + 0.15 * noise, 0.0, 1.0)
+    client = generate(_client_index(client_id))
     return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        label=labels, pixels=pixels))
+        label=client["label"], pixels=client["pixels"]))
 
   train_ids = [str(i) for i in range(num_clients)]
   test_ids = [str(num_clients + i) for i in range(num_test_clients)]
@@ -138,16 +120,16 @@ def synthetic_stackoverflow(num_clients: int = 100_000,
                             sentences_per_client: int = 20,
                             sentence_length: int = 12, seed: int = 0,
                             num_test_clients: int = 20,
-                            vocab_size: int = SYNTHETIC_VOCAB_SIZE
+                            vocab_size: int = SYNTHETIC_VOCAB_SIZE,
+                            model: Optional[synthetic.SentenceModel] = None
                             ) -> FederatedData:
   """StackOverflow-shaped synthetic federated data over a `vocab_size` vocabulary.
 
   Elements have TFF's StackOverflow keys (creation_date, score, tags, title,
   tokens, type); `tokens` is a sentence of `sentence_length` space-separated
-  words. Words follow a sparse Markov chain: after word w comes one of 4
-  successors (w * 7 + k * 13 + 1) mod V_c, k = 0..3, mostly within the
-  V_c = 2000 most frequent words, so a language model can learn it; 10% of
-  words are replaced by a uniform draw from the whole vocabulary.
+  words from a Markov chain with per-client preferences and topics
+  (`SentenceModel`, the default one unless `model` is given). Deterministic
+  from `seed`; lazy (a client is generated when its dataset is built).
   """
   num_clients, sentences = _check_counts(num_clients, sentences_per_client,
                                          "sentences_per_client")
@@ -156,34 +138,19 @@ def synthetic_stackoverflow(num_clients: int = 100_000,
                                        minimum=1)
   vocab_size = validation.as_int(vocab_size, "vocab_size", minimum=10)
   seed = validation.as_int(seed, "seed", minimum=0)
+  model = synthetic.SentenceModel() if model is None else model
   vocab = synthetic_vocab(vocab_size)
-  core = min(2000, vocab_size)
+  draw = synthetic.stackoverflow_generator(seed, sentences, length, vocab_size,
+                                           model)
+
+  @tf.function(input_signature=[tf.TensorSpec([], tf.int64)])
+  def generate(index):
+    return tf.strings.reduce_join(tf.gather(tf.constant(vocab),
+                                            draw(index)["words"]),
+                                  axis=1, separator=" ")
 
   def dataset_fn(client_id):
-    index = _client_index(client_id)
-    table = tf.constant(vocab)
-    first = tf.random.stateless_uniform(
-        [sentences], seed=_seed(seed, _TAG_CLIENT, 2 * index), maxval=core,
-        dtype=tf.int64)
-    choices = tf.random.stateless_uniform(
-        [length - 1, sentences], seed=_seed(seed, _TAG_CHAIN, 2 * index),
-        maxval=4, dtype=tf.int64)
-    uniform = tf.random.stateless_uniform(
-        [length - 1, sentences], seed=_seed(seed, _TAG_CHAIN, 2 * index + 1),
-        maxval=vocab_size, dtype=tf.int64)
-    replace = tf.random.stateless_uniform(
-        [length - 1, sentences], seed=_seed(seed, _TAG_CLIENT, 2 * index + 1)
-    ) < 0.1
-
-    def step(word, inputs):
-      choice, other, swap = inputs
-      nxt = tf.math.floormod(word * 7 + choice * 13 + 1, core)
-      return tf.where(swap, other, nxt)
-
-    rest = tf.scan(step, (choices, uniform, replace), initializer=first)
-    words = tf.transpose(tf.concat([first[None], rest], axis=0))
-    tokens = tf.strings.reduce_join(tf.gather(table, words), axis=1,
-                                    separator=" ")
+    tokens = generate(_client_index(client_id))
     n = tf.shape(tokens)[0]
     return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
         creation_date=tf.fill([n], "2010-01-01 00:00:00.000000 UTC"),
