@@ -23,7 +23,12 @@ three calls, and the same three again in a fresh process, so a resumed run
 would replay masks from round 0.) The EMNIST model is therefore TFF's
 `cnn_dropout`, layer for layer and parameter for parameter, with
 `DeterministicDropout`, which keeps the rates (0.25, 0.5) and draws each
-mask statelessly from the layer's own inputs.
+mask statelessly from the layer's own inputs. TFF's data pipelines also leave
+two orders to chance, both fixed here: its EMNIST preprocessing yields each
+client's batches in whichever order a parallel map finishes them (so a
+client's local steps could swap; see `_PIPELINE_SEED`), and its
+`get_centralized_test_data()` joins the test clients in an unseeded random
+order (so `Task.test_dataset` joins them in a fixed one).
 """
 
 from __future__ import annotations
