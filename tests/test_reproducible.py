@@ -69,6 +69,24 @@ def test_test_dataset_is_the_same_in_every_call(emnist):
   np.testing.assert_array_equal(labels(100), first[:100])
 
 
+def test_metrics_rows_read_back_keep_their_text(tmp_path):
+  # A resumed run reads metrics.csv back and rewrites it. Integer columns
+  # used to come back as floats ("2" became "2.0"), so a killed-then-resumed
+  # run's metrics.csv differed in text from an uninterrupted run's.
+  from tff_canary import experiment, run_dir  # pylint: disable=g-import-not-at-top
+  rows = [dict(round=0, loss=4.131603240966797, accuracy=0.015625,
+               clip=0.10000000149011612, canaries_inserted=2, clients=50,
+               seconds=22.472),
+          dict(round=1, loss=float("nan"), accuracy=1.0, clip=0.11,
+               canaries_inserted=0, clients=50, seconds=9.7,
+               eval_loss=4.033780097961426, eval_accuracy=0.06562499701976776)]
+  path = tmp_path / run_dir.METRICS
+  experiment._write_metrics(str(path), rows)  # pylint: disable=protected-access
+  text = path.read_text()
+  experiment._write_metrics(str(path), run_dir.RunDir(tmp_path).load_metrics())  # pylint: disable=protected-access
+  assert path.read_text() == text
+
+
 # --------------------------------------------------------------- end to end
 
 
@@ -106,6 +124,7 @@ def _report_numbers(out):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # two runs side by side; a busy machine is slower
 def test_two_runs_of_the_same_command_are_bitwise_identical(tmp_path):
   outs = [str(tmp_path / "a"), str(tmp_path / "b")]
   _run_side_by_side(outs)
