@@ -25,11 +25,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "experiments", "emnist.py")
 # The command of the new-user trial that found the bug (32 examples per
 # client, batch 16: two local batches, so their order matters; evaluation
-# after the last round). Without the fix in tff_canary.tasks, two runs of it
-# differed from round 1 to 3 on in every one of 2 pairs tried; checked by
-# reverting the fix once (both causes: the round losses and the final
-# eval_loss). A run takes about 70 s on 2 idle cores; the two run side by
-# side.
+# after the last round). Checked by reverting the fix in tff_canary.tasks
+# once: this test then failed at round 0 (and two runs of the command by hand
+# differed from round 3 on, the trial's from round 1). The two runs go side
+# by side: about 70 s on 2 idle cores, 4 min on a busy one.
 FLAGS = ["--num_rounds=16", "--clients_per_round=10", "--num_inserted=4",
          "--num_held_out=4", "--checkpoint_every=2"]
 
