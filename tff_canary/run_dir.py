@@ -146,7 +146,11 @@ class RunDir:
 
   # Metrics -----------------------------------------------------------------
   def load_metrics(self) -> list[dict[str, Any]]:
-    """metrics.csv as a list of rows (numbers parsed; empty cells None)."""
+    """metrics.csv as a list of rows (numbers parsed; empty cells None).
+
+    Integer cells ("round", "clients", ...) parse as int, the others as float,
+    so that rows written back with `str` keep their exact text.
+    """
     path = self._require(METRICS)
     rows = []
     with open(path, newline="", encoding="utf-8") as f:
@@ -156,10 +160,12 @@ class RunDir:
           if value in ("", None):
             parsed[key] = None
             continue
-          try:
-            number = float(value)
-            parsed[key] = int(number) if key == "round" else number
+          try:  # integers stay integers, so rows written back (on
+            parsed[key] = int(value)  # resume) keep their text
           except ValueError:
-            parsed[key] = value
+            try:
+              parsed[key] = float(value)
+            except ValueError:
+              parsed[key] = value
         rows.append(parsed)
     return rows

@@ -23,7 +23,12 @@ three calls, and the same three again in a fresh process, so a resumed run
 would replay masks from round 0.) The EMNIST model is therefore TFF's
 `cnn_dropout`, layer for layer and parameter for parameter, with
 `DeterministicDropout`, which keeps the rates (0.25, 0.5) and draws each
-mask statelessly from the layer's own inputs.
+mask statelessly from the layer's own inputs. TFF's data pipelines also leave
+two orders to chance, both fixed here: its EMNIST preprocessing yields each
+client's batches in whichever order a parallel map finishes them (so a
+client's local steps could swap; see `_PIPELINE_SEED`), and its
+`get_centralized_test_data()` joins the test clients in an unseeded random
+order (so `Task.test_dataset` joins them in a fixed one).
 """
 
 from __future__ import annotations
@@ -125,8 +130,19 @@ class Task:
         data.train_data.create_tf_dataset_for_client(client_id))
 
   def test_dataset(self, max_examples: int | None = None) -> tf.data.Dataset:
-    """The centralized, preprocessed test set (optionally truncated)."""
-    data = self.baseline.datasets.get_centralized_test_data()
+    """The centralized, preprocessed test set (optionally truncated).
+
+    The same examples in the same order in every process: the test clients
+    are joined in a fixed order (TFF's `get_centralized_test_data()` joins
+    them in an unseeded random order, which changes the batches, the
+    evaluation loss and, with `max_examples`, which examples are kept).
+    """
+    datasets_ = self.baseline.datasets
+    data = datasets_.test_data
+    if isinstance(data, tff.simulation.datasets.ClientData):
+      data = data.create_tf_dataset_from_all_clients(seed=_TEST_ORDER_SEED)
+    if datasets_.eval_preprocess_fn is not None:
+      data = datasets_.eval_preprocess_fn(data)
     if max_examples is not None:
       data = data.unbatch().take(max_examples).batch(64)
     return data
@@ -141,6 +157,19 @@ def _client_spec(batch_size, client_epochs, max_elements):
       shuffle_buffer_size=1)  # deterministic order: reproducible runs
 
 
+# TFF's EMNIST preprocessing batches each client's examples and then maps the
+# batches with `num_parallel_calls=AUTOTUNE, deterministic=debug_seed is not
+# None`: without a `debug_seed` the batches come out in whichever order the
+# parallel map finishes them, so a client's local SGD steps (and hence the
+# round's update and every number after it) change from run to run. Any
+# `debug_seed` makes that map deterministic; its other effects do not reach
+# the experiments (it seeds the shuffle buffer, which `_client_spec` sets to 1,
+# and the baseline's own Keras model, which `Task.model_fn` replaces).
+_PIPELINE_SEED = 0
+# The order in which `Task.test_dataset` joins the test clients.
+_TEST_ORDER_SEED = 0
+
+
 def emnist_task(data: datasets.FederatedData, batch_size: int = 16,
                 client_epochs: int = 1,
                 max_elements: int | None = None) -> Task:
@@ -151,7 +180,7 @@ def emnist_task(data: datasets.FederatedData, batch_size: int = 16,
                                                  max_elements),
                   eval_client_spec=None, model_id="cnn_dropout",
                   only_digits=False, train_data=data.train,
-                  test_data=data.test))
+                  test_data=data.test, debug_seed=_PIPELINE_SEED))
 
   def keras_model_fn():
     model = emnist_cnn()
