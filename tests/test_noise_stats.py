@@ -11,6 +11,7 @@ import collections
 import dataclasses
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -258,3 +259,53 @@ def test_duplicate_tensor_names_are_refused():
   with pytest.raises(ValueError, match="distinct"):
     noise_stats.check_noise([[np.ones(3), np.ones(2)]], 1.0,
                             tensor_names=["a", "a"])
+
+
+def test_the_report_shows_the_verdict(tmp_path):
+  # The experiment writes noise_check.json before training; the TF-free
+  # report carries it (report.json key, one line in report.md and the table).
+  from fake_runs import make_run  # pylint: disable=g-import-not-at-top
+  from tff_canary import atomic_files, report, run_dir  # pylint: disable=g-import-not-at-top
+  path = make_run(tmp_path / "run")
+  assert report.build_report(path).noise_check is None
+  noise = clean(14)
+  for r in noise:
+    r[3] = r[0][:5].copy()
+  result = check(noise)
+  atomic_files.write_json(os.path.join(path, run_dir.NOISE_CHECK),
+                          result.as_dict())
+  r = report.build_report(path)
+  line = f"noise check: {result}"
+  assert r.noise_check["passed"] is False and r.noise_check_line() == line
+  assert line in r.table_text().splitlines()
+  assert f"**{line}**" in r.to_markdown().splitlines()
+  report.write_report(r, plots=False)
+  data = json.load(open(os.path.join(path, run_dir.REPORT_JSON)))
+  assert data["noise_check"]["summary"] == str(result)
+  with open(os.path.join(path, run_dir.NOISE_CHECK), "w") as f:
+    f.write("{broken")
+  with pytest.raises(run_dir.RunDirError, match="noise_check.json is not "
+                     "valid JSON"):
+    report.build_report(path)
+
+
+def test_std_resolution_is_the_error_detected_half_the_time():
+  # The summary's "resolves the std to ±r": a std off by a factor 1 + r is
+  # caught by variance[all] with probability about 1/2 (by construction of
+  # r from the Bonferroni critical value c, about 4 sd of the statistic),
+  # 1 + 2r almost always (mean c beyond the threshold), 1 + r/4 rarely (3c/4
+  # short of it). Forty seeds each: the 1/2 case has sd 0.08, so [0.25,
+  # 0.75] is 3 sd either side; an r off by 2x in either direction fails.
+  shapes = ((200, 50), (50,))
+  resolution = noise_stats.check_noise(clean(0, shapes), STD).std_resolution
+  rates = {}
+  for multiple in (0.25, 1.0, 2.0):
+    hits = 0
+    for seed in range(40):
+      noise = [[x * np.float32(1 + multiple * resolution) for x in r]
+               for r in clean(100 + seed, shapes)]
+      hits += noise_stats.check_noise(noise, STD).test(
+          "variance[all]").rejected
+    rates[multiple] = hits / 40
+  assert rates[0.25] <= 0.05 and rates[2.0] >= 0.95, rates
+  assert 0.25 <= rates[1.0] <= 0.75, rates

@@ -175,7 +175,8 @@ def check_aggregation_noise(
       one per round; overrides the derivation from the state.
     level: family-wise level of `noise_stats.check_noise`.
     seed: its subsample seed.
-    tensor_names: names of the flattened tensors (default tensor0, ...).
+    tensor_names: names of the value's tensors in `tf.nest.flatten` order
+      (default tensor0, ...).
 
   Returns:
     A `noise_stats.NoiseCheck`; its `claim` says how s_t was obtained.

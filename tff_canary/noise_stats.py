@@ -30,8 +30,8 @@ p-value):
              from the round's single-value collisions, plus one for a floor),
              two independent pairs collide with probability at most
              q = max_t q_t squared (Cauchy-Schwarz across rounds), so by chance
-             D is about Poisson(lambda), lambda = C(M, 2) q^2 for M pairs
-             (about 0.01 at d = 1.2M, 4 rounds); p = P[Poisson(lambda) >= D].
+             D is about Poisson(lambda), lambda = C(M, 2) q^2 for M pairs,
+             p = P[Poisson(lambda) >= D].
              A reused slice of L >= 2 values adds L - 1 repeats.
   rounds     tensor k in rounds s and t: cosine of z_{s,k} and z_{t,k}
              (exact null in dimension n_k), and of whole rounds (dimension d):
@@ -50,8 +50,8 @@ most level / number of tests), so the probability of a false alarm on correct
 noise is at most `level` when the p-values are valid; Holm only names more of
 the failing tests. The default level 0.001 leaves a factor of ten below the
 1% false-alarm budget for the two approximate p-values (lag1, reuse), while
-the defects the check targets give p-values below 1e-20, far under any
-threshold (bench/noise_check.py measures both).
+the defects the check targets give p-values of essentially zero, far under
+any threshold (bench/noise_check.py measures both rates).
 
 Zero claimed noise (noise multiplier 0) is a degenerate end: there is no
 distribution to test, and such a round passes only if its output is exactly

@@ -22,6 +22,7 @@ else r participations.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any, Optional
 
@@ -53,6 +54,14 @@ class RunReport:
   loss: Optional[float]
   max_participation: int
   table: CosineTable = dataclasses.field(repr=False, compare=False)
+  # noise_check.json (`noise_stats.NoiseCheck.as_dict`), None if not run.
+  noise_check: Optional[dict[str, Any]] = None
+
+  def noise_check_line(self) -> Optional[str]:
+    """One line with the noise self-test's verdict (None if not run)."""
+    if self.noise_check is None:
+      return None
+    return f"noise check: {self.noise_check.get('summary', '?')}"
 
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""
@@ -81,6 +90,8 @@ class RunReport:
       value = results.format_number(value)
       lines.append(f"{name:46s} {kind:14s} {value:>10s}  {detail}")
     lines.append(f"audit ({self.claim}): {self.verdict}")
+    if self.noise_check is not None:
+      lines.append(self.noise_check_line())
     if self.accuracy is not None:
       lines.append(f"final model accuracy: {self.accuracy:.4f}")
     return "\n".join(lines)
@@ -92,6 +103,7 @@ class RunReport:
         claim=self.claim, verdict=self.verdict.as_dict(),
         accuracy=self.accuracy, loss=self.loss,
         max_participation=self.max_participation,
+        noise_check=self.noise_check,
         estimates=self.estimates.as_dict(),
         config={k: self.config[k] for k in sorted(self.config)})
 
@@ -110,6 +122,8 @@ class RunReport:
       lines.append(f"| {name} | {kind} | {results.format_number(value)} | {detail} |")
     lines += [
         "", f"**Audit** of the {self.claim}: {self.verdict}.", "",
+        *([f"**{self.noise_check_line()}**", ""]
+          if self.noise_check is not None else []),
         "Point estimates (ε-final, ε-all) are estimates of what the canary "
         "attack achieves, not bounds. Only the bounds that hold with their "
         "confidence decide the audit; ε_lo saturates with the number of "
@@ -188,11 +202,28 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
     if evaluated:
       accuracy = evaluated[-1]["eval_accuracy"]
       loss = evaluated[-1]["eval_loss"]
+  noise_check = None
+  if rd.exists(run_dir_lib.NOISE_CHECK):
+    noise_check = _load_noise_check(rd.file(run_dir_lib.NOISE_CHECK))
   return RunReport(run_dir=rd.path, config=config, delta=delta,
                    confidence=confidence, estimates=estimates,
                    analytical=analytical, claimed_epsilon=claimed_epsilon,
                    claim=claim, verdict=verdict, accuracy=accuracy, loss=loss,
-                   max_participation=max_participation, table=table)
+                   max_participation=max_participation, table=table,
+                   noise_check=noise_check)
+
+
+def _load_noise_check(path: str) -> dict[str, Any]:
+  """noise_check.json as written by the experiment; RunDirError if corrupt."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise run_dir_lib.RunDirError(f"{path} is not valid JSON: {e}") from None
+  if not isinstance(data, dict) or not isinstance(data.get("passed"), bool):
+    raise run_dir_lib.RunDirError(f"{path} is not a noise check result (no "
+                                  "boolean 'passed').")
+  return data
 
 
 def write_report(report: RunReport, plots: bool = True) -> list[str]:
