@@ -309,3 +309,17 @@ def test_std_resolution_is_the_error_detected_half_the_time():
     rates[multiple] = hits / 40
   assert rates[0.25] <= 0.05 and rates[2.0] >= 0.95, rates
   assert 0.25 <= rates[1.0] <= 0.75, rates
+
+
+def test_noise_stats_does_not_import_tensorflow():
+  # The statistics layer is NumPy/SciPy only (the report reads its results
+  # without TensorFlow); fails if any import pulls TF in.
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  code = ("import sys, tff_canary.noise_stats\n"
+          "bad = [m for m in ('tensorflow', 'tensorflow_federated') "
+          "if m in sys.modules]\n"
+          "sys.exit(bool(bad))\n")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
