@@ -198,6 +198,8 @@ def test_zero_noise_is_degenerate():
   result = check(zeros, 0.0)
   assert result.passed and result.degenerate
   assert "degenerate" in str(result) and "exactly zero" in str(result)
+  assert json.loads(json.dumps(result.as_dict(), allow_nan=False))[
+      "std_resolution"] is None
   zeros[1] = [x.copy() for x in zeros[1]]
   zeros[1][3][2] = 1e-9
   result = check(zeros, [0.0, 0.0])

@@ -166,9 +166,10 @@ class NoiseCheck:
     if self.passed:
       return (f"noise check passed: {shape}, {len(self.tests)} tests at "
               f"family level {self.level:g} ({self.correction}); resolves the "
-              f"std to ±{self.std_resolution:.2%} and finds no reuse or "
-              "correlation across tensors, rounds or neighbours, but cannot "
-              "show the mechanism is private")
+              f"std to ±{self.std_resolution:.2%}; no exact reuse of 2+ "
+              "consecutive values at any offset, no aligned correlation "
+              "between tensors or rounds, none between neighbours; this "
+              "cannot show the mechanism is private")
     more = len(self.failures) - 1
     return (f"noise check FAILED: {len(self.failures)} of {len(self.tests)} "
             f"tests at family level {self.level:g} ({self.correction}) on "
@@ -178,6 +179,8 @@ class NoiseCheck:
   def as_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
     out["tests"] = [t.as_dict() for t in self.tests]
+    if math.isnan(self.std_resolution):
+      out["std_resolution"] = None  # strict JSON has no NaN
     out["summary"] = str(self)
     return out
 
