@@ -1,7 +1,7 @@
 """Does the noise self-test catch noise bugs, and how often does it cry wolf?
 
   .venv/bin/python bench/noise_check.py [--trials 300] [--detect_trials 30]
-      [--numpy_trials 2000] [--rounds 4] [--skip_emnist]
+      [--numpy_trials 1000] [--rounds 4] [--skip_emnist]
 
 `tff_canary.noise_check.check_aggregation_noise` (4 rounds by default, level
 0.001) on:
@@ -48,8 +48,8 @@ MLP_NAMES = ("w1", "b1", "w2", "b2")
 def _row(name, kind, rejections, trials, seconds):
   rate = rejections / trials
   se = math.sqrt(rate * (1 - rate) / trials)
-  print(f"{name:44s} {kind:12s} {rejections:5d}/{trials:<5d} {rate:7.3f} "
-        f"± {se:.3f}   ({seconds:.0f} s)", flush=True)
+  print(f"{name:44s} {kind:12s} {rejections:5d}/{trials:<5d} {rate:7.4f} "
+        f"± {se:.4f}   ({seconds:.0f} s)", flush=True)
   return rate
 
 
@@ -140,7 +140,7 @@ def main(argv=None):
                       help="false-alarm runs per TFF factory")
   parser.add_argument("--detect_trials", type=int, default=30,
                       help="runs per planted TFF bug")
-  parser.add_argument("--numpy_trials", type=int, default=2000,
+  parser.add_argument("--numpy_trials", type=int, default=1000,
                       help="NumPy-simulated correct-noise trials")
   parser.add_argument("--rounds", type=int, default=4)
   parser.add_argument("--seed", type=int, default=0)
@@ -157,8 +157,8 @@ def main(argv=None):
   print(f"total {time.perf_counter() - start:.0f} s")
   detection = min(r for k, r in rows if k == "detection")
   false_alarm = max(r for k, r in rows if k == "false alarm")
-  print(f"noise check: worst detection {detection:.3f}, worst false alarm "
-        f"{false_alarm:.3f}")
+  print(f"noise check: worst detection {detection:.4f}, worst false alarm "
+        f"{false_alarm:.4f}")
 
 
 if __name__ == "__main__":
