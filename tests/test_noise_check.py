@@ -157,3 +157,22 @@ def test_a_process_of_another_value_type_is_refused():
   with pytest.raises(TypeError, match="differs from the process's"):
     noise_check.check_aggregation_noise(
         process, tff.types.to_type([(np.float32, (3,))]))
+
+
+def test_reading_the_claim_from_events_and_states():
+  import collections  # pylint: disable=g-import-not-at-top
+  import dp_accounting  # pylint: disable=g-import-not-at-top
+  composed = dp_accounting.ComposedDpEvent(
+      [dp_accounting.GaussianDpEvent(2.0), dp_accounting.GaussianDpEvent(9.0)])
+  assert noise_check.value_noise_multiplier(composed) == 2.0  # the value's
+  with pytest.raises(noise_check.NoClaimError, match="claimed_std"):
+    noise_check.value_noise_multiplier(dp_accounting.LaplaceDpEvent(1.0))
+  sum_state = collections.namedtuple("S", "l2_norm_clip stddev")(0.3, 0.6)
+  adaptive = collections.namedtuple("A", "noise_multiplier sum_state")(2.0,
+                                                                       sum_state)
+  normalized = collections.namedtuple("N", "numerator_state denominator")
+  assert noise_check.clip_and_denominator(normalized(adaptive, 7.0)) == (0.3, 7.0)
+  assert noise_check.clip_and_denominator(sum_state) == (0.3, 1.0)  # a sum
+  with pytest.raises(noise_check.NoClaimError, match="l2_norm_clip"):
+    noise_check.clip_and_denominator(normalized((1.0,), 7.0))
+  assert noise_check.find_dp_state({"a": (1, 2), "b": [None]}) is None

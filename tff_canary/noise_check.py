@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -99,9 +100,10 @@ def clip_and_denominator(query_state: Any) -> tuple[float, float]:
 
 def value_noise_multiplier(event: Any) -> float:
   """z of the value's Gaussian in a round's DpEvent (module docstring)."""
-  if hasattr(event, "events") and event.events:
+  if isinstance(event, dp_accounting.ComposedDpEvent) and event.events:
     event = event.events[0]
-  if not hasattr(event, "noise_multiplier"):
+  # By class: a LaplaceDpEvent has a noise_multiplier too.
+  if not isinstance(event, dp_accounting.GaussianDpEvent):
     raise NoClaimError(f"the round's DpEvent {event!r} is not a "
                        "GaussianDpEvent (or a ComposedDpEvent starting with "
                        "one); pass claimed_std.")
