@@ -153,6 +153,13 @@ def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
   assert sum(r["canaries_inserted"] for r in rows) == report.estimates.num_inserted
   assert len(run_dir.RunDir(tmp_path / "run").load_ledger()) == 4
   assert report.estimates.one_run_final is not None  # coin assignment
+  # The noise self-test ran before training on the run's aggregator (the
+  # verdict depends on the noise implementation, so only its presence here;
+  # tests/test_noise_check.py tests the verdicts).
+  checked = json.load(open(tmp_path / "run" / run_dir.NOISE_CHECK))
+  assert checked["dim"] == 1_206_590 and isinstance(checked["passed"], bool)
+  assert report.noise_check == checked
+  assert f"noise check: {checked['summary']}" in report.table_text()
   with pytest.raises(FileExistsError, match="--resume"):
     experiment.run_experiment(config, progress=False, log=lambda *a: None)
   # Resuming a finished run recomputes nothing but the cosines and report.

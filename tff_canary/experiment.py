@@ -28,6 +28,10 @@ seeds, so a run killed at any point and finished with `resume=True` writes the
 same report as an uninterrupted one. Every file is written atomically (or by
 TFF's own write-then-rename checkpointing); on resume, the per-round files are
 cut back to the last checkpoint.
+
+Before training, the run's aggregator is built afresh without canaries and
+its noise tested on zero client values (`tff_canary.noise_check`); the result
+is noise_check.json, and the report shows its verdict.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from tff_canary import client_sampling
 from tff_canary import datasets
 from tff_canary import factory
 from tff_canary import hooks
+from tff_canary import noise_check
 from tff_canary import report as report_lib
 from tff_canary import run_dir as run_dir_lib
 from tff_canary import schedules
@@ -65,6 +70,7 @@ worker_guard.install()
 SAMPLINGS = client_sampling.SAMPLINGS
 OPTIMIZERS = ("sgd", "adam")
 _NOISE_TAG = 0x401
+_NOISE_CHECK_TAG = 0xC4EC
 
 # Keys that may differ between a run and its resumption.
 _RESUMABLE_KEYS = ("resume", "eval_every", "checkpoint_every",
@@ -447,6 +453,8 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
   atomic_files.save_npz(rd.file(run_dir_lib.PARTICIPATION),
                         events=canary_config.participation.events,
                         client_counts=sampler.counts(num_rounds))
+  if not rd.exists(run_dir_lib.NOISE_CHECK):
+    _noise_check(config, resolved, task, rd, log)
   manager = tff.program.FileProgramStateManager(
       rd.file(run_dir_lib.CHECKPOINTS), keep_total=2)
   state, done = _initial_or_resumed(process, manager, task, config, rd)
@@ -513,6 +521,34 @@ def _aggregator(config, canary_config, noise_seed):
         target_unclipped_quantile=config.target_unclipped_quantile,
         canaries=canary_config, noise_seed=noise_seed)
   return factory.with_zeroing(aggregator) if config.zeroing else aggregator
+
+
+def _noise_check(config, resolved, task, rd, log) -> None:
+  """noise_check.json: the run's aggregator, built afresh without canaries,
+  on zero client values (`tff_canary.noise_check`), before training.
+
+  With seeded noise the check draws from its own seed (noise_seed + a tag),
+  so the file holds statistics of the same noise code path, never of the
+  run's own draws.
+  """
+  no_canaries = canaries_lib.CanaryConfig(
+      seed=resolved["canary_seed"], num_inserted=0, num_held_out=0,
+      schedule=schedules.FixedPresentations(
+          num_rounds=noise_check.DEFAULT_ROUNDS, presentations=0),
+      record_aggregate=False)
+  noise_seed = resolved["noise_seed"]
+  aggregator = _aggregator(config, no_canaries, None if noise_seed is None
+                           else noise_seed + _NOISE_CHECK_TAG)
+  value_type = tff.learning.models.weights_type_from_model(
+      task.model_fn).trainable
+  names = [w.name.split(":")[0]
+           for w in task.keras_model_fn().trainable_weights]
+  if len(set(names)) != len(names) or len(names) != len(value_type):
+    names = None
+  result = noise_check.check_aggregation_noise(aggregator, value_type,
+                                               tensor_names=names)
+  atomic_files.write_json(rd.file(run_dir_lib.NOISE_CHECK), result.as_dict())
+  log(str(result))
 
 
 def _initial_or_resumed(process, manager, task, config, rd):

@@ -35,6 +35,7 @@ an allowed mismatch shown first and prominently.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any, Optional
 
@@ -67,6 +68,8 @@ class RunReport:
   loss: Optional[float]
   max_participation: int
   table: CosineTable = dataclasses.field(repr=False, compare=False)
+  # noise_check.json (`noise_stats.NoiseCheck.as_dict`), None if not run.
+  noise_check: Optional[dict[str, Any]] = None
   participation: Optional[dict[str, Any]] = None
 
   @property
@@ -108,6 +111,12 @@ class RunReport:
       return None
     return client_sampling.describe(self.participation)
 
+  def noise_check_line(self) -> Optional[str]:
+    """One line with the noise self-test's verdict (None if not run)."""
+    if self.noise_check is None:
+      return None
+    return f"noise check: {self.noise_check.get('summary', '?')}"
+
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""
     out = []
@@ -145,6 +154,8 @@ class RunReport:
       lines.insert(0, participation)
     elif participation is not None:
       lines.append(f"participation: {participation}")
+    if self.noise_check is not None:
+      lines.append(self.noise_check_line())
     if self.accuracy is not None:
       lines.append(f"final model accuracy: {self.accuracy:.4f}")
     return "\n".join(lines)
@@ -163,6 +174,7 @@ class RunReport:
         participation_line=self.participation_line(),
         participation_mismatch=bool(self.participation
                                     and self.participation.get("mismatch")),
+        noise_check=self.noise_check,
         estimates=self.estimates.as_dict(),
         config={k: self.config[k] for k in sorted(self.config)})
 
@@ -184,8 +196,9 @@ class RunReport:
     lines += ["| epsilon | kind | value | detail |", "|---|---|---:|---|"]
     for name, kind, value, detail in self.rows():
       lines.append(f"| {name} | {kind} | {results.format_number(value)} | {detail} |")
-    lines += [
-        "", f"**Audit** of the {self.claim}: {self.verdict}.", ""]
+    lines += ["", f"**Audit** of the {self.claim}: {self.verdict}.", ""]
+    if self.noise_check is not None:
+      lines += [f"**{self.noise_check_line()}**", ""]
     for item in self.above_analytical_bound():
       lines += [f"**Flag**: {self._flag(item)}.", ""]
     lines += [
@@ -273,12 +286,29 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
     if evaluated:
       accuracy = evaluated[-1]["eval_accuracy"]
       loss = evaluated[-1]["eval_loss"]
+  noise_check = None
+  if rd.exists(run_dir_lib.NOISE_CHECK):
+    noise_check = _load_noise_check(rd.file(run_dir_lib.NOISE_CHECK))
   return RunReport(run_dir=rd.path, config=config, delta=delta,
                    confidence=confidence, estimates=estimates,
                    analytical=analytical, claimed_epsilon=claimed_epsilon,
                    claim=claim, verdict=verdict, accuracy=accuracy, loss=loss,
                    max_participation=max_participation, table=table,
-                   participation=config.get("participation"))
+                   participation=config.get("participation"),
+                   noise_check=noise_check)
+
+
+def _load_noise_check(path: str) -> dict[str, Any]:
+  """noise_check.json as written by the experiment; RunDirError if corrupt."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise run_dir_lib.RunDirError(f"{path} is not valid JSON: {e}") from None
+  if not isinstance(data, dict) or not isinstance(data.get("passed"), bool):
+    raise run_dir_lib.RunDirError(f"{path} is not a noise check result (no "
+                                  "boolean 'passed').")
+  return data
 
 
 def write_report(report: RunReport, plots: bool = True) -> list[str]:

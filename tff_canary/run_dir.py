@@ -16,6 +16,8 @@ A run directory written by the experiment scripts holds:
                        with aggregates.npy.rounds.json, the rounds written)
   initial_weights.npy, final_weights.npy   theta_0 and theta_T, flat
   checkpoints/         learning process state (`tff.program.FileProgramStateManager`)
+  noise_check.json     the noise self-test of the run's aggregator, before
+                       training (`noise_stats.NoiseCheck.as_dict`)
 
 Loading checks what it reads and names the file in every error: a missing
 file, a corrupt one, or one that disagrees with config.json (a cosine table
@@ -48,6 +50,7 @@ AGGREGATES = "aggregates.npy"
 INITIAL_WEIGHTS = "initial_weights.npy"
 FINAL_WEIGHTS = "final_weights.npy"
 CHECKPOINTS = "checkpoints"
+NOISE_CHECK = "noise_check.json"
 
 # Keys config.json must have for the report.
 REQUIRED_CONFIG = ("task", "seed", "canary_seed", "dim", "noise_multiplier",
