@@ -122,12 +122,18 @@ def test_canary_factory_with_tff_noise_passes():
   assert result.passed, result.failures
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=(
-    "factory._SeededTf draws every tensor's noise from one seed per round "
-    "(prefix reuse); seeded_query.py on another branch replaces it"))
 def test_canary_factory_with_seeded_noise_passes():
+  # Before tff_canary.seeded_query, factory's seeded noise reused one stream
+  # for every tensor and this check failed it (prefix[...] cosine 1).
   aggregator = factory.CanaryDPFactory.gaussian_fixed(
       1.0, 10.0, 0.5, canaries=_no_canaries(), noise_seed=3)
+  result = check(aggregator)
+  assert result.passed, result.failures
+
+
+def test_canary_factory_with_seeded_adaptive_noise_passes():
+  aggregator = factory.CanaryDPFactory.gaussian_adaptive(
+      1.0, 100.0, canaries=_no_canaries(), noise_seed=3)
   result = check(aggregator)
   assert result.passed, result.failures
 
