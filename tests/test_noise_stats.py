@@ -277,7 +277,7 @@ def test_the_report_shows_the_verdict(tmp_path):
   atomic_files.write_json(os.path.join(path, run_dir.NOISE_CHECK),
                           result.as_dict())
   r = report.build_report(path)
-  line = f"noise check: {result}"
+  line = str(result)
   assert r.noise_check["passed"] is False and r.noise_check_line() == line
   assert line in r.table_text().splitlines()
   assert f"**{line}**" in r.to_markdown().splitlines()

@@ -114,7 +114,7 @@ _LEDGER_FORMAT = "tff_canary.Ledger"
 _LEDGER_VERSION = 1
 
 # The shared message style of validation.py.
-_show = validation._show  # pylint: disable=protected-access
+show = validation.show
 
 
 # ---------------------------------------------------------------------------
@@ -501,7 +501,7 @@ def _precision(event: Any, where: str) -> float:
         f"ComposedDpEvent / SelfComposedDpEvent of Gaussians (plus NoOpDpEvent "
         f"and NonPrivateDpEvent) have an effective noise multiplier.")
   raise TypeError(f"{where}: expected a dp_accounting.DpEvent, got "
-                  f"{_show(event)} of type {type(event).__name__}.")
+                  f"{show(event)} of type {type(event).__name__}.")
 
 
 def _multiplier_of_precision(precision: float) -> float:
@@ -565,7 +565,7 @@ def _plain_value(value: Any, where: str) -> Any:
     return {str(k): _plain_value(v, f"{where}.{k}") for k, v in value.items()}
   if isinstance(value, collections.abc.Sequence):
     return [_plain_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
-  raise TypeError(f"{where}: cannot store {_show(value)} of type "
+  raise TypeError(f"{where}: cannot store {show(value)} of type "
                   f"{type(value).__name__} in a ledger.")
 
 
@@ -592,7 +592,7 @@ def _event_to_plain(event: Any, where: str) -> dict[str, Any]:
   else:
     raise TypeError(f"{where}: expected a dp_accounting.DpEvent, its "
                     f"to_named_tuple() form or a dict, got "
-                    f"{_show(event)} of type "
+                    f"{show(event)} of type "
                     f"{type(event).__name__}.")
   if isinstance(class_name, (bytes, np.bytes_)):
     class_name = bytes(class_name).decode()
@@ -633,7 +633,7 @@ def _event_from_plain(plain: dict[str, Any],
                   for name in expected})
   except Exception as e:  # attrs or DpEvent validation
     raise ValueError(f"{where}: cannot build {cls.__name__} from "
-                     f"{_show(plain)}: {e}") from None
+                     f"{show(plain)}: {e}") from None
 
 
 def _as_event(event: Any, where: str) -> dp_accounting.DpEvent:
@@ -678,7 +678,7 @@ class Ledger:
         or _looks_like_event(events)
         or not isinstance(events, collections.abc.Iterable)):
       raise TypeError(f"events must be a sequence of DpEvents, one per round, "
-                      f"got {_show(events)}.")
+                      f"got {show(events)}.")
     events = tuple(_as_event(e, f"events[{i}]") for i, e in enumerate(events))
     if not events:
       raise ValueError("events must hold at least one round, got 0.")
@@ -753,7 +753,7 @@ class Ledger:
     if isinstance(rounds, (str, bytes)) or not isinstance(
         rounds, (collections.abc.Iterable, np.ndarray)):
       raise TypeError(f"rounds must be a sequence of round indices, got "
-                      f"{_show(rounds)}.")
+                      f"{show(rounds)}.")
     indices = []
     for i, t in enumerate(rounds):
       t = validation.as_int(t, f"rounds[{i}]", minimum=0)
@@ -787,7 +787,7 @@ class Ledger:
     """The inverse of `to_json`. Only dp_accounting.dp_event classes load."""
     if not isinstance(text, (str, bytes, bytearray)):
       raise TypeError(f"text must be a JSON string, got "
-                      f"{_show(text)}.")
+                      f"{show(text)}.")
     try:
       data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -795,7 +795,7 @@ class Ledger:
     if (not isinstance(data, dict) or data.get("format") != _LEDGER_FORMAT
         or not isinstance(data.get("events"), list)):
       raise ValueError(f"text is not a {_LEDGER_FORMAT} JSON document: "
-                       f"{_show(text)}")
+                       f"{show(text)}")
     if data.get("version") != _LEDGER_VERSION:
       raise ValueError(f"unsupported {_LEDGER_FORMAT} version "
                        f"{data.get('version')!r}; this code reads version "

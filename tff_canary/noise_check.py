@@ -94,7 +94,7 @@ def clip_and_denominator(query_state: Any) -> tuple[float, float]:
     raise NoClaimError(
         "the DP query's global state has no l2_norm_clip field (looked in "
         "numerator_state and sum_state) in "
-        f"{validation._show(query_state)}; pass claimed_std.")  # pylint: disable=protected-access
+        f"{validation.show(query_state)}; pass claimed_std.")
   return float(node.l2_norm_clip), denominator
 
 
@@ -130,11 +130,11 @@ def _process_and_type(aggregator, value_type):
       value_type = tff.types.to_type(value_type)
     except Exception as e:  # pylint: disable=broad-except
       raise TypeError(f"value_type must be a TFF type (or convertible), got "
-                      f"{validation._show(value_type)}: {e}") from None  # pylint: disable=protected-access
+                      f"{validation.show(value_type)}: {e}") from None
     return aggregator.create(value_type), value_type
   raise TypeError("aggregator must be a tff.aggregators."
                   "UnweightedAggregationFactory or a tff.templates."
-                  f"AggregationProcess, got {validation._show(aggregator)}.")  # pylint: disable=protected-access
+                  f"AggregationProcess, got {validation.show(aggregator)}.")
 
 
 def _zeros(value_type):
@@ -194,15 +194,7 @@ def check_aggregation_noise(
     clients_per_round = validation.as_positive(clients_per_round,
                                                "clients_per_round")
   if claimed_std is not None:
-    claimed = np.asarray(claimed_std, dtype=object).reshape(-1).tolist()
-    if np.ndim(claimed_std) == 0:
-      claimed = claimed * num_rounds
-    if len(claimed) != num_rounds:
-      raise ValueError(f"claimed_std must be one number or num_rounds "
-                       f"({num_rounds}) numbers, got "
-                       f"{validation._show(claimed_std)}.")  # pylint: disable=protected-access
-    claimed = [validation.as_nonnegative(v, f"claimed_std[{t}]")
-               for t, v in enumerate(claimed)]
+    claimed = noise_stats.as_claimed_stds(claimed_std, num_rounds)
   process, value_type = _process_and_type(aggregator, value_type)
   zeros = _zeros(value_type)
   clients = [zeros] * num_clients

@@ -193,7 +193,7 @@ def _as_rounds(noise: Any, tensor_names: Optional[Sequence[str]]):
   if isinstance(noise, (str, bytes, np.ndarray)) or not isinstance(
       noise, Sequence):
     raise TypeError("noise must be a sequence of rounds, each a sequence of "
-                    f"tensors, got {validation._show(noise)}.")  # pylint: disable=protected-access
+                    f"tensors, got {validation.show(noise)}.")
   if not noise:
     raise ValueError("noise must hold at least one round, got [].")
   rounds, sizes = [], None
@@ -202,7 +202,7 @@ def _as_rounds(noise: Any, tensor_names: Optional[Sequence[str]]):
     if isinstance(round_noise, (str, bytes, np.ndarray)) or not isinstance(
         round_noise, Sequence) or not round_noise:
       raise TypeError(f"{name} must be a non-empty sequence of tensors, got "
-                      f"{validation._show(round_noise)}.")  # pylint: disable=protected-access
+                      f"{validation.show(round_noise)}.")
     tensors = []
     for k, tensor in enumerate(round_noise):
       array = np.asarray(tensor)
@@ -232,13 +232,14 @@ def _as_rounds(noise: Any, tensor_names: Optional[Sequence[str]]):
     names = tuple(tensor_names)
     if len(names) != len(sizes) or not all(isinstance(n, str) for n in names):
       raise ValueError(f"tensor_names must be {len(sizes)} strings, got "
-                       f"{validation._show(tensor_names)}.")  # pylint: disable=protected-access
+                       f"{validation.show(tensor_names)}.")
     if len(set(names)) != len(names):
       raise ValueError(f"tensor_names must be distinct, got {names!r}.")
   return rounds, names, sizes
 
 
-def _as_stds(claimed_std: Any, num_rounds: int) -> tuple[float, ...]:
+def as_claimed_stds(claimed_std: Any, num_rounds: int) -> tuple[float, ...]:
+  """One claimed std per round from one number or `num_rounds` numbers."""
   if isinstance(claimed_std, (str, bytes)):
     raise TypeError(f"claimed_std must be a number or {num_rounds} numbers, "
                     f"got {claimed_std!r}.")
@@ -248,7 +249,7 @@ def _as_stds(claimed_std: Any, num_rounds: int) -> tuple[float, ...]:
   if len(values) != num_rounds:
     raise ValueError(f"claimed_std must have one value per round "
                      f"({num_rounds}), got {len(values)}: "
-                     f"{validation._show(claimed_std)}.")  # pylint: disable=protected-access
+                     f"{validation.show(claimed_std)}.")
   return tuple(validation.as_nonnegative(v, f"claimed_std[{t}]")
                for t, v in enumerate(values))
 
@@ -483,7 +484,7 @@ def check_noise(noise: Sequence[Sequence[Any]], claimed_std: Any, *,
     TypeError, ValueError: for bad arguments, naming them.
   """
   raw, names, sizes = _as_rounds(noise, tensor_names)
-  stds = _as_stds(claimed_std, len(raw))
+  stds = as_claimed_stds(claimed_std, len(raw))
   level = validation.as_open_unit(level, "level")
   seed = validation.as_int(seed, "seed", minimum=0)
   subsample = validation.as_int(subsample, "subsample", minimum=100)

@@ -115,7 +115,7 @@ class RunReport:
     """One line with the noise self-test's verdict (None if not run)."""
     if self.noise_check is None:
       return None
-    return f"noise check: {self.noise_check.get('summary', '?')}"
+    return self.noise_check.get("summary", "noise check: no summary")
 
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""

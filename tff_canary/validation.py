@@ -16,7 +16,7 @@ import numpy as np
 _MAX_SHOWN = 60
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
   """A short repr of `value` for error messages."""
   text = repr(value)
   if len(text) > _MAX_SHOWN:
@@ -33,7 +33,7 @@ def as_float(value: Any, name: str) -> float:
   if isinstance(value, np.ndarray) and value.ndim == 0:
     value = value.item()
   if not _is_real(value):
-    raise TypeError(f"{name} must be a real number, got {_show(value)} "
+    raise TypeError(f"{name} must be a real number, got {show(value)} "
                     f"of type {type(value).__name__}.")
   value = float(value)
   if not np.isfinite(value):
@@ -46,7 +46,7 @@ def as_int(value: Any, name: str, minimum: int | None = None) -> int:
   if isinstance(value, np.ndarray) and value.ndim == 0:
     value = value.item()
   if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-    raise TypeError(f"{name} must be an integer, got {_show(value)} "
+    raise TypeError(f"{name} must be an integer, got {show(value)} "
                     f"of type {type(value).__name__}.")
   value = int(value)
   if minimum is not None and value < minimum:
@@ -107,16 +107,16 @@ def as_sample(values: Any, name: str, min_size: int = 2,
   """
   if isinstance(values, (str, bytes)) or values is None:
     raise TypeError(f"{name} must be a 1-D array of numbers, got "
-                    f"{_show(values)}.")
+                    f"{show(values)}.")
   try:
     array = np.asarray(values)
   except Exception as e:  # ragged nested lists and the like
     raise TypeError(f"{name} must be a 1-D array of numbers, got "
-                    f"{_show(values)}: {e}") from None
+                    f"{show(values)}: {e}") from None
   if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer)
                                  or np.issubdtype(array.dtype, np.floating)):
     raise TypeError(f"{name} must hold real numbers, got dtype {array.dtype} "
-                    f"in {_show(values)}.")
+                    f"in {show(values)}.")
   if array.ndim != 1:
     raise ValueError(f"{name} must be 1-D, got shape {array.shape}.")
   if array.size < min_size:
@@ -150,5 +150,5 @@ def check_spread(sample: np.ndarray, name: str) -> None:
 
 def as_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
   if not isinstance(value, str) or value not in choices:
-    raise ValueError(f"{name} must be one of {choices}, got {_show(value)}.")
+    raise ValueError(f"{name} must be one of {choices}, got {show(value)}.")
   return value
