@@ -149,7 +149,7 @@ def test_canary_factory_with_seeded_adaptive_noise_passes():
     ((DP.gaussian_fixed(1.0, 10.0, 0.5), VALUE_TYPE),
      dict(clients_per_round=0), ValueError, "clients_per_round"),
     ((DP.gaussian_fixed(1.0, 10.0, 0.5), VALUE_TYPE),
-     dict(claimed_std=[1.0, 2.0]), ValueError, r"num_rounds \(4\)"),
+     dict(claimed_std=[1.0, 2.0]), ValueError, r"one value per round \(4\), got 2"),
     ((DP.gaussian_fixed(1.0, 10.0, 0.5), VALUE_TYPE),
      dict(claimed_std=-1.0), ValueError, r"claimed_std\[0\]"),
 ])
