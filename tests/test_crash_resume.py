@@ -7,7 +7,6 @@ every file is written atomically, so a kill can only lose work since the last
 checkpoint, never corrupt it.
 """
 
-import csv
 import json
 import os
 import signal
@@ -18,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+from run_files import metrics_without_timing
 from tff_canary.cosine_table import CosineTable
 
 pytestmark = [pytest.mark.tff, pytest.mark.slow]
@@ -76,17 +76,9 @@ def uninterrupted(tmp_path_factory):
   return out
 
 
-def _metrics_without_timing(out):
-  with open(os.path.join(out, "metrics.csv")) as f:
-    rows = list(csv.DictReader(f))
-  for row in rows:
-    del row["seconds"]  # wall time: the only column allowed to differ
-  return rows
-
-
 def _assert_same_results(out, reference):
   assert _estimates(out) == _estimates(reference)
-  assert _metrics_without_timing(out) == _metrics_without_timing(reference)
+  assert metrics_without_timing(out) == metrics_without_timing(reference)
   assert (CosineTable.load(os.path.join(out, "cosines.npz"))
           == CosineTable.load(os.path.join(reference, "cosines.npz")))
   np.testing.assert_array_equal(np.load(os.path.join(out, "final_weights.npy")),

@@ -8,7 +8,6 @@ joins the test clients in an unseeded random order). `tff_canary.tasks` fixes
 both; these tests pin each cause and the end-to-end result.
 """
 
-import csv
 import json
 import os
 import subprocess
@@ -17,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 
+from run_files import metrics_without_timing
 from tff_canary.cosine_table import CosineTable
 
 pytestmark = pytest.mark.tff
@@ -101,14 +101,6 @@ def _run_side_by_side(outs):
     assert proc.returncode == 0, output[-3000:]
 
 
-def _metrics_without_timing(out):
-  with open(os.path.join(out, "metrics.csv")) as f:
-    rows = list(csv.DictReader(f))
-  for row in rows:
-    del row["seconds"]  # wall time: the only column allowed to differ
-  return rows
-
-
 def _bits(path):
   array = np.load(path)
   return array.dtype, array.shape, array.tobytes()
@@ -128,9 +120,9 @@ def test_two_runs_of_the_same_command_are_bitwise_identical(tmp_path):
   outs = [str(tmp_path / "a"), str(tmp_path / "b")]
   _run_side_by_side(outs)
   a, b = outs
-  rows_a = _metrics_without_timing(a)
+  rows_a = metrics_without_timing(a)
   assert len(rows_a) == 16 and rows_a[-1]["eval_loss"]
-  for row_a, row_b in zip(rows_a, _metrics_without_timing(b), strict=True):
+  for row_a, row_b in zip(rows_a, metrics_without_timing(b), strict=True):
     assert row_a == row_b, f"round {row_a['round']} differs"
   for name in ("initial_weights.npy", "final_weights.npy", "aggregates.npy"):
     assert _bits(os.path.join(a, name)) == _bits(os.path.join(b, name)), name
