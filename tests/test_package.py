@@ -10,7 +10,8 @@ TF_FREE = ["tff_canary", "tff_canary.null_law", "tff_canary.two_gaussians",
            "tff_canary.results", "tff_canary.analytical",
            "tff_canary.validation", "tff_canary.gaussian_mechanism",
            "tff_canary.cosine_table", "tff_canary.schedules",
-           "tff_canary.client_sampling", "tff_canary.noise_stats"]
+           "tff_canary.client_sampling", "tff_canary.noise_stats",
+           "tff_canary.tree_search"]
 
 
 def test_estimator_modules_do_not_import_tensorflow():

@@ -62,6 +62,7 @@ from tff_canary import report as report_lib
 from tff_canary import run_dir as run_dir_lib
 from tff_canary import schedules
 from tff_canary import tasks
+from tff_canary import tree_search
 from tff_canary import validation
 from tff_canary import worker_guard
 
@@ -279,37 +280,20 @@ def sample_clients(round_num: int, *, num_clients: int, clients_per_round: int,
                                        sampling, seed).clients(round_num)
 
 
-def _find(tree: Any, predicate) -> Any:
-  """The first node of a nested structure (dicts, sequences, attrs) matching."""
-  if predicate(tree):
-    return tree
-  children = []
-  if isinstance(tree, dict):
-    children = list(tree.values())
-  elif isinstance(tree, (list, tuple)):
-    children = list(tree)
-  elif hasattr(tree, "_asdict"):
-    children = list(tree._asdict().values())
-  for child in children:
-    found = _find(child, predicate)
-    if found is not None:
-      return found
-  return None
-
-
 def _canary_measurements(metrics) -> dict:
-  return _find(metrics, lambda m: isinstance(m, dict)
-               and "canaries_inserted" in m) or {}
+  return tree_search.find_first(
+      metrics, lambda m: isinstance(m, dict) and "canaries_inserted" in m
+  ) or {}
 
 
 def _canary_state(state) -> Any:
-  return _find(state.aggregator, lambda s: isinstance(
+  return tree_search.find_first(state.aggregator, lambda s: isinstance(
       s, factory.CanaryDPAggregatorState))
 
 
 def _train_metrics(metrics) -> tuple[float, float]:
-  train = _find(metrics.get("client_work", metrics),
-                lambda m: isinstance(m, dict) and "loss" in m)
+  train = tree_search.find_first(metrics.get("client_work", metrics),
+                                 lambda m: isinstance(m, dict) and "loss" in m)
   if not train:
     return float("nan"), float("nan")
   accuracy = next((v for k, v in train.items() if "accuracy" in k),

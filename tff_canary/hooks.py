@@ -55,6 +55,7 @@ import tqdm
 from tff_canary import atomic_files
 from tff_canary import canaries as canaries_lib
 from tff_canary import cosine_table
+from tff_canary import tree_search
 from tff_canary import validation
 from tff_canary import worker_guard
 
@@ -558,25 +559,11 @@ def compute_cosine_table(
   )
 
 
-def _find_canary_state(tree: Any, depth: int = 0) -> Any:
+def _find_canary_state(tree: Any) -> Any:
   """The node of a state structure with `seed` and `schedule` fields."""
-  if hasattr(tree, "_fields") and {"seed", "schedule"} <= set(tree._fields):
-    return tree
-  if depth > 12:
-    return None
-  if isinstance(tree, Mapping):
-    children = list(tree.values())
-  elif hasattr(tree, "_asdict"):
-    children = list(tree._asdict().values())
-  elif isinstance(tree, (list, tuple)):
-    children = list(tree)
-  else:
-    children = []
-  for child in children:
-    found = _find_canary_state(child, depth + 1)
-    if found is not None:
-      return found
-  return None
+  return tree_search.find_first(
+      tree, lambda node: hasattr(node, "_fields")
+      and {"seed", "schedule"} <= set(node._fields))
 
 
 def check_state(canaries_config: canaries_lib.CanaryConfig,

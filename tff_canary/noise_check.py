@@ -46,6 +46,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_canary import noise_stats
+from tff_canary import tree_search
 from tff_canary import validation
 from tff_canary import worker_guard
 
@@ -60,25 +61,11 @@ class NoClaimError(ValueError):
   """The process state does not say which noise it claims; give claimed_std."""
 
 
-def _children(node: Any) -> list[Any]:
-  if isinstance(node, dict):
-    return list(node.values())
-  if hasattr(node, "_asdict"):
-    return list(node._asdict().values())
-  if isinstance(node, (list, tuple)):
-    return list(node)
-  return []
-
-
 def find_dp_state(state: Any) -> Optional[Any]:
   """The first node (depth first) with `query_state` and `dp_event` fields."""
-  if hasattr(state, "query_state") and hasattr(state, "dp_event"):
-    return state
-  for child in _children(state):
-    found = find_dp_state(child)
-    if found is not None:
-      return found
-  return None
+  return tree_search.find_first(
+      state, lambda node: hasattr(node, "query_state")
+      and hasattr(node, "dp_event"))
 
 
 def clip_and_denominator(query_state: Any) -> tuple[float, float]:
