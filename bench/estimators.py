@@ -31,8 +31,8 @@ import warnings
 import numpy as np
 from scipy import integrate, special, stats
 
-from tff_canary import estimates, lower_bounds
-from tff_canary.null_law import CosineNull
+from tff_canary.stats import estimates, lower_bounds
+from tff_canary.stats.null_law import CosineNull
 
 
 def _best_time(fn, repeats):

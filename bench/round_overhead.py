@@ -50,11 +50,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from tff_canary import canaries  # pylint: disable=g-import-not-at-top
-from tff_canary import factory  # pylint: disable=g-import-not-at-top
-from tff_canary import hooks  # pylint: disable=g-import-not-at-top
-from tff_canary import schedules  # pylint: disable=g-import-not-at-top
-from tff_canary import worker_guard  # pylint: disable=g-import-not-at-top
+from tff_canary.federated import canaries  # pylint: disable=g-import-not-at-top
+from tff_canary.federated import factory  # pylint: disable=g-import-not-at-top
+from tff_canary.federated import hooks  # pylint: disable=g-import-not-at-top
+from tff_canary.stats import schedules  # pylint: disable=g-import-not-at-top
+from tff_canary.federated import worker_guard  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models  # pylint: disable=g-import-not-at-top
 

@@ -3,7 +3,7 @@
   .venv/bin/python bench/validity.py [--trials 500] [--dim 1000000]
 
 Each trial is one run of the Gaussian sum mechanism with canaries (simulated
-exactly, `tff_canary.gaussian_mechanism`), noise calibrated so that the true
+exactly, `tff_canary.stats.gaussian_mechanism`), noise calibrated so that the true
 epsilon is known (the analytical one; the cosine statistics are
 post-processing, so no valid bound may exceed it). Per setting (epsilon, delta)
 the table gives the fraction of trials in which each bound exceeded the true
@@ -31,10 +31,10 @@ import warnings
 
 import numpy as np
 
-from tff_canary import analytical
-from tff_canary import audit
-from tff_canary import gaussian_mechanism
-from tff_canary import lower_bounds
+from tff_canary.stats import analytical
+from tff_canary.stats import audit
+from tff_canary.stats import gaussian_mechanism
+from tff_canary.stats import lower_bounds
 
 BOUNDS = ("epsilon_lo exact (simultaneous)", "epsilon_lo held-out (simultaneous)",
           "one-run bound", "epsilon_lo exact (paper)", "epsilon_lo held-out (paper)")

@@ -13,7 +13,7 @@ is --data=tff --clients_per_round=101 --epochs=15 --client_learning_rate=0.031
 
 from absl import app
 
-from tff_canary import experiment_flags
+import experiment_flags
 
 # Defaults: about 5 minutes on 2 cores. 80 rounds of 50 clients (32 examples,
 # two local steps each); z = 0.1, like the paper's EMNIST noise levels

@@ -3,18 +3,18 @@
 For each target epsilon, the Gaussian sum mechanism with sensitivity 1 and the
 noise std calibrated to (epsilon, delta) by the exact analytical Gaussian
 mechanism is run `--trials` times on `--dim`-dimensional random canaries
-(`tff_canary.gaussian_mechanism`), and each run is estimated in one shot:
+(`tff_canary.stats.gaussian_mechanism`), and each run is estimated in one shot:
 
 * run A: `--num_canaries` inserted and as many held-out canaries ->
   epsilon-final with the mean-only fit and with the fitted variance
-  (`tff_canary.estimates.epsilon_final`), and epsilon_lo against the exact
+  (`tff_canary.stats.estimates.epsilon_final`), and epsilon_lo against the exact
   closed-form null and against the held-out canaries
-  (`tff_canary.lower_bounds.epsilon_lo`; the paper's construction, whose 95%
+  (`tff_canary.stats.lower_bounds.epsilon_lo`; the paper's construction, whose 95%
   is nominal only), plus the simultaneous (valid) epsilon_lo with the exact
   null;
 * run B: 2 * `--num_canaries` candidates, each inserted by a fair coin ->
   the one-run bound of Steinke, Nasr & Jagielski (2023)
-  (`tff_canary.lower_bounds.one_run_bound`).
+  (`tff_canary.stats.lower_bounds.one_run_bound`).
 
 The paper reports epsilon-final 0.99 +- 0.14, 2.96 +- 0.15 and 10.00 +- 0.23 for
 targets 1, 3 and 10 at delta = 1e-6, d = 1e6, 1000 canaries, 50 runs.
@@ -38,12 +38,12 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from tff_canary import analytical
-from tff_canary import atomic_files
-from tff_canary import estimates
-from tff_canary import gaussian_mechanism
-from tff_canary import lower_bounds
-from tff_canary import validation
+from tff_canary.stats import analytical
+from tff_canary.stats import atomic_files
+from tff_canary.stats import estimates
+from tff_canary.stats import gaussian_mechanism
+from tff_canary.stats import lower_bounds
+from tff_canary.stats import validation
 
 _RESULT_KEYS = ("target_epsilon", "noise_std", "delta", "dim", "num_canaries",
                 "trials", "epsilon_final_mean", "epsilon_final_std",

@@ -13,7 +13,7 @@ paper's setting is --data=tff --clients_per_round=167 --num_rounds=2048
 
 from absl import app
 
-from tff_canary import experiment_flags
+import experiment_flags
 
 experiment_flags.define_flags(
     "stackoverflow", output_dir="runs/stackoverflow", num_rounds=40,

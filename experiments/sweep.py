@@ -36,10 +36,10 @@ import warnings
 from absl import app
 from absl import flags
 
-from tff_canary import atomic_files
-from tff_canary import experiment
-from tff_canary import report as report_lib
-from tff_canary import run_dir as run_dir_lib
+from tff_canary.stats import atomic_files
+from tff_canary.harness import experiment
+from tff_canary.harness import report as report_lib
+from tff_canary.harness import run_dir as run_dir_lib
 
 flags.DEFINE_string("output_dir", "runs/sweep", "Where sweep.csv, sweep.png "
                     "and the runs go.")

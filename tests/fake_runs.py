@@ -5,9 +5,10 @@ import os
 import dp_accounting
 import numpy as np
 
-from tff_canary import atomic_files, run_dir
-from tff_canary.analytical import Ledger
-from tff_canary.cosine_table import CosineTable
+from tff_canary.stats import atomic_files
+from tff_canary.harness import run_dir
+from tff_canary.stats.analytical import Ledger
+from tff_canary.stats.cosine_table import CosineTable
 
 DIM = 100_000
 ROUNDS = 40

@@ -1,4 +1,4 @@
-"""Tests of tff_canary.analytical: exact Gaussian epsilon, ledgers, accountants.
+"""Tests of tff_canary.stats.analytical: exact Gaussian epsilon, ledgers, accountants.
 
 Independent references used here: mpmath at 50 digits for the Balle-Wang
 delta (mpmath ships with dp-accounting), dp_accounting's GaussianPrivacyLoss,
@@ -21,7 +21,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from tff_canary import analytical
+from tff_canary.stats import analytical
 
 mpmath.mp.dps = 50
 
@@ -57,7 +57,7 @@ def three_significant(x):
 
 
 def test_imports_no_tensorflow():
-  code = ("import sys, tff_canary.analytical; "
+  code = ("import sys, tff_canary.stats.analytical; "
           "bad = [m for m in ('tensorflow', 'tensorflow_federated') "
           "if m in sys.modules]; "
           "assert not bad, bad")
@@ -581,7 +581,7 @@ def test_matches_tff_adaptive_clipping_and_its_dp_events():
   import tensorflow_federated as tff
   from tensorflow_federated.python.aggregators import differential_privacy
 
-  from tff_canary import worker_guard
+  from tff_canary.federated import worker_guard
   # pylint: enable=g-import-not-at-top
   worker_guard.install()
 

@@ -10,7 +10,7 @@ import warnings
 import dp_accounting
 import pytest
 
-from tff_canary import analytical, audit, gaussian_mechanism
+from tff_canary.stats import analytical, audit, gaussian_mechanism
 
 
 def test_planted_bug_in_the_gaussian_mechanism():
@@ -41,7 +41,8 @@ def test_planted_bug_in_the_gaussian_mechanism():
 @pytest.mark.slow
 def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
   import tensorflow_privacy as tfp  # pylint: disable=g-import-not-at-top
-  from tff_canary import experiment, factory, seeded_query  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated import factory, seeded_query
 
   class UnderNoisedQuery(seeded_query.SeededGaussianSumQuery):
     """Adds stddev / clients_per_round noise but reports the claimed stddev."""

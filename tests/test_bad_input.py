@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import tff_canary
-from tff_canary import analytical, audit, gaussian_mechanism, run_dir
-from tff_canary.cosine_table import CosineTable
-from tff_canary.table_estimates import estimate_table
+from tff_canary.stats import analytical, audit, gaussian_mechanism
+from tff_canary.harness import run_dir
+from tff_canary.stats.cosine_table import CosineTable
+from tff_canary.stats.table_estimates import estimate_table
 
 from fake_runs import make_run
 
@@ -101,7 +102,8 @@ def test_public_api(call, error, pattern):
 
 
 def _factory_cases():
-  from tff_canary import canaries, factory, hooks, schedules  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated import canaries, factory, hooks  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats import schedules
   schedule = schedules.FixedPresentations(num_rounds=5, presentations=1)
   config = canaries.CanaryConfig(seed=0, num_inserted=2, num_held_out=2,
                                  schedule=schedule)
@@ -114,7 +116,7 @@ def _factory_cases():
        TypeError, "seed"),
       (lambda: canaries.CanaryConfig(seed=0, num_inserted=2, num_held_out=2,
                                      schedule=None),
-       TypeError, "schedule must be a tff_canary.schedules.Schedule"),
+       TypeError, "schedule must be a tff_canary.stats.schedules.Schedule"),
       (lambda: factory.CanaryDPFactory.gaussian_fixed(-0.1, 4, 1.0,
                                                       canaries=config),
        ValueError, "noise_multiplier must be nonnegative, got -0.1"),

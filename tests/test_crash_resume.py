@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from run_files import metrics_without_timing
-from tff_canary.cosine_table import CosineTable
+from tff_canary.stats.cosine_table import CosineTable
 
 pytestmark = [pytest.mark.tff, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ SCRIPT = os.path.join(REPO, "experiments", "emnist.py")
 # 0.1 GB budget), so the progress bar shows the work half done. 32 examples
 # per client (the default) make two local batches, whose order TFF's
 # preprocessing left to chance, and the 64 evaluation examples are the first
-# of a test set whose client order TFF left unseeded (tff_canary.tasks fixes
+# of a test set whose client order TFF left unseeded (tff_canary.harness.tasks fixes
 # both; tests/test_reproducible.py pins each).
 FLAGS = ["--num_rounds=8", "--checkpoint_every=2", "--clients_per_round=6",
          "--examples_per_client=32", "--num_inserted=20", "--num_held_out=300",

@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
-from tff_canary import results
-from tff_canary import two_gaussians
-from tff_canary.estimates import epsilon_all, epsilon_final
+from tff_canary.stats import results
+from tff_canary.stats import two_gaussians
+from tff_canary.stats.estimates import epsilon_all, epsilon_final
 
 DIM = 1_000_000
 DELTA = 1e-6

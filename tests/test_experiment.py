@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from tff_canary import experiment, run_dir
+from tff_canary.harness import experiment, run_dir
 
 pytestmark = [pytest.mark.tff, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""Tests of tff_canary.factory: real TFF computations on a small model (CPU).
+"""Tests of tff_canary.federated.factory: real TFF computations on a small model (CPU).
 
 The model is a 30-128-5 MLP (d = 4613 parameters) on synthetic Gaussian-class
 federated data. TFF's DP noise is unseeded, so exact comparisons use
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_canary import canaries
-from tff_canary import factory
-from tff_canary import hooks
-from tff_canary import schedules
+from tff_canary.federated import canaries
+from tff_canary.federated import factory
+from tff_canary.federated import hooks
+from tff_canary.stats import schedules
 import tensorflow_federated as tff  # pylint: disable=g-bad-import-order
 import tensorflow_privacy as tfp  # pylint: disable=g-bad-import-order
 from test_seeded_query import MLP_SHAPES  # pylint: disable=g-bad-import-order

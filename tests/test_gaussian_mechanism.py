@@ -1,4 +1,4 @@
-"""Tests of the Gaussian-mechanism simulators (tff_canary.gaussian_mechanism).
+"""Tests of the Gaussian-mechanism simulators (tff_canary.stats.gaussian_mechanism).
 
 The brute-force simulator materializes the vectors and is the reference; the
 fast one (Bartlett decomposition) must agree with it in distribution, and both
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tff_canary import gaussian_mechanism as gm
+from tff_canary.stats import gaussian_mechanism as gm
 
 _P_MIN = 1e-3
 _Z = 4.0

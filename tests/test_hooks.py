@@ -1,4 +1,4 @@
-"""Tests of canary generation (tff_canary.canaries) and tff_canary.hooks.
+"""Tests of canary generation (tff_canary.federated.canaries) and tff_canary.federated.hooks.
 
 No TFF computation runs here (importing hooks installs the worker guard);
 the real training runs are in test_factory.py. The cosines are checked
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_canary import canaries
-from tff_canary import cosine_table
-from tff_canary import hooks
-from tff_canary import schedules
+from tff_canary.federated import canaries
+from tff_canary.stats import cosine_table
+from tff_canary.federated import hooks
+from tff_canary.stats import schedules
 
 
 def _config(num_inserted=4, num_held_out=3, seed=3, rounds=10, r=2,
@@ -294,11 +294,11 @@ def test_rounds_without_canaries_may_be_unrecorded(tmp_path):
 
 @pytest.mark.tff
 def test_state_must_carry_the_configs_seed_and_schedule(run):
-  # Loads TFF (the state types live in tff_canary.factory) but runs no
+  # Loads TFF (the state types live in tff_canary.federated.factory) but runs no
   # computation. A cosine table computed for canaries other than the ones
   # trained with is meaningless; the state carries the trained ones.
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_canary import factory  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated import factory  # pylint: disable=g-import-not-at-top
   config, theta0, theta_t, aggregates, _ = run
 
   def learning_state(cfg):

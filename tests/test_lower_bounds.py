@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tff_canary import results
-from tff_canary import two_gaussians
-from tff_canary.lower_bounds import epsilon_lo, one_run_bound, one_run_p_value
-from tff_canary.null_law import CosineNull
+from tff_canary.stats import results
+from tff_canary.stats import two_gaussians
+from tff_canary.stats.lower_bounds import epsilon_lo, one_run_bound, one_run_p_value
+from tff_canary.stats.null_law import CosineNull
 
 DIM = 1_000_000
 DELTA = 1e-6
@@ -216,7 +216,7 @@ def test_one_run_bad_input(kwargs, error, match):
 def test_pruned_threshold_search_equals_evaluating_every_threshold():
   # _max_over_thresholds skips blocks whose bound cannot beat the best value;
   # it must return exactly what evaluating all n thresholds returns.
-  from tff_canary import lower_bounds as lb
+  from tff_canary.stats import lower_bounds as lb
 
   rng = np.random.default_rng(10)
   for trial in range(120):
@@ -283,6 +283,6 @@ def test_simultaneous_bound_details():
   # Below the paper's ceiling: the corrected limits are wider.
   assert 3.0 < b.ceiling < 6.25
   assert "nominal" not in str(b) and "simultaneous" in str(b)
-  from tff_canary.lower_bounds import simultaneous_ranks
+  from tff_canary.stats.lower_bounds import simultaneous_ranks
   ranks = simultaneous_ranks(1000)
   assert ranks[0] == 1 and ranks[-1] == 1000 and 15 <= ranks.size <= 25

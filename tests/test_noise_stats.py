@@ -1,4 +1,4 @@
-"""The TF-free noise tests (`tff_canary.noise_stats`) on NumPy noise.
+"""The TF-free noise tests (`tff_canary.stats.noise_stats`) on NumPy noise.
 
 Every planted pattern below is a defect a real noise implementation could
 have; each test fails if the family meant to catch it loses its power (a
@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pytest
 
-from tff_canary import noise_stats
+from tff_canary.stats import noise_stats
 
 NAMES = ("w1", "b1", "w2", "b2")
 SHAPES = ((784, 128), (128,), (128, 5), (5,))
@@ -267,7 +267,8 @@ def test_the_report_shows_the_verdict(tmp_path):
   # The experiment writes noise_check.json before training; the TF-free
   # report carries it (report.json key, one line in report.md and the table).
   from fake_runs import make_run  # pylint: disable=g-import-not-at-top
-  from tff_canary import atomic_files, report, run_dir  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness import report, run_dir
   path = make_run(tmp_path / "run")
   assert report.build_report(path).noise_check is None
   noise = clean(14)
@@ -318,7 +319,7 @@ def test_noise_stats_does_not_import_tensorflow():
   # without TensorFlow); fails if any import pulls TF in.
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
-  code = ("import sys, tff_canary.noise_stats\n"
+  code = ("import sys, tff_canary.stats.noise_stats\n"
           "bad = [m for m in ('tensorflow', 'tensorflow_federated') "
           "if m in sys.modules]\n"
           "sys.exit(bool(bad))\n")

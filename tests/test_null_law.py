@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from tff_canary.null_law import CosineNull
+from tff_canary.stats.null_law import CosineNull
 
 
 def _reference_logsf(dim, t):

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from tff_canary import atomic_files, audit, report, run_dir
+from tff_canary.stats import atomic_files, audit
+from tff_canary.harness import report, run_dir
 
 from fake_runs import make_run
 

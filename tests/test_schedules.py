@@ -1,6 +1,6 @@
-"""Tests of tff_canary.schedules and of the canary configuration.
+"""Tests of tff_canary.stats.schedules and of the canary configuration.
 
-NumPy only except `CanaryConfig` (tff_canary.canaries imports TensorFlow, not
+NumPy only except `CanaryConfig` (tff_canary.federated.canaries imports TensorFlow, not
 TFF). Statistical checks use fixed seeds; each says why its tolerance is what
 it is.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tff_canary import schedules
+from tff_canary.stats import schedules
 
 
 def _ids(n):
@@ -188,7 +188,7 @@ def test_realize_bad_ids_and_seed():
 
 
 def _config(**kwargs):
-  from tff_canary import canaries  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated import canaries  # pylint: disable=g-import-not-at-top
   base = dict(seed=3, num_inserted=10, num_held_out=5,
               schedule=schedules.FixedPresentations(8, 2))
   base.update(kwargs)

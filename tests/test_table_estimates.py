@@ -4,9 +4,9 @@
 import numpy as np
 import pytest
 
-from tff_canary import estimates, lower_bounds, results
-from tff_canary.cosine_table import CosineTable, UnrecordedRoundsWarning
-from tff_canary.table_estimates import estimate_table
+from tff_canary.stats import estimates, lower_bounds, results
+from tff_canary.stats.cosine_table import CosineTable, UnrecordedRoundsWarning
+from tff_canary.stats.table_estimates import estimate_table
 
 DIM = 1_000_000
 

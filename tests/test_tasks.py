@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 
-from tff_canary import datasets, tasks
+from tff_canary.harness import datasets, tasks
 
 pytestmark = pytest.mark.tff
 

@@ -8,7 +8,7 @@ import pytest
 from dp_accounting.pld import privacy_loss_mechanism
 from scipy import optimize, stats
 
-from tff_canary import two_gaussians as tg
+from tff_canary.stats import two_gaussians as tg
 
 
 def _dp_accounting_noise_for(epsilon, delta):

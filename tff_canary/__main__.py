@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tff_canary import report as report_lib
-from tff_canary import run_dir as run_dir_lib
+from tff_canary.harness import report as report_lib
+from tff_canary.harness import run_dir as run_dir_lib
 
 
 def _parser() -> argparse.ArgumentParser:

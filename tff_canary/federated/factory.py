@@ -10,7 +10,7 @@ path as a client record: clipping (a no-op at norm C_t), the same Gaussian
 noise, the same normalization by the fixed `clients_per_round` of
 `tfp.NormalizedQuery` (canaries do not change the denominator).
 
-Per round r (0-based; see `tff_canary.schedules`), with k_r canaries scheduled:
+Per round r (0-based; see `tff_canary.stats.schedules`), with k_r canaries scheduled:
 
     sum_state <- sum_i clip_{C_r}(x_i) + C_r * sum_{j in round r} c_j
     a_r = (sum_state + N(0, (z C_r)^2 I)) / clients_per_round
@@ -55,7 +55,7 @@ Noise. The noise is the query's own. With `noise_seed=None` (the default)
 the named constructors build tensorflow_privacy's queries, whose noise is
 unseeded, as in TFF: a resumed run repeats the canaries, not the noise. With
 `noise_seed=s` they build the same queries with seeded noise
-(`tff_canary.seeded_query`): the same N(0, (z C)^2) noise on the sum (and on
+(`tff_canary.federated.seeded_query`): the same N(0, (z C)^2) noise on the sum (and on
 the adaptive clipped count), every tensor of every round from its own
 independent stream of s, with the draw counter in the query's state, so an
 interrupted and resumed run equals an uninterrupted one. Only for simulation:
@@ -69,7 +69,7 @@ round; note `dp_query_metrics['clip']` is the NEXT round's clip), `round_num`
 (int32, r) and, with `CanaryConfig.record_aggregate`, `noised_aggregate`: a_r,
 the round's noised aggregate exactly as the server applies it, as ONE flat
 float32 vector of length d in `tf.nest.flatten` order. Pop it with
-`tff_canary.hooks.AggregateRecorder.record` to keep metric logs small.
+`tff_canary.federated.hooks.AggregateRecorder.record` to keep metric logs small.
 """
 
 from __future__ import annotations
@@ -82,10 +82,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
-from tff_canary import canaries as canaries_lib
-from tff_canary import seeded_query
-from tff_canary import validation
-from tff_canary import worker_guard
+from tff_canary.federated import canaries as canaries_lib
+from tff_canary.federated import seeded_query
+from tff_canary.stats import validation
+from tff_canary.federated import worker_guard
 
 worker_guard.install()
 
@@ -157,7 +157,7 @@ def _check_noise(noise_multiplier: Any, clients_per_round: Any):
 
 def _check_config(canaries: Any) -> canaries_lib.CanaryConfig:
   if not isinstance(canaries, canaries_lib.CanaryConfig):
-    raise TypeError("canaries must be a tff_canary.canaries.CanaryConfig, got "
+    raise TypeError("canaries must be a tff_canary.federated.canaries.CanaryConfig, got "
                     f"{canaries!r}.")
   return canaries
 
@@ -302,7 +302,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     Args:
       query: A `tfp.GaussianSumQuery` or `tfp.QuantileAdaptiveClipSumQuery`
         (or a subclass, such as the seeded queries of
-        `tff_canary.seeded_query`), optionally in a `tfp.NormalizedQuery`
+        `tff_canary.federated.seeded_query`), optionally in a `tfp.NormalizedQuery`
         (what TFF's named constructors build). The noise is the query's.
       canaries: The `CanaryConfig`.
       record_aggregation_factory: Aggregates the clients' clipped records, as
@@ -336,7 +336,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
   def create(self, value_type) -> tff.templates.AggregationProcess:
     """Builds the aggregation process for `value_type` (the model weights).
 
-    Warns (`tff_canary.canaries.TooManyCanariesWarning`) when the number of
+    Warns (`tff_canary.federated.canaries.TooManyCanariesWarning`) when the number of
     canaries exceeds dim / 100.
     """
     value_type = tff.types.to_type(value_type)

@@ -70,9 +70,9 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize, special, stats
 
-from tff_canary import null_law
-from tff_canary import results
-from tff_canary import validation
+from tff_canary.stats import null_law
+from tff_canary.stats import results
+from tff_canary.stats import validation
 
 CORRECTIONS = ("none", "simultaneous")
 # Ratio of the geometric rank grid of the simultaneous correction.

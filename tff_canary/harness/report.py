@@ -41,14 +41,14 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary import atomic_files
-from tff_canary import audit
-from tff_canary import client_sampling
-from tff_canary import results
-from tff_canary import run_dir as run_dir_lib
-from tff_canary import table_estimates
-from tff_canary import validation
-from tff_canary.cosine_table import CosineTable
+from tff_canary.stats import atomic_files
+from tff_canary.stats import audit
+from tff_canary.stats import client_sampling
+from tff_canary.stats import results
+from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.stats import table_estimates
+from tff_canary.stats import validation
+from tff_canary.stats.cosine_table import CosineTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,7 +316,7 @@ def write_report(report: RunReport, plots: bool = True) -> list[str]:
   rd = run_dir_lib.RunDir(report.run_dir)
   written = []
   if plots:
-    from tff_canary import plots as plots_lib  # pylint: disable=g-import-not-at-top
+    from tff_canary.harness import plots as plots_lib  # pylint: disable=g-import-not-at-top
     written += plots_lib.write_report_plots(report, report.table,
                                             rd.file(run_dir_lib.PLOTS))
   atomic_files.write_json(rd.file(run_dir_lib.REPORT_JSON), report.as_dict())

@@ -31,19 +31,19 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary import estimates
-from tff_canary import lower_bounds
-from tff_canary import results
-from tff_canary import validation
-from tff_canary.cosine_table import CosineTable
-from tff_canary.cosine_table import UnrecordedRoundsWarning
+from tff_canary.stats import estimates
+from tff_canary.stats import lower_bounds
+from tff_canary.stats import results
+from tff_canary.stats import validation
+from tff_canary.stats.cosine_table import CosineTable
+from tff_canary.stats.cosine_table import UnrecordedRoundsWarning
 
 
 @dataclasses.dataclass(frozen=True)
 class TableEstimates:
   """All estimates of one cosine table at one delta (frozen; keeps its inputs).
 
-  Each field is a result object (see `tff_canary.results`), or None when the
+  Each field is a result object (see `tff_canary.stats.results`), or None when the
   table cannot give it (no recorded aggregates for the all-iterates
   statistics; no fair-coin assignment for the one-run bound).
   """

@@ -3,12 +3,12 @@
 `check_aggregation_noise(aggregator, value_type)` builds a FRESH aggregation
 process (from an unweighted factory such as
 `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed/gaussian_adaptive`,
-`tff.learning.dp_aggregator` or `tff_canary.factory.CanaryDPFactory` with no
+`tff.learning.dp_aggregator` or `tff_canary.federated.factory.CanaryDPFactory` with no
 canaries scheduled; or a given `tff.templates.AggregationProcess`, which is
 `initialize`d anew, so no state of a real run is touched), runs it for
 `num_rounds` rounds on clients whose values are all ZERO, so that each round's
 result is its noise alone, and tests that noise against the claim with
-`tff_canary.noise_stats.check_noise`.
+`tff_canary.stats.noise_stats.check_noise`.
 
 The claimed per-coordinate std of round t is that of DP-FedAvg (McMahan et
 al., ICLR 2018, arXiv 1710.06963, Algorithm 1):
@@ -45,10 +45,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_canary import noise_stats
-from tff_canary import tree_search
-from tff_canary import validation
-from tff_canary import worker_guard
+from tff_canary.stats import noise_stats
+from tff_canary.federated import tree_search
+from tff_canary.stats import validation
+from tff_canary.federated import worker_guard
 
 worker_guard.install()
 

@@ -7,7 +7,7 @@ DP-FedAvg, McMahan et al., ICLR 2018, arXiv 1710.06963, Algorithm 1:
 s_t = z * C_t / clients_per_round). `check_noise` tests that claim on R rounds
 of such output, given as flattened tensors (so that tensor boundaries are
 known) and the claimed s_t per round. NumPy and SciPy only; the TFF side is
-`tff_canary.noise_check`.
+`tff_canary.federated.noise_check`.
 
 With z_{t,k} = x_{t,k} / s_t the standardized noise of tensor k in round t
 (n_k values), the tests are (each with an exact or stated-approximation
@@ -68,9 +68,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from scipy import stats
 
-from tff_canary import null_law
-from tff_canary import validation
-from tff_canary.results import format_number
+from tff_canary.stats import null_law
+from tff_canary.stats import validation
+from tff_canary.stats.results import format_number
 
 DEFAULT_LEVEL = 0.001
 DEFAULT_SUBSAMPLE = 20_000

@@ -33,9 +33,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from tff_canary import lower_bounds
-from tff_canary import validation
-from tff_canary.cosine_table import CosineTable
+from tff_canary.stats import lower_bounds
+from tff_canary.stats import validation
+from tff_canary.stats.cosine_table import CosineTable
 
 VERDICTS = ("consistent", "refuted")
 

@@ -30,8 +30,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary import schedules
-from tff_canary import validation
+from tff_canary.stats import schedules
+from tff_canary.stats import validation
 
 SAMPLINGS = ("shuffle", "per_round")
 _CLIENT_TAG = 0xC11E

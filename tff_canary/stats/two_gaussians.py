@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize, special
 
-from tff_canary import validation
+from tff_canary.stats import validation
 
 _LOG_HALF = np.log(0.5)
 # Larger epsilons than this are reported as inf: the Gaussians are so far apart

@@ -1,7 +1,7 @@
 """The experiment scripts' absl flags, one per `ExperimentConfig` field.
 
 `define_flags(task, **defaults)` defines `--<field>` for every field of
-`tff_canary.experiment.ExperimentConfig` (same name, so a flag, a config.json
+`tff_canary.harness.experiment.ExperimentConfig` (same name, so a flag, a config.json
 key and a run's report use one name per concept), with per-script defaults;
 `config_from_flags()` turns the parsed flags into a validated config. The
 scripts in experiments/ are just these two calls and `run_experiment`.
@@ -17,7 +17,7 @@ from typing import Any
 from absl import app
 from absl import flags
 
-from tff_canary import experiment
+from tff_canary.harness import experiment
 
 FLAGS = flags.FLAGS
 
@@ -133,7 +133,7 @@ def main_for(task: str):
   def main(argv):
     if len(argv) > 1:
       raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from tff_canary import run_dir  # pylint: disable=g-import-not-at-top
+    from tff_canary.harness import run_dir  # pylint: disable=g-import-not-at-top
     try:
       config = config_from_flags()
       if config.task != task:

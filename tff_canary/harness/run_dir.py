@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from tff_canary import analytical
-from tff_canary import atomic_files
-from tff_canary.cosine_table import CosineTable
+from tff_canary.stats import analytical
+from tff_canary.stats import atomic_files
+from tff_canary.stats.cosine_table import CosineTable
 
 CONFIG = "config.json"
 METRICS = "metrics.csv"

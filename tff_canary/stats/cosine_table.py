@@ -3,7 +3,7 @@
 Columns (METHOD §4; Andrew et al., ICLR 2024, arXiv 2302.03098, Section 3):
 
   * `id`: canary id (its direction is regenerated from (seed, id), see
-    `tff_canary.canaries`).
+    `tff_canary.federated.canaries`).
   * `group`: "inserted" or "held_out".
   * `participation`: number of rounds the canary took part in (0 if held out).
   * `final_cosine`: x_j = cos(c_j, theta_0 - theta_T) (final-model statistic).
@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from tff_canary import atomic_files
-from tff_canary import validation
+from tff_canary.stats import atomic_files
+from tff_canary.stats import validation
 
 GROUPS = ("inserted", "held_out")
 COLUMNS = ("id", "group", "participation", "final_cosine", "max_cosine",

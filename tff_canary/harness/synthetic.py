@@ -6,7 +6,7 @@ StackOverflow-like clients (sentences from a Markov chain with per-user
 preferences and topics). Each client is a pure function of (seed, client
 index, sizes, model) computed with stateless random ops
 (`tf.random.stateless_*`), so it is the same in every process and costs
-nothing until it is generated; `tff_canary.datasets` wraps them as TFF
+nothing until it is generated; `tff_canary.harness.datasets` wraps them as TFF
 `ClientData`.
 """
 
@@ -19,7 +19,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from tff_canary import validation
+from tff_canary.stats import validation
 
 EMNIST_CLASSES = 62
 _TAG_TEMPLATES = 101

@@ -4,9 +4,9 @@
 `experiments/stackoverflow.py` run (they only turn flags into a config):
 
   1. load the data (built-in synthetic, or TFF's files from `cache_dir`) and
-     build the task (`tff_canary.tasks`);
+     build the task (`tff_canary.harness.tasks`);
   2. build DP-FedAvg (`tff.learning.algorithms.build_unweighted_fed_avg`) with
-     the canary aggregator (`tff_canary.factory`): fixed clipping when `clip`
+     the canary aggregator (`tff_canary.federated.factory`): fixed clipping when `clip`
      is set, else adaptive, with TFF's zeroing if asked;
   3. train: clients sampled per round from (seed, round) (shuffled epochs, or
      Poisson sampling per round; `client_sampling`), the canaries taking part
@@ -18,8 +18,8 @@
      `eval_every` rounds, a checkpoint every `checkpoint_every` rounds;
   4. after training: the cosine table (`hooks.compute_cosine_table`, checked
      against the seed and schedule in the trained aggregator state), the
-     report (`tff_canary.report`), all written into the run directory
-     (`tff_canary.run_dir` lists the files).
+     report (`tff_canary.harness.report`), all written into the run directory
+     (`tff_canary.harness.run_dir` lists the files).
 
 Reproducible: the data, the initial weights, the dropout masks
 (`tasks.DeterministicDropout`), the client sampling, the canaries and (with
@@ -30,7 +30,7 @@ TFF's own write-then-rename checkpointing); on resume, the per-round files are
 cut back to the last checkpoint.
 
 Before training, the run's aggregator is built afresh without canaries and
-its noise tested on zero client values (`tff_canary.noise_check`); the result
+its noise tested on zero client values (`tff_canary.federated.noise_check`); the result
 is noise_check.json, and the report shows its verdict.
 """
 
@@ -50,21 +50,21 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_canary import analytical
-from tff_canary import atomic_files
-from tff_canary import canaries as canaries_lib
-from tff_canary import client_sampling
-from tff_canary import datasets
-from tff_canary import factory
-from tff_canary import hooks
-from tff_canary import noise_check
-from tff_canary import report as report_lib
-from tff_canary import run_dir as run_dir_lib
-from tff_canary import schedules
-from tff_canary import tasks
-from tff_canary import tree_search
-from tff_canary import validation
-from tff_canary import worker_guard
+from tff_canary.stats import analytical
+from tff_canary.stats import atomic_files
+from tff_canary.federated import canaries as canaries_lib
+from tff_canary.stats import client_sampling
+from tff_canary.harness import datasets
+from tff_canary.federated import factory
+from tff_canary.federated import hooks
+from tff_canary.federated import noise_check
+from tff_canary.harness import report as report_lib
+from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.stats import schedules
+from tff_canary.harness import tasks
+from tff_canary.federated import tree_search
+from tff_canary.stats import validation
+from tff_canary.federated import worker_guard
 
 worker_guard.install()
 
@@ -509,7 +509,7 @@ def _aggregator(config, canary_config, noise_seed):
 
 def _noise_check(config, resolved, task, rd, log) -> None:
   """noise_check.json: the run's aggregator, built afresh without canaries,
-  on zero client values (`tff_canary.noise_check`), before training.
+  on zero client values (`tff_canary.federated.noise_check`), before training.
 
   With seeded noise the check draws from its own seed (noise_seed + a tag),
   so the file holds statistics of the same noise code path, never of the

@@ -22,9 +22,9 @@ from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
 from scipy import stats
 
-from tff_canary import atomic_files
-from tff_canary.cosine_table import CosineTable
-from tff_canary.null_law import CosineNull
+from tff_canary.stats import atomic_files
+from tff_canary.stats.cosine_table import CosineTable
+from tff_canary.stats.null_law import CosineNull
 
 _COLORS = {"inserted": "C3", "held_out": "C0"}
 

@@ -35,7 +35,7 @@ import functools
 import numpy as np
 from scipy import optimize, special
 
-from tff_canary import validation
+from tff_canary.stats import validation
 
 # Below this, SciPy's betainc result is used in log space only after checking
 # it did not underflow; tails smaller than this go to the continued fraction.

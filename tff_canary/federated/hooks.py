@@ -52,12 +52,12 @@ from typing import Any, Mapping
 import numpy as np
 import tqdm
 
-from tff_canary import atomic_files
-from tff_canary import canaries as canaries_lib
-from tff_canary import cosine_table
-from tff_canary import tree_search
-from tff_canary import validation
-from tff_canary import worker_guard
+from tff_canary.stats import atomic_files
+from tff_canary.federated import canaries as canaries_lib
+from tff_canary.stats import cosine_table
+from tff_canary.federated import tree_search
+from tff_canary.stats import validation
+from tff_canary.federated import worker_guard
 
 worker_guard.install()
 

@@ -91,7 +91,7 @@ from dp_accounting import dp_event as dp_event_module
 import numpy as np
 from scipy import optimize, special
 
-from tff_canary import validation
+from tff_canary.stats import validation
 
 ACCOUNTANTS = ("pld", "rdp")
 

@@ -33,7 +33,7 @@ import dataclasses
 
 import numpy as np
 
-from tff_canary import validation
+from tff_canary.stats import validation
 
 SIMULATORS = ("fast", "brute")
 

@@ -37,7 +37,7 @@ import dataclasses
 
 import numpy as np
 
-from tff_canary import validation
+from tff_canary.stats import validation
 
 # Fixed tags that make the NumPy streams of one seed independent of each other:
 # default_rng([seed, tag]). Never change them: results are regenerated from

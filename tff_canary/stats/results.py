@@ -141,7 +141,7 @@ class LowerBound:
 
   Jagielski et al. (2020) with Jeffreys intervals (Zanella-Béguelin et al.
   2022), as in the paper (METHOD §7). With `correction="none"` (the paper's
-  construction) the confidence is nominal only: see `tff_canary.lower_bounds`
+  construction) the confidence is nominal only: see `tff_canary.stats.lower_bounds`
   for how far it falls short. The bound saturates with the number of
   canaries: it can never exceed `ceiling` (about 6.2 with 1000 inserted and
   1000 held-out canaries), which is why the point estimates exist.

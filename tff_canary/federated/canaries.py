@@ -35,8 +35,8 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tff_canary import schedules
-from tff_canary import validation
+from tff_canary.stats import schedules
+from tff_canary.stats import validation
 
 ASSIGNMENTS = ("fixed", "coin")
 
@@ -64,7 +64,7 @@ class CanaryConfig:
       schedule.
     num_inserted: k >= 0, inserted canaries (ids 0..k-1 with "fixed").
     num_held_out: k' >= 0, held-out canaries (ids k..k+k'-1 with "fixed").
-    schedule: A `tff_canary.schedules.Schedule`.
+    schedule: A `tff_canary.stats.schedules.Schedule`.
     assignment: "fixed" (above) or "coin" (each of the k + k' candidates is
       inserted by an independent fair coin from the seed).
     record_aggregate: Whether the aggregation process reports each round's
@@ -95,7 +95,7 @@ class CanaryConfig:
       raise ValueError(f"num_inserted + num_held_out must fit in int32, got "
                        f"{num_inserted + num_held_out}.")
     if not isinstance(self.schedule, schedules.Schedule):
-      raise TypeError(f"schedule must be a tff_canary.schedules.Schedule "
+      raise TypeError(f"schedule must be a tff_canary.stats.schedules.Schedule "
                       f"(ShuffledEpochs, FixedPresentations, PerRoundSampling)"
                       f", got {self.schedule!r}.")
     assignment = validation.as_choice(self.assignment, "assignment",

@@ -45,9 +45,9 @@ import warnings
 import numpy as np
 from scipy import stats
 
-from tff_canary import results
-from tff_canary import two_gaussians
-from tff_canary import validation
+from tff_canary.stats import results
+from tff_canary.stats import two_gaussians
+from tff_canary.stats import validation
 
 METHODS = ("mean_only", "fitted_variance")
 # A variance ratio this improbable under the null variance (two-sided chi^2
