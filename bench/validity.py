@@ -31,8 +31,8 @@ import warnings
 
 import numpy as np
 
-from tff_canary.stats import analytical
 from tff_canary.stats import audit
+from tff_canary.stats import gaussian_accounting
 from tff_canary.stats import gaussian_mechanism
 from tff_canary.stats import lower_bounds
 
@@ -58,7 +58,7 @@ def _bounds(run, coin, dim, delta):
 def exceedance(*, epsilon, delta, trials, dim, canaries, seed):
   """Fraction of trials each bound exceeded the true epsilon (0: no canary)."""
   if epsilon > 0:
-    noise = analytical.gaussian_noise_multiplier(epsilon, delta)
+    noise = gaussian_accounting.gaussian_noise_multiplier(epsilon, delta)
     inserted, candidates = canaries, 2 * canaries
   else:  # nothing inserted: every statistic follows the null
     noise, inserted, candidates = 1.0, 0, 2 * canaries
@@ -98,7 +98,7 @@ class _Coin:
 def planted_bug(*, claimed_epsilon, delta, clients_per_round, trials, dim,
                 candidates, seed):
   """(detection rate, false refutation rate) of one-run audits."""
-  z = analytical.gaussian_noise_multiplier(claimed_epsilon, delta)
+  z = gaussian_accounting.gaussian_noise_multiplier(claimed_epsilon, delta)
   rates = []
   for noise in (z / clients_per_round, z):  # buggy, then correct
     refuted = 0
@@ -144,8 +144,9 @@ def main():
   detection, false_refutation = planted_bug(
       claimed_epsilon=1.0, delta=1e-6, clients_per_round=20, trials=trials,
       dim=args.dim, candidates=2 * args.canaries, seed=7)
+  noise = gaussian_accounting.gaussian_noise_multiplier(1.0, 1e-6)
   print(f"Planted bug (Tramèr et al. 2022): claimed epsilon 1 at delta 1e-6 "
-        f"(noise multiplier {analytical.gaussian_noise_multiplier(1.0, 1e-6):.3f}"
+        f"(noise multiplier {noise:.3f}"
         "), actual noise divided by 20 clients per round; one run of "
         f"{2 * args.canaries} coin-flipped canaries audited at 95%, "
         f"{trials} trials each:")

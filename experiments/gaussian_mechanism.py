@@ -38,9 +38,9 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from tff_canary.stats import analytical
 from tff_canary.stats import atomic_files
 from tff_canary.stats import estimates
+from tff_canary.stats import gaussian_accounting
 from tff_canary.stats import gaussian_mechanism
 from tff_canary.stats import lower_bounds
 from tff_canary.stats import validation
@@ -156,7 +156,8 @@ def run_study(*,
   results = []
   for index, target in enumerate(targets):
     start = time.perf_counter()
-    noise_std = float(analytical.gaussian_noise_multiplier(target, delta))
+    noise_std = float(gaussian_accounting.gaussian_noise_multiplier(target,
+                                                                    delta))
     values = {name: [] for name in ("epsilon_final", "epsilon_final_fitted",
                                     "epsilon_lo", "epsilon_lo_held_out",
                                     "epsilon_lo_simultaneous",

@@ -7,7 +7,7 @@ import numpy as np
 
 from tff_canary.stats import atomic_files
 from tff_canary.harness import run_dir
-from tff_canary.stats.analytical import Ledger
+from tff_canary.stats.ledger import Ledger
 from tff_canary.stats.cosine_table import CosineTable
 
 DIM = 100_000

@@ -10,7 +10,7 @@ import warnings
 import dp_accounting
 import pytest
 
-from tff_canary.stats import analytical, audit, gaussian_mechanism
+from tff_canary.stats import audit, gaussian_accounting, gaussian_mechanism
 
 
 def test_planted_bug_in_the_gaussian_mechanism():
@@ -19,7 +19,7 @@ def test_planted_bug_in_the_gaussian_mechanism():
   # and false refutations <= 0.10 (a true 5% rate exceeds 0.10 in 60 trials
   # with probability ~5%; the measured 0.8% practically never).
   delta, claimed = 1e-6, 1.0
-  z = analytical.gaussian_noise_multiplier(claimed, delta)
+  z = gaussian_accounting.gaussian_noise_multiplier(claimed, delta)
   rates = []
   for noise in (z / 20, z):
     refuted = 0

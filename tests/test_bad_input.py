@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tff_canary
-from tff_canary.stats import analytical, audit, gaussian_mechanism
+from tff_canary.stats import audit, gaussian_mechanism, ledger
 from tff_canary.harness import run_dir
 from tff_canary.stats.cosine_table import CosineTable
 from tff_canary.stats.table_estimates import estimate_table
@@ -78,7 +78,7 @@ API_CASES = [
      ValueError, "noise_multiplier must be nonnegative, got -1.0"),
     (lambda: tff_canary.gaussian_epsilon(1.0, 2.0), ValueError,
      "delta must be strictly between 0 and 1, got 2.0"),
-    (lambda: analytical.Ledger.from_json("not json"), ValueError,
+    (lambda: ledger.Ledger.from_json("not json"), ValueError,
      "text is not valid JSON"),
     (lambda: estimate_table({"final_cosine": GOOD}, delta=1e-6),
      TypeError, "table must be a CosineTable, got dict"),

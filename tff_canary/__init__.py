@@ -12,16 +12,16 @@ TensorFlow. The TFF side lives in submodules that import it on demand:
   tff_canary.federated.hooks      AggregateRecorder, compute_cosine_table (after training)
 """
 
-from tff_canary.stats.analytical import Ledger
-from tff_canary.stats.analytical import gaussian_epsilon
-from tff_canary.stats.analytical import gaussian_noise_multiplier
-from tff_canary.stats.analytical import poisson_epsilon
-from tff_canary.stats.analytical import repeated_epsilon
 from tff_canary.stats.estimates import epsilon_all
 from tff_canary.stats.estimates import epsilon_final
+from tff_canary.stats.gaussian_accounting import gaussian_epsilon
+from tff_canary.stats.gaussian_accounting import gaussian_noise_multiplier
+from tff_canary.stats.gaussian_accounting import repeated_epsilon
+from tff_canary.stats.ledger import Ledger
 from tff_canary.stats.lower_bounds import epsilon_lo
 from tff_canary.stats.lower_bounds import one_run_bound
 from tff_canary.stats.null_law import CosineNull
+from tff_canary.stats.poisson_accounting import poisson_epsilon
 from tff_canary.stats.results import EpsilonEstimate
 from tff_canary.stats.results import LowerBound
 from tff_canary.stats.results import OneRunBound

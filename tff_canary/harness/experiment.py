@@ -50,13 +50,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_canary.stats import analytical
 from tff_canary.stats import atomic_files
 from tff_canary.federated import canaries as canaries_lib
 from tff_canary.stats import client_sampling
 from tff_canary.harness import datasets
 from tff_canary.federated import factory
 from tff_canary.federated import hooks
+from tff_canary.stats import ledger
 from tff_canary.federated import noise_check
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import run_dir as run_dir_lib
@@ -632,5 +632,5 @@ def _checkpoint(rd, manager, state, version, rows, events, recorder):
   """
   _write_metrics(rd.file(run_dir_lib.METRICS), rows)
   atomic_files.write_text(rd.file(run_dir_lib.LEDGER),
-                          analytical.Ledger(events).to_json())
+                          ledger.Ledger(events).to_json())
   asyncio.run(manager.save(state, version))

@@ -3,7 +3,7 @@
 `build_report(run_dir)` reads a run directory (`run_dir.RunDir`), recomputes
 every estimate of the saved cosine table at any delta and confidence
 (`table_estimates.estimate_table`), computes the analytical epsilon of the
-run's participation from its own DpEvent ledger (`analytical.Ledger`), audits
+run's participation from its own DpEvent ledger (`ledger.Ledger`), audits
 the claim (`audit.audit_table`), and `write_report` writes report.json,
 report.md and the plots. No TensorFlow: `python -m tff_canary report RUN_DIR`
 runs anywhere the estimators do.

@@ -6,7 +6,7 @@ A run directory written by the experiment scripts holds:
                        client and canary participation (`participation`)
   metrics.csv          one row per round (training metrics, clip, canaries
                        inserted, and evaluation metrics on evaluation rounds)
-  ledger.json          the run's DpEvents, one per round (`analytical.Ledger`)
+  ledger.json          the run's DpEvents, one per round (`ledger.Ledger`)
   participation.npz    the (round, canary id) events of the inserted canaries
                        and each client's participation count (client_counts)
   cosines.csv/.npz     the cosine table (`cosine_table.CosineTable`)
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from tff_canary.stats import analytical
 from tff_canary.stats import atomic_files
+from tff_canary.stats import ledger
 from tff_canary.stats.cosine_table import CosineTable
 
 CONFIG = "config.json"
@@ -124,11 +124,11 @@ class RunDir:
     return table
 
   # Ledger ------------------------------------------------------------------
-  def load_ledger(self) -> analytical.Ledger:
+  def load_ledger(self) -> ledger.Ledger:
     path = self._require(LEDGER)
     try:
       with open(path, encoding="utf-8") as f:
-        return analytical.Ledger.from_json(f.read())
+        return ledger.Ledger.from_json(f.read())
     except (ValueError, TypeError, KeyError) as e:
       raise RunDirError(f"{path} is not a valid DpEvent ledger: {e}") from None
 
