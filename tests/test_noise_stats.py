@@ -1,4 +1,4 @@
-"""The TF-free noise tests (`tff_canary.stats.noise_stats`) on NumPy noise.
+"""The TF-free noise check (`tff_canary.stats.noise_stats`, `noise_tests`).
 
 Every planted pattern below is a defect a real noise implementation could
 have; each test fails if the family meant to catch it loses its power (a
@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tff_canary.stats import noise_stats
+from tff_canary.stats import noise_tests
 
 NAMES = ("w1", "b1", "w2", "b2")
 SHAPES = ((784, 128), (128,), (128, 5), (5,))
@@ -38,7 +39,7 @@ def test_correct_noise_passes():
   assert result.passed and not result.failures and not result.degenerate
   assert str(result).startswith("noise check passed: 4 rounds x 4 tensors "
                                 "(d=101125)")
-  assert set(t.family for t in result.tests) == set(noise_stats.FAMILIES) - {
+  assert set(t.family for t in result.tests) == set(noise_tests.FAMILIES) - {
       "zero"}
   assert 0 < result.std_resolution < 0.01
 
