@@ -29,15 +29,18 @@ NumPy only.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+import typing
+from typing import Any, Callable, Literal, Optional
 
 import numpy as np
+import numpy.typing as npt
 
 from tff_canary.stats import lower_bounds
 from tff_canary.stats import validation
 from tff_canary.stats.cosine_table import CosineTable
 
-VERDICTS = ("consistent", "refuted")
+Verdict = Literal["consistent", "refuted"]
+VERDICTS = typing.get_args(Verdict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +58,7 @@ class AuditVerdict:
   claimed_epsilon: float
   delta: float
   confidence: float
-  verdict: str
+  verdict: Verdict
   bounds: dict[str, Any]
   per_bound_confidence: float
   strongest: str
@@ -154,7 +157,8 @@ def audit_table(table: CosineTable, *, claimed_epsilon: float, delta: float,
                delta=delta, confidence=confidence)
 
 
-def audit_coin_statistics(statistics, inserted_mask, *, dim: Optional[int],
+def audit_coin_statistics(statistics: npt.ArrayLike,
+                          inserted_mask: npt.ArrayLike, *, dim: Optional[int],
                           claimed_epsilon: float, delta: float,
                           confidence: float = 0.95) -> AuditVerdict:
   """Audits with one run's coin-flipped candidates (e.g. the simulator's).

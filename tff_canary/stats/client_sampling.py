@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional
+import typing
+from typing import Any, Literal, Optional
 
 import numpy as np
 
 from tff_canary.stats import schedules
 from tff_canary.stats import validation
 
-SAMPLINGS = ("shuffle", "per_round")
+Sampling = Literal["shuffle", "per_round"]  # module docstring
+SAMPLINGS = typing.get_args(Sampling)
 _CLIENT_TAG = 0xC11E
 _MISMATCH_FLAG = "--allow_participation_mismatch"
 
@@ -53,7 +55,7 @@ class ClientSampler:
 
   num_clients: int
   clients_per_round: int
-  sampling: str = "shuffle"
+  sampling: Sampling = "shuffle"
   seed: int = 0
 
   def __post_init__(self):

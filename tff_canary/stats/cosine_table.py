@@ -34,14 +34,16 @@ import dataclasses
 import io
 import json
 import os
-from typing import Any
+import typing
+from typing import Any, Literal
 
 import numpy as np
 
 from tff_canary.stats import atomic_files
 from tff_canary.stats import validation
 
-GROUPS = ("inserted", "held_out")
+Group = Literal["inserted", "held_out"]
+GROUPS = typing.get_args(Group)
 COLUMNS = ("id", "group", "participation", "final_cosine", "max_cosine",
            "max_round", "unrecorded")
 # Columns a saved table may lack (older files): filled with zeros.
@@ -181,15 +183,15 @@ class CosineTable:
   def metadata(self) -> dict[str, Any]:
     return {name: getattr(self, name) for name in METADATA}
 
-  def mask(self, group: str) -> np.ndarray:
+  def mask(self, group: Group) -> np.ndarray:
     """Boolean row mask of `group` ("inserted" or "held_out")."""
     group = validation.as_choice(group, "group", GROUPS)
     return self.group == group
 
-  def ids(self, group: str) -> np.ndarray:
+  def ids(self, group: Group) -> np.ndarray:
     return self.id[self.mask(group)]
 
-  def final_cosines(self, group: str) -> np.ndarray:
+  def final_cosines(self, group: Group) -> np.ndarray:
     """The final-model cosines x_j of `group`, float64."""
     return self.final_cosine[self.mask(group)]
 
@@ -217,7 +219,7 @@ class CosineTable:
               "the aggregate of every round.")
     return None
 
-  def max_cosines(self, group: str) -> np.ndarray:
+  def max_cosines(self, group: Group) -> np.ndarray:
     """The all-iterates statistics m_j of `group`.
 
     Raises:
@@ -229,7 +231,7 @@ class CosineTable:
       raise ValueError(refusal)
     return self.max_cosine[self.mask(group)]
 
-  def participations(self, group: str) -> np.ndarray:
+  def participations(self, group: Group) -> np.ndarray:
     return self.participation[self.mask(group)]
 
   def __eq__(self, other):

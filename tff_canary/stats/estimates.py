@@ -40,16 +40,25 @@ NumPy/SciPy only.
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
 import warnings
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 from tff_canary.stats import results
 from tff_canary.stats import two_gaussians
 from tff_canary.stats import validation
 
-METHODS = ("mean_only", "fitted_variance")
+# epsilon_final's two estimates (module docstring).
+Method = Literal["mean_only", "fitted_variance"]
+METHODS = typing.get_args(Method)
+# The threat model of an estimate: the final model, or all iterates.
+Statistic = Literal["final", "all"]
+# How an estimate's confidence interval was made (`EpsilonEstimate`).
+IntervalMethod = Literal["t", "projection"]
 # A variance ratio this improbable under the null variance (two-sided chi^2
 # test) triggers VarianceMismatchWarning for the mean-only variant.
 _VARIANCE_TEST_LEVEL = 1e-3
@@ -120,7 +129,8 @@ def _sigma_pairs(range0, range1):
   return pairs
 
 
-def epsilon_final(inserted, *, dim, delta, method: str = "mean_only",
+def epsilon_final(inserted: npt.ArrayLike, *, dim: int, delta: float,
+                  method: Method = "mean_only",
                   confidence: float = 0.95) -> results.EpsilonEstimate:
   """epsilon-final from the inserted canaries' final-model cosines.
 
@@ -192,7 +202,8 @@ def epsilon_final(inserted, *, dim, delta, method: str = "mean_only",
       inserted_below_null=below, interval_method=interval_method)
 
 
-def epsilon_all(inserted, held_out, *, delta,
+def epsilon_all(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
+                delta: float,
                 confidence: float = 0.95) -> results.EpsilonEstimate:
   """epsilon-all from max-over-rounds cosines of inserted and held-out canaries.
 

@@ -30,12 +30,16 @@ NumPy only; no TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+import typing
+from typing import Literal
 
 import numpy as np
 
 from tff_canary.stats import validation
 
-SIMULATORS = ("fast", "brute")
+# "fast": exact in distribution, no d-dim vector; "brute": the vectors.
+Simulator = Literal["fast", "brute"]
+SIMULATORS = typing.get_args(Simulator)
 
 # Tags that separate the independent random streams derived from one seed.
 _TAG_CANARY = 0    # brute: canary j is default_rng([seed, _TAG_CANARY, j]).
@@ -75,7 +79,7 @@ class GaussianMechanismRun:
   num_held_out: int
   noise_std: float
   seed: int
-  simulator: str
+  simulator: Simulator
   block_size: int | None
   inserted: np.ndarray
   held_out: np.ndarray
@@ -104,7 +108,7 @@ class CoinRun:
   num_candidates: int
   noise_std: float
   seed: int
-  simulator: str
+  simulator: Simulator
   block_size: int | None
   statistics: np.ndarray
   inserted_mask: np.ndarray
@@ -117,7 +121,7 @@ def simulate(*,
              num_held_out: int,
              noise_std: float,
              seed: int,
-             simulator: str = "fast",
+             simulator: Simulator = "fast",
              block_size: int | None = None) -> GaussianMechanismRun:
   """Runs the Gaussian mechanism once with inserted and held-out canaries.
 
@@ -169,7 +173,7 @@ def simulate_coin(*,
                   num_candidates: int,
                   noise_std: float,
                   seed: int,
-                  simulator: str = "fast",
+                  simulator: Simulator = "fast",
                   block_size: int | None = None) -> CoinRun:
   """Runs the mechanism once, inserting each candidate by a fair coin.
 

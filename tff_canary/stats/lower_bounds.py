@@ -66,20 +66,28 @@ NumPy/SciPy only.
 
 from __future__ import annotations
 
+import typing
+from typing import Literal, Optional
 
 import numpy as np
+import numpy.typing as npt
 from scipy import optimize, special, stats
 
 from tff_canary.stats import null_law
 from tff_canary.stats import results
 from tff_canary.stats import validation
 
-CORRECTIONS = ("none", "simultaneous")
+# How epsilon_lo spreads its level (module docstring).
+Correction = Literal["none", "simultaneous"]
+CORRECTIONS = typing.get_args(Correction)
+# Where epsilon_lo's null comes from: the exact law (dim) or held-out canaries.
+Null = Literal["exact", "held_out"]
 # Ratio of the geometric rank grid of the simultaneous correction.
 _RANK_RATIO = 2.0
 
 
-def jeffreys_upper(failures, trials, alpha):
+def jeffreys_upper(failures: npt.ArrayLike, trials: npt.ArrayLike,
+                   alpha: float) -> np.ndarray:
   """One-sided Jeffreys upper limit Beta(f + 1/2, n - f + 1/2).ppf(1 - alpha); 1 when f = n."""
   failures = np.asarray(failures, dtype=np.float64)
   with np.errstate(invalid="ignore"):
@@ -88,7 +96,8 @@ def jeffreys_upper(failures, trials, alpha):
   return np.where(failures >= trials, 1.0, upper)
 
 
-def clopper_pearson_upper(successes, trials, alpha):
+def clopper_pearson_upper(successes: npt.ArrayLike, trials: npt.ArrayLike,
+                          alpha: float) -> np.ndarray:
   """One-sided Clopper-Pearson upper limit Beta(c + 1, n - c).ppf(1 - alpha); 1 when c = n."""
   successes = np.asarray(successes, dtype=np.float64)
   with np.errstate(invalid="ignore"):
@@ -153,9 +162,11 @@ def _max_over_thresholds(n, log_fnr_at, log_fpr_at, delta):
   return best
 
 
-def epsilon_lo(inserted, *, delta, dim=None, held_out=None,
+def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
+               dim: Optional[int] = None,
+               held_out: Optional[npt.ArrayLike] = None,
                confidence: float = 0.95,
-               correction: str = "none") -> results.LowerBound:
+               correction: Correction = "none") -> results.LowerBound:
   """epsilon_lo: the threshold-attack lower bound on epsilon (see module docstring).
 
   Exactly one of `dim` and `held_out` gives the null: `dim` uses the exact
@@ -299,8 +310,10 @@ def default_guesses(num_candidates: int) -> int:
   return max(1, int(round(0.05 * num_candidates)))
 
 
-def one_run_bound(statistics, inserted_mask, *, delta, k_plus=None,
-                  k_minus=None, confidence: float = 0.95) -> results.OneRunBound:
+def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
+                  delta: float, k_plus: Optional[int] = None,
+                  k_minus: Optional[int] = None,
+                  confidence: float = 0.95) -> results.OneRunBound:
   """The one-run lower bound of Steinke, Nasr & Jagielski (2023).
 
   Args:

@@ -33,6 +33,7 @@ import dataclasses
 import functools
 
 import numpy as np
+import numpy.typing as npt
 from scipy import optimize, special
 
 from tff_canary.stats import validation
@@ -130,7 +131,7 @@ class CosineNull:
     return 1.0 / np.sqrt(self.dim)
 
   # Density -------------------------------------------------------------------
-  def logpdf(self, t):
+  def logpdf(self, t: npt.ArrayLike):
     """log f_d(t) = ((d-3)/2) log(1 - t^2) - log B(1/2, (d-1)/2)."""
     t = np.asarray(t, dtype=np.float64)
     inside = np.abs(t) <= 1.0
@@ -143,11 +144,11 @@ class CosineNull:
     out = np.where(inside, body - special.betaln(0.5, self._b), -np.inf)
     return out[()]
 
-  def pdf(self, t):
+  def pdf(self, t: npt.ArrayLike):
     return np.exp(self.logpdf(t))
 
   # Tails ---------------------------------------------------------------------
-  def logsf(self, t):
+  def logsf(self, t: npt.ArrayLike):
     """log P(T >= t), accurate in the deep upper tail (see module docstring)."""
     t = np.asarray(t, dtype=np.float64)
     out = np.empty(t.shape, dtype=np.float64)
@@ -157,17 +158,17 @@ class CosineNull:
     flat_out[upper] = self._log_upper_tail(flat_t[upper])
     return out[()]
 
-  def sf(self, t):
+  def sf(self, t: npt.ArrayLike):
     """P(T >= t)."""
     t = np.asarray(t, dtype=np.float64)
     upper = self._upper_tail(np.abs(t))
     return np.where(t >= 0.0, upper, 1.0 - upper)[()]
 
-  def cdf(self, t):
+  def cdf(self, t: npt.ArrayLike):
     """P(T <= t) = P(T >= -t) by symmetry."""
     return self.sf(-np.asarray(t, dtype=np.float64))
 
-  def logcdf(self, t):
+  def logcdf(self, t: npt.ArrayLike):
     return self.logsf(-np.asarray(t, dtype=np.float64))
 
   def _upper_tail(self, t: np.ndarray) -> np.ndarray:
@@ -209,7 +210,7 @@ class CosineNull:
     return out
 
   # Quantiles -----------------------------------------------------------------
-  def isf(self, q):
+  def isf(self, q: npt.ArrayLike):
     """The t with P(T >= t) = q, for q in [0, 1].
 
     Near the centre (tail probability >= 1/4) it inverts (2) with SciPy's
@@ -241,7 +242,7 @@ class CosineNull:
     t = flat_t.reshape(q.shape)
     return np.where(q > 0.5, -t, t)[()]
 
-  def ppf(self, p):
+  def ppf(self, p: npt.ArrayLike):
     """The t with P(T <= t) = p; by symmetry ppf(p) = -isf(p)."""
     return -self.isf(p)
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any, NamedTuple, Optional, TYPE_CHECKING
 import warnings
-from typing import Any, NamedTuple, Optional
+
+if TYPE_CHECKING:  # The option types; those modules import this one.
+  from tff_canary.stats import estimates
+  from tff_canary.stats import lower_bounds
 
 
 class SignConventionWarning(UserWarning):
@@ -104,8 +108,8 @@ class EpsilonEstimate:
 
   epsilon: float
   interval: ConfidenceInterval
-  statistic: str
-  method: str
+  statistic: estimates.Statistic
+  method: estimates.Method
   delta: float
   confidence: float
   num_inserted: int
@@ -117,7 +121,7 @@ class EpsilonEstimate:
   inserted_std: float
   sample_std: float
   inserted_below_null: bool
-  interval_method: str
+  interval_method: estimates.IntervalMethod
 
   def __str__(self) -> str:
     name = "ε-final" if self.statistic == "final" else "ε-all"
@@ -164,13 +168,13 @@ class LowerBound:
   """
 
   epsilon: float
-  null: str
+  null: lower_bounds.Null
   threshold: Optional[float]
   fnr_upper: float
   fpr_upper: float
   ceiling: float
   saturated: bool
-  correction: str
+  correction: lower_bounds.Correction
   delta: float
   confidence: float
   num_inserted: int

@@ -36,6 +36,7 @@ import abc
 import dataclasses
 
 import numpy as np
+import numpy.typing as npt
 
 from tff_canary.stats import validation
 
@@ -131,7 +132,7 @@ class Schedule(abc.ABC):
 
   num_rounds: int
 
-  def realize(self, seed: int, canary_ids) -> Participation:
+  def realize(self, seed: int, canary_ids: npt.ArrayLike) -> Participation:
     """Draws the events of the canaries `canary_ids` from `seed`.
 
     Deterministic: the same (schedule, seed, canary_ids) always gives the same

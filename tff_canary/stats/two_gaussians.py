@@ -40,6 +40,7 @@ NumPy/SciPy only.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from scipy import optimize, special
 
 from tff_canary.stats import validation
@@ -132,7 +133,9 @@ def _standardize(mu0, sigma0, mu1, sigma1):
   return m, s, a, b, c
 
 
-def log_delta_for_epsilon(epsilon, mu0, sigma0, mu1, sigma1):
+def log_delta_for_epsilon(epsilon: npt.ArrayLike, mu0: npt.ArrayLike,
+                          sigma0: npt.ArrayLike, mu1: npt.ArrayLike,
+                          sigma1: npt.ArrayLike):
   """log max(H_eps(P||Q), H_eps(Q||P)) for P = N(mu0, sigma0^2), Q = N(mu1, sigma1^2).
 
   Vectorized: every argument broadcasts. Unvalidated (the public functions
@@ -215,7 +218,9 @@ def _solve_scalar(log_delta: float, args) -> float:
                                maxiter=500))
 
 
-def epsilon_for_delta_many(delta: float, mu0, sigma0, mu1, sigma1,
+def epsilon_for_delta_many(delta: float, mu0: npt.ArrayLike,
+                           sigma0: npt.ArrayLike, mu1: npt.ArrayLike,
+                           sigma1: npt.ArrayLike,
                            rtol: float = 1e-12,
                            max_iterations: int = 200) -> np.ndarray:
   """`epsilon_for_delta` for arrays of Gaussian pairs at once (broadcast).
