@@ -8,7 +8,7 @@
 # package, the test tools included, is resolved in ONE uv command: a later,
 # separate install would ignore TFF's pins. requirements/lock.txt pins the whole
 # tree; regenerate it after changing setup.py with
-#   .venv/bin/uv pip compile setup.py --extra test \
+#   .venv/bin/uv pip compile setup.py --extra tff --extra test \
 #     --override requirements/overrides.txt --python-version 3.11 \
 #     --no-header -o requirements/lock.txt
 set -euo pipefail
@@ -33,7 +33,7 @@ echo "install.sh: installing uv into .venv"
 echo "install.sh: resolving TFF 0.87 + tff-canary in one uv command (about 30 s cold)"
 .venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
   --override requirements/overrides.txt \
-  -r requirements/lock.txt -e ".[test]"
+  -r requirements/lock.txt -e ".[tff,test]"
 .venv/bin/python - <<'PY'
 import importlib.metadata as md
 for name in ("tensorflow", "tensorflow-federated", "tensorflow-privacy",

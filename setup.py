@@ -13,19 +13,27 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     packages=setuptools.find_packages(include=["tff_canary", "tff_canary.*"]),
     python_requires=">=3.11,<3.12",
+    # A plain `pip install .` gives the statistics layer (tff_canary.stats,
+    # the top-level estimators and `python -m tff_canary report --no_plots`)
+    # to users of any framework: NumPy, SciPy and dp-accounting only.
     install_requires=[
-        # The estimators need only these two.
         "numpy>=1.25,<2",
         "scipy>=1.9",
         # Analytical epsilon; the version TFF 0.87 pins.
         "dp-accounting==0.4.3",
-        # The canary factory, hooks and experiments.
-        "tensorflow-federated==0.87.0",
-        "absl-py",
-        "matplotlib",
-        "tqdm",
     ],
     extras_require={
+        # The report's plots.
+        "plots": ["matplotlib"],
+        # The TFF integration (tff_canary.federated) and the experiment
+        # harness (tff_canary.harness, experiments/).
+        "tff": [
+            "tensorflow-federated==0.87.0",
+            "absl-py",
+            "matplotlib",
+            "tqdm",
+        ],
+
         "test": [
             "pytest",
             "pytest-timeout",

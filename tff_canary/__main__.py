@@ -5,12 +5,14 @@
 
 recomputes every estimate of a finished run from its saved cosines (any delta,
 any confidence), prints a table, and rewrites report.json, report.md and the
-plots of RUN_DIR.
+plots of RUN_DIR. A plain `pip install .` (no TensorFlow, no matplotlib) runs
+it with --no_plots; the plots come with the `plots` extra.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from tff_canary.harness import report as report_lib
@@ -38,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
   args = _parser().parse_args(argv)
+  if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
+    # A plain `pip install .` has no matplotlib: say how to get the plots
+    # before any work is done, and write nothing.
+    print("error: the plots need matplotlib, which is not installed: "
+          "pip install 'tff-canary[plots]', or pass --no_plots",
+          file=sys.stderr)
+    return 2
   try:
     report = report_lib.build_report(
         args.run_dir, delta=args.delta, confidence=args.confidence,

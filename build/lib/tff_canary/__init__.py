@@ -1,0 +1,40 @@
+"""tff-canary: how much privacy a DP-FedAvg run really leaks, from that run.
+
+Random-canary empirical privacy estimation (Andrew et al., "One-shot Empirical
+Privacy Estimation for Federated Learning", ICLR 2024) for TensorFlow Federated.
+
+The names exported here are the estimators and analytical accounting; they need
+only NumPy, SciPy and dp-accounting, so `import tff_canary` never imports
+TensorFlow. The TFF side lives in submodules that import it on demand:
+
+  tff_canary.federated.factory    CanaryDPFactory, canary_dp_aggregator (the aggregator)
+  tff_canary.stats.schedules  participation schedules of the canaries
+  tff_canary.federated.hooks      AggregateRecorder, compute_cosine_table (after training)
+"""
+
+from tff_canary.stats.analytical import Ledger
+from tff_canary.stats.analytical import gaussian_epsilon
+from tff_canary.stats.analytical import gaussian_noise_multiplier
+from tff_canary.stats.analytical import poisson_epsilon
+from tff_canary.stats.analytical import repeated_epsilon
+from tff_canary.stats.estimates import epsilon_all
+from tff_canary.stats.estimates import epsilon_final
+from tff_canary.stats.lower_bounds import epsilon_lo
+from tff_canary.stats.lower_bounds import one_run_bound
+from tff_canary.stats.null_law import CosineNull
+from tff_canary.stats.results import EpsilonEstimate
+from tff_canary.stats.results import LowerBound
+from tff_canary.stats.results import OneRunBound
+from tff_canary.stats.results import SignConventionWarning
+from tff_canary.stats.results import VarianceMismatchWarning
+from tff_canary.stats.two_gaussians import delta_for_epsilon
+from tff_canary.stats.two_gaussians import epsilon_for_delta
+
+__all__ = [
+    "CosineNull", "EpsilonEstimate", "Ledger", "LowerBound", "OneRunBound",
+    "SignConventionWarning", "VarianceMismatchWarning", "delta_for_epsilon",
+    "epsilon_all", "epsilon_final", "epsilon_for_delta", "epsilon_lo",
+    "gaussian_epsilon", "gaussian_noise_multiplier", "one_run_bound",
+    "poisson_epsilon", "repeated_epsilon",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,64 @@
+"""Command line of tff-canary (no TensorFlow needed).
+
+  python -m tff_canary report RUN_DIR [--delta D] [--confidence C]
+                                      [--claimed_epsilon E] [--no_plots]
+
+recomputes every estimate of a finished run from its saved cosines (any delta,
+any confidence), prints a table, and rewrites report.json, report.md and the
+plots of RUN_DIR. A plain `pip install .` (no TensorFlow, no matplotlib) runs
+it with --no_plots; the plots come with the `plots` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+
+from tff_canary.harness import report as report_lib
+from tff_canary.harness import run_dir as run_dir_lib
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog="python -m tff_canary",
+      description="tff-canary: empirical privacy of a DP-FedAvg run.")
+  commands = parser.add_subparsers(dest="command", required=True)
+  rep = commands.add_parser(
+      "report", help="recompute every estimate of a run and rewrite its report")
+  rep.add_argument("run_dir", help="a run directory written by experiments/")
+  rep.add_argument("--delta", type=float, default=None,
+                   help="delta of every epsilon (default: the run's)")
+  rep.add_argument("--confidence", type=float, default=0.95,
+                   help="confidence of intervals, bounds and the audit")
+  rep.add_argument("--claimed_epsilon", type=float, default=None,
+                   help="epsilon to audit (default: the run's analytical one)")
+  rep.add_argument("--no_plots", action="store_true",
+                   help="do not redraw the plots")
+  return parser
+
+
+def main(argv=None) -> int:
+  args = _parser().parse_args(argv)
+  if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
+    # A plain `pip install .` has no matplotlib: say how to get the plots
+    # before any work is done, and write nothing.
+    print("error: the plots need matplotlib, which is not installed: "
+          "pip install 'tff-canary[plots]', or pass --no_plots",
+          file=sys.stderr)
+    return 2
+  try:
+    report = report_lib.build_report(
+        args.run_dir, delta=args.delta, confidence=args.confidence,
+        claimed_epsilon=args.claimed_epsilon)
+    written = report_lib.write_report(report, plots=not args.no_plots)
+  except (run_dir_lib.RunDirError, ValueError, TypeError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(report.table_text())
+  print(f"wrote {', '.join(written)}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

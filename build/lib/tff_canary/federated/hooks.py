@@ -1,0 +1,616 @@
+"""From a finished run to its cosine table: record during, compute after.
+
+METHOD §3-§4 (Andrew et al., ICLR 2024, arXiv 2302.03098, Section 3):
+
+  * final model: x_j = cos(c_j, u), u = theta_0 - theta_T;
+  * all iterates: m_j = max over rounds r of cos(c_j, a_r), a_r the round's
+    noised aggregate as the server applies it (theta_{r+1} = theta_r - eta a_r
+    with server SGD), for inserted and held-out canaries alike.
+
+The signs make inserted canaries' cosines positive: a client update is
+(initial - trained) and the server subtracts the aggregate, so an inserted
+canary moves the model along -c and u = theta_0 - theta_T along +c.
+
+The cost design: regenerating every canary every round costs m R canary
+generations for m canaries and R rounds (the reference implementation: about
+17 ms per canary per million parameters each; one generation here takes 7-13
+ms per million parameters on 2 cores). Instead,
+
+  1. DURING training, `AggregateRecorder.record(output.metrics)` pops the
+     round's `noised_aggregate` (a flat float32 vector of d floats, about 4.8
+     MB at d = 1.2M) out of the metrics and writes it to a memory-mapped .npy
+     file on disk, row = round;
+  2. AFTER training, `compute_cosine_table` regenerates each canary ONCE, in
+     blocks whose size comes from `memory_budget_bytes`, and per block takes
+     the final cosines (one matrix-vector product) and all round cosines (one
+     matrix product with the recorded aggregates, read in chunks when they do
+     not fit the budget), keeping the max over rounds and its round.
+
+Cost after training: m canary generations + 2 m R d flops, instead of m R
+generations in training. A k x d canary matrix is never held unless it fits
+the budget.
+
+Numerics: products run in float32 (BLAS), with canaries of norm 1 to a few
+ulps and the norms of u and a_r accumulated in float64. The float32 rounding
+error of a length-d dot product of unit vectors is about 1e-7 in the cosine
+(measured against float64: <= 6e-8 at d = 1500, 4e-9 at d = 1.2M in
+bench/round_overhead.py), at least three orders of magnitude below the null's
+standard deviation 1/sqrt(d) for any d <= 10^8. Cosines are clipped to [-1, 1].
+
+Zero vectors: the cosine with a zero vector (u = 0, e.g. a model that did not
+move, or a_r = 0) is defined as 0, the null's mean, and a `ZeroVectorWarning`
+says which vector was zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from typing import Any, Mapping
+
+import numpy as np
+import tqdm
+
+from tff_canary.stats import atomic_files
+from tff_canary.federated import canaries as canaries_lib
+from tff_canary.stats import cosine_table
+from tff_canary.federated import tree_search
+from tff_canary.stats import validation
+from tff_canary.federated import worker_guard
+
+worker_guard.install()
+
+AGGREGATE_KEY = "noised_aggregate"
+ROUND_KEY = "round_num"
+DEFAULT_MEMORY_BUDGET_BYTES = 2 * 1024**3
+_DTYPES = ("float16", "float32", "float64")
+
+
+class ZeroVectorWarning(UserWarning):
+  """A cosine with a zero vector was taken (and defined as 0)."""
+
+
+def _find_aggregate_dicts(metrics: Any, path: str = "metrics"
+                         ) -> list[tuple[str, Any]]:
+  found = []
+  if isinstance(metrics, Mapping):
+    if AGGREGATE_KEY in metrics:
+      found.append((path, metrics))
+    for key, value in metrics.items():
+      if key != AGGREGATE_KEY:
+        found.extend(_find_aggregate_dicts(value, f"{path}[{key!r}]"))
+  elif isinstance(metrics, (list, tuple)):
+    for i, value in enumerate(metrics):
+      found.extend(_find_aggregate_dicts(value, f"{path}[{i}]"))
+  return found
+
+
+class AggregateRecorder:
+  """Writes each round's noised aggregate to a memory-mapped .npy file.
+
+  The file `path` is a .npy array of shape [num_rounds, dim] (row r = round
+  r's aggregate a_r); `path + ".rounds.json"` lists the rounds written so far
+  (updated atomically after each row is flushed, so it never claims a row
+  that is not on disk). Open a new file with the constructor and reopen an
+  existing one (to resume a run) with `AggregateRecorder.open(path)`.
+  """
+
+  def __init__(self, path: str | os.PathLike, dim: int, num_rounds: int,
+               dtype: Any = np.float32, *, overwrite: bool = False):
+    """Creates the file.
+
+    Args:
+      path: The .npy file to create.
+      dim: d, the length of each aggregate.
+      num_rounds: Rows of the file (rounds 0..num_rounds-1 can be recorded).
+      dtype: float32 (default), float16 (half the disk, relative rounding
+        5e-4 per entry) or float64.
+      overwrite: Whether an existing file may be replaced.
+
+    Raises:
+      FileExistsError: if `path` exists and not `overwrite`.
+    """
+    path = os.fspath(path)
+    dim = validation.as_dim(dim)
+    num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
+    dtype = np.dtype(dtype)
+    if dtype.name not in _DTYPES:
+      raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype.name}.")
+    if not isinstance(overwrite, bool):
+      raise TypeError(f"overwrite must be a bool, got {overwrite!r}.")
+    if os.path.exists(path) and not overwrite:
+      raise FileExistsError(f"{path} exists; reopen it with "
+                            "AggregateRecorder.open(path) to resume, or pass "
+                            "overwrite=True.")
+    self._path = path
+    self._array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype,
+                                            shape=(num_rounds, dim))
+    self._recorded = np.zeros(num_rounds, bool)
+    self._save_rounds()
+
+  @classmethod
+  def open(cls, path: str | os.PathLike) -> AggregateRecorder:
+    """Reopens an existing recorder file for more rounds (resume)."""
+    path = os.fspath(path)
+    recorder = cls.__new__(cls)
+    recorder._path = path  # pylint: disable=protected-access
+    recorder._array = np.load(path, mmap_mode="r+")  # pylint: disable=protected-access
+    recorder._recorded = _load_rounds(path, recorder._array.shape[0])  # pylint: disable=protected-access
+    return recorder
+
+  @property
+  def path(self) -> str:
+    return self._path
+
+  @property
+  def dim(self) -> int:
+    return int(self._array.shape[1])
+
+  @property
+  def num_rounds(self) -> int:
+    return int(self._array.shape[0])
+
+  @property
+  def recorded(self) -> np.ndarray:
+    """bool [num_rounds]: which rounds have been written."""
+    return self._recorded.copy()
+
+  def record(self, metrics: Any) -> int:
+    """Pops `noised_aggregate` out of a round's metrics and writes it.
+
+    Args:
+      metrics: The round's `output.metrics` (any nesting of mappings). The
+        mapping holding `noised_aggregate` must also hold `round_num` (the
+        canary factory reports both); `noised_aggregate` is removed from it.
+
+    Returns:
+      The round written.
+
+    Raises:
+      ValueError: if there is no `noised_aggregate` (factory built with
+        `record_aggregate=False`?) or more than one, or the round is out of
+        range.
+    """
+    found = _find_aggregate_dicts(metrics)
+    if not found:
+      raise ValueError(f"metrics has no {AGGREGATE_KEY!r}: build the "
+                       "CanaryConfig with record_aggregate=True and pass the "
+                       "round's output.metrics.")
+    if len(found) > 1:
+      raise ValueError(f"metrics has {len(found)} {AGGREGATE_KEY!r} entries "
+                       f"(at {[p for p, _ in found]}); record one factory's "
+                       "measurements at a time.")
+    where, holder = found[0]
+    if ROUND_KEY not in holder:
+      raise ValueError(f"{where} has {AGGREGATE_KEY!r} but no {ROUND_KEY!r}.")
+    round_num = validation.as_int(np.asarray(holder[ROUND_KEY]).item(),
+                                  ROUND_KEY, minimum=0)
+    self.write(round_num, holder[AGGREGATE_KEY])
+    del holder[AGGREGATE_KEY]
+    return round_num
+
+  def write(self, round_num: int, aggregate: Any) -> None:
+    """Writes round `round_num`'s flat aggregate (length dim) and flushes it."""
+    round_num = validation.as_int(round_num, "round_num", minimum=0)
+    if round_num >= self.num_rounds:
+      raise ValueError(f"round_num = {round_num} is beyond this recorder's "
+                       f"num_rounds = {self.num_rounds} (the run is longer "
+                       "than the recorder was made for).")
+    aggregate = np.asarray(aggregate)
+    if aggregate.shape != (self.dim,):
+      raise ValueError(f"the aggregate must have shape ({self.dim},), got "
+                       f"{aggregate.shape}.")
+    if not np.all(np.isfinite(aggregate)):
+      raise ValueError(f"the aggregate of round {round_num} is not finite.")
+    self._array[round_num] = aggregate
+    self._array.flush()
+    self._recorded[round_num] = True
+    self._save_rounds()
+
+  def _save_rounds(self):
+    text = json.dumps({"num_rounds": int(self._recorded.size),
+                       "recorded": np.flatnonzero(self._recorded).tolist()})
+    atomic_files.write_text(self._path + ".rounds.json", text)
+
+  def close(self) -> None:
+    """Flushes and releases the memory map."""
+    if self._array is not None:
+      self._array.flush()
+      self._array = None
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+
+def _load_rounds(path: str, num_rounds: int) -> np.ndarray:
+  try:
+    with open(path + ".rounds.json", encoding="utf-8") as f:
+      data = json.load(f)
+    recorded = np.zeros(num_rounds, bool)
+    rounds = np.asarray(data["recorded"], np.int64)
+    if data["num_rounds"] != num_rounds or (rounds.size and (
+        rounds.min() < 0 or rounds.max() >= num_rounds)):
+      raise ValueError("inconsistent with the data file")
+    recorded[rounds] = True
+    return recorded
+  except FileNotFoundError:
+    raise ValueError(f"{path}.rounds.json is missing: {path} was not written "
+                     "by an AggregateRecorder.") from None
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"{path}.rounds.json is corrupt: {e}") from None
+
+
+def load_aggregates(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+  """A recorder file, read-only: (memmap [num_rounds, dim], recorded mask)."""
+  path = os.fspath(path)
+  try:
+    array = np.load(path, mmap_mode="r")
+  except (ValueError, OSError) as e:
+    raise ValueError(f"{path} is not an aggregate file: {e}") from None
+  if array.ndim != 2:
+    raise ValueError(f"{path} must hold a [num_rounds, dim] array, got shape "
+                     f"{array.shape}.")
+  return array, _load_rounds(path, array.shape[0])
+
+
+class _RowReader:
+  """Reads rows of the aggregates as float32 with bounded memory.
+
+  From a file, rows are read with plain reads into fresh arrays (not through a
+  memory map, whose file pages would stay mapped and count in the process's
+  memory); from an array, by slicing.
+  """
+
+  def __init__(self, aggregates: Any):
+    self._path = None
+    self._array = None
+    self.from_file = False
+    if isinstance(aggregates, AggregateRecorder):
+      aggregates = aggregates.path
+    if isinstance(aggregates, (str, os.PathLike)):
+      path = os.fspath(aggregates)
+      array, recorded = load_aggregates(path)
+      self.shape = array.shape
+      self.dtype = array.dtype
+      self._offset = array.offset
+      if array.dtype.kind != "f" or not array.flags.c_contiguous:
+        raise ValueError(f"{path} must hold a C-ordered float array.")
+      del array
+      self._path = path
+      self.from_file = True
+      self.rows = np.flatnonzero(recorded)
+    else:
+      array = aggregates
+      if not isinstance(array, np.ndarray):
+        try:
+          array = np.asarray(array, np.float32)
+        except (TypeError, ValueError) as e:
+          raise TypeError("aggregates must be an AggregateRecorder, a path or "
+                          f"a [num_rounds, dim] array: {e}") from None
+      if array.dtype.kind != "f":
+        raise TypeError(f"aggregates must be floating point, got dtype "
+                        f"{array.dtype}.")
+      if array.ndim != 2:
+        raise ValueError(f"aggregates must have shape [num_rounds, dim], got "
+                         f"{array.shape}.")
+      self._array = array
+      self.shape = array.shape
+      self.dtype = array.dtype
+      self.rows = np.arange(array.shape[0])
+
+  def read(self, rows: np.ndarray, out: np.ndarray | None = None
+          ) -> np.ndarray:
+    """Rows `rows` (sorted) as a float32 [len(rows), dim] array.
+
+    From a file, into `out` (at least len(rows) rows; allocated if None), so
+    a reused buffer costs no new memory; from an array, a view when the rows
+    are contiguous and already float32.
+    """
+    dim = self.shape[1]
+    if self._array is not None:
+      if rows.size and rows[-1] - rows[0] + 1 == rows.size:
+        part = self._array[int(rows[0]):int(rows[-1]) + 1]
+      else:
+        part = self._array[rows]
+      return np.asarray(part, np.float32)
+    if out is None:
+      out = np.empty((rows.size, dim), np.float32)
+    out = out[:rows.size]
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    with open(self._path, "rb") as f:
+      for run in np.split(np.arange(rows.size), breaks):
+        if not run.size:
+          continue
+        first = int(rows[run[0]])
+        f.seek(self._offset + first * dim * self.dtype.itemsize)
+        target = out[run[0]:run[-1] + 1]
+        if self.dtype == np.float32:
+          got = f.readinto(memoryview(target).cast("B"))
+          if got != target.nbytes:
+            raise ValueError(f"{self._path} is truncated.")
+        else:
+          data = np.fromfile(f, self.dtype, count=run.size * dim)
+          if data.size != run.size * dim:
+            raise ValueError(f"{self._path} is truncated.")
+          target[...] = data.reshape(run.size, dim)
+    return out
+
+
+def _weights_vector(weights: Any, name: str) -> np.ndarray:
+  # tff.learning.models.ModelWeights: the aggregated value is `trainable`.
+  if hasattr(weights, "trainable") and hasattr(weights, "non_trainable"):
+    weights = weights.trainable
+  return canaries_lib.flatten_numpy(weights, name).astype(np.float64)
+
+
+def _row_norms(reader: _RowReader, rows: np.ndarray, chunk: int,
+               buffer: np.ndarray | None) -> np.ndarray:
+  """Float64-accumulated L2 norms of the rows, read `chunk` rows at a time."""
+  norms = np.empty(rows.size, np.float64)
+  for start in range(0, rows.size, chunk):
+    part = reader.read(rows[start:start + chunk], out=buffer)
+    squares = np.einsum("ij,ij->i", part, part, dtype=np.float64)
+    if not np.all(np.isfinite(squares)):
+      raise ValueError("aggregates hold non-finite values.")
+    norms[start:start + chunk] = np.sqrt(squares)
+  return norms
+
+
+def plan_blocks(dim: int, num_rows: int, num_canaries: int,
+                memory_budget_bytes: int) -> tuple[int, int]:
+  """(aggregate rows per chunk, canaries per block) within the budget.
+
+  A canary block of b canaries takes (b + 1) x dim x 4 bytes (the block and
+  the one canary being generated), a chunk of h aggregates h x dim x 4, and
+  the products 2 x b x h x 4 (small). If all the aggregates fit in half the
+  budget they are read once and kept (h = all); otherwise h takes a quarter
+  of the budget and the canary block the rest, so that the aggregates are
+  re-read once per block, as few times as the budget allows.
+  """
+  dim = validation.as_dim(dim)
+  row_bytes = 4 * dim
+  budget = validation.as_int(memory_budget_bytes, "memory_budget_bytes",
+                             minimum=1)
+  if budget < 4 * row_bytes:
+    raise ValueError(f"memory_budget_bytes = {budget} is too small: at least "
+                     f"4 x 4 x dim = {4 * row_bytes} bytes are needed (a "
+                     "block of one canary, the canary being generated, one "
+                     "aggregate and slack).")
+  if num_rows * row_bytes <= budget // 2:
+    chunk_rows = max(num_rows, 1)
+  else:
+    chunk_rows = max(1, min(num_rows, (budget // 4) // row_bytes))
+  held = min(chunk_rows, num_rows) * row_bytes
+  # Per canary: its row in the block, and its products with a chunk (and
+  # their scaled copy), 2 x h x 4 bytes.
+  per_canary = row_bytes + 8 * min(chunk_rows, max(num_rows, 1))
+  block = max(1, (budget - held - row_bytes) // per_canary)
+  return chunk_rows, int(min(block, max(num_canaries, 1)))
+
+
+def compute_cosine_table(
+    canaries_config: canaries_lib.CanaryConfig,
+    initial_weights: Any,
+    final_weights: Any,
+    aggregates: Any = None,
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    progress: bool = True,
+    state: Any = None,
+) -> cosine_table.CosineTable:
+  """The cosine table of a run (module docstring).
+
+  Guards: with `state`, the canaries' seed and schedule must be the ones the
+  aggregator trained with (`check_state`). With `aggregates`, an inserted
+  canary that took part in a round whose aggregate was not recorded gets a
+  nonzero `unrecorded` count; the table then refuses its all-iterates
+  statistics, and an `UnrecordedRoundsWarning` says so here.
+
+  Args:
+    canaries_config: The run's `CanaryConfig`.
+    initial_weights: theta_0: `ModelWeights` (its `trainable` part is used), a
+      structure of arrays in the order of the aggregated value, or a flat
+      vector.
+    final_weights: theta_T, the same way.
+    aggregates: The recorded noised aggregates: an `AggregateRecorder`, the
+      path of its file (only recorded rounds are used), or an array
+      [num_rounds, dim] (every row used; row = round). None: final-model
+      cosines only (max_cosine NaN, max_round -1).
+    memory_budget_bytes: Bound on the memory of the work arrays (see
+      `plan_blocks`): the canary block and the aggregates held in memory. The
+      few float64 vectors of length dim (theta_0, theta_T, u) come on top.
+    progress: Show a tqdm progress bar over the canaries.
+    state: Optional: the learning process state after training (or the
+      checkpoint it was loaded from), or the `CanaryDPAggregatorState`
+      itself. Its `seed` and `schedule` fields are compared with
+      `canaries_config` (see `check_state`); None skips the check.
+
+  Returns:
+    The `CosineTable`.
+
+  Raises:
+    TypeError, ValueError: for bad arguments (mismatched dims, a budget too
+      small for one canary and one aggregate, a `state` whose seed or
+      schedule differs from `canaries_config`'s, ...).
+  """
+  if not isinstance(canaries_config, canaries_lib.CanaryConfig):
+    raise TypeError("canaries_config must be a CanaryConfig, got "
+                    f"{canaries_config!r}.")
+  config = canaries_config
+  if state is not None:
+    check_state(config, state)
+  if config.num_canaries == 0:
+    raise ValueError("canaries_config has no canaries (num_inserted = "
+                     "num_held_out = 0): there is no table to compute.")
+  budget = validation.as_int(memory_budget_bytes, "memory_budget_bytes",
+                             minimum=1)
+  theta0 = _weights_vector(initial_weights, "initial_weights")
+  theta_t = _weights_vector(final_weights, "final_weights")
+  if theta0.shape != theta_t.shape:
+    raise ValueError(f"initial_weights has dim = {theta0.size}, final_weights "
+                     f"dim = {theta_t.size}.")
+  dim = validation.as_dim(theta0.size, "dim (of the weights)")
+  if aggregates is None:
+    reader, rows = None, np.zeros(0, np.int64)
+  else:
+    reader = _RowReader(aggregates)
+    rows = reader.rows
+    if reader.shape[1] != dim:
+      raise ValueError(f"aggregates have dim = {reader.shape[1]}, the weights "
+                       f"dim = {dim}.")
+  num_rows = int(rows.size)
+  chunk_rows, block = plan_blocks(dim, num_rows, config.num_canaries, budget)
+
+  u = theta0 - theta_t
+  u_norm = float(np.sqrt(np.dot(u, u)))
+  if u_norm == 0.0:
+    warnings.warn("theta_0 - theta_T is the zero vector (the model did not "
+                  "move): every final cosine is defined as 0.",
+                  ZeroVectorWarning, stacklevel=2)
+    u_unit = np.zeros(dim, np.float32)
+  else:
+    u_unit = (u / u_norm).astype(np.float32)
+  del u, theta0, theta_t
+
+  inv_norms = np.zeros(0, np.float32)
+  resident = None
+  chunk_buffer = None
+  if num_rows:
+    if reader.from_file:
+      chunk_buffer = np.empty((min(chunk_rows, num_rows), dim), np.float32)
+    norms = _row_norms(reader, rows, chunk_rows, chunk_buffer)
+    zero = norms == 0.0
+    if zero.any():
+      warnings.warn(f"the noised aggregates of rounds "
+                    f"{rows[zero][:10].tolist()} are zero vectors: their "
+                    "cosines are defined as 0.", ZeroVectorWarning,
+                    stacklevel=2)
+    inv_norms = np.where(zero, 0.0, 1.0 / np.where(zero, 1.0, norms)).astype(
+        np.float32)
+    if chunk_rows >= num_rows:
+      resident = reader.read(rows, out=chunk_buffer)
+      if chunk_buffer is None:  # an array given in memory: keep as is
+        resident = np.asarray(resident, np.float32)
+
+  m = config.num_canaries
+  final = np.empty(m, np.float64)
+  best = np.full(m, np.nan)
+  best_round = np.full(m, -1, np.int64)
+  ids = np.arange(m)
+  buffer = np.empty((block, dim), np.float32)
+  with tqdm.tqdm(total=m, desc="canary cosines", unit="canary",
+                 disable=not progress) as bar:
+    for start in range(0, m, block):
+      block_ids = ids[start:start + block]
+      c = canaries_lib.canary_block(config.seed, block_ids, dim, out=buffer)
+      final[block_ids] = c @ u_unit
+      if num_rows:
+        top = np.full(block_ids.size, -np.inf, np.float32)
+        top_row = np.zeros(block_ids.size, np.int64)
+        for r0 in range(0, num_rows, chunk_rows):
+          if resident is not None:
+            chunk = resident
+          else:
+            chunk = reader.read(rows[r0:r0 + chunk_rows], out=chunk_buffer)
+          cos = (c @ chunk.T) * inv_norms[r0:r0 + chunk.shape[0]]
+          arg = np.argmax(cos, axis=1)
+          value = cos[np.arange(block_ids.size), arg]
+          better = value > top
+          top[better] = value[better]
+          top_row[better] = rows[r0 + arg[better]]
+        best[block_ids] = top
+        best_round[block_ids] = top_row
+      del c
+      bar.update(block_ids.size)
+
+  np.clip(final, -1.0, 1.0, out=final)
+  np.clip(best, -1.0, 1.0, out=best)
+  unrecorded = np.zeros(m, np.int64)
+  if reader is not None:
+    events = config.participation.events
+    missed = events[~np.isin(events[:, 0], rows)]
+    unrecorded = np.bincount(missed[:, 1], minlength=m).astype(np.int64)
+    if missed.size:
+      warnings.warn(
+          f"{missed.shape[0]} participations of inserted canaries fall in "
+          f"rounds that were not recorded (e.g. canary {missed[0, 1]} in "
+          f"round {missed[0, 0]}; {num_rows} rounds recorded of "
+          f"{config.num_rounds}): the table refuses epsilon_all and the "
+          "all-iterates bounds.", cosine_table.UnrecordedRoundsWarning,
+          stacklevel=2)
+  return cosine_table.CosineTable(
+      id=ids,
+      group=np.where(config.inserted, "inserted", "held_out"),
+      participation=config.counts(),
+      final_cosine=final,
+      max_cosine=best,
+      max_round=best_round,
+      seed=config.seed,
+      dim=dim,
+      num_rounds=config.num_rounds,
+      rounds_recorded=num_rows,
+      assignment=config.assignment,
+      schedule=repr(config.schedule),
+      generator=canaries_lib.GENERATOR,
+      unrecorded=unrecorded,
+  )
+
+
+def _find_canary_state(tree: Any) -> Any:
+  """The node of a state structure with `seed` and `schedule` fields."""
+  return tree_search.find_first(
+      tree, lambda node: hasattr(node, "_fields")
+      and {"seed", "schedule"} <= set(node._fields))
+
+
+def check_state(canaries_config: canaries_lib.CanaryConfig,
+                state: Any) -> None:
+  """Checks that `canaries_config` is the one the aggregator trained with.
+
+  Args:
+    canaries_config: The `CanaryConfig` the cosines are to be computed for.
+    state: The learning process state (its aggregator part is searched, also
+      under a zeroing wrapper), a checkpoint loaded into one, or the
+      `factory.CanaryDPAggregatorState` itself: any structure holding a named
+      tuple with `seed` and `schedule` fields. Only those fields are read.
+
+  Raises:
+    ValueError: if no canary aggregator state is found, or its seed or its
+      (round, canary id) schedule differs from `canaries_config`'s (the
+      message shows both values).
+  """
+  if not isinstance(canaries_config, canaries_lib.CanaryConfig):
+    raise TypeError("canaries_config must be a CanaryConfig, got "
+                    f"{canaries_config!r}.")
+  node = _find_canary_state(getattr(state, "aggregator", state))
+  if node is None:
+    raise ValueError("state holds no canary aggregator state (a named tuple "
+                     "with seed and schedule fields, factory."
+                     f"CanaryDPAggregatorState); got {type(state).__name__}.")
+  seed = int(np.asarray(node.seed))
+  if seed != canaries_config.seed:
+    raise ValueError(f"canaries_config has seed = {canaries_config.seed} but "
+                     f"the aggregator state has seed = {seed}: these are not "
+                     "the canaries this run trained with.")
+  ours = canaries_config.participation.events
+  theirs = np.asarray(node.schedule).reshape(-1, 2).astype(np.int64)
+  if ours.shape == theirs.shape and np.array_equal(ours, theirs):
+    return
+  common = min(len(ours), len(theirs))
+  unequal = np.flatnonzero(np.any(ours[:common] != theirs[:common], axis=1))
+  differ = int(unequal[0]) if unequal.size else common
+
+  def show(events):
+    if differ < len(events):
+      return f"(round {events[differ][0]}, canary {events[differ][1]})"
+    return "nothing"
+
+  raise ValueError(
+      f"canaries_config's schedule ({len(ours)} (round, canary id) events, "
+      f"{canaries_config.schedule!r}) differs from the aggregator state's "
+      f"({len(theirs)} events): event {differ} is {show(ours)} in "
+      f"canaries_config and {show(theirs)} in the state. These are not the "
+      "canaries this run trained with.")

@@ -1,0 +1,253 @@
+"""Federated datasets for the experiments: built-in synthetic data and TFF's own.
+
+Two sources, with the element formats of TFF's datasets so the same
+preprocessing and models apply to both:
+
+  * synthetic (the default; no download): `synthetic_emnist` and
+    `synthetic_stackoverflow` build `tff.simulation.datasets.ClientData` with any
+    number of clients, each generated on demand in TensorFlow from
+    (seed, client index) with stateless random ops, so a population of 10^6
+    clients costs nothing until a client is used and the same seed gives the
+    same data everywhere. EMNIST-like clients hold 28x28 glyphs of 62 classes
+    drawn in per-writer styles, with label skew and label noise;
+    StackOverflow-like clients hold sentences over a 10,000-word vocabulary
+    from a sparse Markov chain with per-user preferences and topics. The
+    generative models are `tff_canary.harness.synthetic.HandwritingModel` and
+    `SentenceModel`.
+  * TFF (`--data=tff`): `load_emnist` and `load_stackoverflow` read TFF's cached
+    SQLite files through TFF's own loaders
+    (`tff.simulation.datasets.emnist.load_data`, `stackoverflow.load_data`).
+    Offline, a missing file is an error that names the file and where to put
+    it, raised before TFF is called, so nothing is downloaded or half-written.
+    StackOverflow's vocabulary comes from TFF's word-count file, which TFF only
+    fetches through a hash-checked download; offline it is read from
+    `<cache_dir>/stackoverflow.word_count` (or `vocab_path`), one
+    "word count" per line, most frequent first.
+
+Client ids are "0", "1", ..., as strings (TFF's convention).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_canary.harness import synthetic
+from tff_canary.stats import validation
+from tff_canary.federated import worker_guard
+
+worker_guard.install()
+
+EMNIST_CLASSES = synthetic.EMNIST_CLASSES
+EMNIST_FILE = "emnist_all.sqlite"
+STACKOVERFLOW_FILE = "stackoverflow.sqlite"
+STACKOVERFLOW_VOCAB_FILE = "stackoverflow.word_count"
+SYNTHETIC_VOCAB_SIZE = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class FederatedData:
+  """Train and test client data of one task, and where they came from."""
+
+  train: tff.simulation.datasets.ClientData
+  test: tff.simulation.datasets.ClientData
+  source: str  # "synthetic" or "tff"
+  vocab: Optional[tuple[str, ...]] = None  # StackOverflow only
+
+
+def _client_index(client_id: tf.Tensor) -> tf.Tensor:
+  return tf.strings.to_number(client_id, out_type=tf.int64)
+
+
+def _check_counts(num_clients, examples, name):
+  num_clients = validation.as_int(num_clients, "num_clients", minimum=1)
+  examples = validation.as_int(examples, name, minimum=1)
+  return num_clients, examples
+
+
+def synthetic_emnist(num_clients: int = 100_000,
+                     examples_per_client: int = 50, seed: int = 0,
+                     num_test_clients: int = 50,
+                     model: Optional[synthetic.HandwritingModel] = None
+                     ) -> FederatedData:
+  """EMNIST-shaped synthetic federated data (pixels [28, 28] float32, label int32).
+
+  Handwritten-like glyphs of 62 classes in confusable groups, with per-writer
+  style and label skew and a fraction of noisy labels: `HandwritingModel`
+  (the default one unless `model` is given) describes the generative model.
+  Deterministic from `seed`; lazy (a client is generated when its dataset is
+  built). Test clients are further writers, unseen in training.
+
+  Args:
+    num_clients: training clients (ids "0" .. str(num_clients - 1)).
+    examples_per_client: examples per client.
+    seed: data seed (independent of the canary seed).
+    num_test_clients: test clients (ids continue after the training ones).
+    model: the generative model's parameters.
+  """
+  num_clients, examples = _check_counts(num_clients, examples_per_client,
+                                        "examples_per_client")
+  num_test_clients = validation.as_int(num_test_clients, "num_test_clients",
+                                       minimum=1)
+  seed = validation.as_int(seed, "seed", minimum=0)
+  model = synthetic.HandwritingModel() if model is None else model
+  generate = synthetic.emnist_generator(seed, examples, model)
+
+  def dataset_fn(client_id):
+    client = generate(_client_index(client_id))
+    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+        label=client["label"], pixels=client["pixels"]))
+
+  train_ids = [str(i) for i in range(num_clients)]
+  test_ids = [str(num_clients + i) for i in range(num_test_clients)]
+  make = tff.simulation.datasets.ClientData.from_clients_and_tf_fn
+  return FederatedData(train=make(train_ids, dataset_fn),
+                       test=make(test_ids, dataset_fn), source="synthetic")
+
+
+def synthetic_vocab(size: int = SYNTHETIC_VOCAB_SIZE) -> tuple[str, ...]:
+  """The synthetic StackOverflow vocabulary: "w0", "w1", ... (most frequent first)."""
+  return tuple(f"w{i}" for i in range(size))
+
+
+def synthetic_stackoverflow(num_clients: int = 100_000,
+                            sentences_per_client: int = 20,
+                            sentence_length: int = 12, seed: int = 0,
+                            num_test_clients: int = 20,
+                            vocab_size: int = SYNTHETIC_VOCAB_SIZE,
+                            model: Optional[synthetic.SentenceModel] = None
+                            ) -> FederatedData:
+  """StackOverflow-shaped synthetic federated data over a `vocab_size` vocabulary.
+
+  Elements have TFF's StackOverflow keys (creation_date, score, tags, title,
+  tokens, type); `tokens` is a sentence of `sentence_length` space-separated
+  words from a Markov chain with per-client preferences and topics
+  (`SentenceModel`, the default one unless `model` is given). Deterministic
+  from `seed`; lazy (a client is generated when its dataset is built).
+  """
+  num_clients, sentences = _check_counts(num_clients, sentences_per_client,
+                                         "sentences_per_client")
+  length = validation.as_int(sentence_length, "sentence_length", minimum=2)
+  num_test_clients = validation.as_int(num_test_clients, "num_test_clients",
+                                       minimum=1)
+  vocab_size = validation.as_int(vocab_size, "vocab_size", minimum=10)
+  seed = validation.as_int(seed, "seed", minimum=0)
+  model = synthetic.SentenceModel() if model is None else model
+  vocab = synthetic_vocab(vocab_size)
+  draw = synthetic.stackoverflow_generator(seed, sentences, length, vocab_size,
+                                           model)
+
+  @tf.function(input_signature=[tf.TensorSpec([], tf.int64)])
+  def generate(index):
+    return tf.strings.reduce_join(tf.gather(tf.constant(vocab),
+                                            draw(index)["words"]),
+                                  axis=1, separator=" ")
+
+  def dataset_fn(client_id):
+    tokens = generate(_client_index(client_id))
+    n = tf.shape(tokens)[0]
+    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+        creation_date=tf.fill([n], "2010-01-01 00:00:00.000000 UTC"),
+        score=tf.zeros([n], tf.int64),
+        tags=tf.fill([n], "synthetic"),
+        title=tf.fill([n], ""),
+        tokens=tokens,
+        type=tf.fill([n], "question")))
+
+  train_ids = [str(i) for i in range(num_clients)]
+  test_ids = [str(num_clients + i) for i in range(num_test_clients)]
+  make = tff.simulation.datasets.ClientData.from_clients_and_tf_fn
+  return FederatedData(train=make(train_ids, dataset_fn),
+                       test=make(test_ids, dataset_fn), source="synthetic",
+                       vocab=vocab)
+
+
+def _require_file(path: str, what: str, how: str) -> str:
+  if not os.path.isfile(path):
+    raise FileNotFoundError(
+        f"{what} not found: {path} does not exist. This machine cannot "
+        f"download it; {how}")
+  return path
+
+
+def load_emnist(cache_dir: str) -> FederatedData:
+  """EMNIST-62 (TFF's federated EMNIST, 3383 writers) from `cache_dir`.
+
+  Reads `<cache_dir>/emnist_all.sqlite` through
+  `tff.simulation.datasets.emnist.load_data(only_digits=False)`.
+  """
+  cache_dir = os.path.abspath(os.path.expanduser(os.fspath(cache_dir)))
+  _require_file(
+      os.path.join(cache_dir, EMNIST_FILE), "The EMNIST database",
+      f"copy {EMNIST_FILE} (TFF's federated EMNIST, decompressed from "
+      "https://storage.googleapis.com/tff-datasets-public/"
+      f"{EMNIST_FILE}.lzma) into {cache_dir}, or use --data=synthetic.")
+  try:
+    train, test = tff.simulation.datasets.emnist.load_data(
+        only_digits=False, cache_dir=cache_dir)
+  except Exception as e:  # a corrupt or foreign SQLite file
+    raise ValueError(f"{os.path.join(cache_dir, EMNIST_FILE)} is not a TFF "
+                     f"EMNIST database: {e}") from None
+  return FederatedData(train=train, test=test, source="tff")
+
+
+def read_vocab(path: str, vocab_size: int) -> tuple[str, ...]:
+  """The first `vocab_size` words of a TFF word-count file ("word count" lines)."""
+  vocab_size = validation.as_int(vocab_size, "vocab_size", minimum=1)
+  words = []
+  with open(path, encoding="utf-8") as f:
+    for number, line in enumerate(f, start=1):
+      parts = line.split()
+      if len(parts) != 2 or not parts[1].isdigit():
+        raise ValueError(f"{path}, line {number}: expected 'word count', got "
+                         f"{line.strip()!r}.")
+      words.append(parts[0])
+      if len(words) >= vocab_size:
+        break
+  if not words:
+    raise ValueError(f"{path} holds no words.")
+  return tuple(words)
+
+
+def load_stackoverflow(cache_dir: str, vocab_size: int = SYNTHETIC_VOCAB_SIZE,
+                       vocab_path: Optional[str] = None) -> FederatedData:
+  """TFF's federated StackOverflow from `cache_dir`, with its word vocabulary.
+
+  Reads `<cache_dir>/stackoverflow.sqlite` through
+  `tff.simulation.datasets.stackoverflow.load_data` (train and test splits) and
+  the vocabulary from `vocab_path` or `<cache_dir>/stackoverflow.word_count`.
+  """
+  cache_dir = os.path.abspath(os.path.expanduser(os.fspath(cache_dir)))
+  database = os.path.join(cache_dir, STACKOVERFLOW_FILE)
+  vocab_path = vocab_path or os.path.join(cache_dir, STACKOVERFLOW_VOCAB_FILE)
+  _require_file(
+      database, "The StackOverflow database",
+      f"copy {STACKOVERFLOW_FILE} (decompressed from https://storage."
+      f"googleapis.com/tff-datasets-public/{STACKOVERFLOW_FILE}.lzma) into "
+      f"{cache_dir}, or use --data=synthetic.")
+  _require_file(
+      vocab_path, "The StackOverflow vocabulary",
+      f"copy {STACKOVERFLOW_VOCAB_FILE} (extracted from https://storage."
+      "googleapis.com/tff-datasets-public/stackoverflow.word_count.tar.bz2) "
+      f"to {vocab_path}, or pass --vocab_path.")
+  vocab = read_vocab(vocab_path, vocab_size)
+  try:
+    train, _, test = tff.simulation.datasets.stackoverflow.load_data(
+        cache_dir=cache_dir)
+  except Exception as e:
+    raise ValueError(f"{database} is not a TFF StackOverflow database: "
+                     f"{e}") from None
+  return FederatedData(train=train, test=test, source="tff", vocab=vocab)
+
+
+def num_examples(data: tff.simulation.datasets.ClientData,
+                 client_id: str) -> int:
+  """Number of examples of one client (iterates its dataset)."""
+  return int(data.create_tf_dataset_for_client(client_id).reduce(
+      np.int64(0), lambda n, _: n + 1))

@@ -1,0 +1,325 @@
+"""The report of a run: every epsilon beside the analytical one (NumPy only).
+
+`build_report(run_dir)` reads a run directory (`run_dir.RunDir`), recomputes
+every estimate of the saved cosine table at any delta and confidence
+(`table_estimates.estimate_table`), computes the analytical epsilon of the
+run's participation from its own DpEvent ledger (`analytical.Ledger`), audits
+the claim (`audit.audit_table`), and `write_report` writes report.json,
+report.md and the plots. No TensorFlow: `python -m tff_canary report RUN_DIR`
+runs anywhere the estimators do.
+
+The analytical epsilons (METHOD §8), all from the ledger:
+  * one participation: the paper's "analytical epsilon" (the adversary knows
+    the one round a user took part in; no amplification);
+  * the run's participation: the canary that took part most often (r rounds),
+    composed over its rounds without amplification;
+  * Poisson: with per-round sampling, every round Poisson-sampled with the
+    run's client sampling rate (PLD accountant; amplification by sampling).
+The claim audited by default is the run's own: Poisson for per-round sampling,
+else r participations.
+
+The analytical bound: no attack on a canary can exceed the epsilon of the
+rounds it took part in, composed without amplification, if the mechanism is
+what its ledger claims (a canary that took part once sees one Gaussian
+mechanism; by adaptive composition the other rounds add nothing). So every
+estimate or bound above the analytical epsilon of the run's largest
+participation ("one participation" when each canary took part at most once) is
+flagged, with its interval: estimator noise, or the mechanism is not what it
+claims.
+
+Participation: client and canary participation side by side (config.json's
+`participation`, written by the experiment; `client_sampling.describe`), with
+an allowed mismatch shown first and prominently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Optional
+
+import numpy as np
+
+from tff_canary.stats import atomic_files
+from tff_canary.stats import audit
+from tff_canary.stats import client_sampling
+from tff_canary.stats import results
+from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.stats import table_estimates
+from tff_canary.stats import validation
+from tff_canary.stats.cosine_table import CosineTable
+
+
+@dataclasses.dataclass(frozen=True)
+class RunReport:
+  """Everything the report shows, frozen; `as_dict()` is report.json."""
+
+  run_dir: str
+  config: dict[str, Any]
+  delta: float
+  confidence: float
+  estimates: table_estimates.TableEstimates
+  analytical: dict[str, float]
+  claimed_epsilon: float
+  claim: str
+  verdict: audit.AuditVerdict
+  accuracy: Optional[float]
+  loss: Optional[float]
+  max_participation: int
+  table: CosineTable = dataclasses.field(repr=False, compare=False)
+  # noise_check.json (`noise_stats.NoiseCheck.as_dict`), None if not run.
+  noise_check: Optional[dict[str, Any]] = None
+  participation: Optional[dict[str, Any]] = None
+
+  @property
+  def analytical_bound(self) -> tuple[str, float]:
+    """(name, epsilon): the analytical epsilon no attack on a correct
+    mechanism can exceed, for the run's largest participation."""
+    name = f"{self.max_participation} participations"
+    if self.max_participation <= 1 or name not in self.analytical:
+      name = "one participation"
+    return name, self.analytical[name]
+
+  def above_analytical_bound(self) -> list[dict[str, Any]]:
+    """The estimates and bounds above `analytical_bound`, with intervals."""
+    bound_name, bound = self.analytical_bound
+    out = []
+    for name, kind, result in self.estimates.rows():
+      if not result.epsilon > bound:
+        continue
+      interval = getattr(result, "interval", None)
+      out.append(dict(
+          name=name, kind=kind, epsilon=result.epsilon,
+          interval=None if interval is None else [interval.low,
+                                                  interval.high],
+          analytical=bound_name, analytical_epsilon=bound))
+    return out
+
+  def _flag(self, item: dict[str, Any]) -> str:
+    interval = ("" if item["interval"] is None else
+                f" ({self.confidence:.0%} CI [{item['interval'][0]:.4g}, "
+                f"{item['interval'][1]:.4g}])")
+    return (f"{item['name']} = {item['epsilon']:.4g}{interval} is above the "
+            f"analytical bound (analytical ε for {item['analytical']} = "
+            f"{item['analytical_epsilon']:.4g}): estimator noise, or the "
+            "mechanism is not what it claims")
+
+  def participation_line(self) -> Optional[str]:
+    """Client and canary participation in one line (None if not recorded)."""
+    if self.participation is None:
+      return None
+    return client_sampling.describe(self.participation)
+
+  def noise_check_line(self) -> Optional[str]:
+    """One line with the noise self-test's verdict (None if not run)."""
+    if self.noise_check is None:
+      return None
+    return self.noise_check.get("summary", "noise check: no summary")
+
+  def rows(self) -> list[tuple[str, str, float, str]]:
+    """(name, kind, epsilon, detail) rows of the report's table."""
+    out = []
+    for name, value in self.analytical.items():
+      out.append((f"analytical: {name}", "analytical", value,
+                  "dp-accounting, from the run's DpEvent ledger"))
+    above = {item["name"] for item in self.above_analytical_bound()}
+    for name, kind, result in self.estimates.rows():
+      if kind == "estimate":
+        detail = (f"{self.confidence:.0%} CI [{result.interval.low:.4g}, "
+                  f"{result.interval.high:.4g}]")
+      elif getattr(result, "saturated", False):
+        detail = f"saturated (ceiling {result.ceiling:.4g})"
+      elif kind == "nominal bound":
+        detail = "paper's construction; 95% is nominal only"
+      else:
+        detail = f"holds with {self.confidence:.0%} confidence"
+      if name in above:
+        detail += "; ABOVE THE ANALYTICAL BOUND (see the flag below)"
+      out.append((name, kind, result.epsilon, detail))
+    return out
+
+  def table_text(self) -> str:
+    """A fixed-width table for the terminal."""
+    header = f"{'epsilon':46s} {'kind':14s} {'value':>10s}  detail"
+    lines = [header, "-" * (len(header) + 30)]
+    for name, kind, value, detail in self.rows():
+      value = results.format_number(value)
+      lines.append(f"{name:46s} {kind:14s} {value:>10s}  {detail}")
+    lines.append(f"audit ({self.claim}): {self.verdict}")
+    lines += [f"flag: {self._flag(item)}"
+              for item in self.above_analytical_bound()]
+    participation = self.participation_line()
+    if participation is not None and self.participation.get("mismatch"):
+      lines.insert(0, participation)
+    elif participation is not None:
+      lines.append(f"participation: {participation}")
+    if self.noise_check is not None:
+      lines.append(self.noise_check_line())
+    if self.accuracy is not None:
+      lines.append(f"final model accuracy: {self.accuracy:.4f}")
+    return "\n".join(lines)
+
+  def as_dict(self) -> dict[str, Any]:
+    return dict(
+        run_dir=self.run_dir, delta=self.delta, confidence=self.confidence,
+        analytical=self.analytical, claimed_epsilon=self.claimed_epsilon,
+        claim=self.claim, verdict=self.verdict.as_dict(),
+        accuracy=self.accuracy, loss=self.loss,
+        max_participation=self.max_participation,
+        analytical_bound=dict(zip(("name", "epsilon"),
+                                  self.analytical_bound)),
+        above_analytical_bound=self.above_analytical_bound(),
+        participation=self.participation,
+        participation_line=self.participation_line(),
+        participation_mismatch=bool(self.participation
+                                    and self.participation.get("mismatch")),
+        noise_check=self.noise_check,
+        estimates=self.estimates.as_dict(),
+        config={k: self.config[k] for k in sorted(self.config)})
+
+  def to_markdown(self) -> str:
+    c = self.config
+    lines = [
+        f"# tff-canary report: {c['task']} ({c.get('data', '?')} data)", "",
+        f"Run directory `{self.run_dir}`; noise multiplier "
+        f"{c['noise_multiplier']}, {c['clients_per_round']} clients per round, "
+        f"{c['num_rounds']} rounds, {c['num_clients']} clients, "
+        f"{self.estimates.num_inserted} inserted and "
+        f"{self.estimates.num_held_out} held-out canaries (d = {c['dim']}, "
+        f"canary seed {c['canary_seed']}); δ = {self.delta:g}.", ""]
+    line = self.participation_line()
+    if line is not None and self.participation.get("mismatch"):
+      lines += [f"**{line}**", ""]
+    elif line is not None:
+      lines += [f"Participation: {line}.", ""]
+    lines += ["| epsilon | kind | value | detail |", "|---|---|---:|---|"]
+    for name, kind, value, detail in self.rows():
+      lines.append(f"| {name} | {kind} | {results.format_number(value)} | {detail} |")
+    lines += ["", f"**Audit** of the {self.claim}: {self.verdict}.", ""]
+    if self.noise_check is not None:
+      lines += [f"**{self.noise_check_line()}**", ""]
+    for item in self.above_analytical_bound():
+      lines += [f"**Flag**: {self._flag(item)}.", ""]
+    lines += [
+        "Point estimates (ε-final, ε-all) are estimates of what the canary "
+        "attack achieves, not bounds. Only the bounds that hold with their "
+        "confidence decide the audit; ε_lo saturates with the number of "
+        "canaries, which is why the point estimates exist. The paper's ε_lo "
+        "is shown for comparison; its 95% is nominal only."]
+    if self.accuracy is not None:
+      lines += ["", f"Final model: accuracy {self.accuracy:.4f}, loss "
+                f"{self.loss:.4f}."]
+    if self.estimates.warnings:
+      lines += ["", "Warnings:"] + [f"- {w}" for w in self.estimates.warnings]
+    lines += ["", "![cosines](plots/cosines.png)",
+              "![max cosine by round](plots/max_cosine_by_round.png)",
+              "![epsilons](plots/epsilons.png)", ""]
+    return "\n".join(lines)
+
+
+def _analytical(config, ledger, events, delta):
+  out = {"one participation": ledger.epsilon_one_participation(delta)}
+  max_participation = 0
+  if events.size:
+    ids, counts = np.unique(events[:, 1], return_counts=True)
+    worst = ids[np.argmax(counts)]
+    max_participation = int(counts.max())
+    rounds = events[events[:, 1] == worst, 0]
+    rounds = rounds[rounds < len(ledger)]
+    if rounds.size > 1:
+      out[f"{rounds.size} participations"] = ledger.epsilon_for_rounds(
+          rounds.tolist(), delta)
+  if config["sampling"] == "per_round":
+    rate = float(config["clients_per_round"]) / float(config["num_clients"])
+    if not 0.0 < rate <= 1.0:
+      raise run_dir_lib.RunDirError(
+          f"config.json has clients_per_round = {config['clients_per_round']} "
+          f"and num_clients = {config['num_clients']}: the Poisson sampling "
+          f"rate clients_per_round / num_clients = {rate:.4g} is not in "
+          "(0, 1].")
+    out["Poisson sampling (PLD)"] = ledger.epsilon_poisson(rate, delta)
+  return out, max_participation
+
+
+def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
+                 confidence: float = 0.95,
+                 claimed_epsilon: Optional[float] = None) -> RunReport:
+  """Recomputes every estimate of a finished run (see module docstring).
+
+  Args:
+    path: the run directory.
+    delta: delta for every epsilon; default the run's (config.json).
+    confidence: confidence of intervals, bounds and the audit verdict.
+    claimed_epsilon: the claim to audit; default the run's analytical epsilon
+      for its participation.
+  """
+  rd = run_dir_lib.RunDir(path)
+  config = rd.load_config()
+  delta = validation.as_open_unit(config["delta"] if delta is None else delta,
+                                  "delta")
+  confidence = validation.as_open_unit(confidence, "confidence")
+  table = rd.load_table(config)
+  ledger = rd.load_ledger()
+  events = rd.load_participation()
+  estimates = table_estimates.estimate_table(table, delta=delta,
+                                             confidence=confidence)
+  analytical, max_participation = _analytical(config, ledger, events, delta)
+  if claimed_epsilon is None:
+    if "Poisson sampling (PLD)" in analytical:
+      claim_name = "Poisson sampling (PLD)"
+    else:
+      claim_name = next((k for k in analytical if k.endswith("participations")),
+                        "one participation")
+    claimed_epsilon = analytical[claim_name]
+    claim = f"analytical ε ({claim_name})"
+  else:
+    claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
+                                                "claimed_epsilon")
+    claim = "claimed ε"
+  verdict = audit.audit_table(table, claimed_epsilon=claimed_epsilon,
+                              delta=delta, confidence=confidence)
+  accuracy = loss = None
+  if rd.exists(run_dir_lib.METRICS):
+    evaluated = [r for r in rd.load_metrics()
+                 if r.get("eval_accuracy") is not None]
+    if evaluated:
+      accuracy = evaluated[-1]["eval_accuracy"]
+      loss = evaluated[-1]["eval_loss"]
+  noise_check = None
+  if rd.exists(run_dir_lib.NOISE_CHECK):
+    noise_check = _load_noise_check(rd.file(run_dir_lib.NOISE_CHECK))
+  return RunReport(run_dir=rd.path, config=config, delta=delta,
+                   confidence=confidence, estimates=estimates,
+                   analytical=analytical, claimed_epsilon=claimed_epsilon,
+                   claim=claim, verdict=verdict, accuracy=accuracy, loss=loss,
+                   max_participation=max_participation, table=table,
+                   participation=config.get("participation"),
+                   noise_check=noise_check)
+
+
+def _load_noise_check(path: str) -> dict[str, Any]:
+  """noise_check.json as written by the experiment; RunDirError if corrupt."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise run_dir_lib.RunDirError(f"{path} is not valid JSON: {e}") from None
+  if not isinstance(data, dict) or not isinstance(data.get("passed"), bool):
+    raise run_dir_lib.RunDirError(f"{path} is not a noise check result (no "
+                                  "boolean 'passed').")
+  return data
+
+
+def write_report(report: RunReport, plots: bool = True) -> list[str]:
+  """Writes report.json, report.md (and the plots) atomically; returns paths."""
+  rd = run_dir_lib.RunDir(report.run_dir)
+  written = []
+  if plots:
+    from tff_canary.harness import plots as plots_lib  # pylint: disable=g-import-not-at-top
+    written += plots_lib.write_report_plots(report, report.table,
+                                            rd.file(run_dir_lib.PLOTS))
+  atomic_files.write_json(rd.file(run_dir_lib.REPORT_JSON), report.as_dict())
+  atomic_files.write_text(rd.file(run_dir_lib.REPORT_MD), report.to_markdown())
+  written += [rd.file(run_dir_lib.REPORT_JSON), rd.file(run_dir_lib.REPORT_MD)]
+  return written

@@ -1,0 +1,174 @@
+"""The files of a run directory, and their validated loading (NumPy only).
+
+A run directory written by the experiment scripts holds:
+
+  config.json          every flag of the run, the canary seed, dim, versions,
+                       client and canary participation (`participation`)
+  metrics.csv          one row per round (training metrics, clip, canaries
+                       inserted, and evaluation metrics on evaluation rounds)
+  ledger.json          the run's DpEvents, one per round (`analytical.Ledger`)
+  participation.npz    the (round, canary id) events of the inserted canaries
+                       and each client's participation count (client_counts)
+  cosines.csv/.npz     the cosine table (`cosine_table.CosineTable`)
+  report.json/.md      every estimate (`tff_canary report RUN_DIR` rewrites)
+  plots/*.png          the report's figures
+  aggregates.npy       each round's noised aggregate (`hooks.AggregateRecorder`;
+                       with aggregates.npy.rounds.json, the rounds written)
+  initial_weights.npy, final_weights.npy   theta_0 and theta_T, flat
+  checkpoints/         learning process state (`tff.program.FileProgramStateManager`)
+  noise_check.json     the noise self-test of the run's aggregator, before
+                       training (`noise_stats.NoiseCheck.as_dict`)
+
+Loading checks what it reads and names the file in every error: a missing
+file, a corrupt one, or one that disagrees with config.json (a cosine table
+whose dim or seed differs from the config's).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from tff_canary.stats import analytical
+from tff_canary.stats import atomic_files
+from tff_canary.stats.cosine_table import CosineTable
+
+CONFIG = "config.json"
+METRICS = "metrics.csv"
+LEDGER = "ledger.json"
+PARTICIPATION = "participation.npz"
+COSINES_CSV = "cosines.csv"
+COSINES_NPZ = "cosines.npz"
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+PLOTS = "plots"
+AGGREGATES = "aggregates.npy"
+INITIAL_WEIGHTS = "initial_weights.npy"
+FINAL_WEIGHTS = "final_weights.npy"
+CHECKPOINTS = "checkpoints"
+NOISE_CHECK = "noise_check.json"
+
+# Keys config.json must have for the report.
+REQUIRED_CONFIG = ("task", "seed", "canary_seed", "dim", "noise_multiplier",
+                   "clients_per_round", "num_rounds", "num_inserted",
+                   "num_held_out", "sampling", "num_clients", "delta")
+
+
+class RunDirError(ValueError):
+  """A run directory is missing a file, or a file is corrupt or inconsistent."""
+
+
+class RunDir:
+  """Paths and validated readers of one run directory."""
+
+  def __init__(self, path: str | os.PathLike):
+    if not isinstance(path, (str, os.PathLike)):
+      raise TypeError(f"run_dir must be a path, got {path!r}.")
+    self.path = os.path.abspath(os.fspath(path))
+
+  def file(self, name: str) -> str:
+    return os.path.join(self.path, name)
+
+  def exists(self, name: str) -> bool:
+    return os.path.exists(self.file(name))
+
+  def _require(self, name: str) -> str:
+    if not os.path.isdir(self.path):
+      raise RunDirError(f"run directory {self.path} does not exist.")
+    path = self.file(name)
+    if not os.path.isfile(path):
+      raise RunDirError(f"{path} is missing: is {self.path} a finished "
+                        "tff-canary run? (Run the experiment with --resume to "
+                        "finish an interrupted one.)")
+    return path
+
+  # Config ------------------------------------------------------------------
+  def load_config(self) -> dict[str, Any]:
+    path = self._require(CONFIG)
+    try:
+      with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+      raise RunDirError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+      raise RunDirError(f"{path} must hold a JSON object, got "
+                        f"{type(config).__name__}.")
+    missing = [k for k in REQUIRED_CONFIG if k not in config]
+    if missing:
+      raise RunDirError(f"{path} lacks the keys {missing}.")
+    return config
+
+  def save_config(self, config: dict[str, Any]) -> None:
+    atomic_files.write_json(self.file(CONFIG), config)
+
+  # Cosine table ------------------------------------------------------------
+  def load_table(self, config: dict[str, Any] | None = None) -> CosineTable:
+    """The cosine table (NPZ preferred, else CSV), checked against config."""
+    name = COSINES_NPZ if self.exists(COSINES_NPZ) else COSINES_CSV
+    path = self._require(name)
+    config = self.load_config() if config is None else config
+    try:
+      table = CosineTable.load(path)
+    except (ValueError, TypeError, OSError, KeyError) as e:
+      raise RunDirError(f"{path} is not a valid cosine table: {e}") from None
+    for table_key, key in (("dim", "dim"), ("seed", "canary_seed")):
+      if int(config[key]) != getattr(table, table_key):
+        raise RunDirError(
+            f"{path} has {table_key}={getattr(table, table_key)} but "
+            f"{self.file(CONFIG)} says {key}={config[key]}: the table is not "
+            "from this run.")
+    return table
+
+  # Ledger ------------------------------------------------------------------
+  def load_ledger(self) -> analytical.Ledger:
+    path = self._require(LEDGER)
+    try:
+      with open(path, encoding="utf-8") as f:
+        return analytical.Ledger.from_json(f.read())
+    except (ValueError, TypeError, KeyError) as e:
+      raise RunDirError(f"{path} is not a valid DpEvent ledger: {e}") from None
+
+  # Participation -----------------------------------------------------------
+  def load_participation(self) -> np.ndarray:
+    """int [n, 2] (round, canary id) events of the inserted canaries."""
+    path = self._require(PARTICIPATION)
+    try:
+      with np.load(path) as data:
+        events = np.asarray(data["events"])
+    except Exception as e:  # pylint: disable=broad-except
+      raise RunDirError(f"{path} is not a valid participation file: "
+                        f"{e}") from None
+    if events.ndim != 2 or events.shape[1] != 2:
+      raise RunDirError(f"{path}: events must have shape [n, 2], got "
+                        f"{events.shape}.")
+    return events.astype(np.int64)
+
+  # Metrics -----------------------------------------------------------------
+  def load_metrics(self) -> list[dict[str, Any]]:
+    """metrics.csv as a list of rows (numbers parsed; empty cells None).
+
+    Integer cells ("round", "clients", ...) parse as int, the others as float,
+    so that rows written back with `str` keep their exact text.
+    """
+    path = self._require(METRICS)
+    rows = []
+    with open(path, newline="", encoding="utf-8") as f:
+      for row in csv.DictReader(f):
+        parsed = {}
+        for key, value in row.items():
+          if value in ("", None):
+            parsed[key] = None
+            continue
+          try:  # integers stay integers, so rows written back (on
+            parsed[key] = int(value)  # resume) keep their text
+          except ValueError:
+            try:
+              parsed[key] = float(value)
+            except ValueError:
+              parsed[key] = value
+        rows.append(parsed)
+    return rows

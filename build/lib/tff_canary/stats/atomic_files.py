@@ -1,0 +1,81 @@
+"""Atomic file writes: a crash never leaves a half-written result behind.
+
+Every writer puts the bytes in a temporary file in the destination's directory
+(same file system), flushes and fsyncs it, then `os.replace`s it onto the
+destination, which POSIX makes atomic: a reader sees the old file or the new
+one, never a mix, even if the process is killed with SIGKILL mid-write. The
+temporary file is removed if writing fails. NumPy only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+from typing import Any, Iterator
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:
+  """Yields a temporary path; on success moves it onto `path` atomically.
+
+  For writers that insist on a file name of their own (matplotlib's savefig,
+  TFF's savers). The temporary file keeps `suffix` so format detection works.
+  """
+  path = os.fspath(path)
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
+  os.close(fd)
+  try:
+    yield temp
+    with open(temp, "rb") as f:
+      os.fsync(f.fileno())
+    os.replace(temp, path)
+  except BaseException:
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(temp)
+    raise
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+  """Writes `data` to `path` atomically."""
+  with replacing(path) as temp:
+    with open(temp, "wb") as f:
+      f.write(data)
+      f.flush()
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+  write_bytes(path, text.encode("utf-8"))
+
+
+def _json_default(value: Any) -> Any:
+  if isinstance(value, np.generic):
+    return value.item()
+  if isinstance(value, np.ndarray):
+    return value.tolist()
+  raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def write_json(path: str | os.PathLike, value: Any) -> None:
+  """Writes `value` as indented JSON (NaN and inf as JSON's NaN/Infinity)."""
+  write_text(path, json.dumps(value, indent=1, default=_json_default) + "\n")
+
+
+def save_npz(path: str | os.PathLike, **arrays: Any) -> None:
+  """`np.savez` to `path`, atomically."""
+  buffer = io.BytesIO()
+  np.savez(buffer, **arrays)
+  write_bytes(path, buffer.getvalue())
+
+
+def save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
+  """`np.save` to `path`, atomically."""
+  buffer = io.BytesIO()
+  np.save(buffer, array)
+  write_bytes(path, buffer.getvalue())

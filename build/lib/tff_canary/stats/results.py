@@ -1,0 +1,237 @@
+"""Frozen result objects of the estimators (METHOD §7).
+
+Like scipy.stats results, each keeps the inputs that produced it (counts,
+`dim`, `delta`, confidence, method), prints a one-line summary, and converts to a
+plain dict (`as_dict()`) for JSON reports. NumPy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import Any, NamedTuple, Optional
+
+
+class SignConventionWarning(UserWarning):
+  """The inserted canaries' mean statistic is below the null's.
+
+  With the sign convention of METHOD §3 (u = theta_0 - theta_T, or the round's
+  noised aggregate) inserted canaries have a positive mean. A negative one
+  almost always means the model delta was taken the wrong way round, and a
+  symmetric formula would then report a large epsilon for the wrong reason.
+  """
+
+
+def warn_sign_convention(mean: float, reference: str, ref_mean: float,
+                         what: str = "inserted canaries'") -> None:
+  """Raises `SignConventionWarning` from a public estimator (for its caller)."""
+  warnings.warn(
+      f"The {what} mean statistic ({mean:.4g}) is below the {reference} "
+      f"({ref_mean:.4g}). Inserted canaries should have a positive mean with "
+      "u = theta_0 - theta_T (or the round's noised aggregate); this is "
+      "almost always a sign-convention bug (METHOD §3), and the epsilon "
+      "reported for it is not meaningful.", SignConventionWarning,
+      stacklevel=3)
+
+
+class VarianceMismatchWarning(UserWarning):
+  """The inserted canaries' variance is far from the null's 1/dim.
+
+  The mean-only epsilon-final keeps the null's variance (Theorem 3.3 of the
+  paper justifies it for the Gaussian mechanism). When the sample variance is
+  clearly different, the fitted-variance variant is the one to read.
+  """
+
+
+class ConfidenceInterval(NamedTuple):
+  low: float
+  high: float
+
+
+def format_number(x: Optional[float]) -> str:
+  """A result number for tables and summaries: 4 significant digits."""
+  if x is None or math.isnan(x):
+    return "-"
+  if math.isinf(x):
+    return "inf"
+  if x == 0:
+    return "0"
+  return f"{x:.4g}" if abs(x) < 1e5 else f"{x:.4e}"
+
+
+def _counts(num_inserted: int, num_held_out: int) -> str:
+  text = f"{num_inserted} inserted"
+  if num_held_out:
+    text += f", {num_held_out} held out"
+  return text
+
+
+_SIGN_NOTE = ("  WARNING: inserted mean below the null's; check the sign "
+              "convention (METHOD §3)")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsilonEstimate:
+  """A point estimate of epsilon from two fitted Gaussians (epsilon-final or epsilon-all).
+
+  Not a bound: an estimate of the epsilon that the canary attack achieves,
+  assuming both statistics are Gaussian. Read it beside `LowerBound` and
+  `OneRunBound`, which do hold with their confidence.
+
+  Attributes:
+    epsilon: the estimate.
+    interval: confidence interval for it (`confidence` level); see
+      `interval_method`.
+    statistic: "final" (cosines with theta_0 - theta_T, closed-form null) or
+      "all" (max over rounds, held-out null).
+    method: "mean_only" (null's variance kept) or "fitted_variance" (the
+      paper's Algorithm 2).
+    delta, confidence: as given.
+    num_inserted, num_held_out: sample sizes (num_held_out is 0 when the null is
+      the closed form).
+    dim: model dimension (None for epsilon-all, whose null is empirical).
+    null_mean, null_std: the null Gaussian (0 and 1/sqrt(dim) for "final").
+    inserted_mean, inserted_std: the Gaussian fitted to the inserted canaries
+      (inserted_std is the null's for "mean_only").
+    sample_std: the inserted canaries' sample standard deviation.
+    inserted_below_null: True if inserted_mean < null_mean (see
+      `SignConventionWarning`).
+    interval_method: "t" (mean-only: the t-interval of the mean mapped
+      through epsilon, exact) or "projection" (the range of epsilon over a
+      joint confidence region of the fitted Gaussians; conservative).
+  """
+
+  epsilon: float
+  interval: ConfidenceInterval
+  statistic: str
+  method: str
+  delta: float
+  confidence: float
+  num_inserted: int
+  num_held_out: int
+  dim: Optional[int]
+  null_mean: float
+  null_std: float
+  inserted_mean: float
+  inserted_std: float
+  sample_std: float
+  inserted_below_null: bool
+  interval_method: str
+
+  def __str__(self) -> str:
+    name = "ε-final" if self.statistic == "final" else "ε-all"
+    method = self.method.replace("_", "-")
+    dim = f", d={self.dim}" if self.dim is not None else ""
+    text = (f"{name} = {format_number(self.epsilon)} "
+            f"[{format_number(self.interval.low)}, {format_number(self.interval.high)}] "
+            f"({self.confidence:.0%} CI; {method} estimate; δ={self.delta:g}"
+            f"{dim}; {_counts(self.num_inserted, self.num_held_out)})")
+    return text + (_SIGN_NOTE if self.inserted_below_null else "")
+
+  def as_dict(self) -> dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out["interval"] = list(self.interval)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class LowerBound:
+  """epsilon_lo: a threshold-attack lower bound on epsilon.
+
+  Jagielski et al. (2020) with Jeffreys intervals (Zanella-Béguelin et al.
+  2022), as in the paper (METHOD §7). With `correction="none"` (the paper's
+  construction) the confidence is nominal only: see `tff_canary.stats.lower_bounds`
+  for how far it falls short. The bound saturates with the number of
+  canaries: it can never exceed `ceiling` (about 6.2 with 1000 inserted and
+  1000 held-out canaries), which is why the point estimates exist.
+
+  Attributes:
+    epsilon: the bound (max over thresholds).
+    null: "exact" (closed-form null law of METHOD §5; FPR has no sampling
+      error) or "held_out" (FPR from the held-out canaries' Jeffreys interval).
+    threshold: the statistic threshold where the max is reached (guess
+      "inserted" when statistic >= threshold); None if epsilon is 0.
+    fnr_upper, fpr_upper: the FNR and FPR upper limits at that threshold.
+    ceiling: the largest value this bound can take with these counts
+      (inf for the exact null).
+    saturated: True when epsilon is at the ceiling.
+    correction: how the level is spread over rates and thresholds ("none" is
+      the paper's: each rate at level 1 - confidence, max over thresholds
+      uncorrected).
+    delta, confidence, num_inserted, num_held_out, dim: inputs.
+    inserted_below_null: True if the inserted mean is below the null's.
+  """
+
+  epsilon: float
+  null: str
+  threshold: Optional[float]
+  fnr_upper: float
+  fpr_upper: float
+  ceiling: float
+  saturated: bool
+  correction: str
+  delta: float
+  confidence: float
+  num_inserted: int
+  num_held_out: int
+  dim: Optional[int]
+  inserted_below_null: bool
+
+  def __str__(self) -> str:
+    null = f"exact null, d={self.dim}" if self.null == "exact" else "held-out null"
+    sat = (f"; saturated: cannot exceed {format_number(self.ceiling)} with these counts"
+           if self.saturated else "")
+    level = (f"nominal {self.confidence:.0%} lower bound, paper's uncorrected "
+             "max over thresholds" if self.correction == "none"
+             else f"{self.confidence:.0%} lower bound, {self.correction}")
+    text = (f"ε_lo = {format_number(self.epsilon)} ({level}; "
+            f"{null}; δ={self.delta:g}; "
+            f"{_counts(self.num_inserted, self.num_held_out)}{sat})")
+    return text + (_SIGN_NOTE if self.inserted_below_null else "")
+
+  def as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class OneRunBound:
+  """The one-run lower bound of Steinke, Nasr & Jagielski (2023).
+
+  Each of `num_candidates` canaries was inserted by a fair coin; the auditor
+  guesses "in" for the `k_plus` highest statistics and "out" for the `k_minus`
+  lowest; `correct` of the `guesses` = k_plus + k_minus guesses were right.
+  `epsilon` is the largest epsilon whose p-value is at most 1 - confidence.
+
+  Attributes:
+    epsilon: the bound (0 when not even epsilon = 0 is rejected).
+    num_candidates, num_inserted: m and the number the coins inserted.
+    k_plus, k_minus, guesses, correct: the guessing game.
+    ceiling: the largest value the bound can take with this many guesses
+      (all correct).
+    delta, confidence: inputs.
+    inserted_below_null: True if the inserted mean is below the others'.
+  """
+
+  epsilon: float
+  num_candidates: int
+  num_inserted: int
+  k_plus: int
+  k_minus: int
+  guesses: int
+  correct: int
+  ceiling: float
+  delta: float
+  confidence: float
+  inserted_below_null: bool
+
+  def __str__(self) -> str:
+    text = (f"one-run bound = {format_number(self.epsilon)} ({self.confidence:.0%} "
+            f"lower bound; {self.correct}/{self.guesses} guesses right, "
+            f"k+={self.k_plus}, k-={self.k_minus}; {self.num_candidates} "
+            f"candidates, {self.num_inserted} inserted; δ={self.delta:g}; "
+            f"ceiling {format_number(self.ceiling)})")
+    return text + (_SIGN_NOTE if self.inserted_below_null else "")
+
+  def as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
