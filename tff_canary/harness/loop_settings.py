@@ -76,7 +76,8 @@ class LoopSettings:
     object.__setattr__(self, "delta", delta)
 
   def resolve_clients_per_round(self, derived: Optional[float]) -> float:
-    """The run's clients_per_round from the state's (`derived`) and ours."""
+    """The run's clients_per_round from the state's (`derived`) and ours
+    (an int when whole, as the experiments write it)."""
     given = self.clients_per_round
     if derived is None and given is None:
       raise ValueError("clients_per_round: the aggregator's query has no "
@@ -85,7 +86,8 @@ class LoopSettings:
     if derived is not None and given is not None and derived != given:
       raise ValueError(f"clients_per_round = {given} but the aggregator "
                        f"state's query divides by {derived}.")
-    return derived if derived is not None else given
+    value = derived if derived is not None else given
+    return int(value) if float(value).is_integer() else value
 
   def config(self, canaries: canaries_lib.CanaryConfig, dim: int,
              ledger: analytical.Ledger, clients_per_round: float,

@@ -1,6 +1,7 @@
 """The files of a run directory, and their validated loading (NumPy only).
 
-A run directory written by the experiment scripts holds:
+A run directory written by the experiment scripts (or, without checkpoints/
+and noise_check.json, by a `run_writer.RunWriter` from any loop) holds:
 
   config.json          every flag of the run, the canary seed, dim, versions,
                        client and canary participation (`participation`)
