@@ -1,10 +1,13 @@
 """The README's drop-in code runs as written (with a small model and sizes)."""
 
+import asyncio
 import os
 import re
 
 import numpy as np
 import pytest
+
+from tff_canary.harness import run_dir
 
 pytestmark = pytest.mark.tff
 
@@ -12,13 +15,14 @@ README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), "README.md")
 
 
-def test_readme_drop_in_blocks_run(tmp_path, monkeypatch):
+def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   text = open(README, encoding="utf-8").read()
   blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-  assert len(blocks) == 2 and "build_unweighted_fed_avg" in blocks[0]
+  assert len(blocks) == 3 and "build_unweighted_fed_avg" in blocks[0]
+  assert "RunWriter" in blocks[1] and "run_training_process" in blocks[2]
   code = "\n".join(blocks)
   # The README's sizes, shrunk for a test: 3 rounds, 6 + 6 canaries, 4 clients.
   for old, new in [("num_rounds = 500", "num_rounds = 3"),
@@ -46,10 +50,23 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch):
   namespace = dict(
       tff=tff, model_fn=model_fn, client_datasets=client_datasets,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-      num_params=20 * 10 + 10)
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
   monkeypatch.chdir(tmp_path)
-  exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
-  table = namespace["table"]
-  assert len(table) == 12 and table.dim == 210
-  assert (tmp_path / "aggregates.npy").exists()
+  # The README's note: run_training_process needs a current event loop,
+  # which an earlier asyncio.run (other tests) leaves unset.
+  loop = asyncio.new_event_loop()
+  asyncio.set_event_loop(loop)
+  try:
+    exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
+  finally:
+    asyncio.set_event_loop(None)
+    loop.close()
+  assert namespace["writer"].dim == 20 * 10 + 10
+  printed = capsys.readouterr().out
+  assert "analytical: one participation" in printed and "audit" in printed
+  for run in ("runs/mine", "runs/program"):
+    rd = run_dir.RunDir(tmp_path / run)
+    table = rd.load_table()
+    assert len(table) == 12 and table.dim == 210
+    assert rd.exists(run_dir.AGGREGATES) and rd.exists(run_dir.REPORT_JSON)
+    assert len(rd.load_ledger()) == 3

@@ -10,6 +10,7 @@ TensorFlow. The TFF side lives in submodules that import it on demand:
   tff_canary.federated.factory    CanaryDPFactory, canary_dp_aggregator (the aggregator)
   tff_canary.stats.schedules  participation schedules of the canaries
   tff_canary.federated.hooks      AggregateRecorder, compute_cosine_table (after training)
+  tff_canary.harness.run_writer   RunWriter: a run directory and report from any loop
 """
 
 from tff_canary.stats.estimates import epsilon_all

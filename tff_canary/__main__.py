@@ -26,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
   commands = parser.add_subparsers(dest="command", required=True)
   rep = commands.add_parser(
       "report", help="recompute every estimate of a run and rewrite its report")
-  rep.add_argument("run_dir", help="a run directory written by experiments/")
+  rep.add_argument("run_dir", help="a run directory (experiments/ or a RunWriter)")
   rep.add_argument("--delta", type=float, default=None,
                    help="delta of every epsilon (default: the run's)")
   rep.add_argument("--confidence", type=float, default=0.95,

@@ -184,8 +184,10 @@ class RunReport:
         f"# tff-canary report: {c['task']} ({c.get('data', '?')} data)", "",
         f"Run directory `{self.run_dir}`; noise multiplier "
         f"{c['noise_multiplier']}, {c['clients_per_round']} clients per round, "
-        f"{c['num_rounds']} rounds, {c['num_clients']} clients, "
-        f"{self.estimates.num_inserted} inserted and "
+        f"{c['num_rounds']} rounds, "
+        + ("" if c["num_clients"] is None  # unknown to a RunWriter's loop
+           else f"{c['num_clients']} clients, ")
+        + f"{self.estimates.num_inserted} inserted and "
         f"{self.estimates.num_held_out} held-out canaries (d = {c['dim']}, "
         f"canary seed {c['canary_seed']}); δ = {self.delta:g}.", ""]
     line = self.participation_line()

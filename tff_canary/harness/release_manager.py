@@ -1,0 +1,106 @@
+"""A `tff.program.ReleaseManager` that records a program loop into a run.
+
+Program-style loops (`tff.simulation.run_training_process`,
+`tff.learning.programs.train_model`) have no per-round hook; they hand each
+round's metrics to release managers. `CanaryReleaseManager` passes every
+release that holds the canary aggregator's measurements to a
+`run_writer.RunWriter` (`RunWriter.round`, which pops `noised_aggregate`
+out of it) and lets the others through (evaluation releases, such as
+`run_training_process`'s at round 0, carry no aggregator metrics; a
+recorder fed every release fails there). A release holding a learning
+process state (what `train_model` gives its `model_output_manager` every 10
+rounds and after the last) is kept, the latest by its aggregator's round
+counter, for `finish()`.
+
+Every release, with the aggregate popped, is then passed on to the
+managers in `forward_to` (say a `tff.program.CSVFileReleaseManager`, which
+would otherwise write d numbers per round).
+
+    writer = run_writer.RunWriter(output_dir, config, delta=1e-6)
+    manager = release_manager.CanaryReleaseManager(writer)
+    state = tff.simulation.run_training_process(
+        process, client_data, num_rounds, program_state_manager=states,
+        metrics_managers=[manager])
+    initial = asyncio.run(states.load(0, process.initialize()))  # theta_0
+    report = manager.finish(
+        state, initial_weights=process.get_model_weights(initial))
+
+With `train_model`, give the writer the weights of its
+`initial_train_state`, pass the manager as `train_metrics_manager` and as
+`model_output_manager`, then call `manager.finish()`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_canary.harness import report as report_lib
+from tff_canary.harness import round_metrics
+from tff_canary.harness import run_writer
+from tff_canary.stats import validation
+
+
+class CanaryReleaseManager(tff.program.ReleaseManager):
+  """Records released training rounds into a `RunWriter` (module docstring)."""
+
+  def __init__(self, writer: run_writer.RunWriter,
+               forward_to: Sequence[tff.program.ReleaseManager] = ()):
+    """Initializes the manager.
+
+    Args:
+      writer: The `RunWriter` of the run.
+      forward_to: Release managers that get every release after it is
+        recorded (without `noised_aggregate`).
+    """
+    if not isinstance(writer, run_writer.RunWriter):
+      raise TypeError(f"writer must be a RunWriter, got "
+                      f"{validation.show(writer)}.")
+    forward_to = tuple(forward_to)
+    for i, manager in enumerate(forward_to):
+      if not isinstance(manager, tff.program.ReleaseManager):
+        raise TypeError(f"forward_to[{i}] must be a tff.program."
+                        f"ReleaseManager, got {validation.show(manager)}.")
+    self.writer = writer
+    self._forward_to = forward_to
+    self._state = None
+    self._state_rounds = -1
+
+  @property
+  def state(self) -> Any:
+    """The latest released learning process state (None if none was)."""
+    return self._state
+
+  async def release(self, value: Any, key: Any = None) -> None:
+    """Records `value` if it is a training round's metrics, keeps it if it
+    is a state, and passes it on to `forward_to`."""
+    value = await tff.program.materialize_value(value)
+    if round_metrics.canary_measurements(value) is not None:
+      self.writer.round(value)
+    else:
+      node = round_metrics.canary_state(value)
+      if node is not None and int(np.asarray(node.round_num)) > (
+          self._state_rounds):
+        self._state = value
+        self._state_rounds = int(np.asarray(node.round_num))
+    for manager in self._forward_to:
+      await manager.release(value, key)
+
+  def finish(self, state: Optional[Any] = None, final_weights: Any = None, *,
+             initial_weights: Any = None,
+             plots: bool = True) -> report_lib.RunReport:
+    """`RunWriter.finish` with `state`, default the latest released one."""
+    if state is None:
+      state = self._state
+    if state is None:
+      raise ValueError(
+          "no state: pass the trained state (run_training_process returns "
+          "it), or give this manager to train_model as its "
+          "model_output_manager too.")
+    return self.writer.finish(state, final_weights,
+                              initial_weights=initial_weights, plots=plots)
+
+
+__all__ = ["CanaryReleaseManager"]

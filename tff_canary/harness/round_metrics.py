@@ -1,0 +1,88 @@
+"""What a round of a TFF learning process reports, found by what it is.
+
+TFF nests the canary aggregator's measurements and state at depths that
+depend on the composition: plain, they are `metrics['aggregator']` and
+`state.aggregator`; under TFF's zeroing (`factory.canary_dp_aggregator`'s
+default, as in `tff.learning.dp_aggregator`) they are
+`metrics['aggregator']['zeroing']` and `state.aggregator['inner_agg']`.
+Program loops rename the training metrics too
+(`tff.learning.programs.train_model` releases `client_work/train` as
+`model_metrics`). These functions find each part anywhere
+(`tree_search.find_first`), so a caller never hard-codes a path.
+`flat_trainable` takes the model's trainable weights out of a state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import numpy as np
+
+from tff_canary.federated import canaries as canaries_lib
+from tff_canary.federated import factory
+from tff_canary.federated import tree_search
+from tff_canary.stats import validation
+
+# Keys of the canary aggregator's measurements that identify them.
+_MEASUREMENT_KEYS = ("canaries_inserted", "round_num", "clip")
+
+
+def canary_measurements(metrics: Any) -> Optional[Mapping]:
+  """The mapping of the canary aggregator's measurements (the one holding
+  `canaries_inserted`, `round_num`, `clip` and, when recorded,
+  `noised_aggregate`), or None if `metrics` has none (e.g. an evaluation)."""
+  return tree_search.find_first(
+      metrics, lambda m: isinstance(m, Mapping)
+      and all(k in m for k in _MEASUREMENT_KEYS))
+
+
+def canary_state(state: Any) -> Optional[factory.CanaryDPAggregatorState]:
+  """The `CanaryDPAggregatorState` in a learning process state (searched
+  under `state.aggregator` when there is one), or None."""
+  return tree_search.find_first(
+      getattr(state, "aggregator", state),
+      lambda s: isinstance(s, factory.CanaryDPAggregatorState))
+
+
+def train_loss_accuracy(metrics: Any) -> tuple[float, float]:
+  """(loss, accuracy) of the round's training, NaN where not reported.
+
+  Looked up under `client_work` (a learning process's own metrics) or
+  `model_metrics` (as `train_model` releases them), else anywhere; the
+  accuracy is the first metric whose name contains "accuracy".
+  """
+  nan = float("nan")
+  if not isinstance(metrics, Mapping):
+    return nan, nan
+  where = metrics.get("client_work", metrics.get("model_metrics", metrics))
+  train = tree_search.find_first(
+      where, lambda m: isinstance(m, Mapping) and "loss" in m)
+  if not train:
+    return nan, nan
+  accuracy = next((v for k, v in train.items() if "accuracy" in k), nan)
+  return float(train["loss"]), float(accuracy)
+
+
+def clients_per_round(state: factory.CanaryDPAggregatorState
+                     ) -> Optional[float]:
+  """The query's fixed denominator (the `clients_per_round` the factory was
+  built with), or None if the query is not a `tfp.NormalizedQuery`."""
+  denominator = getattr(state.query_state, "denominator", None)
+  return None if denominator is None else float(denominator)
+
+
+def flat_trainable(weights: Any, name: str = "weights") -> np.ndarray:
+  """Trainable weights as a flat float32 vector, from a learning process
+  state (its `global_model_weights`), `ModelWeights` (its `trainable`), a
+  structure of arrays in `tf.nest.flatten` order, or a flat vector."""
+  weights = getattr(weights, "global_model_weights", weights)
+  weights = getattr(weights, "trainable", weights)
+  if weights is None or isinstance(weights, (str, bytes)):
+    raise TypeError(f"{name} must be model weights (a state, ModelWeights or "
+                    f"arrays), got {validation.show(weights)}.")
+  return canaries_lib.flatten_numpy(weights, name)
+
+
+__all__ = ["canary_measurements", "canary_state", "clients_per_round",
+           "flat_trainable", "train_loss_accuracy"]
