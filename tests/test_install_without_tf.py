@@ -1,6 +1,7 @@
 """A plain `pip install .` gives the statistics layer, without TensorFlow.
 
-The test installs the package (not editable: a wheel built from this checkout)
+The test installs the package (not editable: a wheel built from a copy of
+this checkout's sources)
 into a fresh virtual environment with `uv`, pinned to requirements/lock.txt,
 and checks there that TensorFlow (and matplotlib) are absent, that the
 top-level estimators import and run, and that `python -m tff_canary report
@@ -13,6 +14,7 @@ setup.py's install_requires, fails here).
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -54,9 +56,16 @@ def stats_only_python(tmp_path_factory):
   subprocess.run(uv + ["venv", "-q", "--python", sys.executable, str(venv)],
                  check=True, capture_output=True, timeout=120)
   python = venv / "bin" / "python"
+  # Built from a copy of the sources, so the build's build/ and egg-info
+  # never land in the checkout.
+  source = venv.parent / "source"
+  shutil.copytree(REPO / "tff_canary", source / "tff_canary",
+                  ignore=shutil.ignore_patterns("__pycache__"))
+  for name in ("setup.py", "README.md"):
+    shutil.copy(REPO / name, source / name)
   proc = subprocess.run(
       uv + ["pip", "install", "-q", "--python", str(python),
-            "-c", str(REPO / "requirements" / "lock.txt"), str(REPO)],
+            "-c", str(REPO / "requirements" / "lock.txt"), str(source)],
       capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return python

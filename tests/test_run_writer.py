@@ -32,7 +32,7 @@ from tff_canary.harness import release_manager
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import run_writer
-from tff_canary.stats import analytical
+from tff_canary.stats import ledger as ledger_lib
 from tff_canary.stats import schedules
 
 pytestmark = [
@@ -184,7 +184,7 @@ def test_loop_records_what_the_process_output(loop_run):
 def test_ledger_and_config_come_from_the_state(loop_run):
   rd = run_dir_lib.RunDir(loop_run.path)
   extract = tff.aggregators.differential_privacy.extract_dp_event_from_state
-  assert rd.load_ledger() == analytical.Ledger(
+  assert rd.load_ledger() == ledger_lib.Ledger(
       [extract(s.aggregator["inner_agg"]) for s in loop_run.states])
   config = rd.load_config()
   assert config["dim"] == DIM

@@ -17,7 +17,7 @@ import tensorflow_federated as tff
 
 import tff_canary
 from tff_canary.federated import canaries as canaries_lib
-from tff_canary.stats import analytical
+from tff_canary.stats import ledger as ledger_lib
 from tff_canary.stats import client_sampling
 from tff_canary.stats import validation
 
@@ -90,7 +90,7 @@ class LoopSettings:
     return int(value) if float(value).is_integer() else value
 
   def config(self, canaries: canaries_lib.CanaryConfig, dim: int,
-             ledger: analytical.Ledger, clients_per_round: float,
+             ledger: ledger_lib.Ledger, clients_per_round: float,
              output_dir: str) -> dict[str, Any]:
     """config.json: these settings and what the writer derived.
 

@@ -33,7 +33,7 @@ aggregator's `round_num` measurement, so the loop's own numbering, 0- or
 1-based, does not matter), the clip and canaries inserted (measurements),
 clients_per_round (the query's denominator in the aggregator state), the
 noise multiplier (the effective one of the ledger's DpEvents,
-`analytical.effective_noise_multiplier`), the canary seed and schedule
+`effective_noise.effective_noise_multiplier`), the canary seed and schedule
 (`canaries`, checked against the trained state). Checked as they come: the
 canaries inserted each round against `canaries`' schedule (so a writer
 given another CanaryConfig than the aggregator's fails at the first round
@@ -69,7 +69,7 @@ from tff_canary.harness import report as report_lib
 from tff_canary.harness import round_metrics
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import run_results
-from tff_canary.stats import analytical
+from tff_canary.stats import ledger as ledger_lib
 from tff_canary.stats import atomic_files
 from tff_canary.stats import validation
 
@@ -327,7 +327,7 @@ class RunWriter:
                             initial)
     events = [node.dp_event if self._events[r] is None else self._events[r]
               for r in range(self.num_rounds)]
-    ledger = analytical.Ledger(events)
+    ledger = ledger_lib.Ledger(events)
     rd = self.run_dir
     rd.save_config(self.settings.config(self.canaries, self._dim, ledger,
                                         clients_per_round, rd.path))
