@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tff_canary.stats import atomic_files, audit
+from tff_canary.stats import atomic_files, audit, results
 from tff_canary.harness import report, run_dir
 
 from fake_runs import make_run
@@ -56,7 +56,7 @@ def test_write_report_files_and_markdown(tmp_path):
   data = json.load(open(os.path.join(path, "report.json")))
   assert data["delta"] == 1e-5 and data["verdict"]["verdict"] in audit.VERDICTS
   md = open(os.path.join(path, "report.md")).read()
-  assert "| epsilon_final (mean-only) | estimate |" in md
+  assert "| final model: epsilon_final (mean-only) | estimate |" in md
   assert not [f for f in os.listdir(path) if f.startswith(".tmp")]
 
 
@@ -138,17 +138,18 @@ def test_an_estimate_above_the_analytical_bound_is_flagged(tmp_path):
   name, bound = r.analytical_bound
   assert name == "one participation" and bound == r.analytical[name]
   above = {item["name"]: item for item in r.above_analytical_bound()}
-  final = above["epsilon_final (mean-only)"]
+  final = above["final model: epsilon_final (mean-only)"]
   assert final["epsilon"] > bound and final["analytical_epsilon"] == bound
   assert final["interval"] == [r.estimates.final_mean_only.interval.low,
                                r.estimates.final_mean_only.interval.high]
-  detail = dict((n, d) for n, _, _, d in r.rows())["epsilon_final (mean-only)"]
+  detail = dict((n, d) for n, _, _, d in r.rows())[
+      "final model: epsilon_final (mean-only)"]
   assert "95% CI [" in detail and "ABOVE THE ANALYTICAL BOUND" in detail
   flag = ("is above the analytical bound (analytical ε for one participation"
           f" = {bound:.4g}): estimator noise, or the mechanism is not what "
           "it claims")
   assert flag in r.table_text() and flag in r.to_markdown()
-  assert "epsilon_final (mean-only) = " in r.table_text()
+  assert "final model: epsilon_final (mean-only) = " in r.table_text()
   assert json.loads(json.dumps(r.as_dict()))["above_analytical_bound"]
   # A mechanism weaker than its claim (shift 0.25, z = 4) flags nothing.
   quiet = report.build_report(make_run(tmp_path / "quiet", shift=0.25,
@@ -198,3 +199,63 @@ def test_a_poisson_rate_above_one_is_a_clear_error(tmp_path):
                      r"num_clients = 10: the Poisson sampling rate .* = 2 is "
                      r"not in \(0, 1\]"):
     report.build_report(path)
+
+
+def test_the_table_states_delta_and_where_it_came_from(tmp_path):
+  # Before, the terminal table did not state delta at all, and report.md gave
+  # "δ = 1e-05" in its opening sentence without its origin.
+  path = make_run(tmp_path / "run")  # config: delta 1e-5, 1000 clients
+  r = report.build_report(path)
+  line = "δ = 1e-5, from the run's config.json (set by --delta)"
+  assert r.delta_line() == line
+  assert r.table_text().splitlines()[0] == f"every epsilon at {line}"
+  md = r.to_markdown()
+  assert f"Every epsilon at {line}." in md
+  assert md.index(line) < md.index("| epsilon |")
+  assert r.as_dict()["delta_source"] == "from the run's config.json (set by --delta)"
+  # The experiment's default, num_clients^-1.1, is named as such.
+  _set_config(path, delta=1000 ** -1.1)
+  r = report.build_report(path)
+  assert r.delta_line() == ("δ = 5.01e-4, from the run's default 1/n^1.1 for "
+                            "n = 1,000 clients")
+  # A delta given to the report, and the run's beside it.
+  r = report.build_report(path, delta=1e-7)
+  assert r.delta_line() == "δ = 1e-7, given to this report (the run's: 5.01e-4)"
+  assert "every epsilon at δ = 1e-7, given" in r.table_text()
+  # Giving the run's own delta is not an override.
+  same = report.build_report(path, delta=1000 ** -1.1)
+  assert "default 1/n^1.1" in same.delta_line()
+
+
+def test_a_bound_row_states_the_audits_level_and_value(tmp_path):
+  # The audit computes each of its m bounds at 1 - 0.05 / m (98.75% for 4),
+  # the table at 95%; before, only the audit line's parenthesis said so and
+  # the table's bound values did not match the audit's.
+  r = report.build_report(make_run(tmp_path / "run"))
+  verdict = r.verdict
+  assert len(verdict.bounds) == 4 and verdict.per_bound_confidence == 0.9875
+  details = {name: detail for name, kind, _, detail in r.rows()
+             if kind == "bound"}
+  assert {report.AUDITED_AS[name] for name in details} == set(verdict.bounds)
+  for name, detail in details.items():
+    audited = verdict.bounds[report.AUDITED_AS[name]]
+    assert (f"in the audit: {results.format_number(audited.epsilon)} at "
+            "98.75%, not 95% (Bonferroni over 4 bounds)") in detail
+  # Estimates and the paper's nominal bounds are not in the audit.
+  for name, kind, _, detail in r.rows():
+    if kind == "nominal bound":
+      assert "not in the audit" in detail
+    elif kind in ("estimate", "analytical"):
+      assert "audit" not in detail
+  # The level follows --confidence.
+  r90 = report.build_report(make_run(tmp_path / "run"), confidence=0.9)
+  assert any("at 97.50%, not 90%" in d for _, _, _, d in r90.rows())
+  assert any("90% is nominal only" in d for _, _, _, d in r90.rows())
+
+
+def test_table_rows_name_their_statistic(tmp_path):
+  r = report.build_report(make_run(tmp_path / "run"))
+  names = [name for name, kind, _, _ in r.rows() if kind != "analytical"]
+  assert all(n.startswith(("final model: ", "all iterates: ")) for n in names)
+  assert [n.split(":")[0] for n in names] == (["final model"] * 5
+                                              + ["all iterates"] * 4)

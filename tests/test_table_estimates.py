@@ -47,14 +47,34 @@ def test_every_estimate_equals_the_estimator_called_directly():
   assert str(est).count("\n") == 9
 
 
+def test_every_row_is_labelled_with_its_statistic():
+  # Before, the rows were "epsilon_lo final (exact null)", "one-run bound
+  # all", ...: the statistic hidden in the middle or at the end of the name.
+  est = estimate_table(_table(np.random.default_rng(5)), delta=1e-6)
+  final = {id(est.final_mean_only), id(est.final_fitted), id(est.lo_final),
+           id(est.lo_final_paper), id(est.one_run_final)}
+  for name, _, result in est.rows():
+    prefix = "final model: " if id(result) in final else "all iterates: "
+    assert name.startswith(prefix), name
+    # The estimates' own statistic agrees with the label.
+    if isinstance(result, results.EpsilonEstimate):
+      assert prefix == {"final": "final model: ",
+                        "all": "all iterates: "}[result.statistic]
+  # The final model's rows first, then all iterates; str() names each row.
+  prefixes = [name.split(":")[0] for name, _, _ in est.rows()]
+  assert prefixes == ["final model"] * 5 + ["all iterates"] * 4
+  assert all(f"  {name}: " in str(est) for name, _, _ in est.rows())
+
+
 def test_missing_pieces_are_none():
   rng = np.random.default_rng(1)
   est = estimate_table(_table(rng, assignment="fixed", recorded=False), delta=1e-6)
   assert est.all_iterates is None and est.lo_all is None
   assert est.one_run_final is None and est.one_run_all is None
   assert [name for name, _, _ in est.rows()] == [
-      "epsilon_final (mean-only)", "epsilon_final (fitted variance)",
-      "epsilon_lo final (exact null)", "epsilon_lo final (paper)"]
+      "final model: epsilon_final (mean-only)",
+      "final model: epsilon_final (fitted variance)",
+      "final model: epsilon_lo (exact null)", "final model: epsilon_lo (paper)"]
   d = est.as_dict()
   assert d["all_iterates"] is None and d["final_mean_only"]["epsilon"] > 0
 

@@ -1,68 +1,116 @@
-"""The report's figures, as PNG (matplotlib, Agg backend; no TensorFlow).
+"""The report's figures, as PNG (matplotlib; no TensorFlow, no pyplot).
 
   * cosines.png: the final-model cosines of inserted and held-out canaries
     (histograms and kernel density estimates) against the exact null law of
     METHOD §5, in units of the null's standard deviation (the paper's Figure 1
-    view);
+    view). The bins suit the number of canaries (`bin_count`: the
+    Freedman–Diaconis rule, at least 5 bins and at most the sqrt rule's or
+    50 per group), shared by both groups;
   * max_cosine_by_round.png: each canary's max cosine over rounds against the
     round where it peaks (all-iterates statistic);
   * epsilons.png: every epsilon of the report (estimates with their intervals,
-    bounds) against the analytical epsilons.
+    bounds) against the analytical epsilons (`epsilon_plot`).
+
+Each figure has its legend outside the axes (constrained layout). The
+`*_figure` functions return the matplotlib `Figure` (for tests and notebooks);
+the others write the PNG.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+from matplotlib.figure import Figure
 import numpy as np
 from scipy import stats
 
+from tff_canary.harness import epsilon_plot
 from tff_canary.stats import atomic_files
 from tff_canary.stats.cosine_table import CosineTable
 from tff_canary.stats.null_law import CosineNull
 
 _COLORS = {"inserted": "C3", "held_out": "C0"}
+MIN_BINS, MAX_BINS = 5, 50
+# Bins over the two groups' pooled range at most (groups far apart).
+_MAX_EDGES = 1000
+_LEGEND = dict(loc="outside right upper", fontsize=7)
 
 
 def _save(fig, path: str) -> str:
   with atomic_files.replacing(path, suffix=".png") as temp:
-    fig.savefig(temp, dpi=110, format="png")
-  plt.close(fig)
+    fig.savefig(temp, dpi=110, format="png", bbox_inches="tight")
   return path
 
 
-def cosine_histograms(table: CosineTable, path: str) -> str:
+def bin_count(values) -> int:
+  """Histogram bins for one group's values: Freedman–Diaconis, clipped.
+
+  ceil(range / (2 IQR n^(-1/3))) bins (the sqrt rule's ceil(sqrt(n)) when
+  the IQR is 0), at least MIN_BINS and at most the sqrt rule's count or
+  MAX_BINS, never more than n; 1 for fewer than 2 distinct values. For normal
+  values: 5 bins for 10 of them, 5-7 for 40, about 33 for 2000.
+  """
+  v = np.asarray(values, float)
+  v = v[np.isfinite(v)]
+  if v.size < 2 or np.ptp(v) == 0:
+    return 1
+  sqrt_rule = math.ceil(math.sqrt(v.size))
+  q75, q25 = np.percentile(v, [75, 25])
+  if q75 > q25:
+    count = math.ceil(np.ptp(v) / (2 * (q75 - q25) * v.size ** (-1 / 3)))
+  else:
+    count = sqrt_rule
+  upper = min(MAX_BINS, max(MIN_BINS, sqrt_rule))
+  return int(min(max(count, MIN_BINS), upper, v.size))
+
+
+def shared_bin_edges(groups) -> np.ndarray:
+  """Bin edges over all groups, as wide as the coarsest group's bins."""
+  groups = [np.asarray(g, float)[np.isfinite(g)] for g in groups]
+  pooled = np.concatenate(groups)
+  low, high = pooled.min(), pooled.max()
+  widths = [np.ptp(g) / bin_count(g) for g in groups if g.size]
+  width = max(max(widths), (high - low) / _MAX_EDGES)
+  if width == 0:
+    return np.array([low - 0.5, high + 0.5])
+  return low + width * np.arange(math.ceil((high - low) / width) + 1)
+
+
+def cosines_figure(table: CosineTable):
   """Final cosines of both groups and the exact null density (Figure 1 view)."""
   scale = np.sqrt(table.dim)
-  fig, ax = plt.subplots(figsize=(6.4, 3.8))
+  fig = Figure(figsize=(8.0, 3.8), layout="constrained")
+  ax = fig.add_subplot()
   values = {g: table.final_cosines(g) * scale for g in ("inserted", "held_out")}
-  low = min(v.min() for v in values.values()) - 1
-  high = max(v.max() for v in values.values()) + 1
-  grid = np.linspace(low, high, 400)
+  edges = shared_bin_edges(list(values.values()))
+  grid = np.linspace(edges[0] - 1, edges[-1] + 1, 400)
   for group, v in values.items():
-    ax.hist(v, bins=40, density=True, alpha=0.3, color=_COLORS[group])
+    ax.hist(v, bins=edges, density=True, alpha=0.3, color=_COLORS[group],
+            label=f"{group} ({v.size}; mean {v.mean():.2f})")
     if v.size > 1 and np.ptp(v) > 0:
       ax.plot(grid, stats.gaussian_kde(v)(grid), color=_COLORS[group],
-              label=f"{group} ({v.size}; mean {v.mean():.2f})")
+              label=f"{group}: kernel density")
   null = CosineNull(table.dim)
   ax.plot(grid, null.pdf(grid / scale) / scale, "k--", lw=1,
           label="null law (exact)")
   ax.set_xlabel("cos(c, θ₀ − θ_T) × √d")
   ax.set_ylabel("density")
   ax.set_title(f"Final-model canary cosines (d = {table.dim:,})", fontsize=10)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  return _save(fig, path)
+  fig.legend(**_LEGEND)
+  return fig
+
+
+def cosine_histograms(table: CosineTable, path: str) -> str:
+  """Writes `cosines_figure` to `path`."""
+  return _save(cosines_figure(table), path)
 
 
 def max_cosine_by_round(table: CosineTable, path: str) -> str:
   """Max cosine over rounds against the round of the max, per group."""
-  fig, ax = plt.subplots(figsize=(6.4, 3.8))
+  fig = Figure(figsize=(7.2, 3.8), layout="constrained")
+  ax = fig.add_subplot()
   if table.has_max_cosines:
     scale = np.sqrt(table.dim)
     for group in ("held_out", "inserted"):
@@ -71,46 +119,17 @@ def max_cosine_by_round(table: CosineTable, path: str) -> str:
                  alpha=0.5, color=_COLORS[group], label=group)
     ax.set_xlabel("round of the max")
     ax.set_ylabel("max cosine × √d")
-    ax.legend(fontsize=8)
+    fig.legend(**_LEGEND)
   else:
     ax.text(0.5, 0.5, "no noised aggregates were recorded", ha="center",
             transform=ax.transAxes)
   ax.set_title("All-iterates statistic: max over rounds", fontsize=10)
-  fig.tight_layout()
   return _save(fig, path)
 
 
 def epsilons(report: Any, path: str) -> str:
-  """Every epsilon of a `report.RunReport` against the analytical ones."""
-  rows = [(name, kind, result) for name, kind, result in
-          report.estimates.rows()]
-  fig, ax = plt.subplots(figsize=(7.0, 0.45 * len(rows) + 1.6))
-  finite = []
-  for y, (name, kind, result) in enumerate(rows):
-    eps = result.epsilon
-    if kind == "estimate":
-      lo, hi = result.interval
-      ax.errorbar([eps], [y], xerr=[[eps - lo], [max(hi - eps, 0)]], fmt="o",
-                  color="C1", capsize=3)
-      finite += [v for v in (lo, hi) if np.isfinite(v)]
-    else:
-      ax.plot([eps], [y], ">" if kind == "bound" else "4", color="C2", ms=8)
-    if np.isfinite(eps):
-      finite.append(eps)
-  for i, (name, value) in enumerate(report.analytical.items()):
-    ax.axvline(value, color="k", ls=("--", ":", "-.")[i % 3], lw=1,
-               label=f"analytical, {name}: {value:.3g}")
-    finite.append(value)
-  ax.set_yticks(range(len(rows)), [name for name, _, _ in rows], fontsize=8)
-  ax.invert_yaxis()  # first row on top
-  positive = [v for v in finite if v > 0]
-  if positive and max(positive) / max(min(positive), 1e-3) > 50:
-    ax.set_xscale("symlog", linthresh=0.1)
-  ax.set_xlabel("epsilon (● estimate with interval, ▶ bound)")
-  ax.legend(fontsize=7, loc="lower right")
-  ax.set_title(f"Every epsilon at δ = {report.delta:g}", fontsize=10)
-  fig.tight_layout()
-  return _save(fig, path)
+  """Writes `epsilon_plot.figure(report)` to `path`."""
+  return _save(epsilon_plot.figure(report), path)
 
 
 def write_report_plots(report: Any, table: CosineTable,

@@ -30,12 +30,19 @@ claims.
 Participation: client and canary participation side by side (config.json's
 `participation`, written by the experiment; `client_sampling.describe`), with
 an allowed mismatch shown first and prominently.
+
+The table states its delta and where it came from (`delta_line`): the run's
+default 1/n^1.1 for n clients, the run's own delta, or one given to the
+report. Each bound the audit uses carries, in its row, the audit's level
+(Bonferroni over the audit's bounds, so above the table's) and its value at
+that level, since the two differ.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any, Optional
 
@@ -49,6 +56,16 @@ from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.stats import table_estimates
 from tff_canary.stats import validation
 from tff_canary.stats.cosine_table import CosineTable
+
+
+_F, _A = table_estimates.FINAL_MODEL, table_estimates.ALL_ITERATES
+# The table's bound rows -> the same bounds in the audit (`audit.table_bounds`).
+AUDITED_AS = {
+    f"{_F}: epsilon_lo (exact null)": "epsilon_lo final",
+    f"{_F}: one-run bound": "one-run bound final",
+    f"{_A}: epsilon_lo (held-out null)": "epsilon_lo all",
+    f"{_A}: one-run bound": "one-run bound all",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +88,9 @@ class RunReport:
   # noise_check.json (`noise_stats.NoiseCheck.as_dict`), None if not run.
   noise_check: Optional[dict[str, Any]] = None
   participation: Optional[dict[str, Any]] = None
+  # Where delta came from, e.g. "from the run's default 1/n^1.1 for n =
+  # 1,000 clients" (`delta_source`).
+  delta_source: str = "given"
 
   @property
   def analytical_bound(self) -> tuple[str, float]:
@@ -117,6 +137,23 @@ class RunReport:
       return None
     return self.noise_check.get("summary", "noise check: no summary")
 
+  def delta_line(self) -> str:
+    """The table's delta and where it came from, e.g. "δ = 1.09e-4, from
+    the run's default 1/n^1.1 for n = 4,500 clients"."""
+    return f"δ = {format_delta(self.delta)}, {self.delta_source}"
+
+  def _audit_detail(self, name: str) -> str:
+    """How the audit uses the bound of row `name`, at its own level."""
+    audited = self.verdict.bounds.get(AUDITED_AS.get(name))
+    if audited is None:
+      return "; not in the audit"
+    level = self.verdict.per_bound_confidence
+    if math.isclose(level, self.confidence):
+      return "; the audit uses it at this level"
+    return (f"; in the audit: {results.format_number(audited.epsilon)} at "
+            f"{level:.2%}, not {self.confidence:.0%} (Bonferroni over "
+            f"{len(self.verdict.bounds)} bounds)")
+
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""
     out = []
@@ -128,12 +165,14 @@ class RunReport:
       if kind == "estimate":
         detail = (f"{self.confidence:.0%} CI [{result.interval.low:.4g}, "
                   f"{result.interval.high:.4g}]")
-      elif getattr(result, "saturated", False):
-        detail = f"saturated (ceiling {result.ceiling:.4g})"
       elif kind == "nominal bound":
-        detail = "paper's construction; 95% is nominal only"
+        detail = (f"paper's construction; {self.confidence:.0%} is nominal "
+                  "only; not in the audit")
       else:
-        detail = f"holds with {self.confidence:.0%} confidence"
+        detail = (f"holds with {self.confidence:.0%} confidence"
+                  + self._audit_detail(name))
+      if kind != "estimate" and getattr(result, "saturated", False):
+        detail = f"saturated (ceiling {result.ceiling:.4g}); {detail}"
       if name in above:
         detail += "; ABOVE THE ANALYTICAL BOUND (see the flag below)"
       out.append((name, kind, result.epsilon, detail))
@@ -142,7 +181,8 @@ class RunReport:
   def table_text(self) -> str:
     """A fixed-width table for the terminal."""
     header = f"{'epsilon':46s} {'kind':14s} {'value':>10s}  detail"
-    lines = [header, "-" * (len(header) + 30)]
+    lines = [f"every epsilon at {self.delta_line()}", header,
+             "-" * (len(header) + 30)]
     for name, kind, value, detail in self.rows():
       value = results.format_number(value)
       lines.append(f"{name:46s} {kind:14s} {value:>10s}  {detail}")
@@ -162,7 +202,8 @@ class RunReport:
 
   def as_dict(self) -> dict[str, Any]:
     return dict(
-        run_dir=self.run_dir, delta=self.delta, confidence=self.confidence,
+        run_dir=self.run_dir, delta=self.delta,
+        delta_source=self.delta_source, confidence=self.confidence,
         analytical=self.analytical, claimed_epsilon=self.claimed_epsilon,
         claim=self.claim, verdict=self.verdict.as_dict(),
         accuracy=self.accuracy, loss=self.loss,
@@ -189,13 +230,14 @@ class RunReport:
            else f"{c['num_clients']} clients, ")
         + f"{self.estimates.num_inserted} inserted and "
         f"{self.estimates.num_held_out} held-out canaries (d = {c['dim']}, "
-        f"canary seed {c['canary_seed']}); δ = {self.delta:g}.", ""]
+        f"canary seed {c['canary_seed']}).", ""]
     line = self.participation_line()
     if line is not None and self.participation.get("mismatch"):
       lines += [f"**{line}**", ""]
     elif line is not None:
       lines += [f"Participation: {line}.", ""]
-    lines += ["| epsilon | kind | value | detail |", "|---|---|---:|---|"]
+    lines += [f"Every epsilon at {self.delta_line()}.", "",
+              "| epsilon | kind | value | detail |", "|---|---|---:|---|"]
     for name, kind, value, detail in self.rows():
       lines.append(f"| {name} | {kind} | {results.format_number(value)} | {detail} |")
     lines += ["", f"**Audit** of the {self.claim}: {self.verdict}.", ""]
@@ -208,7 +250,8 @@ class RunReport:
         "attack achieves, not bounds. Only the bounds that hold with their "
         "confidence decide the audit; ε_lo saturates with the number of "
         "canaries, which is why the point estimates exist. The paper's ε_lo "
-        "is shown for comparison; its 95% is nominal only."]
+        f"is shown for comparison; its {self.confidence:.0%} is nominal "
+        "only."]
     if self.accuracy is not None:
       lines += ["", f"Final model: accuracy {self.accuracy:.4f}, loss "
                 f"{self.loss:.4f}."]
@@ -218,6 +261,28 @@ class RunReport:
               "![max cosine by round](plots/max_cosine_by_round.png)",
               "![epsilons](plots/epsilons.png)", ""]
     return "\n".join(lines)
+
+
+def format_delta(delta: float) -> str:
+  """delta in short scientific notation: 1.09e-4, 1e-5."""
+  return np.format_float_scientific(delta, precision=2, trim="-",
+                                    exp_digits=1)
+
+
+def delta_source(config: dict[str, Any], given: Optional[float]) -> str:
+  """Where the report's delta comes from (see `RunReport.delta_line`).
+
+  Args:
+    config: the run's config.json (its `delta` and `num_clients`).
+    given: the delta given to the report, or None for the run's.
+  """
+  run_delta = config["delta"]
+  if given is not None and given != run_delta:
+    return f"given to this report (the run's: {format_delta(run_delta)})"
+  n = config["num_clients"]
+  if math.isclose(run_delta, n ** -1.1, rel_tol=1e-9):
+    return f"from the run's default 1/n^1.1 for n = {n:,} clients"
+  return "from the run's config.json (set by --delta)"
 
 
 def _analytical(config, ledger, events, delta):
@@ -258,6 +323,8 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
   """
   rd = run_dir_lib.RunDir(path)
   config = rd.load_config()
+  source = delta_source(config, None if delta is None else
+                        validation.as_open_unit(delta, "delta"))
   delta = validation.as_open_unit(config["delta"] if delta is None else delta,
                                   "delta")
   confidence = validation.as_open_unit(confidence, "confidence")
@@ -297,7 +364,8 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                    claim=claim, verdict=verdict, accuracy=accuracy, loss=loss,
                    max_participation=max_participation, table=table,
                    participation=config.get("participation"),
-                   noise_check=noise_check)
+                   noise_check=noise_check,
+                   delta_source=source)
 
 
 def _load_noise_check(path: str) -> dict[str, Any]:

@@ -38,6 +38,10 @@ from tff_canary.stats import validation
 from tff_canary.stats.cosine_table import CosineTable
 from tff_canary.stats.cosine_table import UnrecordedRoundsWarning
 
+# The two statistics, as every row name starts (METHOD §7).
+FINAL_MODEL = "final model"
+ALL_ITERATES = "all iterates"
+
 
 @dataclasses.dataclass(frozen=True)
 class TableEstimates:
@@ -68,27 +72,34 @@ class TableEstimates:
   def rows(self) -> list[tuple[str, str, Any]]:
     """(name, kind, result) for every estimate present, in report order.
 
-    kind is "estimate" (a point estimate; not a bound) or "bound" (holds with
-    the stated confidence) or "nominal bound" (the paper's uncorrected
+    Each name starts with its statistic: "final model: " (cosines with
+    theta_0 - theta_T) or "all iterates: " (max cosine over the recorded
+    rounds' noised aggregates); the final model's rows come first. kind is
+    "estimate" (a point estimate; not a bound) or "bound" (holds with the
+    stated confidence) or "nominal bound" (the paper's uncorrected
     epsilon_lo).
     """
     rows = [
-        ("epsilon_final (mean-only)", "estimate", self.final_mean_only),
-        ("epsilon_final (fitted variance)", "estimate", self.final_fitted),
-        ("epsilon_lo final (exact null)", "bound", self.lo_final),
-        ("epsilon_lo final (paper)", "nominal bound", self.lo_final_paper),
-        ("epsilon_all", "estimate", self.all_iterates),
-        ("epsilon_lo all (held-out null)", "bound", self.lo_all),
-        ("epsilon_lo all (paper)", "nominal bound", self.lo_all_paper),
-        ("one-run bound final", "bound", self.one_run_final),
-        ("one-run bound all", "bound", self.one_run_all),
+        (f"{FINAL_MODEL}: epsilon_final (mean-only)", "estimate",
+         self.final_mean_only),
+        (f"{FINAL_MODEL}: epsilon_final (fitted variance)", "estimate",
+         self.final_fitted),
+        (f"{FINAL_MODEL}: epsilon_lo (exact null)", "bound", self.lo_final),
+        (f"{FINAL_MODEL}: epsilon_lo (paper)", "nominal bound",
+         self.lo_final_paper),
+        (f"{FINAL_MODEL}: one-run bound", "bound", self.one_run_final),
+        (f"{ALL_ITERATES}: epsilon_all", "estimate", self.all_iterates),
+        (f"{ALL_ITERATES}: epsilon_lo (held-out null)", "bound", self.lo_all),
+        (f"{ALL_ITERATES}: epsilon_lo (paper)", "nominal bound",
+         self.lo_all_paper),
+        (f"{ALL_ITERATES}: one-run bound", "bound", self.one_run_all),
     ]
     return [row for row in rows if row[2] is not None]
 
   def __str__(self) -> str:
     lines = [f"Estimates at δ={self.delta:g} ({self.num_inserted} inserted, "
              f"{self.num_held_out} held out, d={self.dim}):"]
-    lines += [f"  {result}" for _, _, result in self.rows()]
+    lines += [f"  {name}: {result}" for name, _, result in self.rows()]
     lines += [f"  note: {text}" for text in self.warnings]
     return "\n".join(lines)
 
