@@ -141,7 +141,7 @@ class RunDir:
   def save_ledger(self, events) -> None:
     """ledger.json from the run's DpEvents, one per round."""
     atomic_files.write_text(self.file(LEDGER),
-                            analytical.Ledger(events).to_json())
+                            ledger.Ledger(events).to_json())
 
   # Participation -----------------------------------------------------------
   def load_participation(self) -> np.ndarray:
