@@ -206,13 +206,13 @@ def test_the_table_states_delta_and_where_it_came_from(tmp_path):
   # "δ = 1e-05" in its opening sentence without its origin.
   path = make_run(tmp_path / "run")  # config: delta 1e-5, 1000 clients
   r = report.build_report(path)
-  line = "δ = 1e-5, from the run's config.json (set by --delta)"
+  line = "δ = 1e-5, from the run's config.json (set for the run)"
   assert r.delta_line() == line
   assert r.table_text().splitlines()[0] == f"every epsilon at {line}"
   md = r.to_markdown()
   assert f"Every epsilon at {line}." in md
   assert md.index(line) < md.index("| epsilon |")
-  assert r.as_dict()["delta_source"] == "from the run's config.json (set by --delta)"
+  assert r.as_dict()["delta_source"] == "from the run's config.json (set for the run)"
   # The experiment's default, num_clients^-1.1, is named as such.
   _set_config(path, delta=1000 ** -1.1)
   r = report.build_report(path)
@@ -225,6 +225,10 @@ def test_the_table_states_delta_and_where_it_came_from(tmp_path):
   # Giving the run's own delta is not an override.
   same = report.build_report(path, delta=1000 ** -1.1)
   assert "default 1/n^1.1" in same.delta_line()
+  # A run whose loop did not say how many clients it has (RunWriter without
+  # num_clients): its delta was set for the run (this raised a TypeError).
+  _set_config(path, delta=1e-5, num_clients=None)
+  assert report.build_report(path).delta_line() == line
 
 
 def test_a_bound_row_states_the_audits_level_and_value(tmp_path):

@@ -279,10 +279,11 @@ def delta_source(config: dict[str, Any], given: Optional[float]) -> str:
   run_delta = config["delta"]
   if given is not None and given != run_delta:
     return f"given to this report (the run's: {format_delta(run_delta)})"
-  n = config["num_clients"]
-  if math.isclose(run_delta, n ** -1.1, rel_tol=1e-9):
+  n = config.get("num_clients")
+  if n is not None and math.isclose(run_delta, n ** -1.1, rel_tol=1e-9):
     return f"from the run's default 1/n^1.1 for n = {n:,} clients"
-  return "from the run's config.json (set by --delta)"
+  # Set by --delta in our experiments, or by the training loop (RunWriter).
+  return "from the run's config.json (set for the run)"
 
 
 def _analytical(config, ledger, events, delta):
