@@ -19,7 +19,7 @@ setuptools.setup(
         "scipy>=1.9",
         # Analytical epsilon; the version TFF 0.87 pins.
         "dp-accounting==0.4.3",
-        # The canary factory, hooks and experiments.
+        # The canary factory, cosine pass and experiments.
         "tensorflow-federated==0.87.0",
         "absl-py",
         "matplotlib",
