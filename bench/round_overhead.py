@@ -50,9 +50,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from tff_canary.federated import canaries  # pylint: disable=g-import-not-at-top
+from tff_canary.federated import aggregate_recorder  # pylint: disable=g-import-not-at-top
+from tff_canary.federated import canary_directions  # pylint: disable=g-import-not-at-top
+from tff_canary.federated import cosine_pass  # pylint: disable=g-import-not-at-top
 from tff_canary.federated import factory  # pylint: disable=g-import-not-at-top
-from tff_canary.federated import hooks  # pylint: disable=g-import-not-at-top
+from tff_canary.federated import flat_layout  # pylint: disable=g-import-not-at-top
+from tff_canary.stats import canary_config  # pylint: disable=g-import-not-at-top
 from tff_canary.stats import schedules  # pylint: disable=g-import-not-at-top
 from tff_canary.federated import worker_guard  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
@@ -149,7 +152,7 @@ def per_canary_cost(seed: int, dim: int, k: int = 20, repeats: int = 5
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
   def total(ids):
-    return canaries.canary_sum(tf.constant(seed, tf.int64), ids, dim)
+    return canary_directions.canary_sum(tf.constant(seed, tf.int64), ids, dim)
 
   def timed(ids):
     total(ids).numpy()
@@ -199,7 +202,7 @@ def main(argv=None) -> int:
   parser.add_argument("--noise_multiplier", type=float, default=1.0)
   parser.add_argument("--clip", type=float, default=0.1)
   parser.add_argument("--memory_budget_bytes", type=int,
-                      default=hooks.DEFAULT_MEMORY_BUDGET_BYTES)
+                      default=cosine_pass.DEFAULT_MEMORY_BUDGET_BYTES)
   parser.add_argument("--workdir", default=None,
                       help="directory for the aggregate file (default: a "
                            "temporary directory, removed at the end)")
@@ -225,9 +228,9 @@ def main(argv=None) -> int:
         f"({'matches' if dim == EMNIST_CNN_PARAMETERS else 'DIFFERS FROM'} "
         f"{EMNIST_CNN_PARAMETERS:,})")
     schedule = schedules.ShuffledEpochs(args.post_rounds, args.post_rounds)
-    config = canaries.CanaryConfig(seed=seed, num_inserted=args.inserted,
-                                   num_held_out=args.held_out,
-                                   schedule=schedule)
+    config = canary_config.CanaryConfig(seed=seed, num_inserted=args.inserted,
+                                        num_held_out=args.held_out,
+                                        schedule=schedule)
     per_round = config.participation.per_round()
     log(f"canaries: {args.inserted} inserted + {args.held_out} held out, "
         f"{schedule}: mean {per_round.mean():.2f} per round, max "
@@ -286,7 +289,7 @@ def main(argv=None) -> int:
             f"canary {seconds['canary']:.2f} s ({inserted[-1]} canaries "
             "inserted)")
 
-    recorder = hooks.AggregateRecorder(
+    recorder = aggregate_recorder.AggregateRecorder(
         os.path.join(workdir, "train_aggregates.npy"), dim,
         args.warmup + args.rounds + args.drift_rounds)
     alternate(args.warmup, "warm-up", timed=False)
@@ -318,8 +321,8 @@ def main(argv=None) -> int:
     log(f"(b) writing {args.post_rounds} synthetic aggregates of dim {dim:,} "
         f"({args.post_rounds * dim * 4 / 2**30:.2f} GiB, not timed) ...")
     path = os.path.join(workdir, "post_aggregates.npy")
-    post = hooks.AggregateRecorder(path, dim, args.post_rounds,
-                                   overwrite=True)
+    post = aggregate_recorder.AggregateRecorder(path, dim, args.post_rounds,
+                                                overwrite=True)
     rng = np.random.default_rng(1)
     for r in range(args.post_rounds):
       post.write(r, rng.standard_normal(dim, dtype=np.float32))
@@ -327,14 +330,14 @@ def main(argv=None) -> int:
         log(f"    {r + 1}/{args.post_rounds}")
     post.close()
     theta_t = canary.get_model_weights(state_canary)
-    chunk, block = hooks.plan_blocks(dim, args.post_rounds,
-                                     config.num_canaries,
-                                     args.memory_budget_bytes)
+    chunk, block = cosine_pass.plan_blocks(dim, args.post_rounds,
+                                           config.num_canaries,
+                                           args.memory_budget_bytes)
     log(f"    memory budget {args.memory_budget_bytes / 2**30:.2f} GiB: "
         f"{block} canaries per block, {chunk} aggregates per chunk")
     sampler.phase("post")
     start = time.perf_counter()
-    table = hooks.compute_cosine_table(
+    table = cosine_pass.compute_cosine_table(
         config, theta0, theta_t, path,
         memory_budget_bytes=args.memory_budget_bytes, progress=True)
     t_post = time.perf_counter() - start
@@ -346,16 +349,17 @@ def main(argv=None) -> int:
     # Precision check (untimed): three canaries' cosines redone in float64
     # over all rounds, against the float32 table.
     check_ids = np.array([0, 1, config.num_canaries - 1])
-    c64 = canaries.canary_block(seed, check_ids, dim).astype(np.float64)
+    c64 = canary_directions.canary_block(seed, check_ids, dim).astype(
+        np.float64)
     c64 /= np.linalg.norm(c64, axis=1, keepdims=True)
-    aggregates, _ = hooks.load_aggregates(path)
+    aggregates, _ = aggregate_recorder.load_aggregates(path)
     exact = np.empty((check_ids.size, args.post_rounds))
     for r0 in range(0, args.post_rounds, 50):
       a64 = np.asarray(aggregates[r0:r0 + 50], np.float64)
       exact[:, r0:r0 + 50] = (c64 @ a64.T) / np.linalg.norm(a64, axis=1)
     del aggregates, a64
-    u64 = (canaries.flatten_numpy(theta0.trainable).astype(np.float64) -
-           canaries.flatten_numpy(theta_t.trainable).astype(np.float64))
+    u64 = (flat_layout.flatten_numpy(theta0.trainable).astype(np.float64) -
+           flat_layout.flatten_numpy(theta_t.trainable).astype(np.float64))
     exact_final = c64 @ u64 / np.linalg.norm(u64)
     error = max(
         np.abs(table.max_cosine[check_ids] - exact.max(axis=1)).max(),

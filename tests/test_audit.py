@@ -40,7 +40,6 @@ def test_planted_bug_in_the_gaussian_mechanism():
 @pytest.mark.tff
 @pytest.mark.slow
 def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
-  import tensorflow_privacy as tfp  # pylint: disable=g-import-not-at-top
   from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
   from tff_canary.federated import factory, seeded_query
 
@@ -57,13 +56,12 @@ def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
       result, state, _ = super().get_noised_result(sample_state, global_state)
       return result, state, dp_accounting.GaussianDpEvent(self._claimed)
 
-  def buggy(config, canary_config, noise_seed):
+  def buggy(config, canaries, noise_seed):
     # The experiment seeds its noise by default (seeded_noise=True).
-    query = tfp.NormalizedQuery(
+    return factory.CanaryDPFactory(
         UnderNoisedQuery(config.clip, config.noise_multiplier,
                          config.clients_per_round, noise_seed),
-        denominator=config.clients_per_round)
-    return factory.CanaryDPFactory(query, canary_config)
+        canaries, clients_per_round=config.clients_per_round)
 
   def run(name):
     return experiment.run_experiment(experiment.ExperimentConfig(

@@ -102,20 +102,20 @@ def test_public_api(call, error, pattern):
 
 
 def _factory_cases():
-  from tff_canary.federated import canaries, factory, hooks  # pylint: disable=g-import-not-at-top
-  from tff_canary.stats import schedules
+  from tff_canary.federated import aggregate_recorder, factory  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats import canary_config, schedules
   schedule = schedules.FixedPresentations(num_rounds=5, presentations=1)
-  config = canaries.CanaryConfig(seed=0, num_inserted=2, num_held_out=2,
-                                 schedule=schedule)
+  config = canary_config.CanaryConfig(seed=0, num_inserted=2, num_held_out=2,
+                                      schedule=schedule)
   return [
-      (lambda: canaries.CanaryConfig(seed=0, num_inserted=-1, num_held_out=2,
-                                     schedule=schedule),
+      (lambda: canary_config.CanaryConfig(seed=0, num_inserted=-1,
+                                          num_held_out=2, schedule=schedule),
        ValueError, "num_inserted must be at least 0, got -1"),
-      (lambda: canaries.CanaryConfig(seed=1.5, num_inserted=2, num_held_out=2,
-                                     schedule=schedule),
+      (lambda: canary_config.CanaryConfig(seed=1.5, num_inserted=2,
+                                          num_held_out=2, schedule=schedule),
        TypeError, "seed"),
-      (lambda: canaries.CanaryConfig(seed=0, num_inserted=2, num_held_out=2,
-                                     schedule=None),
+      (lambda: canary_config.CanaryConfig(seed=0, num_inserted=2,
+                                          num_held_out=2, schedule=None),
        TypeError, "schedule must be a tff_canary.stats.schedules.Schedule"),
       (lambda: factory.CanaryDPFactory.gaussian_fixed(-0.1, 4, 1.0,
                                                       canaries=config),
@@ -139,7 +139,8 @@ def _factory_cases():
        ValueError, "presentations"),
       (lambda: schedules.PerRoundSampling(num_rounds=5, probability=1.5),
        ValueError, "probability"),
-      (lambda: hooks.AggregateRecorder("/tmp/unused.npy", dim=0, num_rounds=2),
+      (lambda: aggregate_recorder.AggregateRecorder("/tmp/unused.npy", dim=0,
+                                                    num_rounds=2),
        ValueError, "dim must be at least 2, got 0"),
   ]
 

@@ -1,4 +1,5 @@
-"""Tests of tff_canary.federated.factory: real TFF computations on a small model (CPU).
+"""Tests of tff_canary.federated.factory and canary_process: real TFF
+computations on a small model (CPU).
 
 The model is a 30-128-5 MLP (d = 4613 parameters) on synthetic Gaussian-class
 federated data. TFF's DP noise is unseeded, so exact comparisons use
@@ -17,9 +18,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_canary.federated import canaries
+from tff_canary.federated import aggregate_recorder
+from tff_canary.federated import canary_directions
+from tff_canary.federated import canary_process
+from tff_canary.federated import cosine_pass
 from tff_canary.federated import factory
-from tff_canary.federated import hooks
+from tff_canary.federated import flat_layout
+from tff_canary.stats import canary_config
 from tff_canary.stats import schedules
 import tensorflow_federated as tff  # pylint: disable=g-bad-import-order
 import tensorflow_privacy as tfp  # pylint: disable=g-bad-import-order
@@ -89,13 +94,13 @@ def _process(aggregator, client_lr=0.1, weighted=False):
 
 def _config(num_inserted=5, num_held_out=5, rounds=6, presentations=2,
             seed=11, **kwargs):
-  return canaries.CanaryConfig(
+  return canary_config.CanaryConfig(
       seed=seed, num_inserted=num_inserted, num_held_out=num_held_out,
       schedule=schedules.FixedPresentations(rounds, presentations), **kwargs)
 
 
 def _flat(weights):
-  return canaries.flatten_numpy(weights.trainable)
+  return flat_layout.flatten_numpy(weights.trainable)
 
 
 def _with_weights_of(process, state0):
@@ -129,8 +134,8 @@ def test_one_canary_no_clients_aggregate_is_clip_times_canary():
   process = factory.CanaryDPFactory.gaussian_fixed(
       0.0, 4, 2.5, canaries=config).create(value_type)
   output = process.next(process.initialize(), [])
-  c = canaries.canary_block(config.seed, [0], 205)[0]
-  flat = canaries.flatten_numpy(output.result)
+  c = canary_directions.canary_block(config.seed, [0], 205)[0]
+  flat = flat_layout.flatten_numpy(output.result)
   # a = C c / clients_per_round, computed as (2.5 * c) / 4 in float32: two
   # roundings, so each entry is within 2 float32 ulps (2 * 2^-23 relative).
   np.testing.assert_allclose(flat, 2.5 * c / 4, rtol=2.5e-7, atol=0)
@@ -154,16 +159,17 @@ def test_zero_noise_one_round_cosine_is_one_with_sign(tmp_path):
       0.0, 3, CLIP, canaries=config), client_lr=0.0)
   state = process.initialize()
   theta0 = process.get_model_weights(state)
-  recorder = hooks.AggregateRecorder(tmp_path / "a.npy", DIM, 1)
+  recorder = aggregate_recorder.AggregateRecorder(tmp_path / "a.npy", DIM, 1)
   state, _ = _run(process, state, _clients(3), 1, recorder)
   theta1 = process.get_model_weights(state)
-  c = canaries.canary_block(config.seed, [0], DIM)[0].astype(np.float64)
+  c = canary_directions.canary_block(config.seed, [0], DIM)[0]
+  c = c.astype(np.float64)
   # float32 weights: theta_1 = theta_0 - a rounds each entry (|theta| < 0.3,
   # |a| ~ C/(n sqrt(d)) ~ 3e-3), so the difference is exact to ~3e-8.
   np.testing.assert_allclose(_flat(theta0) - _flat(theta1), CLIP * c / 3,
                              atol=5e-8)
-  table = hooks.compute_cosine_table(config, theta0, theta1, recorder,
-                                     progress=False)
+  table = cosine_pass.compute_cosine_table(config, theta0, theta1, recorder,
+                                           progress=False)
   # Cosine of float32 vectors equal up to rounding: within 1e-6 of +1.
   assert table.final_cosine[0] > 1 - 1e-6
   assert table.max_cosine[0] > 1 - 1e-6 and table.max_round[0] == 0
@@ -183,7 +189,7 @@ def test_canaries_survive_zeroing():
   clients = [np.full(300, 1 / np.sqrt(300), np.float32)] * 2
   output = process.next(process.initialize(), clients)
   assert output.measurements["zeroed_count"] == 2
-  c = canaries.canary_block(config.seed, [0], 300)[0]
+  c = canary_directions.canary_block(config.seed, [0], 300)[0]
   np.testing.assert_allclose(output.result, c / 2, rtol=2.5e-7, atol=0)
   assert output.measurements["zeroing"]["canaries_inserted"] == 1
 
@@ -209,9 +215,9 @@ def test_short_training_run_separates_inserted_from_held_out(tmp_path):
       0.3, 10, CLIP, canaries=config))
   state = process.initialize()
   theta0 = process.get_model_weights(state)
-  recorder = hooks.AggregateRecorder(tmp_path / "a.npy", DIM, 10)
+  recorder = aggregate_recorder.AggregateRecorder(tmp_path / "a.npy", DIM, 10)
   state, metrics = _run(process, state, _clients(10), 10, recorder)
-  table = hooks.compute_cosine_table(
+  table = cosine_pass.compute_cosine_table(
       config, theta0, process.get_model_weights(state), recorder,
       progress=False)
   inserted = table.final_cosines("inserted")
@@ -293,25 +299,26 @@ def test_resume_gives_identical_cosine_tables(tmp_path):
   state0 = process.initialize()
   theta0 = process.get_model_weights(state0)
 
-  straight = hooks.AggregateRecorder(tmp_path / "a.npy", DIM, 6)
+  straight = aggregate_recorder.AggregateRecorder(tmp_path / "a.npy", DIM, 6)
   state_a, _ = _run(process, state0, clients, 6, straight)
 
-  resumed = hooks.AggregateRecorder(tmp_path / "b.npy", DIM, 6)
+  resumed = aggregate_recorder.AggregateRecorder(tmp_path / "b.npy", DIM, 6)
   state_b, _ = _run(process, state0, clients, 3, resumed)
   resumed.close()
   fresh = new_process()
   state_b = _save_and_load(state_b, fresh, str(tmp_path / "ckpt"))
-  assert isinstance(state_b.aggregator, factory.CanaryDPAggregatorState)
+  assert isinstance(state_b.aggregator, canary_process.CanaryDPAggregatorState)
   assert state_b.aggregator.round_num == 3
-  state_b, metrics_b = _run(fresh, state_b, clients, 3,
-                            hooks.AggregateRecorder.open(tmp_path / "b.npy"))
+  state_b, metrics_b = _run(
+      fresh, state_b, clients, 3,
+      aggregate_recorder.AggregateRecorder.open(tmp_path / "b.npy"))
 
   np.testing.assert_array_equal(_flat(process.get_model_weights(state_a)),
                                 _flat(fresh.get_model_weights(state_b)))
-  table_a = hooks.compute_cosine_table(
+  table_a = cosine_pass.compute_cosine_table(
       config, theta0, process.get_model_weights(state_a), tmp_path / "a.npy",
       progress=False)
-  table_b = hooks.compute_cosine_table(
+  table_b = cosine_pass.compute_cosine_table(
       config, theta0, fresh.get_model_weights(state_b), tmp_path / "b.npy",
       progress=False)
   assert table_a == table_b
@@ -362,23 +369,25 @@ def test_seeded_noise_makes_a_noisy_resume_identical(tmp_path, adaptive):
   process = new_process()
   state0 = process.initialize()
   theta0 = process.get_model_weights(state0)
-  state_a, metrics_a = _run(process, state0, clients, 6,
-                            hooks.AggregateRecorder(tmp_path / "a.npy", DIM, 6))
-  recorder = hooks.AggregateRecorder(tmp_path / "b.npy", DIM, 6)
+  state_a, metrics_a = _run(
+      process, state0, clients, 6,
+      aggregate_recorder.AggregateRecorder(tmp_path / "a.npy", DIM, 6))
+  recorder = aggregate_recorder.AggregateRecorder(tmp_path / "b.npy", DIM, 6)
   state_b, metrics_b = _run(process, state0, clients, 3, recorder)
   recorder.close()
   fresh = new_process()
   state_b = _save_and_load(state_b, fresh, str(tmp_path / "ckpt"))
-  state_b, more = _run(fresh, state_b, clients, 3,
-                       hooks.AggregateRecorder.open(tmp_path / "b.npy"))
+  state_b, more = _run(
+      fresh, state_b, clients, 3,
+      aggregate_recorder.AggregateRecorder.open(tmp_path / "b.npy"))
   np.testing.assert_array_equal(_flat(process.get_model_weights(state_a)),
                                 _flat(fresh.get_model_weights(state_b)))
   assert ([m["aggregator"]["clip"] for m in metrics_a]
           == [m["aggregator"]["clip"] for m in metrics_b + more])
-  table_a = hooks.compute_cosine_table(
+  table_a = cosine_pass.compute_cosine_table(
       config, theta0, process.get_model_weights(state_a), tmp_path / "a.npy",
       progress=False)
-  table_b = hooks.compute_cosine_table(
+  table_b = cosine_pass.compute_cosine_table(
       config, theta0, fresh.get_model_weights(state_b), tmp_path / "b.npy",
       progress=False)
   assert table_a == table_b
@@ -492,10 +501,10 @@ def test_seeded_noise_is_independent_reproducible_and_resumable(tmp_path,
 
 def test_planted_one_key_noise_is_flagged_through_the_factory():
   """The old bug, planted in a query, fails the checks the tests above pass."""
-  query = tfp.NormalizedQuery(
+  aggregator = factory.CanaryDPFactory(
       OneKeyQuery(NOISE_CLIP, NOISE_Z * NOISE_CLIP, noise_seed=7),
-      denominator=NOISE_N)
-  process = factory.CanaryDPFactory(query, _noise_config()).create(_mlp_type())
+      _noise_config(), clients_per_round=NOISE_N)
+  process = aggregator.create(_mlp_type())
   draws, _, _ = _no_client_rounds(process, process.initialize(), 2)
   w1, b1 = draws["r0/0"].ravel(), draws["r0/1"]
   np.testing.assert_array_equal(b1, w1[:128])
@@ -514,12 +523,12 @@ def test_seeded_noise_never_coincides_with_a_canary_of_the_same_seed(adaptive):
   0 key [s, 0] was canary 0's.
   """
   seed = 29
-  config = canaries.CanaryConfig(
+  config = canary_config.CanaryConfig(
       seed=seed, num_inserted=3, num_held_out=3,
       schedule=schedules.FixedPresentations(2, 2))
   process = _seeded_factory(adaptive, seed, config).create(_mlp_type())
   state, dim = process.initialize(), sum(np.prod(s) for s in MLP_SHAPES)
-  block = canaries.canary_block(seed, range(6), dim).astype(np.float64)
+  block = canary_directions.canary_block(seed, range(6), dim).astype(np.float64)
   events = config.participation.events
   for t in range(2):
     output = process.next(state, [])
@@ -599,7 +608,8 @@ def test_adaptive_canaries_do_not_vote_in_the_quantile():
   output = process.next(process.initialize(), [])
   assert output.measurements["canaries_inserted"] == 3
   assert output.measurements["dp_query_metrics"]["clip"] == np.float32(0.1)
-  c = canaries.canary_block(config.seed, [0, 1, 2], 400).astype(np.float64)
+  c = canary_directions.canary_block(config.seed, [0, 1, 2], 400)
+  c = c.astype(np.float64)
   np.testing.assert_allclose(output.result, 0.1 * c.sum(0) / 4, atol=1e-7)
 
 
@@ -614,7 +624,7 @@ def test_zeroing_and_weighted_configurations_run():
   assert metrics[-1]["aggregator"]["zeroed_count"] == 0
   # TFF's zeroing wrapper keeps the DP factory's state under 'inner_agg'.
   inner_state = state.aggregator["inner_agg"]
-  assert isinstance(inner_state, factory.CanaryDPAggregatorState)
+  assert isinstance(inner_state, canary_process.CanaryDPAggregatorState)
   event = tff.aggregators.differential_privacy.extract_dp_event_from_state(
       inner_state)
   assert type(event).__name__ == "ComposedDpEvent"
@@ -654,6 +664,37 @@ def test_zero_canaries_behave_exactly_like_tff(ours, theirs):
   assert metrics_t[-1]["client_work"] == metrics_o[-1]["client_work"]
 
 
+def test_zeroing_is_tffs_default_zeroing():
+  # `with_zeroing` rebuilds TFF's default zeroing (private in TFF 0.87) from
+  # public symbols: the zeroing norm it reports, which clients it zeroes and
+  # the result must be those of tff.learning.dp_aggregator(zeroing=True),
+  # round by round. The threshold starts at 2 * 10 + 1 and moves every round
+  # (clients of max-abs norm 100, 15, 0.5 and 0.2 keep half to three
+  # quarters below the estimate), so a different initial estimate, quantile,
+  # rate, multiplier or increment changes the reported norm, and the client
+  # of norm 100 is zeroed in the first round.
+  value_type = tff.types.to_type(tff.TensorType(np.float32, [4]))
+  ours = factory.canary_dp_aggregator(
+      0.0, 4, _config(num_inserted=0, num_held_out=0)).create(value_type)
+  theirs = tff.learning.dp_aggregator(0.0, 4.0, zeroing=True).create(
+      value_type)
+  clients = [np.array([100.0, 0.0, 0.0, 0.0], np.float32),
+             np.full(4, 15.0, np.float32), np.full(4, 0.5, np.float32),
+             np.full(4, -0.2, np.float32)]
+  state_o, state_t = ours.initialize(), theirs.initialize()
+  norms, zeroed = [], []
+  for _ in range(4):
+    out_o, out_t = ours.next(state_o, clients), theirs.next(state_t, clients)
+    for key in ("zeroing_norm", "zeroed_count"):
+      assert out_o.measurements[key] == out_t.measurements[key], key
+    np.testing.assert_array_equal(out_o.result, out_t.result)
+    norms.append(float(out_t.measurements["zeroing_norm"]))
+    zeroed.append(int(out_t.measurements["zeroed_count"]))
+    state_o, state_t = out_o.state, out_t.state
+  assert norms[0] == 21.0 and len(set(norms)) == 4, norms
+  assert zeroed[0] == 1, zeroed
+
+
 # ------------------------------------------------------------ bad input
 
 
@@ -683,7 +724,15 @@ def test_zero_canaries_behave_exactly_like_tff(ours, theirs):
         1.0, 4, canaries=c),
      ValueError, "clipped_count_stddev"),
     (lambda c: factory.CanaryDPFactory(tfp.NoPrivacySumQuery(), c),
-     TypeError, "query"),
+     TypeError, "sum_query"),
+    # A NormalizedQuery hides its numerator (no public accessor): refused,
+    # with the way to pass its parts.
+    (lambda c: factory.CanaryDPFactory(
+        tfp.NormalizedQuery(tfp.GaussianSumQuery(1.0, 0.0), denominator=4), c),
+     TypeError, "clients_per_round"),
+    (lambda c: factory.CanaryDPFactory(
+        tfp.GaussianSumQuery(1.0, 0.0), c, clients_per_round=0),
+     ValueError, "clients_per_round"),
     (lambda c: factory.CanaryDPFactory(
         tfp.GaussianSumQuery(1.0, 0.0), c,
         record_aggregation_factory=tff.aggregators.MeanFactory()),
@@ -706,7 +755,7 @@ def test_too_many_canaries_warns_at_create():
   config = _config(num_inserted=20, num_held_out=10)
   aggregator = factory.CanaryDPFactory.gaussian_fixed(0.0, 4, 1.0,
                                                       canaries=config)
-  with pytest.warns(canaries.TooManyCanariesWarning, match="30 canaries"):
+  with pytest.warns(canary_config.TooManyCanariesWarning, match="30 canaries"):
     aggregator.create(tff.types.to_type(tff.TensorType(np.float32, [2000])))
 
 
@@ -719,7 +768,7 @@ def test_integer_values_are_refused_at_create():
 
 def test_measurements_without_the_aggregate():
   config = _config(num_inserted=1, num_held_out=0, rounds=1, presentations=1,
-                   record_aggregate=False)
+                   record_aggregates=False)
   process = factory.CanaryDPFactory.gaussian_fixed(
       0.0, 1, 1.0, canaries=config).create(
           tff.types.to_type(tff.TensorType(np.float32, [200])))

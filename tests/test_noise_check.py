@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_canary.federated import canaries, factory, noise_check
-from tff_canary.stats import schedules
+from tff_canary.federated import factory, noise_check
+from tff_canary.stats import canary_config, schedules
 
 import planted_noise
 
@@ -110,7 +110,7 @@ def test_a_process_without_dp_state_needs_a_claim():
 
 
 def _no_canaries(num_rounds=4):
-  return canaries.CanaryConfig(
+  return canary_config.CanaryConfig(
       seed=1, num_inserted=0, num_held_out=0,
       schedule=schedules.FixedPresentations(num_rounds=num_rounds,
                                             presentations=1))

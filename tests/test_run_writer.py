@@ -25,9 +25,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_canary import __main__ as cli
-from tff_canary.federated import canaries
+from tff_canary.stats import canary_config
 from tff_canary.federated import factory
-from tff_canary.federated import hooks
+from tff_canary.federated import aggregate_recorder
+from tff_canary.federated import cosine_pass
 from tff_canary.harness import release_manager
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import run_dir as run_dir_lib
@@ -73,7 +74,7 @@ def client_data(round_num):
 
 
 def _config(seed=1, num_inserted=3, **kwargs):
-  return canaries.CanaryConfig(
+  return canary_config.CanaryConfig(
       seed=seed, num_inserted=num_inserted, num_held_out=3,
       schedule=schedules.ShuffledEpochs(num_rounds=NUM_ROUNDS,
                                         rounds_per_epoch=NUM_ROUNDS),
@@ -162,7 +163,7 @@ def test_loop_records_what_the_process_output(loop_run):
   assert all(isinstance(s.aggregator["inner_agg"],
                         factory.CanaryDPAggregatorState)
              for s in loop_run.states)
-  aggregates, recorded = hooks.load_aggregates(rd.file(run_dir_lib.AGGREGATES))
+  aggregates, recorded = aggregate_recorder.load_aggregates(rd.file(run_dir_lib.AGGREGATES))
   assert recorded.all()
   np.testing.assert_array_equal(
       aggregates, np.stack([m["noised_aggregate"] for m in measured]))
@@ -201,7 +202,7 @@ def test_cosines_are_those_of_the_recorded_run(loop_run):
   table = run_dir_lib.RunDir(loop_run.path).load_table()
   aggregates = np.stack([m["aggregator"]["zeroing"]["noised_aggregate"]
                          for m in loop_run.metrics])
-  expected = hooks.compute_cosine_table(
+  expected = cosine_pass.compute_cosine_table(
       _config(), _flat(loop_run.process, loop_run.initial),
       _flat(loop_run.process, loop_run.state), aggregates, progress=False)
   np.testing.assert_array_equal(table.final_cosine, expected.final_cosine)
@@ -210,7 +211,7 @@ def test_cosines_are_those_of_the_recorded_run(loop_run):
 
 
 def test_final_model_only_without_recorded_aggregates(loop_run, tmp_path):
-  config = _config(record_aggregate=False)
+  config = _config(record_aggregates=False)
   writer = run_writer.RunWriter(tmp_path / "run", config,
                                 _flat(loop_run.process, loop_run.initial),
                                 delta=DELTA)
@@ -259,9 +260,9 @@ def test_run_training_process_through_the_release_manager(loop_run, process,
   # every release fails on it, and the manager lets it through.
   assert "aggregator" not in released[0]
   with pytest.raises(ValueError, match="no 'noised_aggregate'"):
-    hooks.AggregateRecorder(tmp_path / "a.npy", DIM, NUM_ROUNDS).record(
+    aggregate_recorder.AggregateRecorder(tmp_path / "a.npy", DIM, NUM_ROUNDS).record(
         released[0])
-  assert all(hooks.AGGREGATE_KEY not in json.dumps(
+  assert all(aggregate_recorder.AGGREGATE_KEY not in json.dumps(
       released[k], default=str) for k in released)
   # Without states in the releases the events come from the final state:
   # the same ledger as the loop that saw every round's state.
@@ -336,8 +337,8 @@ def test_train_model_through_the_release_manager(loop_run, process, tmp_path):
                                 _flat(process, manager.state))
   # Same data, seeded noise, same start: the loop's aggregates and table.
   np.testing.assert_allclose(
-      hooks.load_aggregates(rd.file(run_dir_lib.AGGREGATES))[0],
-      hooks.load_aggregates(os.path.join(
+      aggregate_recorder.load_aggregates(rd.file(run_dir_lib.AGGREGATES))[0],
+      aggregate_recorder.load_aggregates(os.path.join(
           loop_run.path, run_dir_lib.AGGREGATES))[0], atol=1e-7)
   assert report.table.num_rounds == NUM_ROUNDS
 

@@ -1,16 +1,18 @@
-"""Tests of tff_canary.stats.schedules and of the canary configuration.
+"""Tests of tff_canary.stats.schedules and tff_canary.stats.canary_config.
 
-NumPy only except `CanaryConfig` (tff_canary.federated.canaries imports TensorFlow, not
-TFF). Statistical checks use fixed seeds; each says why its tolerance is what
+NumPy only. Statistical checks use fixed seeds; each says why its tolerance is what
 it is.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats
 
+from tff_canary.stats import canary_config
 from tff_canary.stats import schedules
 
 
@@ -188,11 +190,10 @@ def test_realize_bad_ids_and_seed():
 
 
 def _config(**kwargs):
-  from tff_canary.federated import canaries  # pylint: disable=g-import-not-at-top
   base = dict(seed=3, num_inserted=10, num_held_out=5,
               schedule=schedules.FixedPresentations(8, 2))
   base.update(kwargs)
-  return canaries.CanaryConfig(**base)
+  return canary_config.CanaryConfig(**base)
 
 
 def test_config_fixed_membership_and_participation():
@@ -239,7 +240,7 @@ def test_config_coin_assignment():
     (dict(schedule=None), TypeError, "schedule"),
     (dict(schedule=[(0, 1)]), TypeError, "schedule"),
     (dict(assignment="random"), ValueError, "assignment"),
-    (dict(record_aggregate="yes"), TypeError, "record_aggregate"),
+    (dict(record_aggregates="yes"), TypeError, "record_aggregates"),
 ])
 def test_config_bad_arguments(kwargs, error, match):
   with pytest.raises(error, match=match):
@@ -252,6 +253,14 @@ def test_config_is_frozen():
     config.seed = 5
   with pytest.raises(ValueError):
     config.inserted[0] = False
+
+
+def test_orthogonality_warning_threshold():
+  with pytest.warns(canary_config.TooManyCanariesWarning, match="dim / 100"):
+    assert canary_config.check_orthogonality(11, 1000)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert not canary_config.check_orthogonality(10, 1000)
 
 
 def test_shuffled_epochs_partial_last_epoch():

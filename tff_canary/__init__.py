@@ -7,10 +7,12 @@ The names exported here are the estimators and analytical accounting; they need
 only NumPy, SciPy and dp-accounting, so `import tff_canary` never imports
 TensorFlow. The TFF side lives in submodules that import it on demand:
 
-  tff_canary.federated.factory    CanaryDPFactory, canary_dp_aggregator (the aggregator)
-  tff_canary.stats.schedules  participation schedules of the canaries
-  tff_canary.federated.hooks      AggregateRecorder, compute_cosine_table (after training)
-  tff_canary.harness.run_writer   RunWriter: a run directory and report from any loop
+  tff_canary.stats.canary_config    CanaryConfig: which canaries, inserted when
+  tff_canary.stats.schedules        participation schedules of the canaries
+  tff_canary.federated.factory      CanaryDPFactory, canary_dp_aggregator
+  tff_canary.federated.aggregate_recorder  AggregateRecorder (during training)
+  tff_canary.federated.cosine_pass  compute_cosine_table (after training)
+  tff_canary.harness.run_writer      RunWriter: a run directory and report from any loop
 """
 
 from tff_canary.stats.estimates import epsilon_all

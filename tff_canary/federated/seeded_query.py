@@ -32,8 +32,8 @@ Because the counter lives in the global state, a checkpointed state resumes
 the stream: the same seed, the same rounds and the same records give bitwise
 the same results.
 
-Canaries (`tff_canary.federated.canaries`) are `stateless_normal([d], seed=[canary_seed,
-j])` with j >= 0. NOISE_TAG is negative, so the base key [s, NOISE_TAG] of
+Canaries (`tff_canary.federated.canary_directions`) are
+`stateless_normal([d], seed=[canary_seed, j])` with j >= 0. NOISE_TAG is negative, so the base key [s, NOISE_TAG] of
 the noise is never a canary's key, even when canary_seed == noise_seed, and
 every noise key [h, i] is derived from it by hashing: a noise draw coincides
 with canary i only if a 64-bit hash h equals the canary seed (probability
@@ -61,8 +61,8 @@ from tff_canary.stats import schedules
 from tff_canary.stats import validation
 
 # Second component of the base key [noise_seed, NOISE_TAG] of every noise
-# draw. Canary keys are [canary_seed, j] with j >= 0 (tff_canary.federated.canaries), so
-# a negative tag keeps the noise streams apart from the canary streams. Never
+# draw. Canary keys are [canary_seed, j] with j >= 0
+# (tff_canary.federated.canary_directions), so a negative tag keeps the noise streams apart from the canary streams. Never
 # change it: seeded runs are regenerated from it.
 NOISE_TAG = -0x6E6F697365  # -int.from_bytes(b"noise", "big")
 

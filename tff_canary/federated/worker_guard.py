@@ -29,9 +29,9 @@ destructor runs after its module's globals are cleared and prints
 "Exception ignored in ... ServiceManager.__del__".
 
 It must be a `subprocess.Popen` subclass because TFF subscripts
-`subprocess.Popen[bytes]`. Importing `tff_canary.federated.factory` or
-`tff_canary.federated.hooks` installs the guard; scripts that use TFF without them call
-`install()` before their first computation. This module imports neither
+`subprocess.Popen[bytes]`. Importing `tff_canary.federated.factory`,
+`canary_process` or `cosine_pass` installs the guard; scripts that use TFF
+without them call `install()` before their first computation. This module imports neither
 TensorFlow nor TFF until `install()` is called.
 """
 

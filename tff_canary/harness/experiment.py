@@ -12,12 +12,12 @@
      Poisson sampling per round; `client_sampling`), the canaries taking part
      the same way (checked before training; config.json's `participation`
      and participation.npz's `client_counts` record both), each round's
-     noised aggregate recorded to
-     disk (`hooks.AggregateRecorder`), a progress bar with the round, loss,
-     accuracy, clip norm and canaries inserted, evaluation every
+     noised aggregate recorded to disk
+     (`aggregate_recorder.AggregateRecorder`), a progress bar with the round,
+     loss, accuracy, clip norm and canaries inserted, evaluation every
      `eval_every` rounds, a checkpoint every `checkpoint_every` rounds;
-  4. after training: the cosine table (`hooks.compute_cosine_table`, checked
-     against the seed and schedule in the trained aggregator state), the
+  4. after training: the cosine table (`cosine_pass.compute_cosine_table`,
+     checked against the seed and schedule in the trained aggregator state), the
      report (`tff_canary.harness.report`), all written into the run directory
      (`tff_canary.harness.run_dir` lists the files).
 
@@ -51,11 +51,13 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_canary.stats import atomic_files
-from tff_canary.federated import canaries as canaries_lib
+from tff_canary.stats import canary_config
 from tff_canary.stats import client_sampling
 from tff_canary.harness import datasets
 from tff_canary.federated import factory
-from tff_canary.federated import hooks
+from tff_canary.federated import aggregate_recorder
+from tff_canary.federated import canary_process
+from tff_canary.federated import cosine_pass
 from tff_canary.stats import ledger
 from tff_canary.federated import noise_check
 from tff_canary.harness import report as report_lib
@@ -148,7 +150,7 @@ class ExperimentConfig:
         "server_optimizer": lambda x: v.as_choice(x, "server_optimizer",
                                                   OPTIMIZERS),
         "assignment": lambda x: v.as_choice(x, "assignment",
-                                            canaries_lib.ASSIGNMENTS),
+                                            canary_config.ASSIGNMENTS),
         "examples_per_client": lambda x: v.as_int(x, "examples_per_client", 1),
         "clients_per_round": lambda x: v.as_int(x, "clients_per_round", 1),
         "noise_multiplier": lambda x: v.as_nonnegative(x, "noise_multiplier"),
@@ -288,7 +290,7 @@ def _canary_measurements(metrics) -> dict:
 
 def _canary_state(state) -> Any:
   return tree_search.find_first(state.aggregator, lambda s: isinstance(
-      s, factory.CanaryDPAggregatorState))
+      s, canary_process.CanaryDPAggregatorState))
 
 
 def _train_metrics(metrics) -> tuple[float, float]:
@@ -396,19 +398,19 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
   resolved = resolve(config, data, dim)
   num_rounds, num_clients = resolved["num_rounds"], resolved["num_clients"]
 
-  canary_config = canaries_lib.CanaryConfig(
+  canaries = canary_config.CanaryConfig(
       seed=resolved["canary_seed"], num_inserted=config.num_inserted,
       num_held_out=config.num_held_out,
       schedule=canary_schedule(config, num_rounds, num_clients),
-      assignment=config.assignment, record_aggregate=config.record_aggregates)
+      assignment=config.assignment, record_aggregates=config.record_aggregates)
   sampler = client_sampler(config, num_clients)
   resolved["participation"] = client_sampling.participation_summary(
-      sampler, num_rounds, canary_config.counts()[canary_config.inserted],
-      canary_config.schedule, mismatch=client_sampling.participation_mismatch(
+      sampler, num_rounds, canaries.counts()[canaries.inserted],
+      canaries.schedule, mismatch=client_sampling.participation_mismatch(
           sampler, num_rounds, config.presentations))
   if started:
     _check_resumable(rd.load_config(), resolved, rd.file(run_dir_lib.CONFIG))
-  canary_slots = canary_config.participation.num_events
+  canary_slots = canaries.participation.num_events
   fraction = canary_slots / (config.clients_per_round * num_rounds
                              + canary_slots)
   if fraction > 0.01:
@@ -419,7 +421,7 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
         "that they barely change training. Use fewer inserted canaries or "
         "more clients or rounds.", CanaryFractionWarning, stacklevel=2)
 
-  aggregator = _aggregator(config, canary_config, resolved["noise_seed"])
+  aggregator = _aggregator(config, canaries, resolved["noise_seed"])
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       task.model_fn,
       client_optimizer_fn=_optimizer(config.client_optimizer,
@@ -435,7 +437,7 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
   else:
     _remove_leftovers(rd)
   atomic_files.save_npz(rd.file(run_dir_lib.PARTICIPATION),
-                        events=canary_config.participation.events,
+                        events=canaries.participation.events,
                         client_counts=sampler.counts(num_rounds))
   if not rd.exists(run_dir_lib.NOISE_CHECK):
     _noise_check(config, resolved, task, rd, log)
@@ -447,10 +449,10 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
   if not config.record_aggregates:
     recorder = None
   elif done and os.path.exists(aggregates_path):
-    recorder = hooks.AggregateRecorder.open(aggregates_path)
+    recorder = aggregate_recorder.AggregateRecorder.open(aggregates_path)
   else:  # a fresh start; a file here is from a run killed before round 1
-    recorder = hooks.AggregateRecorder(aggregates_path, dim, num_rounds,
-                                       overwrite=True)
+    recorder = aggregate_recorder.AggregateRecorder(
+        aggregates_path, dim, num_rounds, overwrite=True)
 
   if done < num_rounds:
     log(f"{'resuming' if done else 'training'} {config.task} "
@@ -466,8 +468,8 @@ def run_experiment(config: ExperimentConfig, *, progress: bool = True,
                         _flat_trainable(final_weights))
   log("computing the canary cosines ...")
   initial = np.load(rd.file(run_dir_lib.INITIAL_WEIGHTS))
-  table = hooks.compute_cosine_table(
-      canary_config, initial, _flat_trainable(final_weights),
+  table = cosine_pass.compute_cosine_table(
+      canaries, initial, _flat_trainable(final_weights),
       aggregates_path if config.record_aggregates else None,
       memory_budget_bytes=int(config.memory_budget_gb * 1024 ** 3),
       progress=progress, state=state)
@@ -493,17 +495,17 @@ def _remove_leftovers(rd) -> None:
         shutil.rmtree(path)
 
 
-def _aggregator(config, canary_config, noise_seed):
+def _aggregator(config, canaries, noise_seed):
   if config.clip is not None:
     aggregator = factory.CanaryDPFactory.gaussian_fixed(
         config.noise_multiplier, config.clients_per_round, config.clip,
-        canaries=canary_config, noise_seed=noise_seed)
+        canaries=canaries, noise_seed=noise_seed)
   else:
     aggregator = factory.CanaryDPFactory.gaussian_adaptive(
         config.noise_multiplier, config.clients_per_round,
         initial_l2_norm_clip=config.initial_clip,
         target_unclipped_quantile=config.target_unclipped_quantile,
-        canaries=canary_config, noise_seed=noise_seed)
+        canaries=canaries, noise_seed=noise_seed)
   return factory.with_zeroing(aggregator) if config.zeroing else aggregator
 
 
@@ -515,11 +517,11 @@ def _noise_check(config, resolved, task, rd, log) -> None:
   so the file holds statistics of the same noise code path, never of the
   run's own draws.
   """
-  no_canaries = canaries_lib.CanaryConfig(
+  no_canaries = canary_config.CanaryConfig(
       seed=resolved["canary_seed"], num_inserted=0, num_held_out=0,
       schedule=schedules.FixedPresentations(
           num_rounds=noise_check.DEFAULT_ROUNDS, presentations=0),
-      record_aggregate=False)
+      record_aggregates=False)
   noise_seed = resolved["noise_seed"]
   aggregator = _aggregator(config, no_canaries, None if noise_seed is None
                            else noise_seed + _NOISE_CHECK_TAG)

@@ -16,7 +16,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tff_canary
-from tff_canary.federated import canaries as canaries_lib
+from tff_canary.stats import canary_config
 from tff_canary.stats import ledger as ledger_lib
 from tff_canary.stats import client_sampling
 from tff_canary.stats import validation
@@ -89,7 +89,7 @@ class LoopSettings:
     value = derived if derived is not None else given
     return int(value) if float(value).is_integer() else value
 
-  def config(self, canaries: canaries_lib.CanaryConfig, dim: int,
+  def config(self, canaries: canary_config.CanaryConfig, dim: int,
              ledger: ledger_lib.Ledger, clients_per_round: float,
              output_dir: str) -> dict[str, Any]:
     """config.json: these settings and what the writer derived.
@@ -108,7 +108,7 @@ class LoopSettings:
         num_rounds=canaries.num_rounds, num_inserted=canaries.num_inserted,
         num_held_out=canaries.num_held_out, assignment=canaries.assignment,
         schedule=repr(canaries.schedule),
-        record_aggregates=canaries.record_aggregate, output_dir=output_dir,
+        record_aggregates=canaries.record_aggregates, output_dir=output_dir,
         versions={"tensorflow": tf.__version__,
                   "tensorflow_federated": tff.__version__,
                   "tff_canary": tff_canary.__version__})

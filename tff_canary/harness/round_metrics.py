@@ -19,8 +19,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.federated import canaries as canaries_lib
-from tff_canary.federated import factory
+from tff_canary.federated import flat_layout
+from tff_canary.federated import canary_process
 from tff_canary.federated import tree_search
 from tff_canary.stats import validation
 
@@ -37,12 +37,12 @@ def canary_measurements(metrics: Any) -> Optional[Mapping]:
       and all(k in m for k in _MEASUREMENT_KEYS))
 
 
-def canary_state(state: Any) -> Optional[factory.CanaryDPAggregatorState]:
+def canary_state(state: Any) -> Optional[canary_process.CanaryDPAggregatorState]:
   """The `CanaryDPAggregatorState` in a learning process state (searched
   under `state.aggregator` when there is one), or None."""
   return tree_search.find_first(
       getattr(state, "aggregator", state),
-      lambda s: isinstance(s, factory.CanaryDPAggregatorState))
+      lambda s: isinstance(s, canary_process.CanaryDPAggregatorState))
 
 
 def train_loss_accuracy(metrics: Any) -> tuple[float, float]:
@@ -64,7 +64,7 @@ def train_loss_accuracy(metrics: Any) -> tuple[float, float]:
   return float(train["loss"]), float(accuracy)
 
 
-def clients_per_round(state: factory.CanaryDPAggregatorState
+def clients_per_round(state: canary_process.CanaryDPAggregatorState
                      ) -> Optional[float]:
   """The query's fixed denominator (the `clients_per_round` the factory was
   built with), or None if the query is not a `tfp.NormalizedQuery`."""
@@ -81,7 +81,7 @@ def flat_trainable(weights: Any, name: str = "weights") -> np.ndarray:
   if weights is None or isinstance(weights, (str, bytes)):
     raise TypeError(f"{name} must be model weights (a state, ModelWeights or "
                     f"arrays), got {validation.show(weights)}.")
-  return canaries_lib.flatten_numpy(weights, name)
+  return flat_layout.flatten_numpy(weights, name)
 
 
 __all__ = ["canary_measurements", "canary_state", "clients_per_round",

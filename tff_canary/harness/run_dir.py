@@ -13,7 +13,7 @@ and noise_check.json, by a `run_writer.RunWriter` from any loop) holds:
   cosines.csv/.npz     the cosine table (`cosine_table.CosineTable`)
   report.json/.md      every estimate (`tff_canary report RUN_DIR` rewrites)
   plots/*.png          the report's figures
-  aggregates.npy       each round's noised aggregate (`hooks.AggregateRecorder`;
+  aggregates.npy       each round's noised aggregate (`aggregate_recorder`;
                        with aggregates.npy.rounds.json, the rounds written)
   initial_weights.npy, final_weights.npy   theta_0 and theta_T, flat
   checkpoints/         learning process state (`tff.program.FileProgramStateManager`)

@@ -1,7 +1,7 @@
 """After training: the cosine table and the report, into a run directory.
 
 `write_results` is the last step of every run directory, whoever trained:
-final_weights.npy, the cosine table (`hooks.compute_cosine_table`, checked
+final_weights.npy, the cosine table (`cosine_pass.compute_cosine_table`, checked
 against the seed and schedule in the trained aggregator state) as
 cosines.npz and cosines.csv, then report.json, report.md and the plots
 (`report.build_report`, `report.write_report`). config.json, ledger.json
@@ -14,21 +14,21 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.federated import canaries as canaries_lib
-from tff_canary.federated import hooks
+from tff_canary.stats import canary_config
+from tff_canary.federated import cosine_pass
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.stats import atomic_files
 
 
 def write_results(rd: run_dir_lib.RunDir,
-                  canaries: canaries_lib.CanaryConfig,
+                  canaries: canary_config.CanaryConfig,
                   initial_weights: np.ndarray,
                   final_weights: np.ndarray,
                   aggregates: Optional[str],
                   *,
                   state: Any,
-                  memory_budget_bytes: int = hooks.DEFAULT_MEMORY_BUDGET_BYTES,
+                  memory_budget_bytes: int = cosine_pass.DEFAULT_MEMORY_BUDGET_BYTES,
                   progress: bool = False,
                   plots: bool = True) -> report_lib.RunReport:
   """Writes final_weights.npy, the cosine table and the report; returns it.
@@ -47,7 +47,7 @@ def write_results(rd: run_dir_lib.RunDir,
     plots: Draw plots/ too.
   """
   atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final_weights)
-  table = hooks.compute_cosine_table(
+  table = cosine_pass.compute_cosine_table(
       canaries, initial_weights, final_weights, aggregates,
       memory_budget_bytes=memory_budget_bytes, progress=progress, state=state)
   table.save_npz(rd.file(run_dir_lib.COSINES_NPZ))

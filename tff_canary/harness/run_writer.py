@@ -16,7 +16,7 @@ them; not checkpoints/ nor noise_check.json, which belong to the experiment
 runner), so `python -m tff_canary report DIR` recomputes it at any delta.
 
 Each `round(output)` pops the round's `noised_aggregate` out of
-`output.metrics` into aggregates.npy (`hooks.AggregateRecorder`), keeps a
+`output.metrics` into aggregates.npy (`aggregate_recorder.AggregateRecorder`), keeps a
 row of metrics.csv (loss, accuracy, clip, canaries inserted, seconds since
 the previous call) and the round's DpEvent from the aggregator state.
 `finish(state)` writes config.json, metrics.csv, ledger.json,
@@ -62,8 +62,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.federated import canaries as canaries_lib
-from tff_canary.federated import hooks
+from tff_canary.stats import canary_config
+from tff_canary.federated import aggregate_recorder
+from tff_canary.federated import cosine_pass
+from tff_canary.federated import state_check
 from tff_canary.harness import loop_settings
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import round_metrics
@@ -86,9 +88,9 @@ class RunWriter:
   """Writes a run directory from a training loop (module docstring)."""
 
   def __init__(self, output_dir: str | os.PathLike,
-               canaries: canaries_lib.CanaryConfig,
+               canaries: canary_config.CanaryConfig,
                initial_weights: Any = None, *, overwrite: bool = False,
-               memory_budget_bytes: int = hooks.DEFAULT_MEMORY_BUDGET_BYTES,
+               memory_budget_bytes: int = cosine_pass.DEFAULT_MEMORY_BUDGET_BYTES,
                progress: bool = False, **settings: Any):
     """Starts a run directory; writes participation.npz (and
     initial_weights.npy when given).
@@ -114,7 +116,7 @@ class RunWriter:
     if not isinstance(output_dir, (str, os.PathLike)) or not output_dir:
       raise TypeError(f"output_dir must be a non-empty path, got "
                       f"{validation.show(output_dir)}.")
-    if not isinstance(canaries, canaries_lib.CanaryConfig):
+    if not isinstance(canaries, canary_config.CanaryConfig):
       raise TypeError(f"canaries must be a CanaryConfig, got "
                       f"{validation.show(canaries)}.")
     if canaries.num_canaries == 0:
@@ -192,7 +194,7 @@ class RunWriter:
 
     Raises:
       ValueError: if the metrics hold no canary measurements (or no
-        `noised_aggregate` when `canaries.record_aggregate`), the round is
+        `noised_aggregate` when `canaries.record_aggregates`), the round is
         past the schedule or was recorded already, its canaries inserted
         differ from the schedule's, or the state is not the one after it.
     """
@@ -226,7 +228,7 @@ class RunWriter:
           f"schedule has {self._scheduled[round_num]}: canaries is not the "
           "CanaryConfig the aggregator was built with.")
     event = None if state is None else self._event_after(state, round_num)
-    if self.canaries.record_aggregate:
+    if self.canaries.record_aggregates:
       self._record_aggregate(metrics, measurements, round_num)
     loss, accuracy = round_metrics.train_loss_accuracy(metrics)
     now = time.perf_counter()
@@ -239,16 +241,16 @@ class RunWriter:
     return round_num
 
   def _record_aggregate(self, metrics, measurements, round_num) -> None:
-    if hooks.AGGREGATE_KEY not in measurements:
+    if aggregate_recorder.AGGREGATE_KEY not in measurements:
       raise ValueError(
           f"the measurements of round {round_num} hold no "
-          f"{hooks.AGGREGATE_KEY!r}: build the CanaryConfig with "
-          "record_aggregate=True (or the writer's with False).")
+          f"{aggregate_recorder.AGGREGATE_KEY!r}: build the CanaryConfig with "
+          "record_aggregates=True (or the writer's with False).")
     if self._recorder is None:
       if self._dim is None:
-        size = np.size(measurements[hooks.AGGREGATE_KEY])
+        size = np.size(measurements[aggregate_recorder.AGGREGATE_KEY])
         self._dim = validation.as_dim(size, "dim (of the noised aggregate)")
-      self._recorder = hooks.AggregateRecorder(
+      self._recorder = aggregate_recorder.AggregateRecorder(
           self.run_dir.file(run_dir_lib.AGGREGATES), self._dim,
           self.num_rounds)
     self._recorder.record(metrics)
@@ -257,7 +259,7 @@ class RunWriter:
     node = round_metrics.canary_state(state)
     if node is None:
       raise ValueError(f"state holds no canary aggregator state "
-                       f"(factory.CanaryDPAggregatorState); got "
+                       f"(canary_process.CanaryDPAggregatorState); got "
                        f"{validation.show(state)}.")
     return node
 
@@ -285,7 +287,7 @@ class RunWriter:
     Raises:
       ValueError: if a round of the schedule was not recorded, the state is
         not after the last round, or its canary seed or schedule is not
-        `canaries`' (`hooks.check_state`); if theta_0 is given twice or
+        `canaries`' (`state_check.check_state`); if theta_0 is given twice or
         never.
     """
     self._check_open()
@@ -306,7 +308,7 @@ class RunWriter:
       raise ValueError(f"state is after {done} rounds, but the run recorded "
                        f"{self.num_rounds}: pass the state after the last "
                        "round.")
-    hooks.check_state(self.canaries, state)
+    state_check.check_state(self.canaries, state)
     clients_per_round = self.settings.resolve_clients_per_round(
         round_metrics.clients_per_round(node))
     initial = self._initial

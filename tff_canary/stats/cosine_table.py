@@ -3,7 +3,7 @@
 Columns (METHOD §4; Andrew et al., ICLR 2024, arXiv 2302.03098, Section 3):
 
   * `id`: canary id (its direction is regenerated from (seed, id), see
-    `tff_canary.federated.canaries`).
+    `tff_canary.federated.canary_directions`).
   * `group`: "inserted" or "held_out".
   * `participation`: number of rounds the canary took part in (0 if held out).
   * `final_cosine`: x_j = cos(c_j, theta_0 - theta_T) (final-model statistic).

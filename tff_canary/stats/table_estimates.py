@@ -1,7 +1,7 @@
 """Every estimate of METHOD §7 from a run's cosine table, in one call.
 
 `estimate_table(table, delta=...)` feeds a `CosineTable` (the output of the
-cosine hooks, or a table loaded from a run directory) to the estimators:
+cosine pass, or a table loaded from a run directory) to the estimators:
 
   final model (x_j = cos(c_j, theta_0 - theta_T)):
     epsilon-final, mean-only and fitted-variance (point estimates);

@@ -1,4 +1,4 @@
-"""From a finished run to its cosine table: record during, compute after.
+"""From a finished run to its cosine table, one pass over the canaries.
 
 METHOD §3-§4 (Andrew et al., ICLR 2024, arXiv 2302.03098, Section 3):
 
@@ -14,17 +14,14 @@ canary moves the model along -c and u = theta_0 - theta_T along +c.
 The cost design: regenerating every canary every round costs m R canary
 generations for m canaries and R rounds (the reference implementation: about
 17 ms per canary per million parameters each; one generation here takes 7-13
-ms per million parameters on 2 cores). Instead,
-
-  1. DURING training, `AggregateRecorder.record(output.metrics)` pops the
-     round's `noised_aggregate` (a flat float32 vector of d floats, about 4.8
-     MB at d = 1.2M) out of the metrics and writes it to a memory-mapped .npy
-     file on disk, row = round;
-  2. AFTER training, `compute_cosine_table` regenerates each canary ONCE, in
-     blocks whose size comes from `memory_budget_bytes`, and per block takes
-     the final cosines (one matrix-vector product) and all round cosines (one
-     matrix product with the recorded aggregates, read in chunks when they do
-     not fit the budget), keeping the max over rounds and its round.
+ms per million parameters on 2 cores). Instead, during training
+`tff_canary.federated.aggregate_recorder.AggregateRecorder` writes each
+round's noised aggregate to disk, and after training `compute_cosine_table`
+regenerates each canary ONCE, in blocks whose size comes from
+`memory_budget_bytes`, and per block takes the final cosines (one
+matrix-vector product) and all round cosines (one matrix product with the
+recorded aggregates, read in chunks when they do not fit the budget), keeping
+the max over rounds and its round.
 
 Cost after training: m canary generations + 2 m R d flops, instead of m R
 generations in training. A k x d canary matrix is never held unless it fits
@@ -44,217 +41,29 @@ says which vector was zero.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import tqdm
 
-from tff_canary.stats import atomic_files
-from tff_canary.federated import canaries as canaries_lib
-from tff_canary.stats import cosine_table
-from tff_canary.federated import tree_search
-from tff_canary.stats import validation
+from tff_canary.federated import aggregate_recorder
+from tff_canary.federated import canary_directions
+from tff_canary.federated import flat_layout
+from tff_canary.federated import state_check
 from tff_canary.federated import worker_guard
+from tff_canary.stats import canary_config
+from tff_canary.stats import cosine_table
+from tff_canary.stats import validation
 
 worker_guard.install()
 
-AGGREGATE_KEY = "noised_aggregate"
-ROUND_KEY = "round_num"
 DEFAULT_MEMORY_BUDGET_BYTES = 2 * 1024**3
-_DTYPES = ("float16", "float32", "float64")
 
 
 class ZeroVectorWarning(UserWarning):
   """A cosine with a zero vector was taken (and defined as 0)."""
-
-
-def _find_aggregate_dicts(metrics: Any, path: str = "metrics"
-                         ) -> list[tuple[str, Any]]:
-  found = []
-  if isinstance(metrics, Mapping):
-    if AGGREGATE_KEY in metrics:
-      found.append((path, metrics))
-    for key, value in metrics.items():
-      if key != AGGREGATE_KEY:
-        found.extend(_find_aggregate_dicts(value, f"{path}[{key!r}]"))
-  elif isinstance(metrics, (list, tuple)):
-    for i, value in enumerate(metrics):
-      found.extend(_find_aggregate_dicts(value, f"{path}[{i}]"))
-  return found
-
-
-class AggregateRecorder:
-  """Writes each round's noised aggregate to a memory-mapped .npy file.
-
-  The file `path` is a .npy array of shape [num_rounds, dim] (row r = round
-  r's aggregate a_r); `path + ".rounds.json"` lists the rounds written so far
-  (updated atomically after each row is flushed, so it never claims a row
-  that is not on disk). Open a new file with the constructor and reopen an
-  existing one (to resume a run) with `AggregateRecorder.open(path)`.
-  """
-
-  def __init__(self, path: str | os.PathLike, dim: int, num_rounds: int,
-               dtype: Any = np.float32, *, overwrite: bool = False):
-    """Creates the file.
-
-    Args:
-      path: The .npy file to create.
-      dim: d, the length of each aggregate.
-      num_rounds: Rows of the file (rounds 0..num_rounds-1 can be recorded).
-      dtype: float32 (default), float16 (half the disk, relative rounding
-        5e-4 per entry) or float64.
-      overwrite: Whether an existing file may be replaced.
-
-    Raises:
-      FileExistsError: if `path` exists and not `overwrite`.
-    """
-    path = os.fspath(path)
-    dim = validation.as_dim(dim)
-    num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
-    dtype = np.dtype(dtype)
-    if dtype.name not in _DTYPES:
-      raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype.name}.")
-    if not isinstance(overwrite, bool):
-      raise TypeError(f"overwrite must be a bool, got {overwrite!r}.")
-    if os.path.exists(path) and not overwrite:
-      raise FileExistsError(f"{path} exists; reopen it with "
-                            "AggregateRecorder.open(path) to resume, or pass "
-                            "overwrite=True.")
-    self._path = path
-    self._array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype,
-                                            shape=(num_rounds, dim))
-    self._recorded = np.zeros(num_rounds, bool)
-    self._save_rounds()
-
-  @classmethod
-  def open(cls, path: str | os.PathLike) -> AggregateRecorder:
-    """Reopens an existing recorder file for more rounds (resume)."""
-    path = os.fspath(path)
-    recorder = cls.__new__(cls)
-    recorder._path = path  # pylint: disable=protected-access
-    recorder._array = np.load(path, mmap_mode="r+")  # pylint: disable=protected-access
-    recorder._recorded = _load_rounds(path, recorder._array.shape[0])  # pylint: disable=protected-access
-    return recorder
-
-  @property
-  def path(self) -> str:
-    return self._path
-
-  @property
-  def dim(self) -> int:
-    return int(self._array.shape[1])
-
-  @property
-  def num_rounds(self) -> int:
-    return int(self._array.shape[0])
-
-  @property
-  def recorded(self) -> np.ndarray:
-    """bool [num_rounds]: which rounds have been written."""
-    return self._recorded.copy()
-
-  def record(self, metrics: Any) -> int:
-    """Pops `noised_aggregate` out of a round's metrics and writes it.
-
-    Args:
-      metrics: The round's `output.metrics` (any nesting of mappings). The
-        mapping holding `noised_aggregate` must also hold `round_num` (the
-        canary factory reports both); `noised_aggregate` is removed from it.
-
-    Returns:
-      The round written.
-
-    Raises:
-      ValueError: if there is no `noised_aggregate` (factory built with
-        `record_aggregate=False`?) or more than one, or the round is out of
-        range.
-    """
-    found = _find_aggregate_dicts(metrics)
-    if not found:
-      raise ValueError(f"metrics has no {AGGREGATE_KEY!r}: build the "
-                       "CanaryConfig with record_aggregate=True and pass the "
-                       "round's output.metrics.")
-    if len(found) > 1:
-      raise ValueError(f"metrics has {len(found)} {AGGREGATE_KEY!r} entries "
-                       f"(at {[p for p, _ in found]}); record one factory's "
-                       "measurements at a time.")
-    where, holder = found[0]
-    if ROUND_KEY not in holder:
-      raise ValueError(f"{where} has {AGGREGATE_KEY!r} but no {ROUND_KEY!r}.")
-    round_num = validation.as_int(np.asarray(holder[ROUND_KEY]).item(),
-                                  ROUND_KEY, minimum=0)
-    self.write(round_num, holder[AGGREGATE_KEY])
-    del holder[AGGREGATE_KEY]
-    return round_num
-
-  def write(self, round_num: int, aggregate: Any) -> None:
-    """Writes round `round_num`'s flat aggregate (length dim) and flushes it."""
-    round_num = validation.as_int(round_num, "round_num", minimum=0)
-    if round_num >= self.num_rounds:
-      raise ValueError(f"round_num = {round_num} is beyond this recorder's "
-                       f"num_rounds = {self.num_rounds} (the run is longer "
-                       "than the recorder was made for).")
-    aggregate = np.asarray(aggregate)
-    if aggregate.shape != (self.dim,):
-      raise ValueError(f"the aggregate must have shape ({self.dim},), got "
-                       f"{aggregate.shape}.")
-    if not np.all(np.isfinite(aggregate)):
-      raise ValueError(f"the aggregate of round {round_num} is not finite.")
-    self._array[round_num] = aggregate
-    self._array.flush()
-    self._recorded[round_num] = True
-    self._save_rounds()
-
-  def _save_rounds(self):
-    text = json.dumps({"num_rounds": int(self._recorded.size),
-                       "recorded": np.flatnonzero(self._recorded).tolist()})
-    atomic_files.write_text(self._path + ".rounds.json", text)
-
-  def close(self) -> None:
-    """Flushes and releases the memory map."""
-    if self._array is not None:
-      self._array.flush()
-      self._array = None
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    self.close()
-
-
-def _load_rounds(path: str, num_rounds: int) -> np.ndarray:
-  try:
-    with open(path + ".rounds.json", encoding="utf-8") as f:
-      data = json.load(f)
-    recorded = np.zeros(num_rounds, bool)
-    rounds = np.asarray(data["recorded"], np.int64)
-    if data["num_rounds"] != num_rounds or (rounds.size and (
-        rounds.min() < 0 or rounds.max() >= num_rounds)):
-      raise ValueError("inconsistent with the data file")
-    recorded[rounds] = True
-    return recorded
-  except FileNotFoundError:
-    raise ValueError(f"{path}.rounds.json is missing: {path} was not written "
-                     "by an AggregateRecorder.") from None
-  except (ValueError, KeyError, TypeError) as e:
-    raise ValueError(f"{path}.rounds.json is corrupt: {e}") from None
-
-
-def load_aggregates(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-  """A recorder file, read-only: (memmap [num_rounds, dim], recorded mask)."""
-  path = os.fspath(path)
-  try:
-    array = np.load(path, mmap_mode="r")
-  except (ValueError, OSError) as e:
-    raise ValueError(f"{path} is not an aggregate file: {e}") from None
-  if array.ndim != 2:
-    raise ValueError(f"{path} must hold a [num_rounds, dim] array, got shape "
-                     f"{array.shape}.")
-  return array, _load_rounds(path, array.shape[0])
 
 
 class _RowReader:
@@ -269,11 +78,11 @@ class _RowReader:
     self._path = None
     self._array = None
     self.from_file = False
-    if isinstance(aggregates, AggregateRecorder):
+    if isinstance(aggregates, aggregate_recorder.AggregateRecorder):
       aggregates = aggregates.path
     if isinstance(aggregates, (str, os.PathLike)):
       path = os.fspath(aggregates)
-      array, recorded = load_aggregates(path)
+      array, recorded = aggregate_recorder.load_aggregates(path)
       self.shape = array.shape
       self.dtype = array.dtype
       self._offset = array.offset
@@ -344,7 +153,7 @@ def _weights_vector(weights: Any, name: str) -> np.ndarray:
   # tff.learning.models.ModelWeights: the aggregated value is `trainable`.
   if hasattr(weights, "trainable") and hasattr(weights, "non_trainable"):
     weights = weights.trainable
-  return canaries_lib.flatten_numpy(weights, name).astype(np.float64)
+  return flat_layout.flatten_numpy(weights, name).astype(np.float64)
 
 
 def _row_norms(reader: _RowReader, rows: np.ndarray, chunk: int,
@@ -393,7 +202,7 @@ def plan_blocks(dim: int, num_rows: int, num_canaries: int,
 
 
 def compute_cosine_table(
-    canaries_config: canaries_lib.CanaryConfig,
+    canaries: canary_config.CanaryConfig,
     initial_weights: Any,
     final_weights: Any,
     aggregates: Any = None,
@@ -404,13 +213,13 @@ def compute_cosine_table(
   """The cosine table of a run (module docstring).
 
   Guards: with `state`, the canaries' seed and schedule must be the ones the
-  aggregator trained with (`check_state`). With `aggregates`, an inserted
-  canary that took part in a round whose aggregate was not recorded gets a
-  nonzero `unrecorded` count; the table then refuses its all-iterates
+  aggregator trained with (`state_check.check_state`). With `aggregates`, an
+  inserted canary that took part in a round whose aggregate was not recorded
+  gets a nonzero `unrecorded` count; the table then refuses its all-iterates
   statistics, and an `UnrecordedRoundsWarning` says so here.
 
   Args:
-    canaries_config: The run's `CanaryConfig`.
+    canaries: The run's `CanaryConfig`.
     initial_weights: theta_0: `ModelWeights` (its `trainable` part is used), a
       structure of arrays in the order of the aggregated value, or a flat
       vector.
@@ -424,9 +233,10 @@ def compute_cosine_table(
       few float64 vectors of length dim (theta_0, theta_T, u) come on top.
     progress: Show a tqdm progress bar over the canaries.
     state: Optional: the learning process state after training (or the
-      checkpoint it was loaded from), or the `CanaryDPAggregatorState`
-      itself. Its `seed` and `schedule` fields are compared with
-      `canaries_config` (see `check_state`); None skips the check.
+      checkpoint it was loaded from), or the
+      `canary_process.CanaryDPAggregatorState` itself. Its `seed` and
+      `schedule` fields are compared with `canaries` (see
+      `state_check.check_state`); None skips the check.
 
   Returns:
     The `CosineTable`.
@@ -434,17 +244,16 @@ def compute_cosine_table(
   Raises:
     TypeError, ValueError: for bad arguments (mismatched dims, a budget too
       small for one canary and one aggregate, a `state` whose seed or
-      schedule differs from `canaries_config`'s, ...).
+      schedule differs from those of `canaries`, ...).
   """
-  if not isinstance(canaries_config, canaries_lib.CanaryConfig):
-    raise TypeError("canaries_config must be a CanaryConfig, got "
-                    f"{canaries_config!r}.")
-  config = canaries_config
+  if not isinstance(canaries, canary_config.CanaryConfig):
+    raise TypeError("canaries must be a tff_canary.stats.canary_config."
+                    f"CanaryConfig, got {canaries!r}.")
   if state is not None:
-    check_state(config, state)
-  if config.num_canaries == 0:
-    raise ValueError("canaries_config has no canaries (num_inserted = "
-                     "num_held_out = 0): there is no table to compute.")
+    state_check.check_state(canaries, state)
+  if canaries.num_canaries == 0:
+    raise ValueError("canaries has num_inserted = num_held_out = 0: no "
+                     "canaries, no table to compute.")
   budget = validation.as_int(memory_budget_bytes, "memory_budget_bytes",
                              minimum=1)
   theta0 = _weights_vector(initial_weights, "initial_weights")
@@ -462,7 +271,7 @@ def compute_cosine_table(
       raise ValueError(f"aggregates have dim = {reader.shape[1]}, the weights "
                        f"dim = {dim}.")
   num_rows = int(rows.size)
-  chunk_rows, block = plan_blocks(dim, num_rows, config.num_canaries, budget)
+  chunk_rows, block = plan_blocks(dim, num_rows, canaries.num_canaries, budget)
 
   u = theta0 - theta_t
   u_norm = float(np.sqrt(np.dot(u, u)))
@@ -495,7 +304,7 @@ def compute_cosine_table(
       if chunk_buffer is None:  # an array given in memory: keep as is
         resident = np.asarray(resident, np.float32)
 
-  m = config.num_canaries
+  m = canaries.num_canaries
   final = np.empty(m, np.float64)
   best = np.full(m, np.nan)
   best_round = np.full(m, -1, np.int64)
@@ -505,7 +314,8 @@ def compute_cosine_table(
                  disable=not progress) as bar:
     for start in range(0, m, block):
       block_ids = ids[start:start + block]
-      c = canaries_lib.canary_block(config.seed, block_ids, dim, out=buffer)
+      c = canary_directions.canary_block(canaries.seed, block_ids, dim,
+                                         out=buffer)
       final[block_ids] = c @ u_unit
       if num_rows:
         top = np.full(block_ids.size, -np.inf, np.float32)
@@ -530,7 +340,7 @@ def compute_cosine_table(
   np.clip(best, -1.0, 1.0, out=best)
   unrecorded = np.zeros(m, np.int64)
   if reader is not None:
-    events = config.participation.events
+    events = canaries.participation.events
     missed = events[~np.isin(events[:, 0], rows)]
     unrecorded = np.bincount(missed[:, 1], minlength=m).astype(np.int64)
     if missed.size:
@@ -538,79 +348,22 @@ def compute_cosine_table(
           f"{missed.shape[0]} participations of inserted canaries fall in "
           f"rounds that were not recorded (e.g. canary {missed[0, 1]} in "
           f"round {missed[0, 0]}; {num_rows} rounds recorded of "
-          f"{config.num_rounds}): the table refuses epsilon_all and the "
+          f"{canaries.num_rounds}): the table refuses epsilon_all and the "
           "all-iterates bounds.", cosine_table.UnrecordedRoundsWarning,
           stacklevel=2)
   return cosine_table.CosineTable(
       id=ids,
-      group=np.where(config.inserted, "inserted", "held_out"),
-      participation=config.counts(),
+      group=np.where(canaries.inserted, "inserted", "held_out"),
+      participation=canaries.counts(),
       final_cosine=final,
       max_cosine=best,
       max_round=best_round,
-      seed=config.seed,
+      seed=canaries.seed,
       dim=dim,
-      num_rounds=config.num_rounds,
+      num_rounds=canaries.num_rounds,
       rounds_recorded=num_rows,
-      assignment=config.assignment,
-      schedule=repr(config.schedule),
-      generator=canaries_lib.GENERATOR,
+      assignment=canaries.assignment,
+      schedule=repr(canaries.schedule),
+      generator=canary_directions.GENERATOR,
       unrecorded=unrecorded,
   )
-
-
-def _find_canary_state(tree: Any) -> Any:
-  """The node of a state structure with `seed` and `schedule` fields."""
-  return tree_search.find_first(
-      tree, lambda node: hasattr(node, "_fields")
-      and {"seed", "schedule"} <= set(node._fields))
-
-
-def check_state(canaries_config: canaries_lib.CanaryConfig,
-                state: Any) -> None:
-  """Checks that `canaries_config` is the one the aggregator trained with.
-
-  Args:
-    canaries_config: The `CanaryConfig` the cosines are to be computed for.
-    state: The learning process state (its aggregator part is searched, also
-      under a zeroing wrapper), a checkpoint loaded into one, or the
-      `factory.CanaryDPAggregatorState` itself: any structure holding a named
-      tuple with `seed` and `schedule` fields. Only those fields are read.
-
-  Raises:
-    ValueError: if no canary aggregator state is found, or its seed or its
-      (round, canary id) schedule differs from `canaries_config`'s (the
-      message shows both values).
-  """
-  if not isinstance(canaries_config, canaries_lib.CanaryConfig):
-    raise TypeError("canaries_config must be a CanaryConfig, got "
-                    f"{canaries_config!r}.")
-  node = _find_canary_state(getattr(state, "aggregator", state))
-  if node is None:
-    raise ValueError("state holds no canary aggregator state (a named tuple "
-                     "with seed and schedule fields, factory."
-                     f"CanaryDPAggregatorState); got {type(state).__name__}.")
-  seed = int(np.asarray(node.seed))
-  if seed != canaries_config.seed:
-    raise ValueError(f"canaries_config has seed = {canaries_config.seed} but "
-                     f"the aggregator state has seed = {seed}: these are not "
-                     "the canaries this run trained with.")
-  ours = canaries_config.participation.events
-  theirs = np.asarray(node.schedule).reshape(-1, 2).astype(np.int64)
-  if ours.shape == theirs.shape and np.array_equal(ours, theirs):
-    return
-  common = min(len(ours), len(theirs))
-  unequal = np.flatnonzero(np.any(ours[:common] != theirs[:common], axis=1))
-  differ = int(unequal[0]) if unequal.size else common
-
-  def show(events):
-    if differ < len(events):
-      return f"(round {events[differ][0]}, canary {events[differ][1]})"
-    return "nothing"
-
-  raise ValueError(
-      f"canaries_config's schedule ({len(ours)} (round, canary id) events, "
-      f"{canaries_config.schedule!r}) differs from the aggregator state's "
-      f"({len(theirs)} events): event {differ} is {show(ours)} in "
-      f"canaries_config and {show(theirs)} in the state. These are not the "
-      "canaries this run trained with.")
