@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
-import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / \
-    "gaussian_mechanism.py"
+import experiment_scripts
+
+_SCRIPT = experiment_scripts.path("gaussian_mechanism")
 
 _REQUIRED_KEYS = {"target_epsilon", "noise_std", "delta", "dim",
                   "num_canaries", "trials", "epsilon_final_mean",
@@ -25,11 +24,8 @@ _REQUIRED_KEYS = {"target_epsilon", "noise_std", "delta", "dim",
 
 @pytest.fixture(scope="module")
 def study_module():
-  spec = importlib.util.spec_from_file_location("gaussian_mechanism_study",
-                                                _SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return experiment_scripts.load("gaussian_mechanism",
+                                 "gaussian_mechanism_study")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The README's drop-in code runs as written (with a small model and sizes)."""
+"""The README's code blocks run as written (with a small model and sizes)."""
 
 import asyncio
 import os
@@ -21,9 +21,10 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
 
   text = open(README, encoding="utf-8").read()
   blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-  assert len(blocks) == 3 and "build_unweighted_fed_avg" in blocks[0]
+  assert len(blocks) == 4 and "build_unweighted_fed_avg" in blocks[0]
   assert "RunWriter" in blocks[1] and "run_training_process" in blocks[2]
-  code = "\n".join(blocks)
+  assert "multi_worker.local_workers" in blocks[3]
+  code = "\n".join(blocks[:3])
   # The README's sizes, shrunk for a test: 3 rounds, 6 + 6 canaries, 4 clients.
   for old, new in [("num_rounds = 500", "num_rounds = 3"),
                    ("num_inserted=1000, num_held_out=1000",
@@ -70,3 +71,13 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
     assert len(table) == 12 and table.dim == 210
     assert rd.exists(run_dir.AGGREGATES) and rd.exists(run_dir.REPORT_JSON)
     assert len(rd.load_ledger()) == 3
+  trained_locally = namespace["state"]
+  exec(compile(blocks[3], "README.md", "exec"), namespace)  # pylint: disable=exec-used
+  # The multi-worker block trained a new state (the model starts at zero) on
+  # workers that are stopped and reaped once its `with` block ends.
+  assert namespace["state"] is not trained_locally
+  weights = namespace["process"].get_model_weights(namespace["state"])
+  assert np.any(np.asarray(weights.trainable[0]) != 0)
+  for worker in namespace["workers"]:
+    assert worker.process.returncode is not None, worker.pid
+    assert not os.path.exists(f"/proc/{worker.pid}"), worker.pid
