@@ -35,10 +35,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_canary.federated import canaries
+from tff_canary.federated import flat_layout
 from tff_canary.federated import factory
-from tff_canary.federated import hooks
+from tff_canary.federated import aggregate_recorder
 from tff_canary.federated import multi_worker
+from tff_canary.stats import canary_config
 from tff_canary.stats import schedules
 
 _FEATURES, _CLASSES = 50, 10
@@ -86,7 +87,7 @@ def client_data(num_rounds: int, clients_per_round: int, seed: int,
 def build_process(num_rounds: int, clients_per_round: int,
                   noise_multiplier: float, seed: int):
   """FedAvg with the canary DP aggregator and seeded noise."""
-  config = canaries.CanaryConfig(
+  config = canary_config.CanaryConfig(
       seed=seed, num_inserted=2, num_held_out=2,
       schedule=schedules.ShuffledEpochs(num_rounds=num_rounds,
                                         rounds_per_epoch=1))
@@ -107,14 +108,14 @@ def run_rounds(process, state, rounds: Sequence[Sequence[Any]],
     The final model's flat weights and the recorded noised aggregates
     (float32 [num_rounds, DIM], written to `path` on the way).
   """
-  with hooks.AggregateRecorder(path, dim=DIM,
+  with aggregate_recorder.AggregateRecorder(path, dim=DIM,
                                num_rounds=len(rounds)) as recorder:
     for clients in rounds:
       output = process.next(state, list(clients))
       state = output.state
       recorder.record(output.metrics)
-  weights = canaries.flatten_numpy(process.get_model_weights(state).trainable)
-  aggregates, _ = hooks.load_aggregates(path)
+  weights = flat_layout.flatten_numpy(process.get_model_weights(state).trainable)
+  aggregates, _ = aggregate_recorder.load_aggregates(path)
   return weights, np.array(aggregates)
 
 
