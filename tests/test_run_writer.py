@@ -40,7 +40,7 @@ pytestmark = [
     pytest.mark.tff,
     # 6 canaries are more than d / 100 = 2.1; their cross-talk is irrelevant
     # to what is tested here.
-    pytest.mark.filterwarnings("ignore::tff_canary.federated.canaries."
+    pytest.mark.filterwarnings("ignore::tff_canary.stats.canary_config."
                                "TooManyCanariesWarning"),
 ]
 
