@@ -38,8 +38,6 @@ import tensorflow as tf
 from tff_canary.stats import schedules
 from tff_canary.stats import validation
 
-ASSIGNMENTS = ("fixed", "coin")
-
 # Identifies the generator above; stored with every cosine table so that a
 # table is never paired with canaries from another generator.
 GENERATOR = "tf.random.stateless_normal/philox/float32/unit-norm-float64/v1"
@@ -99,7 +97,7 @@ class CanaryConfig:
                       f"(ShuffledEpochs, FixedPresentations, PerRoundSampling)"
                       f", got {self.schedule!r}.")
     assignment = validation.as_choice(self.assignment, "assignment",
-                                      ASSIGNMENTS)
+                                      schedules.ASSIGNMENTS)
     if not isinstance(self.record_aggregate, (bool, np.bool_)):
       raise TypeError(f"record_aggregate must be a bool, got "
                       f"{self.record_aggregate!r}.")

@@ -27,6 +27,7 @@ whose dim or seed differs from the config's).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from typing import Any
@@ -51,6 +52,10 @@ INITIAL_WEIGHTS = "initial_weights.npy"
 FINAL_WEIGHTS = "final_weights.npy"
 CHECKPOINTS = "checkpoints"
 NOISE_CHECK = "noise_check.json"
+
+# Columns of metrics.csv, in order.
+METRIC_COLUMNS = ("round", "loss", "accuracy", "clip", "canaries_inserted",
+                  "clients", "seconds", "eval_loss", "eval_accuracy")
 
 # Keys config.json must have for the report.
 REQUIRED_CONFIG = ("task", "seed", "canary_seed", "dim", "noise_multiplier",
@@ -132,6 +137,11 @@ class RunDir:
     except (ValueError, TypeError, KeyError) as e:
       raise RunDirError(f"{path} is not a valid DpEvent ledger: {e}") from None
 
+  def save_ledger(self, events) -> None:
+    """ledger.json from the run's DpEvents, one per round."""
+    atomic_files.write_text(self.file(LEDGER),
+                            analytical.Ledger(events).to_json())
+
   # Participation -----------------------------------------------------------
   def load_participation(self) -> np.ndarray:
     """int [n, 2] (round, canary id) events of the inserted canaries."""
@@ -148,6 +158,17 @@ class RunDir:
     return events.astype(np.int64)
 
   # Metrics -----------------------------------------------------------------
+  def save_metrics(self, rows: list[dict[str, Any]]) -> None:
+    """metrics.csv: `METRIC_COLUMNS` of every row, None as an empty cell."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=METRIC_COLUMNS,
+                            extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+      writer.writerow({k: ("" if row.get(k) is None else row[k])
+                       for k in METRIC_COLUMNS})
+    atomic_files.write_text(self.file(METRICS), buffer.getvalue())
+
   def load_metrics(self) -> list[dict[str, Any]]:
     """metrics.csv as a list of rows (numbers parsed; empty cells None).
 

@@ -45,6 +45,12 @@ from tff_canary.stats import validation
 SCHEDULE_TAG = 0x5C4ED
 COIN_TAG = 0xC014
 
+# How the inserted canaries are chosen among the candidates
+# (`tff_canary.federated.canaries.CanaryConfig`): the first ones, or each by a
+# fair coin drawn from (seed, COIN_TAG). Here, TF-free, so that an experiment's
+# configuration is checked before TensorFlow is imported.
+ASSIGNMENTS = ("fixed", "coin")
+
 _MAX_SEED = 2**63 - 1
 
 
