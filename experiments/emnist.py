@@ -11,8 +11,7 @@ is --data=tff --clients_per_round=101 --epochs=15 --client_learning_rate=0.031
   .venv/bin/python experiments/emnist.py --output_dir runs/emnist --resume
 """
 
-from absl import app
-
+import experiment_cli
 import experiment_flags
 
 # Defaults: about 5 minutes on 2 cores. 80 rounds of 50 clients (32 examples,
@@ -25,4 +24,4 @@ experiment_flags.define_flags(
     num_inserted=40, num_held_out=40, eval_every=20, checkpoint_every=20)
 
 if __name__ == "__main__":
-  app.run(experiment_flags.main_for("emnist"))
+  experiment_cli.run("emnist", __doc__)

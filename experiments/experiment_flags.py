@@ -1,25 +1,43 @@
 """The experiment scripts' absl flags, one per `ExperimentConfig` field.
 
 `define_flags(task, **defaults)` defines `--<field>` for every field of
-`tff_canary.harness.experiment.ExperimentConfig` (same name, so a flag, a config.json
-key and a run's report use one name per concept), with per-script defaults;
-`config_from_flags()` turns the parsed flags into a validated config. The
-scripts in experiments/ are just these two calls and `run_experiment`.
+`tff_canary.harness.experiment_config.ExperimentConfig` (same name, so a
+flag, a config.json key and a run's report use one name per concept), with
+per-script defaults; `config_from_flags()` turns the parsed flags into a
+validated config; `help_text(doc)` is the scripts' `--help`: these flags in
+`GROUPS`, without TensorFlow's and absl's own (`--helpfull` lists those).
+Imports no TensorFlow (`experiment_config` is TF-free), so a bad flag is
+answered before TensorFlow loads; `experiment_cli` runs the scripts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 from typing import Any
 
-from absl import app
 from absl import flags
 
-from tff_canary.harness import experiment
+from tff_canary.harness import experiment_config
 
 FLAGS = flags.FLAGS
+
+# The --help sections, in order; every ExperimentConfig field is in one.
+GROUPS = (
+    ("Data", ("task", "data", "cache_dir", "vocab_path", "num_clients",
+              "examples_per_client")),
+    ("Training", ("num_rounds", "epochs", "clients_per_round", "sampling",
+                  "client_optimizer", "client_learning_rate",
+                  "server_optimizer", "server_learning_rate",
+                  "server_momentum", "batch_size", "client_epochs", "seed",
+                  "eval_every", "eval_examples")),
+    ("DP", ("noise_multiplier", "clip", "target_unclipped_quantile",
+            "initial_clip", "zeroing", "seeded_noise", "noise_seed",
+            "delta")),
+    ("Canaries", ("num_inserted", "num_held_out", "assignment",
+                  "presentations", "allow_participation_mismatch",
+                  "canary_seed", "record_aggregates", "memory_budget_gb")),
+    ("Output", ("output_dir", "checkpoint_every", "resume")),
+)
 
 _HELP = {
     "task": "Task: emnist or stackoverflow.",
@@ -92,17 +110,36 @@ _HELP = {
 }
 
 
+def _fields() -> tuple[str, ...]:
+  return tuple(f.name for f in
+               dataclasses.fields(experiment_config.ExperimentConfig))
+
+
+def _check_groups() -> None:
+  grouped = [name for _, names in GROUPS for name in names]
+  missing = sorted(set(_fields()) - set(grouped))
+  extra = sorted(set(grouped) - set(_fields()))
+  twice = sorted({n for n in grouped if grouped.count(n) > 1})
+  if missing or extra or twice or set(_HELP) != set(_fields()):
+    raise ValueError(f"experiment_flags.GROUPS and _HELP must hold every "
+                     f"ExperimentConfig field once: missing {missing}, "
+                     f"unknown {extra}, twice {twice}, without help "
+                     f"{sorted(set(_fields()) - set(_HELP))}.")
+
+
 def define_flags(task: str, **defaults: Any) -> None:
   """Defines one flag per ExperimentConfig field, with these defaults."""
-  base = experiment.ExperimentConfig(task=task, **{
+  _check_groups()
+  base = experiment_config.ExperimentConfig(task=task, **{
       k: v for k, v in defaults.items() if k in ("num_rounds", "epochs")})
-  for field in dataclasses.fields(experiment.ExperimentConfig):
+  for field in dataclasses.fields(experiment_config.ExperimentConfig):
     name = field.name
     default = defaults.get(name, getattr(base, name))
     help_text = _HELP[name]
     kind = field.type
     if name == "task":
-      flags.DEFINE_enum(name, default, ["emnist", "stackoverflow"], help_text)
+      flags.DEFINE_enum(name, default, list(experiment_config.TASKS),
+                        help_text)
     elif kind in ("bool",):
       flags.DEFINE_bool(name, default, help_text)
     elif kind in ("int", "Optional[int]"):
@@ -113,39 +150,38 @@ def define_flags(task: str, **defaults: Any) -> None:
       flags.DEFINE_string(name, default, help_text)
 
 
-def config_from_flags() -> experiment.ExperimentConfig:
+def config_from_flags() -> experiment_config.ExperimentConfig:
   """The parsed flags as a config.
 
   `--epochs` given on the command line without `--num_rounds` replaces the
   script's default number of rounds (num_rounds is then derived from the
   epochs), so the paper's `--epochs=15` works as documented.
   """
-  values = {f.name: FLAGS[f.name].value
-            for f in dataclasses.fields(experiment.ExperimentConfig)}
+  values = {name: FLAGS[name].value for name in _fields()}
   if FLAGS["epochs"].present and not FLAGS["num_rounds"].present:
     values["num_rounds"] = None
-  return experiment.ExperimentConfig(**values)
+  return experiment_config.ExperimentConfig(**values)
 
 
-def main_for(task: str):
-  """The `main` of an experiment script: run, print the table, exit 2 on bad input."""
+def _flag_line(name: str) -> str:
+  flag = FLAGS[name]
+  shown = f"--[no]{name}" if flag.boolean else f"--{name}"
+  text = f"{shown}: {flag.help}"
+  default = flag.default
+  if isinstance(default, bool):
+    text += f" (default: {str(default).lower()})"
+  elif isinstance(default, str):
+    text += f" (default: {default!r})"
+  elif default is not None:
+    text += f" (default: {default})"
+  return flags.text_wrap(text, length=80, indent="      ",
+                         firstline_indent="  ")
 
-  def main(argv):
-    if len(argv) > 1:
-      raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from tff_canary.harness import run_dir  # pylint: disable=g-import-not-at-top
-    try:
-      config = config_from_flags()
-      if config.task != task:
-        raise ValueError(f"--task={config.task} in the {task} script.")
-      report = experiment.run_experiment(config)
-    except (FileNotFoundError, FileExistsError, ValueError, TypeError,
-            run_dir.RunDirError) as e:
-      print(f"error: {e}", file=sys.stderr)
-      return 2
-    print()
-    print(report.table_text())
-    print(f"\nreport: {os.path.join(report.run_dir, run_dir.REPORT_MD)}")
-    return 0
 
-  return main
+def help_text(doc: str) -> str:
+  """The scripts' --help: `doc`, then the flags in `GROUPS`, in order."""
+  parts = [doc.strip(), "",
+           "Flags (--helpfull also lists TensorFlow's and absl's):"]
+  for heading, names in GROUPS:
+    parts += ["", f"{heading}:"] + [_flag_line(name) for name in names]
+  return "\n".join(parts) + "\n"

@@ -11,8 +11,7 @@ paper's setting is --data=tff --clients_per_round=167 --num_rounds=2048
   .venv/bin/python experiments/stackoverflow.py --output_dir runs/stackoverflow
 """
 
-from absl import app
-
+import experiment_cli
 import experiment_flags
 
 experiment_flags.define_flags(
@@ -23,4 +22,4 @@ experiment_flags.define_flags(
     checkpoint_every=20, eval_examples=500)
 
 if __name__ == "__main__":
-  app.run(experiment_flags.main_for("stackoverflow"))
+  experiment_cli.run("stackoverflow", __doc__)

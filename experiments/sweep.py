@@ -36,10 +36,11 @@ import warnings
 from absl import app
 from absl import flags
 
-from tff_canary.stats import atomic_files
 from tff_canary.harness import experiment
+from tff_canary.harness import experiment_config
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.stats import atomic_files
 
 flags.DEFINE_string("output_dir", "runs/sweep", "Where sweep.csv, sweep.png "
                     "and the runs go.")
@@ -71,7 +72,7 @@ def run_one(output_dir: str, noise_multiplier: float, presentations: int,
                       f"noise{noise_multiplier:g}_presentations{presentations}")
   if os.path.exists(os.path.join(path, run_dir_lib.REPORT_JSON)):
     return report_lib.build_report(path)
-  config = experiment.ExperimentConfig(
+  config = experiment_config.ExperimentConfig(
       task="emnist", output_dir=path, noise_multiplier=noise_multiplier,
       presentations=presentations, client_learning_rate=0.1,
       eval_every=settings["num_rounds"], checkpoint_every=16,

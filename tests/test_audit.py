@@ -40,7 +40,7 @@ def test_planted_bug_in_the_gaussian_mechanism():
 @pytest.mark.tff
 @pytest.mark.slow
 def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
-  from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness import dp_fedavg, experiment, experiment_config  # pylint: disable=g-import-not-at-top
   from tff_canary.federated import factory, seeded_query
 
   class UnderNoisedQuery(seeded_query.SeededGaussianSumQuery):
@@ -64,7 +64,7 @@ def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
         canaries, clients_per_round=config.clients_per_round)
 
   def run(name):
-    return experiment.run_experiment(experiment.ExperimentConfig(
+    return experiment.run_experiment(experiment_config.ExperimentConfig(
         output_dir=str(tmp_path / name), num_rounds=6, clients_per_round=10,
         examples_per_client=8, clip=1.0, noise_multiplier=1.0,
         num_inserted=40, num_held_out=40, eval_every=0, checkpoint_every=6),
@@ -73,7 +73,7 @@ def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", experiment.CanaryFractionWarning)
     correct = run("correct")
-    monkeypatch.setattr(experiment, "_aggregator", buggy)
+    monkeypatch.setattr(dp_fedavg, "canary_aggregator", buggy)
     bug = run("bug")
   # Both ledgers claim z = 1, so both audit the same analytical epsilon.
   print("buggy:", bug.verdict)

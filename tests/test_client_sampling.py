@@ -160,3 +160,28 @@ def test_summary_and_line():
       poisson, 20, _realize(schedule).counts(300), schedule)
   assert "Poisson sampling at rate 0.05 per round" in client_sampling.describe(
       summary) and summary["epochs"] is None
+
+
+def test_summary_takes_the_client_counts_it_is_given():
+  # The experiment passes the counts it saves to participation.npz, so the
+  # sampler runs once; given counts are used, and checked.
+  sampler = ClientSampler(330, 22, "shuffle", seed=0)
+  schedule = client_sampling.canary_schedule(sampler, 45)
+  canary_counts = _realize(schedule).counts(300)
+  given = client_sampling.participation_summary(
+      sampler, 45, canary_counts, schedule,
+      client_counts=sampler.counts(45))
+  assert given == client_sampling.participation_summary(
+      sampler, 45, canary_counts, schedule)
+  skewed = sampler.counts(45)
+  skewed[0] = 7
+  assert client_sampling.participation_summary(
+      sampler, 45, canary_counts, schedule,
+      client_counts=skewed)["clients"]["max"] == 7
+  with pytest.raises(ValueError, match=r"client_counts must have one count "
+                     r"per client \(330\), got 329"):
+    client_sampling.participation_summary(sampler, 45, canary_counts, schedule,
+                                          client_counts=skewed[1:])
+  with pytest.raises(ValueError, match=r"client_counts\[0\] = -7.0"):
+    client_sampling.participation_summary(sampler, 45, canary_counts, schedule,
+                                          client_counts=-skewed)

@@ -4,12 +4,12 @@ import json
 import os
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
 
-from tff_canary.harness import experiment, run_dir
+from tff_canary.harness import experiment, experiment_config, run_dir
+from tff_canary.harness import training
 
 pytestmark = [pytest.mark.tff, pytest.mark.slow]
 
@@ -23,7 +23,7 @@ def tiny(output_dir, **overrides):
               noise_multiplier=0.2, eval_every=2, checkpoint_every=2,
               eval_examples=64)
   args.update(overrides)
-  return experiment.ExperimentConfig(**args)
+  return experiment_config.ExperimentConfig(**args)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -53,58 +53,76 @@ def test_bad_configuration(kwargs, error, match, tmp_path):
   args = dict(output_dir=str(tmp_path))
   args.update(kwargs)
   with pytest.raises(error, match=match):
-    experiment.ExperimentConfig(**args)
+    experiment_config.ExperimentConfig(**args)
 
 
-def test_client_sampling_is_seeded_and_covers_epochs():
-  kw = dict(num_clients=100, clients_per_round=10, sampling="shuffle", seed=3)
-  epoch = np.concatenate([experiment.sample_clients(r, **kw) for r in range(10)])
+def test_client_sampling_is_seeded_and_covers_epochs(tmp_path):
+  def clients(round_num, num_clients=100, **overrides):
+    config = tiny(tmp_path, **dict(dict(clients_per_round=10, seed=3),
+                                   **overrides))
+    return experiment_config.client_sampler(config, num_clients).clients(
+        round_num)
+
+  epoch = np.concatenate([clients(r) for r in range(10)])
   assert sorted(epoch) == list(range(100))  # every client once per epoch
-  assert np.array_equal(experiment.sample_clients(4, **kw),
-                        experiment.sample_clients(4, **kw))
-  assert not np.array_equal(experiment.sample_clients(12, **kw)[:10],
+  assert np.array_equal(clients(4), clients(4))
+  assert not np.array_equal(clients(12)[:10],
                             epoch[20:30])  # a fresh permutation next epoch
-  counts = [experiment.sample_clients(r, num_clients=1000, clients_per_round=20,
-                                      sampling="per_round", seed=1).size
-            for r in range(400)]
+  counts = [clients(r, num_clients=1000, clients_per_round=20,
+                    sampling="per_round", seed=1).size for r in range(400)]
   # Poisson sampling: Binomial(1000, 0.02) counts, mean 20, std ~4.4; the
   # mean of 400 rounds has std 0.22.
   assert abs(np.mean(counts) - 20) < 1.0 and np.std(counts) > 3
 
 
-def _data(num_clients):
-  """Just what `resolve` reads of the data: the client ids."""
-  train = types.SimpleNamespace(client_ids=[str(i) for i in range(num_clients)])
-  return types.SimpleNamespace(train=train)
-
-
 def test_participation_is_checked_before_training(tmp_path):
   # resolve() runs before any training: every refusal here costs no round.
   # Poisson rate above 1 with TFF's data (num_clients known only from it):
+  resolve = experiment_config.resolve
   with pytest.raises(ValueError, match=r"clients_per_round = 6 exceeds "
                      r"num_clients = 5.*rate"):
-    experiment.resolve(tiny(tmp_path, sampling="per_round"), _data(5), 10)
+    resolve(tiny(tmp_path, sampling="per_round"), 5, 10)
   # The paper's EMNIST setting: 3400 clients, 101 per round, 15 epochs.
   paper = dict(num_rounds=None, epochs=15, clients_per_round=101)
-  resolved = experiment.resolve(tiny(tmp_path, **paper), _data(3400), 10)
-  assert resolved["num_rounds"] == 15 * 33 and resolved["presentations"] == 15
-  schedule = experiment.canary_schedule(tiny(tmp_path, **paper), 495, 3400)
+  resolved = resolve(tiny(tmp_path, **paper), 3400, 10)
+  assert resolved.values["num_rounds"] == 15 * 33
+  assert resolved.values["presentations"] == 15
+  schedule = resolved.canary_schedule
   assert schedule.rounds_per_epoch == 33 and schedule.num_epochs == 15
+  assert resolved.sampler.rounds_per_epoch == 33
   # Before, --presentations (default 1) made canaries take part once while
   # clients took part 15 times; now a contradicting value is refused ...
   with pytest.raises(ValueError, match=r"presentations = 1 contradicts.*15 "
                      "whole epochs.*--allow_participation_mismatch"):
-    experiment.resolve(tiny(tmp_path, presentations=1, **paper), _data(3400),
-                       10)
+    resolve(tiny(tmp_path, presentations=1, **paper), 3400, 10)
   # ... unless asked for.
-  allowed = tiny(tmp_path, presentations=1, allow_participation_mismatch=True,
-                 **paper)
-  assert experiment.resolve(allowed, _data(3400), 10)["presentations"] == 1
-  assert experiment.canary_schedule(allowed, 495, 3400).num_epochs == 1
+  allowed = resolve(tiny(tmp_path, presentations=1,
+                         allow_participation_mismatch=True, **paper), 3400, 10)
+  assert allowed.values["presentations"] == 1
+  assert allowed.canary_schedule.num_epochs == 1
   # Per-round sampling: the canaries' rate is the clients'.
-  poisson = experiment.canary_schedule(tiny(tmp_path, sampling="per_round"),
-                                       40, 400)
+  poisson = resolve(tiny(tmp_path, sampling="per_round", num_rounds=40), 400,
+                    10).canary_schedule
   assert poisson.probability == 6 / 400
+
+
+def test_resolve_records_the_versions_it_is_given(tmp_path):
+  versions = {"tensorflow": "9.9", "tff_canary": "0.0"}
+  values = experiment_config.resolve(tiny(tmp_path), 30, 10,
+                                     versions=versions).values
+  assert values["versions"] == versions and values["dim"] == 10
+  assert values["num_clients"] == 30 and values["canary_seed"] == 1
+
+
+def test_resume_refuses_other_settings_but_not_resumable_ones():
+  saved = dict(noise_multiplier=0.2, eval_every=2, versions={"a": "1"})
+  experiment_config.check_resumable(
+      saved, dict(noise_multiplier=0.2, eval_every=5, versions={"a": "2"}),
+      "run/config.json")
+  with pytest.raises(ValueError, match=r"run/config.json was started with "
+                     r"other settings \(noise_multiplier: 0.2 -> 0.3\)"):
+    experiment_config.check_resumable(
+        saved, dict(noise_multiplier=0.3, eval_every=2), "run/config.json")
 
 
 def test_a_run_with_epochs_gives_canaries_the_clients_participation(tmp_path):
@@ -210,7 +228,7 @@ def test_resume_after_a_crash_before_the_first_checkpoint(tmp_path, monkeypatch)
 
   config = tiny(tmp_path / "run", num_rounds=2, eval_every=0,
                 checkpoint_every=2)
-  monkeypatch.setattr(experiment, "_checkpoint", crash)
+  monkeypatch.setattr(training, "_checkpoint", crash)
   with pytest.raises(RuntimeError, match="first checkpoint"):
     experiment.run_experiment(config, progress=False, log=lambda *a: None)
   assert os.path.exists(tmp_path / "run" / run_dir.AGGREGATES)

@@ -6,14 +6,15 @@ import sys
 
 # Modules that a TF-free analysis (the report command, notebooks on saved
 # runs) relies on: the whole statistics layer, the report side of the
-# harness, and the federated modules that need no TF (reading recorded
-# aggregates).
+# harness, the experiments' config (checked before TensorFlow loads) and the
+# federated modules that need no TF (reading recorded aggregates).
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "tff_canary"
 TF_FREE = (["tff_canary"] + [
     f"tff_canary.stats.{p.stem}" for p in sorted((PACKAGE / "stats").glob("*.py"))
     if p.stem != "__init__"] + [
     "tff_canary.harness.report", "tff_canary.harness.run_dir",
-    "tff_canary.harness.plots", "tff_canary.federated.tree_search",
+    "tff_canary.harness.plots", "tff_canary.harness.experiment_config",
+    "tff_canary.federated.tree_search",
     "tff_canary.federated.aggregate_recorder"])
 
 

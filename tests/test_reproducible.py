@@ -72,7 +72,7 @@ def test_metrics_rows_read_back_keep_their_text(tmp_path):
   # A resumed run reads metrics.csv back and rewrites it. Integer columns
   # used to come back as floats ("2" became "2.0"), so a killed-then-resumed
   # run's metrics.csv differed in text from an uninterrupted run's.
-  from tff_canary.harness import experiment, run_dir  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness import run_dir  # pylint: disable=g-import-not-at-top
   rows = [dict(round=0, loss=4.131603240966797, accuracy=0.015625,
                clip=0.10000000149011612, canaries_inserted=2, clients=50,
                seconds=22.472),
@@ -80,9 +80,10 @@ def test_metrics_rows_read_back_keep_their_text(tmp_path):
                canaries_inserted=0, clients=50, seconds=9.7,
                eval_loss=4.033780097961426, eval_accuracy=0.06562499701976776)]
   path = tmp_path / run_dir.METRICS
-  experiment._write_metrics(str(path), rows)  # pylint: disable=protected-access
+  rd = run_dir.RunDir(tmp_path)
+  rd.save_metrics(rows)
   text = path.read_text()
-  experiment._write_metrics(str(path), run_dir.RunDir(tmp_path).load_metrics())  # pylint: disable=protected-access
+  rd.save_metrics(rd.load_metrics())
   assert path.read_text() == text
 
 

@@ -223,6 +223,7 @@ def _count_stats(counts: np.ndarray) -> dict[str, Any]:
 def participation_summary(sampler: ClientSampler, num_rounds: int,
                           canary_counts: np.ndarray,
                           schedule: schedules.Schedule, *,
+                          client_counts: Optional[np.ndarray] = None,
                           mismatch: Optional[str] = None) -> dict[str, Any]:
   """Client and canary participation side by side (JSON-ready).
 
@@ -231,6 +232,8 @@ def participation_summary(sampler: ClientSampler, num_rounds: int,
     num_rounds: Rounds of the run.
     canary_counts: Participation count of each inserted canary.
     schedule: The canaries' schedule.
+    client_counts: `sampler.counts(num_rounds)` if the caller has it already
+      (it is computed otherwise).
     mismatch: `participation_mismatch`'s text when a mismatch was allowed.
 
   Returns:
@@ -241,13 +244,20 @@ def participation_summary(sampler: ClientSampler, num_rounds: int,
     part as the clients do.
   """
   shuffle = sampler.sampling == "shuffle"
+  if client_counts is None:
+    client_counts = sampler.counts(num_rounds)
+  client_counts = validation.as_sample(client_counts, "client_counts",
+                                       min_size=0, lower=0)
+  if client_counts.size != sampler.num_clients:
+    raise ValueError(f"client_counts must have one count per client "
+                     f"({sampler.num_clients}), got {client_counts.size}.")
   canaries = _count_stats(canary_counts)
   canaries["schedule"] = repr(schedule)
   return dict(
       sampling=sampler.sampling, num_rounds=int(num_rounds), rate=sampler.rate,
       rounds_per_epoch=sampler.rounds_per_epoch if shuffle else None,
       epochs=num_rounds / sampler.rounds_per_epoch if shuffle else None,
-      clients=_count_stats(sampler.counts(num_rounds)), canaries=canaries,
+      clients=_count_stats(client_counts), canaries=canaries,
       mismatch=mismatch)
 
 

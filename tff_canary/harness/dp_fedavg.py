@@ -1,0 +1,89 @@
+"""An experiment's DP-FedAvg process, and the noise check of its aggregator.
+
+`build_process` is `tff.learning.algorithms.build_unweighted_fed_avg` with
+the canary aggregator of `canary_aggregator` (`tff_canary.federated.factory`):
+fixed clipping when the config's `clip` is set, else adaptive, with TFF's
+zeroing if asked. `run_noise_check` builds the same aggregator afresh
+without canaries and tests its noise on zero client values
+(`tff_canary.federated.noise_check`) before training.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import tensorflow_federated as tff
+
+from tff_canary.stats import canary_config
+from tff_canary.federated import factory
+from tff_canary.federated import noise_check
+from tff_canary.harness import experiment_config
+from tff_canary.harness import tasks
+from tff_canary.stats import schedules
+
+_NOISE_CHECK_TAG = 0xC4EC
+
+
+def canary_aggregator(config: experiment_config.ExperimentConfig,
+                      canaries: canary_config.CanaryConfig,
+                      noise_seed: Optional[int]):
+  """The run's DP aggregator with its canaries (module docstring)."""
+  if config.clip is not None:
+    aggregator = factory.CanaryDPFactory.gaussian_fixed(
+        config.noise_multiplier, config.clients_per_round, config.clip,
+        canaries=canaries, noise_seed=noise_seed)
+  else:
+    aggregator = factory.CanaryDPFactory.gaussian_adaptive(
+        config.noise_multiplier, config.clients_per_round,
+        initial_l2_norm_clip=config.initial_clip,
+        target_unclipped_quantile=config.target_unclipped_quantile,
+        canaries=canaries, noise_seed=noise_seed)
+  return factory.with_zeroing(aggregator) if config.zeroing else aggregator
+
+
+def _optimizer(name, learning_rate, momentum=None):
+  if name == "sgd":
+    return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate,
+                                              momentum=momentum or None)
+  return tff.learning.optimizers.build_adam(learning_rate=learning_rate)
+
+
+def build_process(config: experiment_config.ExperimentConfig,
+                  task: tasks.Task, canaries: canary_config.CanaryConfig,
+                  noise_seed: Optional[int]):
+  """The run's DP-FedAvg learning process."""
+  return tff.learning.algorithms.build_unweighted_fed_avg(
+      task.model_fn,
+      client_optimizer_fn=_optimizer(config.client_optimizer,
+                                     config.client_learning_rate),
+      server_optimizer_fn=_optimizer(config.server_optimizer,
+                                     config.server_learning_rate,
+                                     config.server_momentum),
+      model_aggregator=canary_aggregator(config, canaries, noise_seed))
+
+
+def run_noise_check(config: experiment_config.ExperimentConfig,
+                    task: tasks.Task, canary_seed: int,
+                    noise_seed: Optional[int]):
+  """The noise check (a `NoiseCheck`) of the run's aggregator, built afresh
+  without canaries, on zero client values (`tff_canary.federated.noise_check`).
+
+  With seeded noise the check draws from its own seed (noise_seed + a tag),
+  so its result holds statistics of the same noise code path, never of the
+  run's own draws.
+  """
+  no_canaries = canary_config.CanaryConfig(
+      seed=canary_seed, num_inserted=0, num_held_out=0,
+      schedule=schedules.FixedPresentations(
+          num_rounds=noise_check.DEFAULT_ROUNDS, presentations=0),
+      record_aggregates=False)
+  aggregator = canary_aggregator(config, no_canaries, None if noise_seed is None
+                                 else noise_seed + _NOISE_CHECK_TAG)
+  value_type = tff.learning.models.weights_type_from_model(
+      task.model_fn).trainable
+  names = [w.name.split(":")[0]
+           for w in task.keras_model_fn().trainable_weights]
+  if len(set(names)) != len(names) or len(names) != len(value_type):
+    names = None
+  return noise_check.check_aggregation_noise(aggregator, value_type,
+                                             tensor_names=names)

@@ -1,0 +1,253 @@
+"""What defines an experiment run, checked without TensorFlow.
+
+`ExperimentConfig` is everything that defines a run (the experiment scripts
+have one flag per field); it is validated at construction, and this module
+imports neither TensorFlow nor TFF, so a bad flag is answered before either
+is loaded. `resolve` fills in every derived value (config.json) and refuses,
+before any training, a client sampler or a canary participation that cannot
+work (METHOD §2); `check_resumable` refuses to resume a run directory with
+other settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Optional
+
+import numpy as np
+
+from tff_canary.stats import canary_config
+from tff_canary.stats import client_sampling
+from tff_canary.stats import schedules
+from tff_canary.stats import validation
+
+TASKS = ("emnist", "stackoverflow")
+SAMPLINGS = client_sampling.SAMPLINGS
+OPTIMIZERS = ("sgd", "adam")
+_NOISE_TAG = 0x401
+
+# Keys that may differ between a run and its resumption.
+RESUMABLE_KEYS = ("resume", "eval_every", "checkpoint_every",
+                  "memory_budget_gb", "output_dir")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+  """Everything that defines a run (config.json holds it, resolved).
+
+  None means "derive": num_clients from the data (synthetic: enough clients
+  for `presentations` shuffled epochs over the run), num_rounds from epochs,
+  presentations from the client sampler, delta = num_clients^-1.1 (the
+  paper's), canary_seed and noise_seed from seed.
+
+  Canaries take part as clients do (METHOD §2; `client_sampling`): a
+  `presentations` that contradicts the client sampler is refused before any
+  training unless `allow_participation_mismatch`, and so is a per-round rate
+  clients_per_round / num_clients above 1.
+  """
+
+  task: str = "emnist"
+  output_dir: str = "runs/emnist"
+  data: str = "synthetic"
+  cache_dir: Optional[str] = None
+  vocab_path: Optional[str] = None
+  num_clients: Optional[int] = None
+  examples_per_client: int = 32
+  clients_per_round: int = 50
+  num_rounds: Optional[int] = 100
+  epochs: Optional[int] = None
+  sampling: str = "shuffle"
+  noise_multiplier: float = 0.5
+  clip: Optional[float] = None
+  target_unclipped_quantile: float = 0.5
+  initial_clip: float = 0.1
+  zeroing: bool = False
+  client_optimizer: str = "sgd"
+  client_learning_rate: float = 0.031
+  server_optimizer: str = "sgd"
+  server_learning_rate: float = 1.0
+  server_momentum: float = 0.9
+  batch_size: int = 16
+  client_epochs: int = 1
+  num_inserted: int = 100
+  num_held_out: int = 100
+  presentations: Optional[int] = None
+  allow_participation_mismatch: bool = False
+  assignment: str = "coin"
+  seed: int = 0
+  canary_seed: Optional[int] = None
+  noise_seed: Optional[int] = None
+  seeded_noise: bool = True
+  delta: Optional[float] = None
+  eval_every: int = 25
+  eval_examples: Optional[int] = 2000
+  checkpoint_every: int = 25
+  record_aggregates: bool = True
+  memory_budget_gb: float = 2.0
+  resume: bool = False
+
+  def __post_init__(self):
+    v = validation
+    check = {
+        "task": lambda x: v.as_choice(x, "task", TASKS),
+        "data": lambda x: v.as_choice(x, "data", ("synthetic", "tff")),
+        "sampling": lambda x: v.as_choice(x, "sampling", SAMPLINGS),
+        "client_optimizer": lambda x: v.as_choice(x, "client_optimizer",
+                                                  OPTIMIZERS),
+        "server_optimizer": lambda x: v.as_choice(x, "server_optimizer",
+                                                  OPTIMIZERS),
+        "assignment": lambda x: v.as_choice(x, "assignment",
+                                            canary_config.ASSIGNMENTS),
+        "examples_per_client": lambda x: v.as_int(x, "examples_per_client", 1),
+        "clients_per_round": lambda x: v.as_int(x, "clients_per_round", 1),
+        "noise_multiplier": lambda x: v.as_nonnegative(x, "noise_multiplier"),
+        "target_unclipped_quantile": lambda x: v.as_unit_interval(
+            x, "target_unclipped_quantile"),
+        "initial_clip": lambda x: v.as_positive(x, "initial_clip"),
+        "client_learning_rate": lambda x: v.as_positive(
+            x, "client_learning_rate"),
+        "server_learning_rate": lambda x: v.as_positive(
+            x, "server_learning_rate"),
+        "server_momentum": lambda x: v.as_unit_interval(
+            x, "server_momentum", include_high=False),
+        "batch_size": lambda x: v.as_int(x, "batch_size", 1),
+        "client_epochs": lambda x: v.as_int(x, "client_epochs", 1),
+        "num_inserted": lambda x: v.as_int(x, "num_inserted", 0),
+        "num_held_out": lambda x: v.as_int(x, "num_held_out", 0),
+        "seed": lambda x: v.as_int(x, "seed", 0),
+        "eval_every": lambda x: v.as_int(x, "eval_every", 0),
+        "checkpoint_every": lambda x: v.as_int(x, "checkpoint_every", 1),
+        "memory_budget_gb": lambda x: v.as_positive(x, "memory_budget_gb"),
+    }
+    optional = {
+        "num_clients": lambda x: v.as_int(x, "num_clients", 2),
+        "num_rounds": lambda x: v.as_int(x, "num_rounds", 1),
+        "epochs": lambda x: v.as_int(x, "epochs", 1),
+        "presentations": lambda x: v.as_int(x, "presentations", 1),
+        "clip": lambda x: v.as_positive(x, "clip"),
+        "canary_seed": lambda x: v.as_int(x, "canary_seed", 0),
+        "noise_seed": lambda x: v.as_int(x, "noise_seed", 0),
+        "delta": lambda x: v.as_open_unit(x, "delta"),
+        "eval_examples": lambda x: v.as_int(x, "eval_examples", 1),
+    }
+    for name, fn in check.items():
+      object.__setattr__(self, name, fn(getattr(self, name)))
+    for name, fn in optional.items():
+      if getattr(self, name) is not None:
+        object.__setattr__(self, name, fn(getattr(self, name)))
+    for name in ("zeroing", "seeded_noise", "record_aggregates", "resume",
+                 "allow_participation_mismatch"):
+      if not isinstance(getattr(self, name), (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}.")
+    for name in ("output_dir", "cache_dir", "vocab_path"):
+      value = getattr(self, name)
+      if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path, got {value!r}.")
+    if not self.output_dir:
+      raise ValueError("output_dir must be a non-empty path.")
+    if (self.num_rounds is None) == (self.epochs is None):
+      raise ValueError("give exactly one of num_rounds and epochs; got "
+                       f"num_rounds={self.num_rounds}, epochs={self.epochs}.")
+    if self.num_inserted + self.num_held_out < 4:
+      raise ValueError("the estimators need canaries: num_inserted + "
+                       f"num_held_out must be at least 4, got "
+                       f"{self.num_inserted + self.num_held_out}.")
+    if self.data == "tff" and self.num_clients is not None:
+      raise ValueError("num_clients is for --data=synthetic; TFF's data has "
+                       "its own clients.")
+    if self.num_clients is not None:  # the rate, before any data is loaded
+      client_sampling.ClientSampler(self.num_clients, self.clients_per_round,
+                                    self.sampling)
+
+  def as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def default_num_clients(config: ExperimentConfig) -> int:
+  """Synthetic population: every client takes part `presentations` times
+  (default 1), like the canaries (epochs of num_rounds // presentations
+  rounds)."""
+  rounds = config.num_rounds if config.num_rounds is not None else 1
+  per_epoch = max(1, rounds // (config.presentations or 1))
+  return max(2, config.clients_per_round * per_epoch)
+
+
+def client_sampler(config: ExperimentConfig,
+                   num_clients: int) -> client_sampling.ClientSampler:
+  """The run's client sampler (refuses a per-round rate above 1)."""
+  return client_sampling.ClientSampler(num_clients, config.clients_per_round,
+                                       config.sampling, config.seed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+  """A config with every derived value, and the run's sampling built once.
+
+  Attributes:
+    values: config.json's content (`resolve`).
+    sampler: The run's client sampler.
+    canary_schedule: When the inserted canaries take part: as the clients do
+      (`client_sampling.canary_schedule`), or as `presentations` says when a
+      mismatch is allowed.
+  """
+
+  values: dict[str, Any]
+  sampler: client_sampling.ClientSampler
+  canary_schedule: schedules.Schedule
+
+  @property
+  def num_rounds(self) -> int:
+    return self.values["num_rounds"]
+
+  @property
+  def num_clients(self) -> int:
+    return self.values["num_clients"]
+
+
+def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
+            versions: Optional[dict[str, str]] = None) -> Resolved:
+  """config.json: the config with every derived value filled in.
+
+  Refuses, before any training, a per-round rate clients_per_round /
+  num_clients above 1 and a `presentations` that contradicts the client
+  sampler (unless `allow_participation_mismatch`). `presentations` resolves
+  to the clients' whole epochs with shuffle sampling. `versions` (package ->
+  version) is recorded as given.
+  """
+  sampler = client_sampler(config, num_clients)
+  num_rounds = config.num_rounds
+  if num_rounds is None:
+    num_rounds = config.epochs * sampler.rounds_per_epoch
+  schedule = client_sampling.canary_schedule(  # refuses a mismatch
+      sampler, num_rounds, config.presentations,
+      allow_mismatch=config.allow_participation_mismatch)
+  presentations = config.presentations
+  if presentations is None and config.sampling == "shuffle":
+    presentations = sampler.whole_epochs(num_rounds)
+  values = config.as_dict()
+  values.update(
+      num_clients=num_clients, num_rounds=num_rounds, dim=dim,
+      presentations=presentations,
+      delta=config.delta if config.delta is not None else num_clients ** -1.1,
+      canary_seed=(config.canary_seed if config.canary_seed is not None
+                   else config.seed + 1),
+      noise_seed=((config.noise_seed if config.noise_seed is not None
+                   else config.seed + _NOISE_TAG) if config.seeded_noise
+                  else None),
+      output_dir=os.path.abspath(config.output_dir),
+      versions=dict(versions or {}))
+  return Resolved(values=values, sampler=sampler, canary_schedule=schedule)
+
+
+def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
+                    path: str) -> None:
+  """Refuses to resume the run of `path` (its config.json `saved`) with other
+  settings than `resolved`'s (but for `RESUMABLE_KEYS` and versions)."""
+  differ = [k for k in resolved if k not in RESUMABLE_KEYS
+            and k != "versions" and saved.get(k) != resolved[k]]
+  if differ:
+    details = ", ".join(f"{k}: {saved.get(k)!r} -> {resolved[k]!r}"
+                        for k in differ)
+    raise ValueError(f"--resume: {path} was started with other settings "
+                     f"({details}); use a new --output_dir or the same flags.")

@@ -1,0 +1,81 @@
+"""Where a run starts: a fresh seeded state, or what a killed run left behind.
+
+A run directory is resumable at its last checkpoint (TFF's
+`FileProgramStateManager`, which writes then renames): `start_state` loads it,
+or builds the seeded initial state and writes initial_weights.npy;
+`load_history` reads metrics.csv's rows and ledger.json's events up to the
+checkpoint's round (the rounds after it are redone); `remove_leftovers`
+deletes the temporary files of writes a killed run did not finish. Every
+other file is written atomically, so a kill loses only the rounds since the
+last checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shutil
+from typing import Any
+
+import tensorflow_federated as tff
+
+from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness import tasks
+from tff_canary.stats import atomic_files
+
+
+@dataclasses.dataclass
+class History:
+  """Per-round rows of metrics.csv and the ledger's events, up to a round."""
+
+  rows: list[dict[str, Any]]
+  events: list[Any]
+
+
+def remove_leftovers(rd: run_dir_lib.RunDir) -> None:
+  """Temporary files of writes a killed run did not finish (never results)."""
+  for directory in (rd.path, rd.file(run_dir_lib.PLOTS),
+                    rd.file(run_dir_lib.CHECKPOINTS)):
+    if not os.path.isdir(directory):
+      continue
+    for name in os.listdir(directory):
+      path = os.path.join(directory, name)
+      if name.startswith(".tmp-") and os.path.isfile(path):
+        os.remove(path)
+      elif "_temp" in name and os.path.isdir(path):  # TFF's checkpoint writes
+        shutil.rmtree(path)
+
+
+def start_state(process, manager, task: tasks.Task, seed: int,
+                rd: run_dir_lib.RunDir):
+  """(state, rounds done): the latest checkpoint, or a fresh seeded start
+  (whose trainable weights go to initial_weights.npy)."""
+  initial = process.initialize()
+  versions = asyncio.run(manager.get_versions())
+  if versions:
+    state, version = asyncio.run(manager.load_latest(initial))
+    return state, int(version)
+  weights = process.get_model_weights(initial)
+  trainable = task.initial_weights(seed)
+  weights = tff.learning.models.ModelWeights(
+      trainable=trainable, non_trainable=list(weights.non_trainable))
+  state = process.set_model_weights(initial, weights)
+  atomic_files.save_npy(rd.file(run_dir_lib.INITIAL_WEIGHTS),
+                        tasks.flat_trainable(weights))
+  return state, 0
+
+
+def load_history(rd: run_dir_lib.RunDir, done: int) -> History:
+  """The rows and events of the `done` rounds before the checkpoint."""
+  rows, events = [], []
+  if done and rd.exists(run_dir_lib.METRICS):
+    rows = [r for r in rd.load_metrics() if r["round"] < done]
+  if done and rd.exists(run_dir_lib.LEDGER):
+    events = list(rd.load_ledger().events)[:done]
+  if len(rows) != done or len(events) != done:
+    raise run_dir_lib.RunDirError(
+        f"{rd.path}: the checkpoint is at round {done} but metrics.csv has "
+        f"{len(rows)} and ledger.json {len(events)} rounds before it; the "
+        "run directory was changed by hand.")
+  return History(rows=rows, events=events)

@@ -1,0 +1,121 @@
+"""An experiment's training rounds, with evaluation, checkpoints and progress.
+
+`train` runs rounds `done`..num_rounds-1 of a run: each round the sampler's
+clients (`client_sampling.ClientSampler`, a function of seed and round), the
+process's `next`, the noised aggregate recorded (`aggregate_recorder.AggregateRecorder`),
+the round's DpEvent taken from the aggregator state, a row of metrics.csv
+(loss, accuracy, clip norm, canaries inserted, clients, seconds, and the
+evaluation every `eval_every` rounds and after the last), and a checkpoint
+every `checkpoint_every` rounds and after the last. A progress bar on stderr
+shows the round, loss, accuracy, clip norm and canaries inserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any, Optional
+
+import tensorflow_federated as tff
+
+from tff_canary.federated import canary_process
+from tff_canary.federated import aggregate_recorder
+from tff_canary.federated import tree_search
+from tff_canary.harness import experiment_config
+from tff_canary.harness import resume
+from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness import tasks
+
+
+def _canary_measurements(metrics) -> dict:
+  return tree_search.find_first(
+      metrics, lambda m: isinstance(m, dict) and "canaries_inserted" in m
+  ) or {}
+
+
+def _canary_state(state) -> Any:
+  return tree_search.find_first(state.aggregator, lambda s: isinstance(
+      s, canary_process.CanaryDPAggregatorState))
+
+
+def _train_metrics(metrics) -> tuple[float, float]:
+  train = tree_search.find_first(metrics.get("client_work", metrics),
+                                 lambda m: isinstance(m, dict) and "loss" in m)
+  if not train:
+    return float("nan"), float("nan")
+  accuracy = next((v for k, v in train.items() if "accuracy" in k),
+                  float("nan"))
+  return float(train["loss"]), float(accuracy)
+
+
+def _evaluate(keras_model, test_data, model_weights) -> tuple[float, float]:
+  model_weights.assign_weights_to(keras_model)
+  loss, accuracy = keras_model.evaluate(test_data, verbose=0)
+  return float(loss), float(accuracy)
+
+
+def train(process, state, *, task: tasks.Task,
+          config: experiment_config.ExperimentConfig,
+          resolved: experiment_config.Resolved, rd: run_dir_lib.RunDir,
+          manager, recorder: Optional[aggregate_recorder.AggregateRecorder],
+          history: resume.History, done: int, progress: bool):
+  """The state after the run's last round (module docstring)."""
+  num_rounds = resolved.num_rounds
+  client_ids = task.baseline.datasets.train_data.client_ids
+  keras_model = task.keras_model_fn()
+  test_data = task.test_dataset(config.eval_examples)
+  bar = None
+  if progress:
+    from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
+    bar = tqdm(total=num_rounds, initial=done, desc=config.task, unit="round",
+               file=sys.stderr, dynamic_ncols=True)
+  rows, events = history.rows, history.events
+  try:
+    for round_num in range(done, num_rounds):
+      start = time.perf_counter()
+      chosen = resolved.sampler.clients(round_num)
+      client_data = [task.preprocessed_client(client_ids[i]) for i in chosen]
+      output = process.next(state, client_data)
+      state = output.state
+      if recorder is not None:
+        recorder.record(output.metrics)
+      canary = _canary_measurements(output.metrics.get("aggregator", {}))
+      loss, accuracy = _train_metrics(output.metrics)
+      events.append(tff.aggregators.differential_privacy.
+                    extract_dp_event_from_state(_canary_state(state)))
+      row = dict(round=round_num, loss=loss, accuracy=accuracy,
+                 clip=float(canary.get("clip", float("nan"))),
+                 canaries_inserted=int(canary.get("canaries_inserted", 0)),
+                 clients=len(chosen),
+                 seconds=round(time.perf_counter() - start, 3))
+      last = round_num + 1 == num_rounds
+      if config.eval_every and ((round_num + 1) % config.eval_every == 0
+                                or last):
+        row["eval_loss"], row["eval_accuracy"] = _evaluate(
+            keras_model, test_data, process.get_model_weights(state))
+      rows.append(row)
+      if (round_num + 1) % config.checkpoint_every == 0 or last:
+        _checkpoint(rd, manager, state, round_num + 1, rows, events)
+      if bar is not None:
+        postfix = dict(loss=f"{loss:.3f}", acc=f"{accuracy:.3f}",
+                       clip=f"{row['clip']:.3g}",
+                       canaries=row["canaries_inserted"])
+        if row.get("eval_accuracy") is not None:
+          postfix["eval_acc"] = f"{row['eval_accuracy']:.3f}"
+        bar.set_postfix(postfix, refresh=False)
+        bar.update(1)
+  finally:
+    if bar is not None:
+      bar.close()
+  return state
+
+
+def _checkpoint(rd, manager, state, version, rows, events):
+  """Round files first, then the state: a checkpoint never outruns them.
+
+  (The recorder flushes every aggregate as it is written.)
+  """
+  rd.save_metrics(rows)
+  rd.save_ledger(events)
+  asyncio.run(manager.save(state, version))
