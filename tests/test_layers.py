@@ -69,3 +69,35 @@ def test_checker_sees_a_forbidden_import(tmp_path):
 def test_no_module_outside_the_layers():
   top = sorted(p.name for p in PACKAGE.glob("*.py"))
   assert top == ["__init__.py", "__main__.py"], top
+
+
+# One concept per module: a module that grows past this holds two.
+MAX_LINES = 450
+
+
+def test_no_module_is_over_the_size_limit():
+  sizes = {str(p.relative_to(PACKAGE.parent)): len(p.read_text().splitlines())
+           for p in PACKAGE.rglob("*.py")}
+  assert len(sizes) > 20
+  over = {p: n for p, n in sizes.items() if n > MAX_LINES}
+  assert not over, f"over {MAX_LINES} lines: {over}"
+
+
+def test_the_readme_architecture_lists_every_module_in_its_layer():
+  # The README's Architecture tree is the newcomer's map: a module added,
+  # moved or renamed without it fails here.
+  readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+  section = readme[readme.index("## Architecture"):]
+  tree = section[section.index("```\n") + 4:]
+  tree = tree[:tree.index("```")]
+  listed, layer = {}, None
+  for line in tree.splitlines():
+    indent = len(line) - len(line.lstrip())
+    name = line.split()[0] if line.strip() else ""
+    if indent == 2 and name.endswith("/"):
+      layer = name.rstrip("/")
+    elif indent == 4 and layer:
+      listed.setdefault(layer, set()).add(name)
+  actual = {layer: {p.stem for p in layer_modules(layer)} - {"__init__"}
+            for layer in FORBIDDEN}
+  assert listed == actual
