@@ -50,6 +50,32 @@ def _find_aggregate_dicts(metrics: Any, path: str = "metrics"
   return found
 
 
+def pop_aggregate(metrics: Any) -> tuple[int, Any]:
+  """(round_num, noised_aggregate) of a round's metrics; removes the aggregate.
+
+  Raises:
+    ValueError: if there is no `noised_aggregate` (a `CanaryConfig` with
+      `record_aggregates=False`?) or more than one, or no `round_num` beside
+      it.
+  """
+  found = _find_aggregate_dicts(metrics)
+  if not found:
+    raise ValueError(f"metrics has no {AGGREGATE_KEY!r}: build the "
+                     "CanaryConfig with record_aggregates=True and pass the "
+                     "round's output.metrics.")
+  if len(found) > 1:
+    raise ValueError(f"metrics has {len(found)} {AGGREGATE_KEY!r} entries "
+                     f"(at {[p for p, _ in found]}); record one factory's "
+                     "measurements at a time.")
+  where, holder = found[0]
+  if ROUND_KEY not in holder:
+    raise ValueError(f"{where} has {AGGREGATE_KEY!r} but no {ROUND_KEY!r}.")
+  round_num = validation.as_int(np.asarray(holder[ROUND_KEY]).item(),
+                                ROUND_KEY, minimum=0)
+  aggregate = holder.pop(AGGREGATE_KEY)
+  return round_num, aggregate
+
+
 class AggregateRecorder:
   """Writes each round's noised aggregate to a memory-mapped .npy file.
 
@@ -136,22 +162,8 @@ class AggregateRecorder:
         `record_aggregates=False`?) or more than one, or the round is out of
         range.
     """
-    found = _find_aggregate_dicts(metrics)
-    if not found:
-      raise ValueError(f"metrics has no {AGGREGATE_KEY!r}: build the "
-                       "CanaryConfig with record_aggregates=True and pass the "
-                       "round's output.metrics.")
-    if len(found) > 1:
-      raise ValueError(f"metrics has {len(found)} {AGGREGATE_KEY!r} entries "
-                       f"(at {[p for p, _ in found]}); record one factory's "
-                       "measurements at a time.")
-    where, holder = found[0]
-    if ROUND_KEY not in holder:
-      raise ValueError(f"{where} has {AGGREGATE_KEY!r} but no {ROUND_KEY!r}.")
-    round_num = validation.as_int(np.asarray(holder[ROUND_KEY]).item(),
-                                  ROUND_KEY, minimum=0)
-    self.write(round_num, holder[AGGREGATE_KEY])
-    del holder[AGGREGATE_KEY]
+    round_num, aggregate = pop_aggregate(metrics)
+    self.write(round_num, aggregate)
     return round_num
 
   def write(self, round_num: int, aggregate: Any) -> None:

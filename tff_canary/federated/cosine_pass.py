@@ -50,6 +50,7 @@ import tqdm
 
 from tff_canary.federated import aggregate_recorder
 from tff_canary.federated import canary_directions
+from tff_canary.federated import cosine_chunks
 from tff_canary.federated import flat_layout
 from tff_canary.federated import state_check
 from tff_canary.federated import worker_guard
@@ -156,17 +157,15 @@ def _weights_vector(weights: Any, name: str) -> np.ndarray:
   return flat_layout.flatten_numpy(weights, name).astype(np.float64)
 
 
-def _row_norms(reader: _RowReader, rows: np.ndarray, chunk: int,
-               buffer: np.ndarray | None) -> np.ndarray:
-  """Float64-accumulated L2 norms of the rows, read `chunk` rows at a time."""
-  norms = np.empty(rows.size, np.float64)
+def _inverse_norms(reader: _RowReader, rows: np.ndarray, chunk: int,
+                   buffer: np.ndarray | None) -> np.ndarray:
+  """1 / |a_r| per row (`cosine_chunks.inverse_norms`), `chunk` rows at a
+  time (the chunks of the cosine loop, so a plan gives the same bits)."""
+  inv = np.empty(rows.size, np.float32)
   for start in range(0, rows.size, chunk):
     part = reader.read(rows[start:start + chunk], out=buffer)
-    squares = np.einsum("ij,ij->i", part, part, dtype=np.float64)
-    if not np.all(np.isfinite(squares)):
-      raise ValueError("aggregates hold non-finite values.")
-    norms[start:start + chunk] = np.sqrt(squares)
-  return norms
+    inv[start:start + chunk] = cosine_chunks.inverse_norms(part)
+  return inv
 
 
 def plan_blocks(dim: int, num_rows: int, num_canaries: int,
@@ -209,6 +208,10 @@ def compute_cosine_table(
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     progress: bool = True,
     state: Any = None,
+    *,
+    plan: tuple[int, int] | None = None,
+    rounds: Any = None,
+    start: cosine_chunks.RunningMax | None = None,
 ) -> cosine_table.CosineTable:
   """The cosine table of a run (module docstring).
 
@@ -237,6 +240,14 @@ def compute_cosine_table(
       `canary_process.CanaryDPAggregatorState` itself. Its `seed` and
       `schedule` fields are compared with `canaries` (see
       `state_check.check_state`); None skips the check.
+    plan: (aggregate rows per chunk, canaries per block) instead of
+      `plan_blocks`'s: a streamed run's plan (`cosine_stream.StreamPlan`)
+      gives its table bit for bit (`cosine_chunks`).
+    rounds: With an array `aggregates`, the round of each row (increasing;
+      default 0, 1, ...).
+    start: The running max over rounds 0..start.end-1, all recorded, taken
+      while training (`cosine_stream`); the rows of `aggregates` then are the
+      rounds from start.end on.
 
   Returns:
     The `CosineTable`.
@@ -262,16 +273,36 @@ def compute_cosine_table(
     raise ValueError(f"initial_weights has dim = {theta0.size}, final_weights "
                      f"dim = {theta_t.size}.")
   dim = validation.as_dim(theta0.size, "dim (of the weights)")
+  m = canaries.num_canaries
   if aggregates is None:
     reader, rows = None, np.zeros(0, np.int64)
   else:
     reader = _RowReader(aggregates)
     rows = reader.rows
+    if rounds is not None:
+      if reader.from_file:
+        raise ValueError("rounds is for an array of aggregates; a file "
+                         "says which rounds it holds.")
+      rows = np.asarray(rounds, np.int64).reshape(-1)
+      if rows.size != reader.shape[0] or np.any(np.diff(rows) <= 0):
+        raise ValueError(f"rounds must give each of the {reader.shape[0]} "
+                         "rows its round, increasing.")
     if reader.shape[1] != dim:
       raise ValueError(f"aggregates have dim = {reader.shape[1]}, the weights "
                        f"dim = {dim}.")
+  if start is not None:
+    if start.best.shape != (m,):
+      raise ValueError(f"start holds {start.best.size} canaries, the config "
+                       f"{m}.")
+    if rows.size and rows[0] < start.end:
+      raise ValueError(f"the aggregates start at round {rows[0]}, before "
+                       f"start.end = {start.end}.")
   num_rows = int(rows.size)
-  chunk_rows, block = plan_blocks(dim, num_rows, canaries.num_canaries, budget)
+  if plan is None:
+    chunk_rows, block = plan_blocks(dim, num_rows, m, budget)
+  else:
+    chunk_rows = validation.as_int(plan[0], "plan[0] (rows per chunk)", 1)
+    block = validation.as_int(plan[1], "plan[1] (canaries per block)", 1)
 
   u = theta0 - theta_t
   u_norm = float(np.sqrt(np.dot(u, u)))
@@ -290,78 +321,80 @@ def compute_cosine_table(
   if num_rows:
     if reader.from_file:
       chunk_buffer = np.empty((min(chunk_rows, num_rows), dim), np.float32)
-    norms = _row_norms(reader, rows, chunk_rows, chunk_buffer)
-    zero = norms == 0.0
+    inv_norms = _inverse_norms(reader, reader.rows, chunk_rows, chunk_buffer)
+    zero = inv_norms == 0.0
     if zero.any():
       warnings.warn(f"the noised aggregates of rounds "
                     f"{rows[zero][:10].tolist()} are zero vectors: their "
                     "cosines are defined as 0.", ZeroVectorWarning,
                     stacklevel=2)
-    inv_norms = np.where(zero, 0.0, 1.0 / np.where(zero, 1.0, norms)).astype(
-        np.float32)
     if chunk_rows >= num_rows:
-      resident = reader.read(rows, out=chunk_buffer)
+      resident = reader.read(reader.rows, out=chunk_buffer)
       if chunk_buffer is None:  # an array given in memory: keep as is
         resident = np.asarray(resident, np.float32)
+  positions = reader.rows if reader is not None else rows
 
-  m = canaries.num_canaries
   final = np.empty(m, np.float64)
-  best = np.full(m, np.nan)
-  best_round = np.full(m, -1, np.int64)
+  running = (cosine_chunks.RunningMax.empty(m) if start is None else
+             cosine_chunks.RunningMax(start.best.copy(),
+                                      start.best_round.copy(), start.end))
   ids = np.arange(m)
-  buffer = np.empty((block, dim), np.float32)
+  buffer = np.empty((min(block, m), dim), np.float32)
   with tqdm.tqdm(total=m, desc="canary cosines", unit="canary",
                  disable=not progress) as bar:
-    for start in range(0, m, block):
-      block_ids = ids[start:start + block]
+    for first in range(0, m, block):
+      block_ids = ids[first:first + block]
       c = canary_directions.canary_block(canaries.seed, block_ids, dim,
                                          out=buffer)
       final[block_ids] = c @ u_unit
-      if num_rows:
-        top = np.full(block_ids.size, -np.inf, np.float32)
-        top_row = np.zeros(block_ids.size, np.int64)
-        for r0 in range(0, num_rows, chunk_rows):
-          if resident is not None:
-            chunk = resident
-          else:
-            chunk = reader.read(rows[r0:r0 + chunk_rows], out=chunk_buffer)
-          cos = (c @ chunk.T) * inv_norms[r0:r0 + chunk.shape[0]]
-          arg = np.argmax(cos, axis=1)
-          value = cos[np.arange(block_ids.size), arg]
-          better = value > top
-          top[better] = value[better]
-          top_row[better] = rows[r0 + arg[better]]
-        best[block_ids] = top
-        best_round[block_ids] = top_row
+      for r0 in range(0, num_rows, chunk_rows):
+        if resident is not None:
+          chunk = resident[r0:r0 + chunk_rows]
+        else:
+          chunk = reader.read(positions[r0:r0 + chunk_rows], out=chunk_buffer)
+        running.update(block_ids, cosine_chunks.round_cosines(
+            c, chunk, inv_norms[r0:r0 + chunk.shape[0]]),
+                       rows[r0:r0 + chunk_rows])
       del c
       bar.update(block_ids.size)
 
+  recorded = rows if start is None else np.concatenate(
+      [np.arange(start.end), rows])
+  return _table(canaries, dim, final, running, recorded,
+                with_rounds=reader is not None or start is not None)
+
+
+def _table(canaries, dim, final, running, recorded, with_rounds):
+  """The `CosineTable` of final cosines and a running max over `recorded`."""
+  m = canaries.num_canaries
+  best = running.best.astype(np.float64)
+  best[running.best_round < 0] = np.nan
   np.clip(final, -1.0, 1.0, out=final)
   np.clip(best, -1.0, 1.0, out=best)
   unrecorded = np.zeros(m, np.int64)
-  if reader is not None:
+  if with_rounds:
     events = canaries.participation.events
-    missed = events[~np.isin(events[:, 0], rows)]
+    missed = events[~np.isin(events[:, 0], recorded)]
     unrecorded = np.bincount(missed[:, 1], minlength=m).astype(np.int64)
     if missed.size:
       warnings.warn(
           f"{missed.shape[0]} participations of inserted canaries fall in "
           f"rounds that were not recorded (e.g. canary {missed[0, 1]} in "
-          f"round {missed[0, 0]}; {num_rows} rounds recorded of "
+          f"round {missed[0, 0]}; {recorded.size} rounds recorded of "
           f"{canaries.num_rounds}): the table refuses epsilon_all and the "
           "all-iterates bounds.", cosine_table.UnrecordedRoundsWarning,
-          stacklevel=2)
+          stacklevel=3)
   return cosine_table.CosineTable(
-      id=ids,
+      id=np.arange(m),
       group=np.where(canaries.inserted, "inserted", "held_out"),
       participation=canaries.counts(),
       final_cosine=final,
       max_cosine=best,
-      max_round=best_round,
+      max_round=running.best_round.copy(),
       seed=canaries.seed,
       dim=dim,
       num_rounds=canaries.num_rounds,
-      rounds_recorded=num_rows,
+      rounds_recorded=int(recorded.size),
       assignment=canaries.assignment,
       schedule=repr(canaries.schedule),
       generator=canary_directions.GENERATOR,

@@ -1,0 +1,168 @@
+"""The background process that takes chunks of rounds while training goes on.
+
+`StreamWorker` starts one child process (multiprocessing "spawn": a fresh
+interpreter, never a fork of a process running TensorFlow) which, for each
+chunk of rounds it is sent, reads the chunk's aggregates from disk,
+regenerates every canary once in blocks (`canary_directions.canary_block`,
+bitwise the canaries of training), takes their cosines with the chunk
+(`cosine_chunks.take_chunk`) into its running max, and writes the running max
+after the chunk atomically (`running-<end>.npz`, `cosine_stream` names the
+files). It never blocks a round: TFF runs the rounds in its own
+`worker_binary` process, this child runs beside it with ONE thread for BLAS,
+OpenMP and TensorFlow (set in its environment before NumPy or TensorFlow
+load) and a lower scheduling priority (`nice`), so it uses the core the
+rounds leave idle and yields whenever a round wants both.
+
+Determinism: the child's results depend only on the chunk (its rounds and
+rows) and the plan, never on when it runs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import traceback
+from typing import Any
+
+# The child's environment: one thread for every numeric library.
+SINGLE_THREAD_ENV = {
+    "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
+    "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+DEFAULT_NICE = 10
+
+
+class StreamWorkerError(RuntimeError):
+  """The background worker failed or died; its traceback is in the message."""
+
+
+def _child(inbox, outbox, job: dict[str, Any]) -> None:
+  """The child's loop: ("chunk", start, end, rows_path, state_path) messages."""
+  try:
+    os.nice(job["nice"])
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    from tff_canary.federated import canary_directions  # pylint: disable=g-import-not-at-top
+    from tff_canary.federated import cosine_chunks  # pylint: disable=g-import-not-at-top
+
+    seed, dim, m, block = job["seed"], job["dim"], job["num_canaries"], job[
+        "canaries_per_block"]
+    if job["start_path"] is None:
+      running = cosine_chunks.RunningMax.empty(m)
+    else:
+      running = cosine_chunks.RunningMax.load(job["start_path"], m)
+    buffer = np.empty((min(block, m), dim), np.float32)
+
+    def blocks():
+      ids = np.arange(m)
+      for first in range(0, m, block):
+        block_ids = ids[first:first + block]
+        yield block_ids, canary_directions.canary_block(seed, block_ids, dim,
+                                                        out=buffer)
+
+    outbox.put(("ready", os.getpid()))
+    while True:
+      message = inbox.get()
+      if message is None:
+        break
+      _, start, end, rows_path, state_path = message
+      rows = np.load(rows_path)[:end - start]
+      cosine_chunks.take_chunk(running, blocks(), rows,
+                               np.arange(start, end))
+      del rows
+      running.save(state_path)
+      outbox.put(("done", end))
+  except BaseException:  # pylint: disable=broad-except
+    outbox.put(("error", traceback.format_exc()))
+
+
+class StreamWorker:
+  """Parent-side handle of the child (module docstring)."""
+
+  def __init__(self, *, seed: int, dim: int, num_canaries: int,
+               canaries_per_block: int, start_path: str | None,
+               nice: int = DEFAULT_NICE):
+    context = multiprocessing.get_context("spawn")
+    self._inbox = context.Queue()
+    self._outbox = context.Queue()
+    job = dict(seed=int(seed), dim=int(dim), num_canaries=int(num_canaries),
+               canaries_per_block=int(canaries_per_block),
+               start_path=start_path, nice=int(nice))
+    self._process = context.Process(target=_child, daemon=True,
+                                    args=(self._inbox, self._outbox, job),
+                                    name="tff-canary-stream")
+    saved = {k: os.environ.get(k) for k in SINGLE_THREAD_ENV}
+    os.environ.update(SINGLE_THREAD_ENV)  # the spawned child inherits these
+    try:
+      self._process.start()
+    finally:
+      for key, value in saved.items():
+        if value is None:
+          os.environ.pop(key, None)
+        else:
+          os.environ[key] = value
+    self.pending: list[int] = []  # ends of chunks sent and not done
+
+  @property
+  def pid(self) -> int:
+    return self._process.pid
+
+  def submit(self, start: int, end: int, rows_path: str,
+             state_path: str) -> None:
+    """Sends the chunk of rounds start..end-1 (rows in `rows_path`)."""
+    self._inbox.put(("chunk", int(start), int(end), rows_path, state_path))
+    self.pending.append(int(end))
+
+  def poll(self, block: bool = False, timeout: float | None = None
+           ) -> list[int]:
+    """Ends of the chunks finished since the last poll.
+
+    Blocking waits for at least one (checking every second that the child
+    lives). Raises StreamWorkerError if the child failed or died.
+    """
+    finished = []
+    while True:
+      try:
+        wait = block and not finished
+        message = self._outbox.get(block=wait,
+                                   timeout=1.0 if wait else None)
+      except queue.Empty:
+        if not block or finished:
+          return finished
+        if not self._process.is_alive():
+          raise StreamWorkerError(
+              f"the stream worker (pid {self.pid}) died with exit code "
+              f"{self._process.exitcode}.") from None
+        if timeout is not None:
+          timeout -= 1.0
+          if timeout <= 0:
+            return finished
+        continue
+      kind = message[0]
+      if kind == "error":
+        raise StreamWorkerError(f"the stream worker failed:\n{message[1]}")
+      if kind == "done":
+        self.pending.remove(message[1])
+        finished.append(message[1])
+
+  def wait_all(self) -> list[int]:
+    """Waits until every chunk sent is done; their ends."""
+    finished = []
+    while self.pending:
+      finished += self.poll(block=True)
+    return finished
+
+  def close(self) -> None:
+    """Stops the child (after its current chunk) and reaps it."""
+    if self._process.is_alive():
+      self._inbox.put(None)
+      self._process.join(timeout=60)
+    if self._process.is_alive():
+      self._process.kill()
+      self._process.join()
+    self._inbox.close()
+    self._outbox.close()
