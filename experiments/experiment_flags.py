@@ -35,7 +35,8 @@ GROUPS = (
             "delta")),
     ("Canaries", ("num_inserted", "num_held_out", "assignment",
                   "presentations", "allow_participation_mismatch",
-                  "canary_seed", "record_aggregates", "memory_budget_gb")),
+                  "canary_seed", "record_aggregates", "stream_cosines",
+                  "keep_aggregates", "memory_budget_gb", "disk_budget_gb")),
     ("Output", ("output_dir", "checkpoint_every", "resume")),
 )
 
@@ -105,7 +106,18 @@ _HELP = {
     "checkpoint_every": "Checkpoint every N rounds.",
     "record_aggregates": "Record every round's noised aggregate (needed for "
                          "the all-iterates statistics).",
-    "memory_budget_gb": "Memory for the post-training cosine computation.",
+    "stream_cosines": "Take the all-iterates cosines in chunks of rounds "
+                      "on a background process while training goes on "
+                      "(bounded disk); false: keep every round, one pass "
+                      "after training.",
+    "keep_aggregates": "With --stream_cosines, also keep every round's "
+                       "aggregate (float16) in aggregates.npy for "
+                       "re-analysis.",
+    "memory_budget_gb": "Memory for the cosine computation (canaries "
+                        "regenerated at a time; the stream worker's too).",
+    "disk_budget_gb": "Scratch disk for the streamed rounds: chunks of "
+                      "disk / (3 x 4 x dim bytes) rounds (a resumed run "
+                      "keeps its plan).",
     "resume": "Finish an interrupted run in --output_dir.",
 }
 

@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.tff, pytest.mark.slow]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "experiments", "emnist.py")
-# 8 rounds, checkpoints every 2; 300 held-out canaries make the cosine work
+# 8 rounds, checkpoints every 2, streamed in chunks of 2 rounds (a 0.03 GB
+# disk budget: 3 chunks of 2 x 4.8 MB), so a kill finds chunks filled, done,
+# processed past the checkpoint or waiting; 300 held-out canaries make the cosine work
 # last several seconds (each regenerates 1.2M floats) in blocks of ~20 (a
 # 0.1 GB budget), so the progress bar shows the work half done. 32 examples
 # per client (the default) make two local batches, whose order TFF's
@@ -34,7 +36,8 @@ SCRIPT = os.path.join(REPO, "experiments", "emnist.py")
 FLAGS = ["--num_rounds=8", "--checkpoint_every=2", "--clients_per_round=6",
          "--examples_per_client=32", "--num_inserted=20", "--num_held_out=300",
          "--assignment=fixed", "--noise_multiplier=0.3", "--eval_every=4",
-         "--eval_examples=64", "--memory_budget_gb=0.1"]
+         "--eval_examples=64", "--memory_budget_gb=0.1",
+         "--disk_budget_gb=0.03"]
 
 
 def _start(out, *extra):
@@ -84,6 +87,8 @@ def _assert_same_results(out, reference):
   np.testing.assert_array_equal(np.load(os.path.join(out, "final_weights.npy")),
                                 np.load(os.path.join(reference,
                                                      "final_weights.npy")))
+  with open(os.path.join(out, "stream", "plan.json")) as f:
+    assert json.load(f)["chunk_rounds"] == 2  # streamed, 4 chunks
   leftovers = [os.path.join(d, n) for d, _, names in os.walk(out)
                for n in names if n.startswith(".tmp-") or "_temp" in d]
   assert not leftovers

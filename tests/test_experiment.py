@@ -158,9 +158,13 @@ def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
   for name in (run_dir.CONFIG, run_dir.METRICS, run_dir.LEDGER,
                run_dir.PARTICIPATION, run_dir.COSINES_CSV, run_dir.COSINES_NPZ,
                run_dir.REPORT_JSON, run_dir.REPORT_MD, run_dir.INITIAL_WEIGHTS,
-               run_dir.FINAL_WEIGHTS, run_dir.AGGREGATES,
+               run_dir.FINAL_WEIGHTS, "stream/plan.json",
                "plots/cosines.png", "plots/epsilons.png"):
     assert os.path.exists(tmp_path / "run" / name), name
+  # Streamed (the default): no file of every round, no chunk left.
+  assert not os.path.exists(tmp_path / "run" / run_dir.AGGREGATES)
+  assert not [n for n in os.listdir(tmp_path / "run" / run_dir.STREAM)
+              if n.startswith("rounds-")]
   saved = json.load(open(tmp_path / "run" / run_dir.CONFIG))
   assert saved["dim"] == 1_206_590 and saved["num_rounds"] == 4
   assert saved["canary_seed"] == 1 and saved["noise_seed"] is not None
@@ -231,7 +235,8 @@ def test_resume_after_a_crash_before_the_first_checkpoint(tmp_path, monkeypatch)
   monkeypatch.setattr(training, "_checkpoint", crash)
   with pytest.raises(RuntimeError, match="first checkpoint"):
     experiment.run_experiment(config, progress=False, log=lambda *a: None)
-  assert os.path.exists(tmp_path / "run" / run_dir.AGGREGATES)
+  assert os.path.exists(tmp_path / "run" / run_dir.STREAM /
+                        "rounds-0000000.npy")
   monkeypatch.undo()
   moved = tmp_path / "moved"
   os.rename(tmp_path / "run", moved)  # a run directory may move between runs

@@ -30,7 +30,11 @@ SCRIPT = os.path.join(REPO, "experiments", "emnist.py")
 # differed from round 3 on, the trial's from round 1). The two runs go side
 # by side: about 70 s on 2 idle cores, 4 min on a busy one.
 FLAGS = ["--num_rounds=16", "--clients_per_round=10", "--num_inserted=4",
-         "--num_held_out=4", "--checkpoint_every=2"]
+         "--num_held_out=4", "--checkpoint_every=2", "--disk_budget_gb=0.05",
+         "--keep_aggregates"]
+# Streamed in chunks of 3 rounds (0.05 GB / (3 x 4.8 MB)) by the background
+# worker, whose timing must not matter; --keep_aggregates keeps every round
+# (float16) so that the aggregates are compared too.
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +129,9 @@ def test_two_runs_of_the_same_command_are_bitwise_identical(tmp_path):
   assert len(rows_a) == 16 and rows_a[-1]["eval_loss"]
   for row_a, row_b in zip(rows_a, metrics_without_timing(b), strict=True):
     assert row_a == row_b, f"round {row_a['round']} differs"
+  with open(os.path.join(a, "stream", "plan.json")) as f:
+    plan = json.load(f)
+  assert plan["chunk_rounds"] == 3 and plan["num_chunks"] == 6  # streamed
   for name in ("initial_weights.npy", "final_weights.npy", "aggregates.npy"):
     assert _bits(os.path.join(a, name)) == _bits(os.path.join(b, name)), name
   assert (CosineTable.load(os.path.join(a, "cosines.npz"))

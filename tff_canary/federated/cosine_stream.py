@@ -345,6 +345,8 @@ class CosineStream:
     if self._worker is not None:
       self._worker.close()
       self._worker = None
+    if self._keep is not None:
+      self._keep.close()
 
 
 def load_plan(directory: str | os.PathLike) -> StreamPlan | None:

@@ -13,6 +13,8 @@ OpenMP and TensorFlow (set in its environment before NumPy or TensorFlow
 load) and a lower scheduling priority (`nice`), so it uses the core the
 rounds leave idle and yields whenever a round wants both.
 
+It stops when its parent dies, even by SIGKILL (it checks every second).
+
 Determinism: the child's results depend only on the chunk (its rounds and
 rows) and the plan, never on when it runs.
 """
@@ -65,8 +67,14 @@ def _child(inbox, outbox, job: dict[str, Any]) -> None:
                                                         out=buffer)
 
     outbox.put(("ready", os.getpid()))
+    parent = os.getppid()
     while True:
-      message = inbox.get()
+      try:
+        message = inbox.get(timeout=1.0)
+      except queue.Empty:
+        if os.getppid() != parent:  # the parent died (SIGKILL): stop too
+          break
+        continue
       if message is None:
         break
       _, start, end, rows_path, state_path = message

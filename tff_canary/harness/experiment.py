@@ -15,10 +15,14 @@
      before training (noise_check.json; the report shows its verdict);
   3. start fresh or from the last checkpoint (`tff_canary.harness.resume`)
      and train (`tff_canary.harness.training`: clients sampled per round
-     from (seed, round), each round's noised aggregate recorded, a progress
-     bar, evaluation every `eval_every` rounds, a checkpoint every
+     from (seed, round), each round's noised aggregate streamed
+     (`cosine_stream.CosineStream`: chunks of rounds taken by a background
+     process while training goes on, bounded disk; `stream_cosines=False`:
+     every round recorded for a pass after training), a progress bar,
+     evaluation every `eval_every` rounds, a checkpoint every
      `checkpoint_every` rounds);
-  4. after training: the cosine table (`cosine_pass.compute_cosine_table`, checked
+  4. after training: the cosine table (the stream's last chunk and the
+     final-model cosines, or `cosine_pass.compute_cosine_table`; checked
      against the seed and schedule in the trained aggregator state), the
      report (`tff_canary.harness.report`), all written into the run directory
      (`tff_canary.harness.run_dir` lists the files).
@@ -45,6 +49,7 @@ import tff_canary
 from tff_canary.stats import canary_config
 from tff_canary.federated import aggregate_recorder
 from tff_canary.federated import cosine_pass
+from tff_canary.federated import cosine_stream
 from tff_canary.federated import worker_guard
 from tff_canary.harness import datasets
 from tff_canary.harness import dp_fedavg
@@ -161,42 +166,67 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
       rd.file(run_dir_lib.CHECKPOINTS), keep_total=2)
   state, done = resume.start_state(process, manager, task, config.seed, rd)
   history = resume.load_history(rd, done)
-  aggregates_path = rd.file(run_dir_lib.AGGREGATES)
-  if not config.record_aggregates:
-    recorder = None
-  elif done and os.path.exists(aggregates_path):
-    recorder = aggregate_recorder.AggregateRecorder.open(aggregates_path)
-  else:  # a fresh start; a file here is from a run killed before round 1
-    recorder = aggregate_recorder.AggregateRecorder(aggregates_path, dim, num_rounds,
-                                       overwrite=True)
+  recorder = _recorder(config, canaries, rd, dim, num_rounds, done)
+  try:
+    if done < num_rounds:
+      log(f"{'resuming' if done else 'training'} {config.task} "
+          f"({data.source} data, {resolved.num_clients} clients, d={dim}) in "
+          f"{rd.path}" + (f" from round {done}" if done else ""))
+      state = training.train(
+          process, state, task=task, config=config, resolved=resolved, rd=rd,
+          manager=manager, recorder=recorder, history=history, done=done,
+          progress=progress)
+    return _after_training(config, canaries, process, state, rd, log,
+                           progress, recorder)
+  finally:
+    if recorder is not None:
+      recorder.close()
 
-  if done < num_rounds:
-    log(f"{'resuming' if done else 'training'} {config.task} "
-        f"({data.source} data, {resolved.num_clients} clients, d={dim}) in "
-        f"{rd.path}" + (f" from round {done}" if done else ""))
-    state = training.train(
-        process, state, task=task, config=config, resolved=resolved, rd=rd,
-        manager=manager, recorder=recorder, history=history, done=done,
-        progress=progress)
-  if recorder is not None:
-    recorder.close()
-  return _after_training(config, canaries, process, state, rd, log,
-                         progress)
+
+def _recorder(config, canaries, rd, dim, num_rounds, done):
+  """Where the rounds' aggregates go: a `CosineStream` (with an
+  `AggregateRecorder` keeping them in float16 if `keep_aggregates`), an
+  `AggregateRecorder` (`stream_cosines=False`), or None."""
+  if not config.record_aggregates:
+    return None
+  path = rd.file(run_dir_lib.AGGREGATES)
+  keep = None
+  if not config.stream_cosines or config.keep_aggregates:
+    if done and os.path.exists(path):
+      keep = aggregate_recorder.AggregateRecorder.open(path)
+    else:  # a fresh start; a file here is from a run killed before round 1
+      keep = aggregate_recorder.AggregateRecorder(
+          path, dim, num_rounds, overwrite=True,
+          dtype=np.float16 if config.stream_cosines else np.float32)
+  if not config.stream_cosines:
+    return keep
+  directory = rd.file(run_dir_lib.STREAM)
+  plan = cosine_stream.load_plan(directory) or cosine_stream.plan_stream(
+      dim, canaries.num_canaries, num_rounds,
+      int(config.memory_budget_gb * 1024 ** 3),
+      int(config.disk_budget_gb * 1024 ** 3))
+  return cosine_stream.CosineStream(directory, canaries, plan, done=done,
+                                    keep=keep)
 
 
 def _after_training(config, canaries, process, state, rd, log,
-                    progress) -> report_lib.RunReport:
+                    progress, recorder) -> report_lib.RunReport:
   """final_weights.npy, the cosine table (checked against the seed and
   schedule in the trained aggregator state) and the report."""
   final = tasks.flat_trainable(process.get_model_weights(state))
   atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final)
   log("computing the canary cosines ...")
   initial = np.load(rd.file(run_dir_lib.INITIAL_WEIGHTS))
-  table = cosine_pass.compute_cosine_table(
-      canaries, initial, final,
-      rd.file(run_dir_lib.AGGREGATES) if config.record_aggregates else None,
-      memory_budget_bytes=int(config.memory_budget_gb * 1024 ** 3),
-      progress=progress, state=state)
+  if isinstance(recorder, cosine_stream.CosineStream):
+    table = recorder.finish(initial, final, progress=progress, state=state)
+  else:
+    if recorder is not None:
+      recorder.close()
+    table = cosine_pass.compute_cosine_table(
+        canaries, initial, final,
+        rd.file(run_dir_lib.AGGREGATES) if config.record_aggregates else None,
+        memory_budget_bytes=int(config.memory_budget_gb * 1024 ** 3),
+        progress=progress, state=state)
   table.save_npz(rd.file(run_dir_lib.COSINES_NPZ))
   table.save_csv(rd.file(run_dir_lib.COSINES_CSV))
   report = report_lib.build_report(rd.path)

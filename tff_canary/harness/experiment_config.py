@@ -29,7 +29,7 @@ _NOISE_TAG = 0x401
 
 # Keys that may differ between a run and its resumption.
 RESUMABLE_KEYS = ("resume", "eval_every", "checkpoint_every",
-                  "memory_budget_gb", "output_dir")
+                  "memory_budget_gb", "disk_budget_gb", "output_dir")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +84,10 @@ class ExperimentConfig:
   eval_examples: Optional[int] = 2000
   checkpoint_every: int = 25
   record_aggregates: bool = True
+  stream_cosines: bool = True
+  keep_aggregates: bool = False
   memory_budget_gb: float = 2.0
+  disk_budget_gb: float = 0.5
   resume: bool = False
 
   def __post_init__(self):
@@ -119,6 +122,7 @@ class ExperimentConfig:
         "eval_every": lambda x: v.as_int(x, "eval_every", 0),
         "checkpoint_every": lambda x: v.as_int(x, "checkpoint_every", 1),
         "memory_budget_gb": lambda x: v.as_positive(x, "memory_budget_gb"),
+        "disk_budget_gb": lambda x: v.as_positive(x, "disk_budget_gb"),
     }
     optional = {
         "num_clients": lambda x: v.as_int(x, "num_clients", 2),
@@ -136,7 +140,8 @@ class ExperimentConfig:
     for name, fn in optional.items():
       if getattr(self, name) is not None:
         object.__setattr__(self, name, fn(getattr(self, name)))
-    for name in ("zeroing", "seeded_noise", "record_aggregates", "resume",
+    for name in ("zeroing", "seeded_noise", "record_aggregates",
+                 "stream_cosines", "keep_aggregates", "resume",
                  "allow_participation_mismatch"):
       if not isinstance(getattr(self, name), (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}.")

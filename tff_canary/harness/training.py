@@ -2,7 +2,8 @@
 
 `train` runs rounds `done`..num_rounds-1 of a run: each round the sampler's
 clients (`client_sampling.ClientSampler`, a function of seed and round), the
-process's `next`, the noised aggregate recorded (`aggregate_recorder.AggregateRecorder`),
+process's `next`, the noised aggregate streamed
+(`cosine_stream.CosineStream`) or recorded (`aggregate_recorder.AggregateRecorder`),
 the round's DpEvent taken from the aggregator state, a row of metrics.csv
 (loss, accuracy, clip norm, canaries inserted, clients, seconds, and the
 evaluation every `eval_every` rounds and after the last), and a checkpoint
@@ -21,6 +22,7 @@ import tensorflow_federated as tff
 
 from tff_canary.federated import canary_process
 from tff_canary.federated import aggregate_recorder
+from tff_canary.federated import cosine_stream
 from tff_canary.federated import tree_search
 from tff_canary.harness import experiment_config
 from tff_canary.harness import resume
@@ -58,7 +60,8 @@ def _evaluate(keras_model, test_data, model_weights) -> tuple[float, float]:
 def train(process, state, *, task: tasks.Task,
           config: experiment_config.ExperimentConfig,
           resolved: experiment_config.Resolved, rd: run_dir_lib.RunDir,
-          manager, recorder: Optional[aggregate_recorder.AggregateRecorder],
+          manager, recorder: Optional[aggregate_recorder.AggregateRecorder
+                                      | cosine_stream.CosineStream],
           history: resume.History, done: int, progress: bool):
   """The state after the run's last round (module docstring)."""
   num_rounds = resolved.num_rounds
@@ -97,6 +100,8 @@ def train(process, state, *, task: tasks.Task,
       rows.append(row)
       if (round_num + 1) % config.checkpoint_every == 0 or last:
         _checkpoint(rd, manager, state, round_num + 1, rows, events)
+        if isinstance(recorder, cosine_stream.CosineStream):
+          recorder.checkpointed(round_num + 1)  # its chunks may go now
       if bar is not None:
         postfix = dict(loss=f"{loss:.3f}", acc=f"{accuracy:.3f}",
                        clip=f"{row['clip']:.3g}",
