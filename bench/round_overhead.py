@@ -1,4 +1,4 @@
-"""What canaries cost: DP-FedAvg rounds with and without them, and the cosines.
+"""What canaries cost: DP-FedAvg rounds with and without them, streamed cosines.
 
 The EMNIST character CNN (TFF's baseline `cnn_dropout`, 62 classes,
 1,206,590 parameters) on synthetic data (28x28x1 images, 20 clients per
@@ -8,38 +8,47 @@ round, 100 examples each, batch 16), side by side in ONE process:
   canary: tff_canary CanaryDPFactory.gaussian_fixed with 1000 inserted + 1000
           held-out canaries, schedule ShuffledEpochs(500, 500) (each inserted
           canary once in a 500-round run, the paper's one presentation: about
-          2 canaries per round), recording every round's noised aggregate to
-          disk with AggregateRecorder (part of the timed round).
+          2 canaries per round), each round's noised aggregate streamed
+          (`cosine_stream.CosineStream`, part of the timed round): chunks of B
+          rounds (B from --disk_budget_bytes, as in a 500-round run) taken by
+          the background worker process while the rounds go on.
 
-(a) Steady-state seconds per round of both (mean), alternating plain and
-    canary rounds so machine noise hits both alike, after warm-up rounds; their
-    ratio (target <= 1.05), with a standard error from the paired per-round
-    differences. 24 rounds each before (b) and 6 after, so the round times
-    bracket the post-training work (on a shared host the speed drifts by up
-    to 2x over minutes). Also the in-graph cost of one canary at this dim, so
-    other schedules can be extrapolated: cost per round ~ per_canary x
-    canaries per round.
-(b) Seconds of the whole post-training cosine work (final model and all
-    iterates, 2000 canaries) for a 500-round run: 500 synthetic aggregates of
-    the right shape are written with the recorder (not timed), then
-    compute_cosine_table runs (timed) with the default 2 GiB memory budget.
+(a) Seconds per round of both, alternating plain and canary rounds (which
+    goes first alternates too) after warm-up rounds, so machine noise hits
+    both alike. The worker runs during canary rounds only (SIGSTOP during
+    plain rounds, SIGCONT after), as it would in a canary run and not in a
+    plain one. The per-round ratio with the standard error of the paired
+    per-round ratios (target SE <= 0.01).
+(b) The end of the run: waiting for the worker's last chunk, then the last
+    chunk and the final-model cosines in one pass over the 2000 canaries
+    (`CosineStream.finish`), timed. A 500-round run ends the same way (its
+    last chunk has at most B rounds).
+(c) Unit costs, measured here: canary generation per canary per million
+    parameters (one thread, as in the worker, and all threads, as at the
+    end), the float32 GEMM rate of one thread, disk per round (4 d bytes);
+    and from them the projection for the paper's StackOverflow setting
+    (`--project`: d = 4,050,748, 2048 rounds, 1000 + 1000 canaries),
+    streaming against keeping every round (a markdown table).
 
-Last line: the amortized ratio for a 500-round run,
-(500 t_canary_round + t_post) / (500 t_plain_round); target <= 1.10.
+Last lines: `aggregate disk: X MiB of Y MiB` (the peak of the chunk files
+against keeping every round of a 500-round run), the peak RSS (this process,
+TFF's worker_binary and the stream worker, sampled every 20 ms), and the
+amortized ratio for a 500-round run,
+(500 t_canary_round + t_end) / (500 t_plain_round) = R (target <= 1.02).
 
-Peak memory: resident set size of this Python process plus TFF's worker_binary
-(where TFF runs the computations), sampled every 20 ms, per phase.
-
-Usage: .venv/bin/python bench/round_overhead.py [--rounds 16] [--warmup 2]
-       [--post_rounds 500] [--quick]   (--quick: a 2-minute smoke run with
-       small numbers, not the benchmark.)
+Usage: .venv/bin/python bench/round_overhead.py [--rounds 240] [--warmup 2]
+       [--quick]   (--quick: a smoke run with small numbers, not the
+       benchmark.)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -50,11 +59,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from tff_canary.federated import aggregate_recorder  # pylint: disable=g-import-not-at-top
 from tff_canary.federated import canary_directions  # pylint: disable=g-import-not-at-top
 from tff_canary.federated import cosine_pass  # pylint: disable=g-import-not-at-top
+from tff_canary.federated import cosine_stream  # pylint: disable=g-import-not-at-top
 from tff_canary.federated import factory  # pylint: disable=g-import-not-at-top
-from tff_canary.federated import flat_layout  # pylint: disable=g-import-not-at-top
 from tff_canary.stats import canary_config  # pylint: disable=g-import-not-at-top
 from tff_canary.stats import schedules  # pylint: disable=g-import-not-at-top
 from tff_canary.federated import worker_guard  # pylint: disable=g-import-not-at-top
@@ -88,6 +96,7 @@ class MemorySampler:
   def __init__(self, interval: float = 0.02):
     self._interval = interval
     self._phase = None
+    self.extra_pids: list[int] = []
     self.peaks: dict[str, int] = {}
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._run, daemon=True)
@@ -103,9 +112,13 @@ class MemorySampler:
     pid = os.getpid()
     while not self._stop.is_set():
       phase = self._phase
+      if self.extra_pids:
+        self.peaks["worker"] = max(self.peaks.get("worker", 0), sum(
+            _rss_bytes(w) for w in self.extra_pids))
       if phase is not None:
         total = _rss_bytes(pid) + sum(
-            _rss_bytes(w) for w in worker_guard.live_workers())
+            _rss_bytes(w) for w in worker_guard.live_workers()) + sum(
+                _rss_bytes(w) for w in self.extra_pids)
         self.peaks[phase] = max(self.peaks.get(phase, 0), total)
       time.sleep(self._interval)
 
@@ -169,16 +182,82 @@ def per_canary_cost(seed: int, dim: int, k: int = 20, repeats: int = 5
 
 
 def paired_se(times: dict[str, list[float]]) -> float:
-  """Standard error of mean(canary) / mean(plain) from paired differences.
+  """Standard error of the mean per-round ratio canary_r / plain_r.
 
-  Round r of both processes ran back to back, so the difference cancels most
-  of the host's drift; SE = sd(canary_r - plain_r) / sqrt(n) / mean(plain).
+  Round r of both processes ran back to back, so the ratio cancels most of
+  the host's drift; SE = sd(ratio_r) / sqrt(n).
   """
-  plain = np.asarray(times["plain"])
-  diff = np.asarray(times["canary"]) - plain
-  if diff.size < 2:
+  ratio = np.asarray(times["canary"]) / np.asarray(times["plain"])
+  if ratio.size < 2:
     return float("nan")
-  return float(diff.std(ddof=1) / np.sqrt(diff.size) / plain.mean())
+  return float(ratio.std(ddof=1) / np.sqrt(ratio.size))
+
+
+def generation_ms_per_million(seed: int, dim: int, threads: int,
+                              k: int = 10) -> float:
+  """ms per canary per million parameters of `canary_block`, in a fresh
+  process with `threads` threads (TF's intra-op pool and BLAS)."""
+  code = (
+      "import os,time,sys\n"
+      "import tensorflow as tf\n"
+      f"tf.config.threading.set_intra_op_parallelism_threads({threads})\n"
+      f"tf.config.threading.set_inter_op_parallelism_threads({threads})\n"
+      "from tff_canary.federated import canary_directions as cd\n"
+      f"cd.canary_block({seed}, [0], {dim})\n"
+      "t=time.perf_counter()\n"
+      f"cd.canary_block({seed}, range({k}), {dim})\n"
+      "print(time.perf_counter()-t)\n")
+  env = dict(os.environ, OMP_NUM_THREADS=str(threads),
+             OPENBLAS_NUM_THREADS=str(threads), TF_CPP_MIN_LOG_LEVEL="2")
+  out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                       capture_output=True, text=True).stdout
+  return float(out.split()[-1]) / k * 1e3 / (dim / 1e6)
+
+
+def gemm_gflops_one_thread(dim: int) -> float:
+  """float32 GEMM rate of one thread, [64, d] x [d, 32] as in the worker."""
+  code = (
+      "import time, numpy as np\n"
+      f"a=np.ones((64,{dim}),np.float32); b=np.ones((32,{dim}),np.float32)\n"
+      "a@b.T; t=time.perf_counter(); a@b.T; a@b.T\n"
+      f"print(2*2*64*32*{dim}/(time.perf_counter()-t)/1e9)\n")
+  env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+  out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                       capture_output=True, text=True).stdout
+  return float(out.split()[-1])
+
+
+def projection(gen1_ms: float, gen_all_ms: float, gflops: float, *,
+               dim: int, rounds: int, canaries: int, memory_gib: float,
+               disk_gibs=(0.5, 1.0, 2.0), worker_rss_gib: float = 0.0
+               ) -> str:
+  """Markdown: scratch disk, RAM and extra CPU of streaming vs keeping every
+  round, from the unit costs (module docstring (c))."""
+  gib = 2**30
+  row = 4 * dim
+  gen1 = canaries * gen1_ms * dim / 1e6 / 1e3  # s per pass over canaries
+  gen_all = canaries * gen_all_ms * dim / 1e6 / 1e3
+  gemm = 2 * canaries * dim / (gflops * 1e9)  # s per round of all canaries
+  lines = [
+      f"| design (d = {dim:,}, {rounds} rounds, {canaries} canaries) | "
+      "scratch disk | RAM for the cosines | CPU during training (spare "
+      "core) | CPU after training |",
+      "|---|---|---|---|---|",
+      f"| keep every round, one pass after training (before) | "
+      f"{rounds * row / gib:.1f} GiB | {memory_gib:.1f} GiB | 0 | "
+      f"{(gen_all + rounds * gemm) / 60:.0f} min |"]
+  for disk in disk_gibs:
+    plan = cosine_stream.plan_stream(dim, canaries, rounds,
+                                     int(memory_gib * gib), int(disk * gib))
+    chunks = plan.num_chunks
+    last = rounds - (chunks - 1) * plan.chunk_rounds
+    background = (chunks - 1) * gen1 + (rounds - last) * gemm
+    lines.append(
+        f"| streamed, disk budget {disk:g} GiB (B = {plan.chunk_rounds}, "
+        f"{chunks} chunks) | {3 * plan.chunk_rounds * row / gib:.2f} GiB | "
+        f"{memory_gib + worker_rss_gib:.1f} GiB | {background / 60:.0f} min "
+        f"| {(gen_all + last * gemm) / 60:.1f} min |")
+  return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- main
@@ -186,14 +265,12 @@ def paired_se(times: dict[str, list[float]]) -> float:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--rounds", type=int, default=24,
-                      help="timed rounds of each process before (b)")
-  parser.add_argument("--drift_rounds", type=int, default=6,
-                      help="timed rounds of each process after (b)")
+  parser.add_argument("--rounds", type=int, default=240,
+                      help="timed rounds of each process")
   parser.add_argument("--warmup", type=int, default=2,
                       help="untimed first rounds of each process")
-  parser.add_argument("--post_rounds", type=int, default=500,
-                      help="run length for the post-training work")
+  parser.add_argument("--run_rounds", type=int, default=500,
+                      help="run length the ratio is amortized over")
   parser.add_argument("--inserted", type=int, default=1000)
   parser.add_argument("--held_out", type=int, default=1000)
   parser.add_argument("--clients_per_round", type=int, default=20)
@@ -203,22 +280,25 @@ def main(argv=None) -> int:
   parser.add_argument("--clip", type=float, default=0.1)
   parser.add_argument("--memory_budget_bytes", type=int,
                       default=cosine_pass.DEFAULT_MEMORY_BUDGET_BYTES)
+  parser.add_argument("--disk_budget_bytes", type=int,
+                      default=cosine_stream.DEFAULT_DISK_BUDGET_BYTES)
   parser.add_argument("--workdir", default=None,
-                      help="directory for the aggregate file (default: a "
+                      help="directory for the stream's files (default: a "
                            "temporary directory, removed at the end)")
   parser.add_argument("--quick", action="store_true",
-                      help="smoke run: 2 timed rounds, 20 post rounds, 200 "
-                           "canaries (not the benchmark)")
+                      help="smoke run: 4 timed rounds, 100 + 100 canaries, "
+                           "chunks of 2 rounds (not the benchmark)")
   args = parser.parse_args(argv)
   if args.quick:
-    args.rounds, args.warmup, args.post_rounds = 2, 1, 20
-    args.drift_rounds = 1
+    args.rounds, args.warmup = 4, 1
     args.inserted, args.held_out = 100, 100
+    args.disk_budget_bytes = 6 * 4 * EMNIST_CNN_PARAMETERS
   seed = 2024
   sampler = MemorySampler().start()
   workdir = args.workdir or tempfile.mkdtemp(prefix="round_overhead_")
   os.makedirs(workdir, exist_ok=True)
   began = time.perf_counter()
+  stream = None
   try:
     log(f"TF {tf.__version__}, TFF {tff.__version__}, "
         f"{os.cpu_count()} CPUs; workdir {workdir}")
@@ -227,7 +307,8 @@ def main(argv=None) -> int:
     log(f"EMNIST cnn_dropout: {dim:,} trainable parameters "
         f"({'matches' if dim == EMNIST_CNN_PARAMETERS else 'DIFFERS FROM'} "
         f"{EMNIST_CNN_PARAMETERS:,})")
-    schedule = schedules.ShuffledEpochs(args.post_rounds, args.post_rounds)
+    n = args.run_rounds
+    schedule = schedules.ShuffledEpochs(n, n)
     config = canary_config.CanaryConfig(seed=seed, num_inserted=args.inserted,
                                         num_held_out=args.held_out,
                                         schedule=schedule)
@@ -235,6 +316,15 @@ def main(argv=None) -> int:
     log(f"canaries: {args.inserted} inserted + {args.held_out} held out, "
         f"{schedule}: mean {per_round.mean():.2f} per round, max "
         f"{per_round.max()}")
+    recorded = args.warmup + args.rounds
+    run_plan = cosine_stream.plan_stream(dim, config.num_canaries, n,
+                                         args.memory_budget_bytes,
+                                         args.disk_budget_bytes)
+    # The bench records `recorded` rounds, split as a full run would be.
+    plan = dataclasses.replace(run_plan, num_rounds=recorded)
+    log(f"stream plan: chunks of B = {plan.chunk_rounds} rounds, "
+        f"{plan.canaries_per_block} canaries per block "
+        f"({plan.num_chunks} chunks in the {recorded} recorded rounds)")
 
     clients = synthetic_clients(args.clients_per_round, args.examples,
                                 args.batch)
@@ -244,31 +334,30 @@ def main(argv=None) -> int:
     canary_factory = factory.CanaryDPFactory.gaussian_fixed(
         args.noise_multiplier, args.clients_per_round, args.clip,
         canaries=config)
-    log("building the plain process ...")
-    start = time.perf_counter()
     plain = build(plain_factory)
-    log(f"  {time.perf_counter() - start:.1f} s")
-    log("building the canary process ...")
-    start = time.perf_counter()
     canary = build(canary_factory)
-    log(f"  {time.perf_counter() - start:.1f} s")
-
     state_plain = plain.initialize()
     state_canary = canary.initialize()
     theta0 = canary.get_model_weights(state_canary)
 
+    stream = cosine_stream.CosineStream(os.path.join(workdir, "stream"),
+                                        config, plan)
+    worker_pid = stream._worker.pid  # pylint: disable=protected-access
+    sampler.extra_pids.append(worker_pid)
+    os.kill(worker_pid, signal.SIGSTOP)
     times = {"plain": [], "canary": []}
-    record_seconds = []
     inserted = []
+    round_num = 0
 
     def alternate(rounds: int, label: str, timed: bool) -> None:
-      nonlocal state_plain, state_canary
+      nonlocal state_plain, state_canary, round_num
       for r in range(rounds):
-        # Alternate which goes first, so drift hits both alike.
         order = ("plain", "canary") if r % 2 == 0 else ("canary", "plain")
         seconds = {}
         for name in order:
           sampler.phase(name)
+          if name == "canary":
+            os.kill(worker_pid, signal.SIGCONT)
           start = time.perf_counter()
           if name == "plain":
             output = plain.next(state_plain, clients)
@@ -276,12 +365,16 @@ def main(argv=None) -> int:
           else:
             output = canary.next(state_canary, clients)
             state_canary = output.state
-            before = time.perf_counter()
-            recorder.record(output.metrics)
-            record_seconds.append(time.perf_counter() - before)
             inserted.append(int(output.metrics["aggregator"][
                 "canaries_inserted"]))
+            # Round numbers of the bench's run (the process counts its own).
+            output.metrics["aggregator"]["round_num"] = round_num
+            stream.record(output.metrics)
+            stream.checkpointed(round_num + 1)
+            round_num += 1
           seconds[name] = time.perf_counter() - start
+          if name == "canary":
+            os.kill(worker_pid, signal.SIGSTOP)
           sampler.phase(None)
           if timed:
             times[name].append(seconds[name])
@@ -289,111 +382,67 @@ def main(argv=None) -> int:
             f"canary {seconds['canary']:.2f} s ({inserted[-1]} canaries "
             "inserted)")
 
-    recorder = aggregate_recorder.AggregateRecorder(
-        os.path.join(workdir, "train_aggregates.npy"), dim,
-        args.warmup + args.rounds + args.drift_rounds)
     alternate(args.warmup, "warm-up", timed=False)
     alternate(args.rounds, "timed", timed=True)
-    timed_inserted = inserted[args.warmup:]
-    t_plain_a = float(np.mean(times["plain"]))
-    t_canary_a = float(np.mean(times["canary"]))
-    log("")
-    log(f"(a) steady state over {args.rounds} rounds each (mean; median plain "
-        f"{np.median(times['plain']):.3f} s, canary "
-        f"{np.median(times['canary']):.3f} s):")
-    log(f"    plain  {t_plain_a:.3f} s/round")
-    log(f"    canary {t_canary_a:.3f} s/round  ({np.mean(timed_inserted):.1f} "
-        f"canaries/round inserted in the timed rounds; recording the "
-        f"aggregate {1e3 * np.mean(record_seconds):.0f} ms of it)")
-    log(f"    ratio  {t_canary_a / t_plain_a:.3f} +- "
-        f"{paired_se(times):.3f} (paired SE)  (target <= 1.05)")
-    cost = per_canary_cost(seed, dim)
-    log(f"    in-graph cost of one canary at d = {dim:,}: {cost * 1e3:.1f} ms "
-        f"({cost * 1e3 / (dim / 1e6):.1f} ms per million parameters); a "
-        f"schedule with n canaries per round adds about n x {cost * 1e3:.1f} "
-        "ms")
-    log(f"    reference approach (every canary regenerated every round): "
-        f"about {config.num_canaries} x {cost * 1e3:.1f} ms = "
-        f"{config.num_canaries * cost:.0f} s per round (extrapolated)")
-
-    # (b) Post-training work for a post_rounds-round run.
-    log("")
-    log(f"(b) writing {args.post_rounds} synthetic aggregates of dim {dim:,} "
-        f"({args.post_rounds * dim * 4 / 2**30:.2f} GiB, not timed) ...")
-    path = os.path.join(workdir, "post_aggregates.npy")
-    post = aggregate_recorder.AggregateRecorder(path, dim, args.post_rounds,
-                                                overwrite=True)
-    rng = np.random.default_rng(1)
-    for r in range(args.post_rounds):
-      post.write(r, rng.standard_normal(dim, dtype=np.float32))
-      if (r + 1) % 100 == 0:
-        log(f"    {r + 1}/{args.post_rounds}")
-    post.close()
-    theta_t = canary.get_model_weights(state_canary)
-    chunk, block = cosine_pass.plan_blocks(dim, args.post_rounds,
-                                           config.num_canaries,
-                                           args.memory_budget_bytes)
-    log(f"    memory budget {args.memory_budget_bytes / 2**30:.2f} GiB: "
-        f"{block} canaries per block, {chunk} aggregates per chunk")
-    sampler.phase("post")
-    start = time.perf_counter()
-    table = cosine_pass.compute_cosine_table(
-        config, theta0, theta_t, path,
-        memory_budget_bytes=args.memory_budget_bytes, progress=True)
-    t_post = time.perf_counter() - start
-    sampler.phase(None)
-    log(f"    post-training cosines ({config.num_canaries} canaries, final + "
-        f"all {args.post_rounds} iterates): {t_post:.1f} s  "
-        f"({table.rounds_recorded} rounds)")
-
-    # Precision check (untimed): three canaries' cosines redone in float64
-    # over all rounds, against the float32 table.
-    check_ids = np.array([0, 1, config.num_canaries - 1])
-    c64 = canary_directions.canary_block(seed, check_ids, dim).astype(
-        np.float64)
-    c64 /= np.linalg.norm(c64, axis=1, keepdims=True)
-    aggregates, _ = aggregate_recorder.load_aggregates(path)
-    exact = np.empty((check_ids.size, args.post_rounds))
-    for r0 in range(0, args.post_rounds, 50):
-      a64 = np.asarray(aggregates[r0:r0 + 50], np.float64)
-      exact[:, r0:r0 + 50] = (c64 @ a64.T) / np.linalg.norm(a64, axis=1)
-    del aggregates, a64
-    u64 = (flat_layout.flatten_numpy(theta0.trainable).astype(np.float64) -
-           flat_layout.flatten_numpy(theta_t.trainable).astype(np.float64))
-    exact_final = c64 @ u64 / np.linalg.norm(u64)
-    error = max(
-        np.abs(table.max_cosine[check_ids] - exact.max(axis=1)).max(),
-        np.abs(table.final_cosine[check_ids] - exact_final).max())
-    same_round = np.array_equal(table.max_round[check_ids],
-                                exact.argmax(axis=1))
-    log(f"    float32 vs float64 cosines at d = {dim:,}: max abs error "
-        f"{error:.1e} (null sd 1/sqrt(d) = {1 / np.sqrt(dim):.1e}); rounds "
-        f"of the max {'agree' if same_round else 'DIFFER'}")
-
-    # Machine speed drifts (shared host): time more rounds after (b), so the
-    # round times bracket the post-training work.
-    if args.drift_rounds:
-      log("")
-      alternate(args.drift_rounds, "after (b)", timed=True)
-    recorder.close()
     t_plain = float(np.mean(times["plain"]))
     t_canary = float(np.mean(times["canary"]))
+    ratio = np.asarray(times["canary"]) / np.asarray(times["plain"])
     log("")
-    log(f"rounds before and after (b), {len(times['plain'])} each: plain "
-        f"{t_plain:.3f} s, canary {t_canary:.3f} s, ratio "
-        f"{t_canary / t_plain:.3f} +- {paired_se(times):.3f} (paired SE)")
-    gib = 2**30
-    log(f"peak RSS (python + worker_binary): plain rounds "
-        f"{sampler.peaks.get('plain', 0) / gib:.2f} GiB, canary rounds "
-        f"{sampler.peaks.get('canary', 0) / gib:.2f} GiB, post-training "
-        f"{sampler.peaks.get('post', 0) / gib:.2f} GiB")
+    log(f"(a) {args.rounds} alternated rounds each: plain {t_plain:.3f} s, "
+        f"canary {t_canary:.3f} s (mean); per-round ratio "
+        f"{ratio.mean():.3f} +- {paired_se(times):.3f} (paired SE, target "
+        f"<= 0.01); ratio of means {t_canary / t_plain:.3f}")
+    cost = per_canary_cost(seed, dim)
+    log(f"    in-graph cost of one canary at d = {dim:,}: {cost * 1e3:.1f} ms")
+
+    # (b) The end of the run.
+    os.kill(worker_pid, signal.SIGCONT)
+    theta_t = canary.get_model_weights(state_canary)
+    sampler.phase("end")
+    start = time.perf_counter()
+    table = stream.finish(theta0, theta_t, progress=True)
+    t_end = time.perf_counter() - start
+    sampler.phase(None)
+    log(f"(b) end of the run (the worker's last chunk, then the last "
+        f"{recorded - (plan.num_chunks - 1) * plan.chunk_rounds} rounds and "
+        f"the final cosines of {config.num_canaries} canaries): {t_end:.1f} s"
+        f" ({table.rounds_recorded} rounds in the table)")
+
+    # (c) Unit costs and the projection.
+    gen1 = generation_ms_per_million(seed, dim, threads=1)
+    gen_all = generation_ms_per_million(seed, dim, threads=os.cpu_count())
+    gflops = gemm_gflops_one_thread(dim)
+    log(f"(c) unit costs: canary generation {gen1:.1f} ms per canary per "
+        f"million parameters on one thread, {gen_all:.1f} on "
+        f"{os.cpu_count()}; float32 GEMM {gflops:.1f} GFLOP/s on one thread;"
+        f" disk {4 * dim / 2**20:.2f} MiB per round")
+    worker_gib = sampler.peaks.get("worker", 0) / 2**30
+    log("projection for the paper's StackOverflow setting:")
+    log(projection(gen1, gen_all, gflops, dim=4_050_748, rounds=2048,
+                   canaries=2000,
+                   memory_gib=args.memory_budget_bytes / 2**30,
+                   worker_rss_gib=worker_gib))
+    log("")
     log(f"total wall time {time.perf_counter() - began:.0f} s")
-    n = args.post_rounds
-    amortized = (n * t_canary + t_post) / (n * t_plain)
+    gib = 2**30
+    log(f"peak RSS (python + worker_binary + stream worker): plain rounds "
+        f"{sampler.peaks.get('plain', 0) / gib:.2f} GiB, canary rounds "
+        f"{sampler.peaks.get('canary', 0) / gib:.2f} GiB, end "
+        f"{sampler.peaks.get('end', 0) / gib:.2f} GiB")
+    log(f"aggregate disk: {stream.peak_disk_bytes / 2**20:.0f} MiB of "
+        f"{n * 4 * dim / 2**20:.0f} MiB (peak chunk files, B = "
+        f"{plan.chunk_rounds}; keeping every round of a {n}-round run)")
+    amortized = (n * t_canary + t_end) / (n * t_plain)
     log(f"amortized ratio for a {n}-round run: ({n} x {t_canary:.3f} + "
-        f"{t_post:.1f}) / ({n} x {t_plain:.3f}) = {amortized:.3f}  "
-        "(target <= 1.10)")
+        f"{t_end:.1f}) / ({n} x {t_plain:.3f}) = {amortized:.3f}  "
+        "(target <= 1.02)")
   finally:
+    if stream is not None:
+      try:
+        os.kill(stream._worker.pid, signal.SIGCONT)  # pylint: disable=protected-access
+      except (AttributeError, ProcessLookupError):
+        pass
+      stream.close()
     sampler.stop()
     if args.workdir is None:
       shutil.rmtree(workdir, ignore_errors=True)

@@ -24,9 +24,10 @@ pytestmark = [pytest.mark.tff, pytest.mark.slow]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "experiments", "emnist.py")
-# 8 rounds, checkpoints every 2, streamed in chunks of 2 rounds (a 0.03 GB
-# disk budget: 3 chunks of 2 x 4.8 MB), so a kill finds chunks filled, done,
-# processed past the checkpoint or waiting; 300 held-out canaries make the cosine work
+# 8 rounds, checkpoints every 2, streamed in chunks of 4 rounds (a 0.055 GB
+# disk budget: 3 chunks of 4 x 4.8 MB): rounds 0-3 go to the background
+# worker, 4-7 are the end pass, so a kill in round 3 or 4 finds the first
+# chunk filling or just sent; 300 held-out canaries make the cosine work
 # last several seconds (each regenerates 1.2M floats) in blocks of ~20 (a
 # 0.1 GB budget), so the progress bar shows the work half done. 32 examples
 # per client (the default) make two local batches, whose order TFF's
@@ -37,7 +38,7 @@ FLAGS = ["--num_rounds=8", "--checkpoint_every=2", "--clients_per_round=6",
          "--examples_per_client=32", "--num_inserted=20", "--num_held_out=300",
          "--assignment=fixed", "--noise_multiplier=0.3", "--eval_every=4",
          "--eval_examples=64", "--memory_budget_gb=0.1",
-         "--disk_budget_gb=0.03"]
+         "--disk_budget_gb=0.055"]
 
 
 def _start(out, *extra):
@@ -88,7 +89,7 @@ def _assert_same_results(out, reference):
                                 np.load(os.path.join(reference,
                                                      "final_weights.npy")))
   with open(os.path.join(out, "stream", "plan.json")) as f:
-    assert json.load(f)["chunk_rounds"] == 2  # streamed, 4 chunks
+    assert json.load(f)["chunk_rounds"] == 4  # streamed, 2 chunks
   leftovers = [os.path.join(d, n) for d, _, names in os.walk(out)
                for n in names if n.startswith(".tmp-") or "_temp" in d]
   assert not leftovers

@@ -27,6 +27,13 @@ Cost after training: m canary generations + 2 m R d flops, instead of m R
 generations in training. A k x d canary matrix is never held unless it fits
 the budget.
 
+Streaming (`tff_canary.federated.cosine_stream`, the experiments' default)
+takes the rounds in chunks while training goes on and calls this pass at the
+end for the last chunk and the final cosines (`start=`, `plan=`). This pass
+over every kept round remains the reference: with the stream's `plan` it
+gives the stream's table bit for bit, since both take their cosines and
+running maxima with `cosine_chunks`.
+
 Numerics: products run in float32 (BLAS), with canaries of norm 1 to a few
 ulps and the norms of u and a_r accumulated in float64. The float32 rounding
 error of a length-d dot product of unit vectors is about 1e-7 in the cosine

@@ -24,6 +24,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import signal
 import traceback
 from typing import Any
 
@@ -43,6 +44,7 @@ class StreamWorkerError(RuntimeError):
 def _child(inbox, outbox, job: dict[str, Any]) -> None:
   """The child's loop: ("chunk", start, end, rows_path, state_path) messages."""
   try:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's
     os.nice(job["nice"])
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -165,10 +167,12 @@ class StreamWorker:
     return finished
 
   def close(self) -> None:
-    """Stops the child (after its current chunk) and reaps it."""
+    """Stops the child and reaps it: at once when idle; a chunk it is still
+    on is abandoned (its running max is written atomically, and a resumed
+    stream redoes the chunk)."""
     if self._process.is_alive():
       self._inbox.put(None)
-      self._process.join(timeout=60)
+      self._process.join(timeout=2)
     if self._process.is_alive():
       self._process.kill()
       self._process.join()
