@@ -19,7 +19,8 @@ round, 100 examples each, batch 16), side by side in ONE process:
     plain rounds, SIGCONT after), as it would in a canary run and not in a
     plain one. The per-round ratio with the standard error of the paired
     per-round ratios (target SE <= 0.01).
-(b) The end of the run: waiting for the worker's last chunk, then the last
+(b) The end of the run: the worker stopped, then the rounds it had not taken
+    (the last chunk, and one it was still on)
     chunk and the final-model cosines in one pass over the 2000 canaries
     (`CosineStream.finish`), timed. A 500-round run ends the same way (its
     last chunk has at most B rounds).
@@ -344,6 +345,8 @@ def main(argv=None) -> int:
                                         config, plan)
     worker_pid = stream._worker.pid  # pylint: disable=protected-access
     sampler.extra_pids.append(worker_pid)
+    while not stream._worker.ready:  # pylint: disable=protected-access
+      stream._worker.poll(block=True)  # its start (TensorFlow) is not timed  # pylint: disable=protected-access
     os.kill(worker_pid, signal.SIGSTOP)
     times = {"plain": [], "canary": []}
     inserted = []
@@ -403,7 +406,7 @@ def main(argv=None) -> int:
     table = stream.finish(theta0, theta_t, progress=True)
     t_end = time.perf_counter() - start
     sampler.phase(None)
-    log(f"(b) end of the run (the worker's last chunk, then the last "
+    log(f"(b) end of the run (the rounds the worker had not taken, at most the last "
         f"{recorded - (plan.num_chunks - 1) * plan.chunk_rounds} rounds and "
         f"the final cosines of {config.num_canaries} canaries): {t_end:.1f} s"
         f" ({table.rounds_recorded} rounds in the table)")

@@ -10,7 +10,8 @@ per canary the running max cosine and its round (`running-<end>.npz`); a
 chunk file is deleted once its rounds are in a running max that a checkpoint
 covers. The last chunk and the final-model cosines (which need theta_T) are
 taken together at the end, in one more pass over the canaries
-(`cosine_pass.compute_cosine_table` with `start=`).
+(`cosine_pass.compute_cosine_table` with `start=`), with any chunk the worker
+has not finished by then.
 
 Disk: the chunk being filled, the one being processed, and chunks done but
 not yet covered by a model checkpoint: 2 chunks of B rows (B x d x 4 bytes
@@ -302,14 +303,23 @@ class CosineStream:
   def finish(self, initial_weights: Any, final_weights: Any, *,
              progress: bool = True, state: Any = None
              ) -> cosine_table.CosineTable:
-    """The cosine table: waits for the worker, then the last chunk and the
-    final-model cosines in one pass; the chunks are deleted after."""
+    """The cosine table: the rounds the worker has not taken (the last chunk,
+    and any chunk it is still on) and the final-model cosines in one pass
+    over the canaries, here with every core; the chunks are deleted after.
+
+    The worker is stopped, not waited for: at its low priority it could
+    starve on a busy machine, and a chunk taken here gives the same bits (the
+    same blocks against the same chunks, `cosine_chunks`).
+    """
     if os.path.exists(self._file(TABLE)):
       return cosine_table.CosineTable.load(self._file(TABLE))
     self._rows = None
-    self._worker.wait_all()
+    self._worker.poll()
     self._worker.close()
     self._worker = None
+    for name in os.listdir(self._dir):  # a write the stop cut short
+      if name.startswith(".tmp-"):
+        os.remove(self._file(name))
     start = self._committed_end_any()
     running = (cosine_chunks.RunningMax.load(self._running_path(start),
                                              self.plan.num_canaries)

@@ -116,6 +116,7 @@ class StreamWorker:
         else:
           os.environ[key] = value
     self.pending: list[int] = []  # ends of chunks sent and not done
+    self.ready = False  # the child has loaded TensorFlow and its state
 
   @property
   def pid(self) -> int:
@@ -153,6 +154,10 @@ class StreamWorker:
             return finished
         continue
       kind = message[0]
+      if kind == "ready":
+        self.ready = True
+        if block and not finished and not self.pending:
+          return finished
       if kind == "error":
         raise StreamWorkerError(f"the stream worker failed:\n{message[1]}")
       if kind == "done":
