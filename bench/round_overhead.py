@@ -19,10 +19,9 @@ round, 100 examples each, batch 16), side by side in ONE process:
     plain rounds, SIGCONT after), as it would in a canary run and not in a
     plain one. The per-round ratio with the standard error of the paired
     per-round ratios (target SE <= 0.01).
-(b) The end of the run: the worker stopped, then the rounds it had not taken
-    (the last chunk, and one it was still on)
-    chunk and the final-model cosines in one pass over the 2000 canaries
-    (`CosineStream.finish`), timed. A 500-round run ends the same way (its
+(b) The end of the run (`CosineStream.finish`), timed: the worker stopped,
+    then the rounds it had not taken (the last chunk, and one it was still
+    on) and the final-model cosines in one pass over the 2000 canaries. A 500-round run ends the same way (its
     last chunk has at most B rounds).
 (c) Unit costs, measured here: canary generation per canary per million
     parameters (one thread, as in the worker, and all threads, as at the
@@ -347,6 +346,7 @@ def main(argv=None) -> int:
     sampler.extra_pids.append(worker_pid)
     while not stream._worker.ready:  # pylint: disable=protected-access
       stream._worker.poll(block=True)  # its start (TensorFlow) is not timed  # pylint: disable=protected-access
+    worker_idle_gib = _rss_bytes(worker_pid) / 2**30  # TF, before any chunk
     os.kill(worker_pid, signal.SIGSTOP)
     times = {"plain": [], "canary": []}
     inserted = []
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
     table = stream.finish(theta0, theta_t, progress=True)
     t_end = time.perf_counter() - start
     sampler.phase(None)
-    log(f"(b) end of the run (the rounds the worker had not taken, at most the last "
+    log(f"(b) end of the run (the rounds the worker had not taken, at least the last "
         f"{recorded - (plan.num_chunks - 1) * plan.chunk_rounds} rounds and "
         f"the final cosines of {config.num_canaries} canaries): {t_end:.1f} s"
         f" ({table.rounds_recorded} rounds in the table)")
@@ -419,12 +419,13 @@ def main(argv=None) -> int:
         f"million parameters on one thread, {gen_all:.1f} on "
         f"{os.cpu_count()}; float32 GEMM {gflops:.1f} GFLOP/s on one thread;"
         f" disk {4 * dim / 2**20:.2f} MiB per round")
-    worker_gib = sampler.peaks.get("worker", 0) / 2**30
+    log(f"    stream worker RSS: {worker_idle_gib:.2f} GiB started (TensorFlow),"
+        f" {sampler.peaks.get('worker', 0) / 2**30:.2f} GiB at its peak")
     log("projection for the paper's StackOverflow setting:")
     log(projection(gen1, gen_all, gflops, dim=4_050_748, rounds=2048,
                    canaries=2000,
                    memory_gib=args.memory_budget_bytes / 2**30,
-                   worker_rss_gib=worker_gib))
+                   worker_rss_gib=worker_idle_gib))
     log("")
     log(f"total wall time {time.perf_counter() - began:.0f} s")
     gib = 2**30
