@@ -11,7 +11,8 @@ chunk file is deleted once its rounds are in a running max that a checkpoint
 covers. The last chunk and the final-model cosines (which need theta_T) are
 taken together at the end, in one more pass over the canaries
 (`cosine_pass.compute_cosine_table` with `start=`), with any chunk the worker
-has not finished by then.
+has not finished by then (their rows, at most 3 B, are held in memory for
+that pass).
 
 Disk: the chunk being filled, the one being processed, and chunks done but
 not yet covered by a model checkpoint: 2 chunks of B rows (B x d x 4 bytes
