@@ -45,6 +45,11 @@ def _child(inbox, outbox, job: dict[str, Any]) -> None:
   """The child's loop: ("chunk", start, end, rows_path, state_path) messages."""
   try:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's
+    # Quiet: TensorFlow's C++ start-up lines would break the parent's
+    # progress bar; errors come back through `outbox` with their traceback.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
     os.nice(job["nice"])
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
