@@ -15,6 +15,7 @@ import warnings
 if TYPE_CHECKING:  # The option types; those modules import this one.
   from tff_canary.stats import estimates
   from tff_canary.stats import lower_bounds
+  from tff_canary.stats import threshold_strategies
 
 
 class SignConventionWarning(UserWarning):
@@ -278,7 +279,7 @@ class GaussianClaimBound:
   epsilon: float
   mu: float
   method: GaussianClaimMethod
-  strategy: str
+  strategy: threshold_strategies.Strategy
   guesses: Optional[int]
   correct: Optional[int]
   num_candidates: int
