@@ -38,9 +38,9 @@ def _gdp(strategy):
       s[mask], s[~mask], delta=delta, strategy=strategy).epsilon
 
 
-def _lo(s, mask, delta):
-  return lower_bounds.epsilon_lo(s[mask], held_out=s[~mask], delta=delta,
-                                 correction="simultaneous").epsilon
+def _lo(correction):
+  return lambda s, mask, delta: lower_bounds.epsilon_lo(
+      s[mask], held_out=s[~mask], delta=delta, correction=correction).epsilon
 
 
 # name -> (function, is a one-run bound of the coin game)
@@ -56,7 +56,10 @@ BOUNDS = {
     "GDP bonferroni": (_gdp("bonferroni"), False),
     "GDP split": (_gdp("split"), False),
     "GDP multi_split": (_gdp("multi_split"), False),
-    "epsilon_lo held-out (simultaneous)": (_lo, False),
+    "epsilon_lo held-out (simultaneous)": (_lo("simultaneous"), False),
+    "epsilon_lo held-out bonferroni": (_lo("bonferroni"), False),
+    "epsilon_lo held-out split": (_lo("split"), False),
+    "epsilon_lo held-out multi_split": (_lo("multi_split"), False),
 }
 
 
@@ -70,6 +73,12 @@ def independent_scores(*, epsilon, delta, candidates, seed):
   # Divided by 100 to be cosine-like ([-1, 1]); every bound here is
   # invariant to the scale.
   return (rng.standard_normal(candidates) + mu * mask) / 100.0, mask
+
+def selected(only=None):
+  """The entries of BOUNDS whose name contains `only` (all if None)."""
+  return {name: entry for name, entry in BOUNDS.items()
+          if only is None or only in name}
+
 
 # The new bounds the audit uses (`audit.table_bounds`): valid in
 # `bench/validity.py` on the coin-flipped one-run simulator (the tight
