@@ -36,7 +36,7 @@ from tff_canary.stats import known_canaries
 from tff_canary.stats import validation
 
 
-def _scales(clips: npt.ArrayLike, clients_per_round: int,
+def _scales(clips: npt.ArrayLike, clients_per_round: float,
             num_rounds: int) -> np.ndarray:
   clips = np.asarray(clips, np.float64)
   if clips.ndim != 1 or clips.size < num_rounds:
@@ -47,7 +47,7 @@ def _scales(clips: npt.ArrayLike, clients_per_round: int,
     i = int(np.flatnonzero(bad)[0])
     raise ValueError(f"clips must be finite and nonnegative, but clips[{i}] "
                      f"= {clips[i]}.")
-  n = validation.as_int(clients_per_round, "clients_per_round", minimum=1)
+  n = validation.as_positive(clients_per_round, "clients_per_round")
   return clips / n
 
 
@@ -63,7 +63,7 @@ class KnownCanaryRemoval:
   """
 
   def __init__(self, canaries: canary_config.CanaryConfig, rows: np.ndarray,
-               clips: npt.ArrayLike, clients_per_round: int):
+               clips: npt.ArrayLike, clients_per_round: float):
     self._canaries = canaries
     self.rows = np.asarray(rows, np.int64)
     self.scales = _scales(clips, clients_per_round,
