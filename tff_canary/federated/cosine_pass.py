@@ -39,7 +39,9 @@ Other canaries as noise: with `clips` and `clients_per_round` given (and
 against the round's aggregate without the other inserted canaries
 (`tff_canary.federated.known_canary_removal`, `tff_canary.stats.known_canaries`);
 the table's `known_canaries_removed` says which statistic was corrected. The
-final-model cosines are never corrected here.
+final-model cosines are never corrected here. Cost: one more canary
+generation per participation (to form a'_r) and a'_r held like the
+aggregates (in memory within half the budget, else in a temporary file).
 
 Zero vectors: the cosine with a zero vector (u = 0, e.g. a model that did not
 move, or a_r = 0) is defined as 0, the null's mean, and a `ZeroVectorWarning`
