@@ -83,6 +83,13 @@ def test_corrected_cosine_of_a_noiseless_canary_is_one():
   assert crowded.any()
   # Uncorrected, a canary sharing its round with others is well below 1.
   assert np.all(plain.max_cosine[:7][crowded] < 0.9)
+  # a'_r (3 x 205 float32, 2460 bytes) above half the budget goes to a
+  # temporary file; 4000 bytes is above plan_blocks' minimum 16 d = 3280.
+  small = cosine_pass.compute_cosine_table(
+      config, np.zeros(DIM), -aggregates.sum(axis=0), aggregates,
+      progress=False, clips=clips, clients_per_round=CLIENTS,
+      memory_budget_bytes=4000)
+  np.testing.assert_array_equal(small.max_cosine, corrected.max_cosine)
   # The scale matters: with a wrong clip the known part is not removed.
   wrong = _table(config, aggregates, 2 * clips, True)
   assert np.all(wrong.max_cosine[:7][crowded] < 0.9)
@@ -142,6 +149,10 @@ def test_tables_record_the_correction_and_load_older_files(tmp_path):
 
 def test_bad_clips_are_refused():
   config = _config(2, 1, 3)
+  with pytest.raises(TypeError, match="remove_known_canaries must be a bool"):
+    cosine_pass.compute_cosine_table(
+        config, np.zeros(DIM), np.ones(DIM), np.ones((3, DIM), np.float32),
+        progress=False, remove_known_canaries="yes")
   with pytest.raises(ValueError, match="clips must be 1-D"):
     known_canary_removal.KnownCanaryRemoval(config, np.arange(3), [1.0], 4)
   with pytest.raises(ValueError, match=r"clips\[1\] = nan"):

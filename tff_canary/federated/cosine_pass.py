@@ -226,7 +226,7 @@ def compute_cosine_table(
     state: Any = None,
     *,
     clips: Any = None,
-    clients_per_round: int | None = None,
+    clients_per_round: float | None = None,
     remove_known_canaries: bool = True,
 ) -> cosine_table.CosineTable:
   """The cosine table of a run (module docstring).
@@ -298,6 +298,9 @@ def compute_cosine_table(
                        f"dim = {dim}.")
   num_rows = int(rows.size)
   chunk_rows, block = plan_blocks(dim, num_rows, canaries.num_canaries, budget)
+  if not isinstance(remove_known_canaries, (bool, np.bool_)):
+    raise TypeError(f"remove_known_canaries must be a bool, got "
+                    f"{validation.show(remove_known_canaries)}.")
   removal, holder = None, None
   if (remove_known_canaries and num_rows and clips is not None
       and clients_per_round is not None):
@@ -376,7 +379,7 @@ def compute_cosine_table(
       bar.update(block_ids.size)
 
   if holder is not None:
-    del reader, resident
+    del reader, resident, residual
     holder.cleanup()
   np.clip(final, -1.0, 1.0, out=final)
   np.clip(best, -1.0, 1.0, out=best)
