@@ -199,12 +199,18 @@ def test_ledger_and_config_come_from_the_state(loop_run):
 
 
 def test_cosines_are_those_of_the_recorded_run(loop_run):
-  table = run_dir_lib.RunDir(loop_run.path).load_table()
+  rd = run_dir_lib.RunDir(loop_run.path)
+  table = rd.load_table()
   aggregates = np.stack([m["aggregator"]["zeroing"]["noised_aggregate"]
                          for m in loop_run.metrics])
+  # The round cosines are taken without the other inserted canaries, at the
+  # clips the aggregator measured and config.json's clients_per_round.
+  clips = [float(m["aggregator"]["zeroing"]["clip"]) for m in loop_run.metrics]
   expected = cosine_pass.compute_cosine_table(
       _config(), _flat(loop_run.process, loop_run.initial),
-      _flat(loop_run.process, loop_run.state), aggregates, progress=False)
+      _flat(loop_run.process, loop_run.state), aggregates, progress=False,
+      clips=clips, clients_per_round=rd.load_config()["clients_per_round"])
+  assert table.known_canaries_removed == "all_iterates"
   np.testing.assert_array_equal(table.final_cosine, expected.final_cosine)
   np.testing.assert_array_equal(table.max_cosine, expected.max_cosine)
   np.testing.assert_array_equal(table.max_round, expected.max_round)

@@ -34,6 +34,15 @@ error of a length-d dot product of unit vectors is about 1e-7 in the cosine
 bench/round_overhead.py), at least three orders of magnitude below the null's
 standard deviation 1/sqrt(d) for any d <= 10^8. Cosines are clipped to [-1, 1].
 
+Other canaries as noise: with `clips` and `clients_per_round` given (and
+`remove_known_canaries`, the default), each canary's round cosines are taken
+against the round's aggregate without the other inserted canaries
+(`tff_canary.federated.known_canary_removal`, `tff_canary.stats.known_canaries`);
+the table's `known_canaries_removed` says which statistic was corrected. The
+final-model cosines are never corrected here. Cost: one more canary
+generation per participation (to form a'_r) and a'_r held like the
+aggregates (in memory within half the budget, else in a temporary file).
+
 Zero vectors: the cosine with a zero vector (u = 0, e.g. a model that did not
 move, or a_r = 0) is defined as 0, the null's mean, and a `ZeroVectorWarning`
 says which vector was zero.
@@ -51,6 +60,7 @@ import tqdm
 from tff_canary.federated import aggregate_recorder
 from tff_canary.federated import canary_directions
 from tff_canary.federated import flat_layout
+from tff_canary.federated import known_canary_removal
 from tff_canary.federated import state_check
 from tff_canary.federated import worker_guard
 from tff_canary.stats import canary_config
@@ -74,8 +84,9 @@ class _RowReader:
   memory); from an array, by slicing.
   """
 
-  def __init__(self, aggregates: Any):
+  def __init__(self, aggregates: Any, rows: np.ndarray | None = None):
     self._path = None
+    self._positions = None
     self._array = None
     self.from_file = False
     if isinstance(aggregates, aggregate_recorder.AggregateRecorder):
@@ -110,6 +121,8 @@ class _RowReader:
       self.shape = array.shape
       self.dtype = array.dtype
       self.rows = np.arange(array.shape[0])
+      if rows is not None:  # row i of the array holds round rows[i]
+        self.rows, self._positions = rows, rows
 
   def read(self, rows: np.ndarray, out: np.ndarray | None = None
           ) -> np.ndarray:
@@ -121,6 +134,8 @@ class _RowReader:
     """
     dim = self.shape[1]
     if self._array is not None:
+      if self._positions is not None:
+        rows = np.searchsorted(self._positions, rows)
       if rows.size and rows[-1] - rows[0] + 1 == rows.size:
         part = self._array[int(rows[0]):int(rows[-1]) + 1]
       else:
@@ -209,6 +224,10 @@ def compute_cosine_table(
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     progress: bool = True,
     state: Any = None,
+    *,
+    clips: Any = None,
+    clients_per_round: float | None = None,
+    remove_known_canaries: bool = True,
 ) -> cosine_table.CosineTable:
   """The cosine table of a run (module docstring).
 
@@ -237,6 +256,13 @@ def compute_cosine_table(
       `canary_process.CanaryDPAggregatorState` itself. Its `seed` and
       `schedule` fields are compared with `canaries` (see
       `state_check.check_state`); None skips the check.
+    clips: C_r of every round of the schedule (index = round; the
+      aggregator's `clip` measurement), needed for `remove_known_canaries`.
+    clients_per_round: n, the DP query's denominator, needed likewise.
+    remove_known_canaries: With `aggregates`, `clips` and
+      `clients_per_round`: take the round cosines against each aggregate
+      without the other inserted canaries (module docstring). Ignored (the
+      table records "none") when any of the three is missing.
 
   Returns:
     The `CosineTable`.
@@ -272,6 +298,16 @@ def compute_cosine_table(
                        f"dim = {dim}.")
   num_rows = int(rows.size)
   chunk_rows, block = plan_blocks(dim, num_rows, canaries.num_canaries, budget)
+  if not isinstance(remove_known_canaries, (bool, np.bool_)):
+    raise TypeError(f"remove_known_canaries must be a bool, got "
+                    f"{validation.show(remove_known_canaries)}.")
+  removal, holder = None, None
+  if (remove_known_canaries and num_rows and clips is not None
+      and clients_per_round is not None):
+    removal = known_canary_removal.KnownCanaryRemoval(
+        canaries, rows, clips, clients_per_round)
+    residual, holder = removal.residual(reader.read, dim, budget, chunk_rows)
+    reader = _RowReader(residual, rows=rows)
 
   u = theta0 - theta_t
   u_norm = float(np.sqrt(np.dot(u, u)))
@@ -293,8 +329,10 @@ def compute_cosine_table(
     norms = _row_norms(reader, rows, chunk_rows, chunk_buffer)
     zero = norms == 0.0
     if zero.any():
+      removed = " with the inserted canaries removed" if removal else ""
       warnings.warn(f"the noised aggregates of rounds "
-                    f"{rows[zero][:10].tolist()} are zero vectors: their "
+                    f"{rows[zero][:10].tolist()}{removed} are zero vectors: "
+                    "their "
                     "cosines are defined as 0.", ZeroVectorWarning,
                     stacklevel=2)
     inv_norms = np.where(zero, 0.0, 1.0 / np.where(zero, 1.0, norms)).astype(
@@ -325,7 +363,11 @@ def compute_cosine_table(
             chunk = resident
           else:
             chunk = reader.read(rows[r0:r0 + chunk_rows], out=chunk_buffer)
-          cos = (c @ chunk.T) * inv_norms[r0:r0 + chunk.shape[0]]
+          if removal is not None:
+            cos = removal.cosines(c @ chunk.T, block_ids, r0,
+                                  norms[r0:r0 + chunk.shape[0]])
+          else:
+            cos = (c @ chunk.T) * inv_norms[r0:r0 + chunk.shape[0]]
           arg = np.argmax(cos, axis=1)
           value = cos[np.arange(block_ids.size), arg]
           better = value > top
@@ -336,10 +378,13 @@ def compute_cosine_table(
       del c
       bar.update(block_ids.size)
 
+  if holder is not None:
+    del reader, resident, residual
+    holder.cleanup()
   np.clip(final, -1.0, 1.0, out=final)
   np.clip(best, -1.0, 1.0, out=best)
   unrecorded = np.zeros(m, np.int64)
-  if reader is not None:
+  if aggregates is not None:
     events = canaries.participation.events
     missed = events[~np.isin(events[:, 0], rows)]
     unrecorded = np.bincount(missed[:, 1], minlength=m).astype(np.int64)
@@ -366,4 +411,5 @@ def compute_cosine_table(
       schedule=repr(canaries.schedule),
       generator=canary_directions.GENERATOR,
       unrecorded=unrecorded,
+      known_canaries_removed="all_iterates" if removal else "none",
   )
