@@ -28,6 +28,7 @@ from tff_canary import __main__ as cli
 from tff_canary.stats import canary_config
 from tff_canary.federated import factory
 from tff_canary.federated import aggregate_recorder
+from tff_canary.federated import canary_process
 from tff_canary.federated import cosine_pass
 from tff_canary.harness import release_manager
 from tff_canary.harness import report as report_lib
@@ -161,7 +162,7 @@ def test_loop_records_what_the_process_output(loop_run):
   # and the canary state in state.aggregator['inner_agg'] (README).
   measured = [m["aggregator"]["zeroing"] for m in loop_run.metrics]
   assert all(isinstance(s.aggregator["inner_agg"],
-                        factory.CanaryDPAggregatorState)
+                        canary_process.CanaryDPAggregatorState)
              for s in loop_run.states)
   aggregates, recorded = aggregate_recorder.load_aggregates(rd.file(run_dir_lib.AGGREGATES))
   assert recorded.all()
