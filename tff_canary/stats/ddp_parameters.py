@@ -36,7 +36,7 @@ formula, for a fixed clip (`auto_l2_clip=False`):
 * the modulus 2^b: the sum is reduced to [-2^(b-1), 2^(b-1)).
 
 TFF computes some of these in float32; the values here are float64, so they
-agree to about 1e-6 relative (tests/test_ddp_parameters_tff.py compares them
+agree to 1e-5 relative (tests/test_ddp_parameters_tff.py compares them
 with a factory's own state). NumPy and SciPy only.
 """
 
