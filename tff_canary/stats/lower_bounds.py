@@ -378,13 +378,7 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
     A `OneRunBound`.
   """
   s = validation.as_cosines(statistics, "statistics")
-  mask = np.asarray(inserted_mask)
-  if mask.dtype != bool:
-    raise TypeError(f"inserted_mask must be a bool array, got dtype "
-                    f"{mask.dtype}.")
-  if mask.shape != s.shape:
-    raise ValueError(f"inserted_mask has shape {mask.shape} but statistics "
-                     f"has shape {s.shape}; they must match.")
+  mask = threshold_strategies.check_inserted_mask(inserted_mask, s)
   delta = validation.as_float(delta, "delta")
   if not 0.0 <= delta < 1.0:
     raise ValueError(f"delta must lie in [0, 1), got {delta}.")

@@ -74,14 +74,20 @@ def check_coin_inputs(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
                       minimum: int = 2) -> tuple[np.ndarray, np.ndarray]:
   """Validated (statistics, bool mask) of a coin-flipped canary game."""
   s = validation.as_sample(statistics, "statistics", min_size=minimum)
+  return s, check_inserted_mask(inserted_mask, s)
+
+
+def check_inserted_mask(inserted_mask: npt.ArrayLike,
+                        statistics: np.ndarray) -> np.ndarray:
+  """`inserted_mask` as a bool array of the shape of (checked) `statistics`."""
   mask = np.asarray(inserted_mask)
   if mask.dtype != bool:
     raise TypeError(f"inserted_mask must be a bool array, got dtype "
                     f"{mask.dtype}.")
-  if mask.shape != s.shape:
+  if mask.shape != statistics.shape:
     raise ValueError(f"inserted_mask has shape {mask.shape} but statistics "
-                     f"has shape {s.shape}; they must match.")
-  return s, mask
+                     f"has shape {statistics.shape}; they must match.")
+  return mask
 
 
 def sign_check(s: np.ndarray, mask: np.ndarray) -> bool:
