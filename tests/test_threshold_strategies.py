@@ -85,8 +85,9 @@ def test_guess_counts():
   assert ts.guess_counts(s, mask, 3, 0) == (3, 2)
 
 
-@pytest.mark.parametrize("strategy, splits, match", [
-    ("best", 3, "strategy"), ("split", 0, "splits"), ("split", 1.5, "splits")])
-def test_bad_strategy_names_the_argument(strategy, splits, match):
+@pytest.mark.parametrize("strategy, splits, seed, match", [
+    ("best", 3, 0, "strategy"), ("split", 0, 0, "splits"),
+    ("split", 1.5, 0, "splits"), ("split", 3, -1, "seed")])
+def test_bad_strategy_names_the_argument(strategy, splits, seed, match):
   with pytest.raises((TypeError, ValueError), match=match):
-    ts.check_strategy(strategy, splits)
+    ts.check_strategy(strategy, splits, seed)

@@ -132,8 +132,8 @@ def fdp_one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
   s, mask = threshold_strategies.check_coin_inputs(statistics, inserted_mask)
   delta = validation.as_open_unit(delta, "delta")
   confidence = validation.as_open_unit(confidence, "confidence")
-  strategy, splits = threshold_strategies.check_strategy(strategy, splits)
-  seed = validation.as_int(seed, "seed", minimum=0)
+  strategy, splits, seed = threshold_strategies.check_strategy(
+      strategy, splits, seed)
   m = s.size
   default = max(1, round(DEFAULT_FRACTION * m))
   k_plus = default if k_plus is None else validation.as_int(

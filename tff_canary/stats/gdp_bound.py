@@ -120,12 +120,12 @@ def gdp_bound(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
   y = validation.as_sample(held_out, "held_out")
   delta = validation.as_open_unit(delta, "delta")
   confidence = validation.as_open_unit(confidence, "confidence")
-  strategy, splits = threshold_strategies.check_strategy(strategy, splits)
+  strategy, splits, seed = threshold_strategies.check_strategy(
+      strategy, splits, seed)
   if strategy not in STRATEGIES:
     raise ValueError(f"strategy must be one of {STRATEGIES} for the GDP "
                      f"bound (it has no threshold fixed in advance), got "
                      f"{strategy!r}.")
-  seed = validation.as_int(seed, "seed", minimum=0)
   alpha = 1.0 - confidence
   below = bool(x.mean() < y.mean())
   if below:

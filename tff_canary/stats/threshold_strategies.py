@@ -101,10 +101,13 @@ def sign_check(s: np.ndarray, mask: np.ndarray) -> bool:
   return below
 
 
-def check_strategy(strategy: str, splits: int) -> tuple[str, int]:
+def check_strategy(strategy: str, splits: int, seed: int
+                   ) -> tuple[str, int, int]:
+  """Validated (strategy, splits, seed): the strategy and its randomness."""
   strategy = validation.as_choice(strategy, "strategy", STRATEGIES)
   splits = validation.as_int(splits, "splits", minimum=1)
-  return strategy, splits
+  seed = validation.as_int(seed, "seed", minimum=0)
+  return strategy, splits, seed
 
 
 def halves(num_items: int, rng: np.random.Generator

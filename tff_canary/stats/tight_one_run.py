@@ -147,8 +147,8 @@ def tight_one_run_bound(statistics: npt.ArrayLike,
   s, mask = threshold_strategies.check_coin_inputs(statistics, inserted_mask)
   delta = validation.as_open_unit(delta, "delta")
   confidence = validation.as_open_unit(confidence, "confidence")
-  strategy, splits = threshold_strategies.check_strategy(strategy, splits)
-  seed = validation.as_int(seed, "seed", minimum=0)
+  strategy, splits, seed = threshold_strategies.check_strategy(
+      strategy, splits, seed)
   n = s.size
   if released is None:
     released = max(1, round(DEFAULT_FRACTION * n))
