@@ -36,6 +36,7 @@ import warnings
 from absl import app
 from absl import flags
 
+import experiment_cli  # pylint: disable=unused-import  (quiet TF logs: first)
 from tff_canary.harness import experiment
 from tff_canary.harness import experiment_config
 from tff_canary.harness import report as report_lib
@@ -181,6 +182,7 @@ def main(argv):
                   examples_per_client=FLAGS.examples_per_client,
                   num_inserted=FLAGS.num_inserted,
                   num_held_out=FLAGS.num_held_out, seed=FLAGS.seed)
+  experiment_cli.quiet_logs()
   rows = []
   try:
     for noise in noises:

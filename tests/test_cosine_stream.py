@@ -55,16 +55,32 @@ def _plan(chunk_rounds=5, block=4):
   return plan
 
 
+# For the known-canary removal: clients_per_round and each round's clip.
+CLIENTS = 4
+CLIPS = 30.0 + np.arange(ROUNDS)  # an adaptive-looking clip per round
+
+
+def _with_canaries(aggregates):
+  """The aggregates with every inserted canary at C_r / n in its rounds."""
+  out = aggregates.copy()
+  for r, j in _config().participation.events:
+    out[r] += (CLIPS[r] / CLIENTS) * canary_directions.canary_block(
+        5, [int(j)], DIM)[0]
+  return out
+
+
 def _stream(directory, aggregates, plan, done=0, stop=None,
-            checkpoint_every=4):
+            checkpoint_every=4, clients_per_round=None):
   """Rounds done..stop-1 through a CosineStream, a checkpoint every
   `checkpoint_every` rounds; returns (stream, peak disk)."""
   # nice=0: the test machine is shared, a niced worker would wait its turn.
   stream = cosine_stream.CosineStream(directory, _config(), plan, done=done,
-                                      nice=0)
+                                      nice=0,
+                                      clients_per_round=clients_per_round)
   stop = ROUNDS if stop is None else stop
   for r in range(done, stop):
     stream.record({"aggregator": {"round_num": np.int32(r),
+                                  "clip": np.float32(CLIPS[r]),
                                   "noised_aggregate": aggregates[r]}})
     if (r + 1) % checkpoint_every == 0 or r + 1 == ROUNDS:
       stream.checkpointed(r + 1)
@@ -101,6 +117,64 @@ def test_stream_equals_the_post_training_pass_bit_for_bit(tmp_path):
   again.close()
 
 
+def test_stream_removing_known_canaries_equals_the_pass_bit_for_bit(
+    tmp_path):
+  aggregates, (theta0, theta_t), plan = (_with_canaries(_aggregates()),
+                                         _weights(), _plan())
+  stream = _stream(tmp_path / "s", aggregates, plan,
+                   clients_per_round=CLIENTS)
+  try:
+    table = stream.finish(theta0, theta_t, progress=False)
+  finally:
+    stream.close()
+  kw = dict(progress=False, plan=(plan.chunk_rounds, plan.canaries_per_block))
+  reference = cosine_pass.compute_cosine_table(
+      _config(), theta0, theta_t, aggregates, clips=CLIPS,
+      clients_per_round=CLIENTS, **kw)
+  plain = cosine_pass.compute_cosine_table(_config(), theta0, theta_t,
+                                           aggregates, **kw)
+  assert table.known_canaries_removed == "all_iterates"
+  assert table == reference
+  assert table.max_cosine.tobytes() == reference.max_cosine.tobytes()
+  # The removal changed the statistic (the worker took chunks 0..3 with it,
+  # so a worker that ignored it would differ from the reference above).
+  assert plain.known_canaries_removed == "none"
+  assert not np.array_equal(table.max_cosine, plain.max_cosine)
+  with open(tmp_path / "s" / "plan.json") as f:
+    assert json.load(f)["known_canaries_removed"] == "all_iterates"
+  # Without clips the stream refuses the round rather than skip the removal.
+  bare = cosine_stream.CosineStream(tmp_path / "t", _config(), plan, nice=0,
+                                    clients_per_round=CLIENTS)
+  try:
+    with pytest.raises(ValueError, match="round 0 has no clip"):
+      bare.record({"round_num": np.int32(0), "noised_aggregate": aggregates[0]})
+  finally:
+    bare.close()
+
+
+@pytest.mark.parametrize("kill_after", [9, 22])
+def test_killed_and_resumed_stream_with_removal_gives_the_same_table(
+    tmp_path, kill_after):
+  aggregates, (theta0, theta_t), plan = (_with_canaries(_aggregates()),
+                                         _weights(), _plan())
+  straight = _stream(tmp_path / "a", aggregates, plan,
+                     clients_per_round=CLIENTS)
+  expected = straight.finish(theta0, theta_t, progress=False)
+  straight.close()
+  other = _with_canaries(_aggregates(seed=1, planted=False))
+  checkpoint = kill_after - kill_after % 4
+  mixed = np.where(np.arange(ROUNDS)[:, None] < checkpoint, aggregates, other)
+  killed = _stream(tmp_path / "b", mixed, plan, stop=kill_after,
+                   clients_per_round=CLIENTS)
+  killed._worker.wait_all()  # pylint: disable=protected-access
+  killed.close()
+  resumed = _stream(tmp_path / "b", aggregates, plan, done=checkpoint,
+                    clients_per_round=CLIENTS)
+  table = resumed.finish(theta0, theta_t, progress=False)
+  resumed.close()
+  assert table == expected
+
+
 def test_another_plan_differs_by_less_than_the_rounding_bound(tmp_path):
   aggregates, (theta0, theta_t) = _aggregates(), _weights()
   plan = _plan(chunk_rounds=3, block=2)
@@ -112,8 +186,8 @@ def test_another_plan_differs_by_less_than_the_rounding_bound(tmp_path):
   reference = cosine_pass.compute_cosine_table(_config(), theta0, theta_t,
                                                aggregates, progress=False)
   canaries = canary_directions.canary_block(5, np.arange(M), DIM)
-  inv = cosine_chunks.inverse_norms(aggregates)
-  bound = cosine_chunks.reorder_bound(canaries, aggregates, inv).max(axis=1)
+  norms = cosine_chunks.row_norms(aggregates)
+  bound = cosine_chunks.reorder_bound(canaries, aggregates, norms).max(axis=1)
   difference = np.abs(table.max_cosine - reference.max_cosine)
   assert np.all(difference <= bound)
   # The bound is a worst case (gamma_d = d u, 3e-4 here, a tenth of the
@@ -121,7 +195,7 @@ def test_another_plan_differs_by_less_than_the_rounding_bound(tmp_path):
   # the observed difference is far smaller: 1e-6 as in test_cosine_pass.
   assert bound.max() < 0.1 / np.sqrt(DIM)
   assert difference.max() < 1e-6
-  cos = cosine_chunks.round_cosines(canaries, aggregates, inv)
+  cos = cosine_chunks.round_cosines(canaries, aggregates, norms)
   top2 = np.sort(cos, axis=1)[:, -2:]
   clear = top2[:, 1] - top2[:, 0] > 2 * bound
   np.testing.assert_array_equal(table.max_round[clear],
@@ -168,7 +242,7 @@ def test_plan_and_worker_errors(tmp_path):
   plan = cosine_stream.plan_stream(1000, 4, 10, 10**9, 10**9)
   assert plan.chunk_rounds == 10 and plan.canaries_per_block == 4
   # A chunk file that is not there: the worker's error reaches the parent.
-  worker = stream_worker.StreamWorker(seed=1, dim=10, num_canaries=2,
+  worker = stream_worker.StreamWorker(canaries=_config(), dim=10,
                                       canaries_per_block=2, start_path=None,
                                       nice=0)
   try:

@@ -175,6 +175,9 @@ def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
   assert sum(r["canaries_inserted"] for r in rows) == report.estimates.num_inserted
   assert len(run_dir.RunDir(tmp_path / "run").load_ledger()) == 4
   assert report.estimates.one_run_final is not None  # coin assignment
+  # The round cosines were taken without the other inserted canaries.
+  assert run_dir.RunDir(tmp_path / "run").load_table(
+      ).known_canaries_removed == "all_iterates"
   # The noise self-test ran before training on the run's aggregator (the
   # verdict depends on the noise implementation, so only its presence here;
   # tests/test_noise_check.py tests the verdicts).

@@ -100,7 +100,29 @@ def test_study_is_deterministic(study_module):
     assert one["results"][0][key] == two["results"][0][key]
 
 
+def test_removing_known_canaries_unbiases_epsilon_final_at_k_over_d_10pct(
+    study_module):
+  # k / d = 10% at epsilon 10 (sigma = 0.541, delta 1e-6): the plain inserted
+  # mean is 1 / sqrt(sigma^2 + 0.1) / sqrt(d), the epsilon of sigma = 0.627,
+  # about 8.4; with the other canaries removed it is 1 / sigma. One run's
+  # mean-only estimate has sd ~0.28 here (mu-hat sqrt(d) has sd
+  # 1/sqrt(200) = 0.07 on 1.85), so 10 trials give the mean to +-0.09: 4 of
+  # those plus 2% of the target (the upward convexity bias at 200 canaries)
+  # bound the corrected mean, and the plain one must miss by more than 1.
+  args = dict(dim=2000, num_canaries=200, target_epsilons=[10.0], delta=1e-6,
+              trials=10, seed=2)
+  fixed = study_module.run_study(**args)
+  plain = study_module.run_study(remove_known_canaries=False, **args)
+  assert fixed["config"]["remove_known_canaries"] is True
+  assert plain["config"]["remove_known_canaries"] is False
+  got = fixed["results"][0]
+  se = got["epsilon_final_std"] / math.sqrt(got["trials"])
+  assert abs(got["epsilon_final_mean"] - 10.0) < 4 * se + 0.2
+  assert plain["results"][0]["epsilon_final_mean"] < 9.0
+
+
 @pytest.mark.parametrize("kwargs, error, needle", [
+    (dict(remove_known_canaries="yes"), TypeError, "remove_known_canaries"),
     (dict(trials=1), ValueError, "trials"),
     (dict(target_epsilons=[]), ValueError, "target_epsilons"),
     (dict(target_epsilons="3"), TypeError, "target_epsilons"),
@@ -134,6 +156,7 @@ def test_script_writes_json_and_png(tmp_path, simulator):
   assert proc.returncode == 0, proc.stderr[-3000:]
   study = json.loads(out.read_text())
   assert study["config"]["simulator"] == simulator
+  assert study["config"]["remove_known_canaries"] is True
   assert len(study["results"]) == 2
   for result in study["results"]:
     assert _REQUIRED_KEYS <= set(result)
@@ -142,6 +165,16 @@ def test_script_writes_json_and_png(tmp_path, simulator):
   # Nothing left behind but the two outputs (atomic writes clean up).
   assert sorted(p.name for p in tmp_path.iterdir()) == ["study.json",
                                                         "study.png"]
+
+
+def test_script_flag_turns_the_correction_off(tmp_path):
+  out = tmp_path / "study.json"
+  proc = _run_script("--dim=4000", "--num_canaries=40", "--target_epsilons=3",
+                     "--delta=1e-5", "--trials=2", "--noremove_known_canaries",
+                     f"--output_json={out}", cwd=tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert json.loads(out.read_text())["config"]["remove_known_canaries"] is False
+  assert "plain cosines" in proc.stdout
 
 
 def test_script_refuses_bad_flags(tmp_path):

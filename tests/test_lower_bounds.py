@@ -286,3 +286,48 @@ def test_simultaneous_bound_details():
   from tff_canary.stats.lower_bounds import simultaneous_ranks
   ranks = simultaneous_ranks(1000)
   assert ranks[0] == 1 and ranks[-1] == 1000 and 15 <= ranks.size <= 25
+
+
+# Threshold strategies of epsilon_lo (METHOD §10) ----------------------------
+
+
+def test_bonferroni_correction_is_every_rank_at_alpha_over_n():
+  # A plain loop with scipy.stats: rank k's threshold is the k-th largest,
+  # TPR >= Beta(k, n - k + 1).ppf(alpha / n), FPR from the exact null.
+  rng = np.random.default_rng(40)
+  dim, n = 400, 60
+  x = (2.0 + rng.standard_normal(n)) / np.sqrt(dim)
+  null = CosineNull(dim)
+  best = 0.0
+  for k in range(1, n + 1):
+    t = np.sort(x)[::-1][k - 1]
+    fnr = 1 - stats.beta.ppf(0.05 / n, k, n - k + 1)
+    fpr = float(null.sf(t))
+    for a, b in ((fnr, fpr), (fpr, fnr)):
+      if 1 - DELTA - a > 0 and b > 0:
+        best = max(best, math.log((1 - DELTA - a) / b))
+  got = epsilon_lo(x, dim=dim, delta=DELTA, correction="bonferroni")
+  assert got.epsilon == pytest.approx(best, rel=1e-9)
+
+
+@pytest.mark.parametrize("correction", ["bonferroni", "split", "multi_split"])
+def test_strategies_are_zero_without_canary_effect(correction):
+  # 95% expected; the 99.9% binomial band for 60 trials reaches ~0.83.
+  rng = np.random.default_rng(41)
+  zeros = 0
+  for _ in range(60):
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", results.SignConventionWarning)
+      zeros += epsilon_lo(rng.standard_normal(300) / 100,
+                          held_out=rng.standard_normal(300) / 100,
+                          delta=DELTA, correction=correction).epsilon == 0
+  assert zeros / 60 >= 0.83
+
+
+def test_split_is_seeded_and_informative():
+  rng = np.random.default_rng(42)
+  x = (3.0 + rng.standard_normal(1000)) / np.sqrt(DIM)
+  first = epsilon_lo(x, dim=DIM, delta=DELTA, correction="split")
+  again = epsilon_lo(x, dim=DIM, delta=DELTA, correction="split")
+  assert first == again and first.epsilon > 1.0
+  assert first.correction == "split"

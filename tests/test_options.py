@@ -15,10 +15,13 @@ import pytest
 from tff_canary.stats import client_sampling
 from tff_canary.stats import cosine_table
 from tff_canary.stats import estimates
+from tff_canary.stats import fdp_one_run
 from tff_canary.stats import gaussian_mechanism
 from tff_canary.stats import ledger
 from tff_canary.stats import lower_bounds
 from tff_canary.stats import poisson_accounting
+from tff_canary.stats import threshold_strategies
+from tff_canary.stats import tight_one_run
 
 GOOD = np.array([0.001, 0.002, 0.0015, 0.0005])
 
@@ -53,6 +56,14 @@ OPTIONS = [
     ("sampling", client_sampling.Sampling,
      lambda v: client_sampling.ClientSampler(10, 2, sampling=v)),
     ("group", cosine_table.Group, lambda v: _table().mask(v)),
+    ("strategy", threshold_strategies.Strategy,
+     lambda v: fdp_one_run.fdp_one_run_bound(
+         GOOD, np.array([True, False, True, False]), delta=1e-6,
+         strategy=v)),
+    ("strategy", threshold_strategies.Strategy,
+     lambda v: tight_one_run.tight_one_run_bound(
+         GOOD, np.array([True, False, True, False]), delta=1e-6,
+         strategy=v)),
 ]
 
 

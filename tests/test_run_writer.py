@@ -28,6 +28,7 @@ from tff_canary import __main__ as cli
 from tff_canary.stats import canary_config
 from tff_canary.federated import factory
 from tff_canary.federated import aggregate_recorder
+from tff_canary.federated import canary_process
 from tff_canary.federated import cosine_pass
 from tff_canary.harness import release_manager
 from tff_canary.harness import report as report_lib
@@ -161,7 +162,7 @@ def test_loop_records_what_the_process_output(loop_run):
   # and the canary state in state.aggregator['inner_agg'] (README).
   measured = [m["aggregator"]["zeroing"] for m in loop_run.metrics]
   assert all(isinstance(s.aggregator["inner_agg"],
-                        factory.CanaryDPAggregatorState)
+                        canary_process.CanaryDPAggregatorState)
              for s in loop_run.states)
   aggregates, recorded = aggregate_recorder.load_aggregates(rd.file(run_dir_lib.AGGREGATES))
   assert recorded.all()
@@ -199,12 +200,18 @@ def test_ledger_and_config_come_from_the_state(loop_run):
 
 
 def test_cosines_are_those_of_the_recorded_run(loop_run):
-  table = run_dir_lib.RunDir(loop_run.path).load_table()
+  rd = run_dir_lib.RunDir(loop_run.path)
+  table = rd.load_table()
   aggregates = np.stack([m["aggregator"]["zeroing"]["noised_aggregate"]
                          for m in loop_run.metrics])
+  # The round cosines are taken without the other inserted canaries, at the
+  # clips the aggregator measured and config.json's clients_per_round.
+  clips = [float(m["aggregator"]["zeroing"]["clip"]) for m in loop_run.metrics]
   expected = cosine_pass.compute_cosine_table(
       _config(), _flat(loop_run.process, loop_run.initial),
-      _flat(loop_run.process, loop_run.state), aggregates, progress=False)
+      _flat(loop_run.process, loop_run.state), aggregates, progress=False,
+      clips=clips, clients_per_round=rd.load_config()["clients_per_round"])
+  assert table.known_canaries_removed == "all_iterates"
   np.testing.assert_array_equal(table.final_cosine, expected.final_cosine)
   np.testing.assert_array_equal(table.max_cosine, expected.max_cosine)
   np.testing.assert_array_equal(table.max_round, expected.max_round)

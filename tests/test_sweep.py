@@ -33,6 +33,11 @@ def test_sweep_writes_one_csv_and_one_figure(tmp_path):
           > float(by[(0.1, 1)]["analytical_epsilon"]))
   for r in rows:
     assert float(r["epsilon_final"]) >= 0 and r["epsilon_all"] != ""
+  # Quiet like the other experiment scripts: no absl/TensorFlow INFO lines
+  # (each checkpoint save used to print three) between the sweep's own lines.
+  info = [line for line in proc.stderr.splitlines()
+          if line.startswith(("I1", "I0", "INFO:"))]
+  assert not info, info[:3]
   # Re-running reads the finished runs back instead of training again.
   again = subprocess.run(args, capture_output=True, text=True, timeout=300)
   assert again.returncode == 0 and "training" not in again.stdout

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from tff_canary.stats import estimates, lower_bounds, results
+from tff_canary.stats import estimates, fdp_one_run, lower_bounds, results
 from tff_canary.stats.cosine_table import CosineTable, UnrecordedRoundsWarning
 from tff_canary.stats.table_estimates import estimate_table
 
@@ -42,9 +42,13 @@ def test_every_estimate_equals_the_estimator_called_directly():
                                                      delta=1e-6)
   assert est.one_run_final == lower_bounds.one_run_bound(
       table.final_cosine, table.mask("inserted"), delta=1e-6)
-  assert len(est.rows()) == 9
+  assert est.fdp_final == fdp_one_run.fdp_one_run_bound(
+      table.final_cosine, table.mask("inserted"), delta=1e-6)
+  assert est.fdp_all == fdp_one_run.fdp_one_run_bound(
+      table.max_cosine, table.mask("inserted"), delta=1e-6)
+  assert len(est.rows()) == 11
   assert est.num_inserted + est.num_held_out == len(table)
-  assert str(est).count("\n") == 9
+  assert str(est).count("\n") == 11
 
 
 def test_every_row_is_labelled_with_its_statistic():
@@ -52,7 +56,7 @@ def test_every_row_is_labelled_with_its_statistic():
   # all", ...: the statistic hidden in the middle or at the end of the name.
   est = estimate_table(_table(np.random.default_rng(5)), delta=1e-6)
   final = {id(est.final_mean_only), id(est.final_fitted), id(est.lo_final),
-           id(est.lo_final_paper), id(est.one_run_final)}
+           id(est.lo_final_paper), id(est.one_run_final), id(est.fdp_final)}
   for name, _, result in est.rows():
     prefix = "final model: " if id(result) in final else "all iterates: "
     assert name.startswith(prefix), name
@@ -62,7 +66,7 @@ def test_every_row_is_labelled_with_its_statistic():
                         "all": "all iterates: "}[result.statistic]
   # The final model's rows first, then all iterates; str() names each row.
   prefixes = [name.split(":")[0] for name, _, _ in est.rows()]
-  assert prefixes == ["final model"] * 5 + ["all iterates"] * 4
+  assert prefixes == ["final model"] * 6 + ["all iterates"] * 5
   assert all(f"  {name}: " in str(est) for name, _, _ in est.rows())
 
 
@@ -71,6 +75,7 @@ def test_missing_pieces_are_none():
   est = estimate_table(_table(rng, assignment="fixed", recorded=False), delta=1e-6)
   assert est.all_iterates is None and est.lo_all is None
   assert est.one_run_final is None and est.one_run_all is None
+  assert est.fdp_final is None and est.fdp_all is None
   assert [name for name, _, _ in est.rows()] == [
       "final model: epsilon_final (mean-only)",
       "final model: epsilon_final (fitted variance)",

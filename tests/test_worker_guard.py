@@ -28,6 +28,14 @@ _SCRIPT = textwrap.dedent("""
       os._exit(0)
     if mode == "sleep":
       time.sleep(600)
+    if mode == "replace_context":
+      # A new context drops the old one: TFF's ServiceManager.__del__ sends
+      # its worker SIGINT and waits for it with no timeout.
+      import gc
+      tff.backends.native.set_sync_local_cpp_execution_context()
+      gc.collect()
+      assert one() == 1
+      print("DONE", flush=True)
 """)
 
 
@@ -92,3 +100,18 @@ def test_worker_dies_with_killed_python(tmp_path):
     if proc.poll() is None:
       proc.kill()
       proc.wait()
+
+
+def test_replacing_the_context_does_not_hang_when_sigint_is_ignored(tmp_path):
+  # A command that a non-interactive shell starts with `&` (a CI job in the
+  # background, say) runs with SIGINT ignored, and so does every worker it
+  # starts: the worker then ignores TFF's SIGINT and TFF's unbounded wait hung
+  # forever (seen in a test run). The guard's wait kills it after the grace.
+  script = tmp_path / "worker_script.py"
+  script.write_text(_SCRIPT)
+  proc = subprocess.run(
+      [sys.executable, str(script), "replace_context"], stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True, timeout=300,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "DONE" in proc.stdout

@@ -32,6 +32,7 @@ from tff_canary.stats import validation
 
 AGGREGATE_KEY = "noised_aggregate"
 ROUND_KEY = "round_num"
+CLIP_KEY = "clip"
 _DTYPES = ("float16", "float32", "float64")
 
 
@@ -50,8 +51,10 @@ def _find_aggregate_dicts(metrics: Any, path: str = "metrics"
   return found
 
 
-def pop_aggregate(metrics: Any) -> tuple[int, Any]:
-  """(round_num, noised_aggregate) of a round's metrics; removes the aggregate.
+def pop_round(metrics: Any) -> tuple[int, Any, float | None]:
+  """(round_num, noised_aggregate, clip) of a round's metrics; removes the
+  aggregate. `clip` is C_r, the clip used this round (`CLIP_KEY` beside the
+  aggregate), or None when the measurements have none.
 
   Raises:
     ValueError: if there is no `noised_aggregate` (a `CanaryConfig` with
@@ -72,7 +75,15 @@ def pop_aggregate(metrics: Any) -> tuple[int, Any]:
     raise ValueError(f"{where} has {AGGREGATE_KEY!r} but no {ROUND_KEY!r}.")
   round_num = validation.as_int(np.asarray(holder[ROUND_KEY]).item(),
                                 ROUND_KEY, minimum=0)
+  clip = holder.get(CLIP_KEY)
+  clip = None if clip is None else float(np.asarray(clip).item())
   aggregate = holder.pop(AGGREGATE_KEY)
+  return round_num, aggregate, clip
+
+
+def pop_aggregate(metrics: Any) -> tuple[int, Any]:
+  """(round_num, noised_aggregate) of a round's metrics (`pop_round`)."""
+  round_num, aggregate, _ = pop_round(metrics)
   return round_num, aggregate
 
 

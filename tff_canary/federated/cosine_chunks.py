@@ -7,12 +7,14 @@ after training (`tff_canary.federated.cosine_pass`) and while training goes on
 (`tff_canary.federated.cosine_stream`), take it the same way, with the
 functions here:
 
-  * `inverse_norms(rows)`: 1 / |a_r| per row (accumulated in float64, then
-    float32; a zero row gets 0, so its cosines are 0, the null's mean);
-  * `round_cosines(block, rows, inv_norms)`: the [canaries, rounds] float32
-    cosines of a block of unit canaries with a chunk of rows, one GEMM. This
-    is the one place where the rows meet the canaries: a per-row correction
-    (e.g. removing other canaries' known contribution from a_r) goes here;
+  * `row_norms(rows)`: |a_r| per row, accumulated in float64;
+  * `round_cosines(block, rows, norms)`: the [canaries, rounds] float32
+    cosines of a block of unit canaries with a chunk of rows, one GEMM times
+    1 / |a_r| (float32; a zero row gets 0, so its cosines are 0, the null's
+    mean). This is the one place where the rows meet the canaries. With a
+    `known_canary_removal.ChunkRemoval` the rows are a'_r, the chunk's
+    aggregates without the inserted canaries (`take_chunk` forms them), and
+    the cosines are the corrected ones of `tff_canary.stats.known_canaries`;
   * `RunningMax.update`: per canary the running max and its round, the first
     round attaining it (rounds come in increasing order; strict `>`).
 
@@ -26,7 +28,7 @@ shapes and may sum in another order; the difference is then bounded by
 d u / (1 - d u), u = 2^-24, for ANY summation order, so two orders differ by
 at most twice that).
 
-NumPy only; the canaries themselves come from `canary_directions`.
+NumPy; the canaries themselves come from `canary_directions`.
 """
 
 from __future__ import annotations
@@ -36,14 +38,15 @@ import os
 
 import numpy as np
 
+from tff_canary.federated import known_canary_removal
 from tff_canary.stats import atomic_files
 from tff_canary.stats import validation
 
 _UNIT_ROUNDOFF = 2.0 ** -24
 
 
-def inverse_norms(rows: np.ndarray) -> np.ndarray:
-  """float32 [n]: 1 / |row| (norm accumulated in float64), 0 for a zero row.
+def row_norms(rows: np.ndarray) -> np.ndarray:
+  """float64 [n]: |row|, the squares summed in float64.
 
   Raises:
     ValueError: if a row holds a non-finite value.
@@ -51,23 +54,34 @@ def inverse_norms(rows: np.ndarray) -> np.ndarray:
   squares = np.einsum("ij,ij->i", rows, rows, dtype=np.float64)
   if not np.all(np.isfinite(squares)):
     raise ValueError("aggregates hold non-finite values.")
-  norms = np.sqrt(squares)
+  return np.sqrt(squares)
+
+
+def inverse_norms(norms: np.ndarray) -> np.ndarray:
+  """float32 [n]: 1 / norm, 0 for a zero norm."""
   zero = norms == 0.0
   return np.where(zero, 0.0, 1.0 / np.where(zero, 1.0, norms)).astype(
       np.float32)
 
 
-def round_cosines(block: np.ndarray, rows: np.ndarray,
-                  inv_norms: np.ndarray) -> np.ndarray:
+def round_cosines(block: np.ndarray, rows: np.ndarray, norms: np.ndarray,
+                  *, block_ids: np.ndarray | None = None,
+                  removal: known_canary_removal.ChunkRemoval | None = None
+                  ) -> np.ndarray:
   """float32 [len(block), len(rows)]: cos(c_j, a_r) for unit canaries c_j.
 
-  The single place where aggregates meet canaries (module docstring).
+  The single place where aggregates meet canaries (module docstring). With
+  `removal` (and the `block_ids` of the block), `rows` are a'_r and `norms`
+  their norms, and the cosines are corrected (`ChunkRemoval.cosines`).
   """
-  return (block @ rows.T) * inv_norms
+  dots = block @ rows.T
+  if removal is None:
+    return dots * inverse_norms(norms)
+  return removal.cosines(dots, block_ids, norms)
 
 
 def reorder_bound(block: np.ndarray, rows: np.ndarray,
-                  inv_norms: np.ndarray) -> np.ndarray:
+                  norms: np.ndarray) -> np.ndarray:
   """Largest difference of `round_cosines` between two summation orders.
 
   2 gamma_d sum_i |c_i a_i| / |a| (Higham Eq. 3.5, twice: each order is
@@ -76,10 +90,11 @@ def reorder_bound(block: np.ndarray, rows: np.ndarray,
   """
   d = block.shape[1]
   gamma = d * _UNIT_ROUNDOFF / (1.0 - d * _UNIT_ROUNDOFF)
+  inv = inverse_norms(norms)
   absolute = (np.abs(block).astype(np.float64)
-              @ np.abs(rows).astype(np.float64).T) * inv_norms
+              @ np.abs(rows).astype(np.float64).T) * inv
   return 2.0 * gamma * absolute + 2.0 * _UNIT_ROUNDOFF * np.abs(
-      round_cosines(block, rows, inv_norms)).astype(np.float64)
+      round_cosines(block, rows, norms)).astype(np.float64)
 
 
 @dataclasses.dataclass
@@ -144,21 +159,28 @@ class RunningMax:
 
 
 def take_chunk(running: RunningMax, blocks, rows: np.ndarray,
-               round_ids: np.ndarray) -> None:
+               round_ids: np.ndarray,
+               removal: known_canary_removal.ChunkRemoval | None = None
+               ) -> None:
   """All canary blocks against one chunk of rows, into `running`.
 
   Args:
     running: The state; its `end` becomes round_ids[-1] + 1.
     blocks: Iterable of (block_ids, unit canary block [len(ids), dim]).
-    rows: float32 [len(round_ids), dim], the chunk's aggregates.
+    rows: float32 [len(round_ids), dim], the chunk's aggregates (overwritten
+      by a'_r with `removal`).
     round_ids: The rounds of `rows`, increasing, all >= running.end.
+    removal: The chunk's known-canary removal, or None.
   """
   round_ids = np.asarray(round_ids, np.int64)
   if round_ids.size and round_ids[0] < running.end:
     raise ValueError(f"round {round_ids[0]} was already taken (the cursor is "
                      f"at {running.end}).")
-  inv = inverse_norms(rows)
+  if removal is not None:
+    rows = removal.residual(rows, out=rows)
+  norms = row_norms(rows)
   for block_ids, block in blocks:
-    running.update(block_ids, round_cosines(block, rows, inv), round_ids)
+    running.update(block_ids, round_cosines(
+        block, rows, norms, block_ids=block_ids, removal=removal), round_ids)
   if round_ids.size:
     running.end = int(round_ids[-1]) + 1

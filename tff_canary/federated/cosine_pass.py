@@ -41,6 +41,17 @@ error of a length-d dot product of unit vectors is about 1e-7 in the cosine
 bench/round_overhead.py), at least three orders of magnitude below the null's
 standard deviation 1/sqrt(d) for any d <= 10^8. Cosines are clipped to [-1, 1].
 
+Other canaries as noise: with `clips` and `clients_per_round` given (and
+`remove_known_canaries`, the default), each canary's round cosines are taken
+against the round's aggregate without the other inserted canaries
+(`tff_canary.federated.known_canary_removal`, `tff_canary.stats.known_canaries`),
+chunk by chunk as `cosine_chunks` does it for the stream, so a streamed run
+and this pass agree bit for bit with the same plan; the table's
+`known_canaries_removed` says which statistic was corrected. The final-model
+cosines are never corrected here. Cost: one more canary generation per
+participation (to form a'_r) and a'_r held like the aggregates (in memory
+within half the budget, else in a temporary file).
+
 Zero vectors: the cosine with a zero vector (u = 0, e.g. a model that did not
 move, or a_r = 0) is defined as 0, the null's mean, and a `ZeroVectorWarning`
 says which vector was zero.
@@ -49,6 +60,7 @@ says which vector was zero.
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 from typing import Any
 
@@ -59,6 +71,7 @@ from tff_canary.federated import aggregate_recorder
 from tff_canary.federated import canary_directions
 from tff_canary.federated import cosine_chunks
 from tff_canary.federated import flat_layout
+from tff_canary.federated import known_canary_removal
 from tff_canary.federated import state_check
 from tff_canary.federated import worker_guard
 from tff_canary.stats import canary_config
@@ -164,15 +177,35 @@ def _weights_vector(weights: Any, name: str) -> np.ndarray:
   return flat_layout.flatten_numpy(weights, name).astype(np.float64)
 
 
-def _inverse_norms(reader: _RowReader, rows: np.ndarray, chunk: int,
-                   buffer: np.ndarray | None) -> np.ndarray:
-  """1 / |a_r| per row (`cosine_chunks.inverse_norms`), `chunk` rows at a
-  time (the chunks of the cosine loop, so a plan gives the same bits)."""
-  inv = np.empty(rows.size, np.float32)
-  for start in range(0, rows.size, chunk):
-    part = reader.read(rows[start:start + chunk], out=buffer)
-    inv[start:start + chunk] = cosine_chunks.inverse_norms(part)
-  return inv
+def _row_norms(reader: _RowReader, positions: np.ndarray, chunk: int,
+               buffer: np.ndarray | None) -> np.ndarray:
+  """|a_r| per row (`cosine_chunks.row_norms`), `chunk` rows at a time (the
+  chunks of the cosine loop, so a plan gives the same bits)."""
+  norms = np.empty(positions.size, np.float64)
+  for start in range(0, positions.size, chunk):
+    part = reader.read(positions[start:start + chunk], out=buffer)
+    norms[start:start + chunk] = cosine_chunks.row_norms(part)
+  return norms
+
+
+def _residual(reader: _RowReader, positions: np.ndarray, chunk: int,
+              removals: list[known_canary_removal.ChunkRemoval], dim: int,
+              budget: int) -> tuple[np.ndarray, Any]:
+  """a'_r of every row, chunk by chunk: in memory when it fits half the
+  budget, else a memory map in a temporary directory (the second value, for
+  the caller to clean up; None in memory)."""
+  holder = None
+  if positions.size * dim * 4 <= budget // 2:
+    out = np.empty((positions.size, dim), np.float32)
+  else:
+    holder = tempfile.TemporaryDirectory(prefix="residual_aggregates_")
+    out = np.lib.format.open_memmap(
+        os.path.join(holder.name, "residual.npy"), mode="w+",
+        dtype=np.float32, shape=(positions.size, dim))
+  for k, start in enumerate(range(0, positions.size, chunk)):
+    part = np.array(reader.read(positions[start:start + chunk]), np.float32)
+    out[start:start + part.shape[0]] = removals[k].residual(part, out=part)
+  return out, holder
 
 
 def plan_blocks(dim: int, num_rows: int, num_canaries: int,
@@ -219,6 +252,9 @@ def compute_cosine_table(
     plan: tuple[int, int] | None = None,
     rounds: Any = None,
     start: cosine_chunks.RunningMax | None = None,
+    clips: Any = None,
+    clients_per_round: float | None = None,
+    remove_known_canaries: bool = True,
 ) -> cosine_table.CosineTable:
   """The cosine table of a run (module docstring).
 
@@ -254,7 +290,14 @@ def compute_cosine_table(
       default 0, 1, ...).
     start: The running max over rounds 0..start.end-1, all recorded, taken
       while training (`cosine_stream`); the rows of `aggregates` then are the
-      rounds from start.end on.
+      rounds from start.end on (taken with the same removal setting).
+    clips: C_r of every round of the schedule (index = round; the
+      aggregator's `clip` measurement), needed for `remove_known_canaries`.
+    clients_per_round: n, the DP query's denominator, needed likewise.
+    remove_known_canaries: With `aggregates`, `clips` and
+      `clients_per_round`: take the round cosines against each aggregate
+      without the other inserted canaries (module docstring). Ignored (the
+      table records "none") when any of the three is missing.
 
   Returns:
     The `CosineTable`.
@@ -310,6 +353,25 @@ def compute_cosine_table(
   else:
     chunk_rows = validation.as_int(plan[0], "plan[0] (rows per chunk)", 1)
     block = validation.as_int(plan[1], "plan[1] (canaries per block)", 1)
+  if not isinstance(remove_known_canaries, (bool, np.bool_)):
+    raise TypeError(f"remove_known_canaries must be a bool, got "
+                    f"{validation.show(remove_known_canaries)}.")
+  removals, holder = None, None
+  if (remove_known_canaries and aggregates is not None and clips is not None
+      and clients_per_round is not None):
+    clips = np.asarray(clips, np.float64).reshape(-1)
+    if rows.size and rows[-1] >= clips.size:
+      raise ValueError(f"clips has {clips.size} rounds, the aggregates reach "
+                       f"round {rows[-1]}.")
+    removal = known_canary_removal.KnownCanaryRemoval(canaries,
+                                                      clients_per_round)
+    removals = [removal.chunk(rows[r0:r0 + chunk_rows],
+                              clips[rows[r0:r0 + chunk_rows]])
+                for r0 in range(0, num_rows, chunk_rows)]
+    if num_rows:
+      residual, holder = _residual(reader, reader.rows, chunk_rows, removals,
+                                   dim, budget)
+      reader = _RowReader(residual)
 
   u = theta0 - theta_t
   u_norm = float(np.sqrt(np.dot(u, u)))
@@ -322,18 +384,19 @@ def compute_cosine_table(
     u_unit = (u / u_norm).astype(np.float32)
   del u, theta0, theta_t
 
-  inv_norms = np.zeros(0, np.float32)
+  norms = np.zeros(0, np.float64)
   resident = None
   chunk_buffer = None
   if num_rows:
     if reader.from_file:
       chunk_buffer = np.empty((min(chunk_rows, num_rows), dim), np.float32)
-    inv_norms = _inverse_norms(reader, reader.rows, chunk_rows, chunk_buffer)
-    zero = inv_norms == 0.0
+    norms = _row_norms(reader, reader.rows, chunk_rows, chunk_buffer)
+    zero = norms == 0.0
     if zero.any():
+      removed = " with the inserted canaries removed" if removals else ""
       warnings.warn(f"the noised aggregates of rounds "
-                    f"{rows[zero][:10].tolist()} are zero vectors: their "
-                    "cosines are defined as 0.", ZeroVectorWarning,
+                    f"{rows[zero][:10].tolist()}{removed} are zero vectors: "
+                    "their cosines are defined as 0.", ZeroVectorWarning,
                     stacklevel=2)
     if chunk_rows >= num_rows:
       resident = reader.read(reader.rows, out=chunk_buffer)
@@ -360,18 +423,24 @@ def compute_cosine_table(
         else:
           chunk = reader.read(positions[r0:r0 + chunk_rows], out=chunk_buffer)
         running.update(block_ids, cosine_chunks.round_cosines(
-            c, chunk, inv_norms[r0:r0 + chunk.shape[0]]),
+            c, chunk, norms[r0:r0 + chunk.shape[0]], block_ids=block_ids,
+            removal=removals[r0 // chunk_rows] if removals else None),
                        rows[r0:r0 + chunk_rows])
       del c
       bar.update(block_ids.size)
 
+  if holder is not None:
+    del reader, resident, residual, chunk
+    holder.cleanup()
+
   recorded = rows if start is None else np.concatenate(
       [np.arange(start.end), rows])
   return _table(canaries, dim, final, running, recorded,
-                with_rounds=reader is not None or start is not None)
+                with_rounds=aggregates is not None or start is not None,
+                removed=removals is not None)
 
 
-def _table(canaries, dim, final, running, recorded, with_rounds):
+def _table(canaries, dim, final, running, recorded, with_rounds, removed):
   """The `CosineTable` of final cosines and a running max over `recorded`."""
   m = canaries.num_canaries
   best = running.best.astype(np.float64)
@@ -406,4 +475,5 @@ def _table(canaries, dim, final, running, recorded, with_rounds):
       schedule=repr(canaries.schedule),
       generator=canary_directions.GENERATOR,
       unrecorded=unrecorded,
+      known_canaries_removed="all_iterates" if removed else "none",
   )

@@ -22,6 +22,12 @@ previous one, so there are never more than 3 (with that checkpoint
 cadence), whether it keeps up or not. Background work: R / B canary
 generations of m canaries and 2 m R d flops, on the spare core.
 
+Other canaries as noise: with `clients_per_round`, each chunk's rounds are
+taken without the other inserted canaries (`known_canary_removal`, as the
+post-training pass does): each round's clip C_r comes with its aggregate (the
+aggregator's `clip` measurement) and is kept in `clips.npy` (8 bytes a
+round) for the chunks a resumed run resubmits and for the end pass.
+
 Equal to the post-training pass: bit for bit with the same plan
 (`compute_cosine_table(..., plan=(B, canaries_per_block))`), as
 `cosine_chunks` explains.
@@ -57,6 +63,7 @@ from tff_canary.stats import validation
 
 PLAN = "plan.json"
 TABLE = "table.npz"
+CLIPS = "clips.npy"
 DEFAULT_DISK_BUDGET_BYTES = 512 * 1024**2
 
 
@@ -158,7 +165,8 @@ class CosineStream:
                canaries: canary_config.CanaryConfig, plan: StreamPlan, *,
                done: int = 0,
                keep: aggregate_recorder.AggregateRecorder | None = None,
-               nice: int = stream_worker.DEFAULT_NICE):
+               nice: int = stream_worker.DEFAULT_NICE,
+               clients_per_round: float | None = None):
     """Starts (done = 0) or resumes (done = the checkpoint's round) a stream.
 
     Args:
@@ -169,15 +177,24 @@ class CosineStream:
       done: Rounds 0..done-1 are in the model checkpoint the run resumes.
       keep: Optional recorder that also keeps every round (re-analysis).
       nice: Scheduling niceness added for the worker process.
+      clients_per_round: n, the DP query's denominator: the rounds are taken
+        without the other inserted canaries (module docstring). None: as
+        recorded. A resumed stream must pass the same.
     """
     self._dir = os.fspath(directory)
     self.canaries = canaries
     self.plan = plan
     self._keep = keep
     self._checkpoint = validation.as_int(done, "done", minimum=0)
+    self.clients_per_round = (
+        None if clients_per_round is None else
+        validation.as_positive(clients_per_round, "clients_per_round"))
     os.makedirs(self._dir, exist_ok=True)
     if not os.path.exists(self._file(PLAN)):
-      atomic_files.write_json(self._file(PLAN), plan.as_dict())
+      atomic_files.write_json(
+          self._file(PLAN), dict(plan.as_dict(), known_canaries_removed=(
+              "all_iterates" if self.clients_per_round else "none")))
+    self._clips = self._open_clips()
     self.peak_disk_bytes = 0
     self._rows = None
     self._rows_start = -1
@@ -188,15 +205,29 @@ class CosineStream:
       return  # finished: finish() reads the table
     start = self._committed_end()
     self._worker = stream_worker.StreamWorker(
-        seed=canaries.seed, dim=plan.dim, num_canaries=plan.num_canaries,
+        canaries=canaries, dim=plan.dim,
         canaries_per_block=plan.canaries_per_block,
-        start_path=self._running_path(start) if start else None, nice=nice)
+        start_path=self._running_path(start) if start else None, nice=nice,
+        clients_per_round=self.clients_per_round)
     for chunk_start in range(start, self._checkpoint, plan.chunk_rounds):
       end = plan.chunk(chunk_start)[1]
       if end <= self._checkpoint and end < plan.num_rounds:
         self._submit(chunk_start, end)
 
   # Files ---------------------------------------------------------------
+  def _open_clips(self) -> np.ndarray:
+    """clips.npy: C_r per round, NaN for a round not yet written."""
+    path = self._file(CLIPS)
+    if os.path.exists(path):
+      clips = np.load(path, mmap_mode="r+")
+      if clips.shape == (self.plan.num_rounds,):
+        return clips
+    clips = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64,
+                                      shape=(self.plan.num_rounds,))
+    clips[:] = np.nan
+    clips.flush()
+    return clips
+
   def _file(self, name: str) -> str:
     return os.path.join(self._dir, name)
 
@@ -241,18 +272,27 @@ class CosineStream:
 
   # Rounds ---------------------------------------------------------------
   def record(self, metrics: Any) -> int:
-    """Pops the round's `noised_aggregate` out of `metrics`, writes it."""
-    round_num, aggregate = aggregate_recorder.pop_aggregate(metrics)
-    self.write(round_num, aggregate)
+    """Pops the round's `noised_aggregate` out of `metrics`, writes it (with
+    the round's `clip` measurement beside it)."""
+    round_num, aggregate, clip = aggregate_recorder.pop_round(metrics)
+    self.write(round_num, aggregate, clip)
     return round_num
 
-  def write(self, round_num: int, aggregate: Any) -> None:
-    """Writes round `round_num`'s aggregate into its chunk; sends a complete
-    chunk (but the run's last) to the worker."""
+  def write(self, round_num: int, aggregate: Any,
+            clip: float | None = None) -> None:
+    """Writes round `round_num`'s aggregate (and clip C_r, needed with
+    `clients_per_round`) into its chunk; sends a complete chunk (but the
+    run's last) to the worker."""
     round_num = validation.as_int(round_num, "round_num", minimum=0)
     if round_num >= self.plan.num_rounds:
       raise ValueError(f"round_num = {round_num} is beyond the plan's "
                        f"num_rounds = {self.plan.num_rounds}.")
+    if self.clients_per_round is not None:
+      if clip is None:
+        raise ValueError(f"round {round_num} has no clip: removing the known "
+                         "canaries needs the aggregator's 'clip' measurement "
+                         "(or a CosineStream without clients_per_round).")
+      clip = validation.as_nonnegative(clip, "clip")
     aggregate = np.asarray(aggregate, np.float32)
     if aggregate.shape != (self.plan.dim,):
       raise ValueError(f"the aggregate must have shape ({self.plan.dim},), "
@@ -266,6 +306,9 @@ class CosineStream:
       self._open_rows(start, end)
     self._rows[round_num - start] = aggregate
     self._rows.flush()
+    if clip is not None:
+      self._clips[round_num] = clip
+      self._clips.flush()
     self.peak_disk_bytes = max(self.peak_disk_bytes, self.disk_bytes())
     if round_num + 1 == end:
       self._rows = None
@@ -288,7 +331,8 @@ class CosineStream:
 
   def _submit(self, start: int, end: int) -> None:
     self._worker.submit(start, end, self._rows_path(start),
-                        self._running_path(end))
+                        self._running_path(end),
+                        np.array(self._clips[start:end], np.float64))
 
   def _poll(self) -> None:
     if self._worker is not None and self._worker.poll():
@@ -338,11 +382,14 @@ class CosineStream:
         memory_budget_bytes=self.plan.memory_budget_bytes, progress=progress,
         state=state,
         plan=(self.plan.chunk_rounds, self.plan.canaries_per_block),
-        rounds=np.arange(start, self.plan.num_rounds), start=running)
+        rounds=np.arange(start, self.plan.num_rounds), start=running,
+        clips=np.array(self._clips) if self.clients_per_round else None,
+        clients_per_round=self.clients_per_round)
     table.save_npz(self._file(TABLE))
     for path in _numbered(self._dir, "rounds", ".npy").values():
       os.remove(path)
-    summary = self.plan.as_dict()
+    summary = dict(self.plan.as_dict(), known_canaries_removed=(
+        "all_iterates" if self.clients_per_round else "none"))
     summary["peak_disk_bytes_this_session"] = self.peak_disk_bytes
     atomic_files.write_json(self._file(PLAN), summary)
     return table

@@ -28,6 +28,8 @@ import signal
 import traceback
 from typing import Any
 
+import numpy as np
+
 # The child's environment: one thread for every numeric library.
 SINGLE_THREAD_ENV = {
     "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -42,7 +44,8 @@ class StreamWorkerError(RuntimeError):
 
 
 def _child(inbox, outbox, job: dict[str, Any]) -> None:
-  """The child's loop: ("chunk", start, end, rows_path, state_path) messages."""
+  """The child's loop: ("chunk", start, end, rows_path, state_path, clips)
+  messages."""
   try:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's
     # Quiet: TensorFlow's C++ start-up lines would break the parent's
@@ -57,9 +60,14 @@ def _child(inbox, outbox, job: dict[str, Any]) -> None:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     from tff_canary.federated import canary_directions  # pylint: disable=g-import-not-at-top
     from tff_canary.federated import cosine_chunks  # pylint: disable=g-import-not-at-top
+    from tff_canary.federated import known_canary_removal  # pylint: disable=g-import-not-at-top
 
-    seed, dim, m, block = job["seed"], job["dim"], job["num_canaries"], job[
+    canaries, dim, block = job["canaries"], job["dim"], job[
         "canaries_per_block"]
+    seed, m = canaries.seed, canaries.num_canaries
+    removal = (None if job["clients_per_round"] is None else
+               known_canary_removal.KnownCanaryRemoval(
+                   canaries, job["clients_per_round"]))
     if job["start_path"] is None:
       running = cosine_chunks.RunningMax.empty(m)
     else:
@@ -84,10 +92,12 @@ def _child(inbox, outbox, job: dict[str, Any]) -> None:
         continue
       if message is None:
         break
-      _, start, end, rows_path, state_path = message
+      _, start, end, rows_path, state_path, clips = message
       rows = np.load(rows_path)[:end - start]
-      cosine_chunks.take_chunk(running, blocks(), rows,
-                               np.arange(start, end))
+      round_ids = np.arange(start, end)
+      cosine_chunks.take_chunk(
+          running, blocks(), rows, round_ids,
+          None if removal is None else removal.chunk(round_ids, clips))
       del rows
       running.save(state_path)
       outbox.put(("done", end))
@@ -98,15 +108,28 @@ def _child(inbox, outbox, job: dict[str, Any]) -> None:
 class StreamWorker:
   """Parent-side handle of the child (module docstring)."""
 
-  def __init__(self, *, seed: int, dim: int, num_canaries: int,
-               canaries_per_block: int, start_path: str | None,
-               nice: int = DEFAULT_NICE):
+  def __init__(self, *, canaries: Any, dim: int, canaries_per_block: int,
+               start_path: str | None, nice: int = DEFAULT_NICE,
+               clients_per_round: float | None = None):
+    """Starts the child.
+
+    Args:
+      canaries: The run's `CanaryConfig` (seed, number, participation).
+      dim: d.
+      canaries_per_block: Canaries regenerated at a time.
+      start_path: A running max to start from, or None.
+      nice: Niceness added for the child.
+      clients_per_round: With it, each chunk is taken without the other
+        inserted canaries (`known_canary_removal`); `submit` then gives the
+        chunk's clips.
+    """
     context = multiprocessing.get_context("spawn")
     self._inbox = context.Queue()
     self._outbox = context.Queue()
-    job = dict(seed=int(seed), dim=int(dim), num_canaries=int(num_canaries),
+    job = dict(canaries=canaries, dim=int(dim),
                canaries_per_block=int(canaries_per_block),
-               start_path=start_path, nice=int(nice))
+               start_path=start_path, nice=int(nice),
+               clients_per_round=clients_per_round)
     self._process = context.Process(target=_child, daemon=True,
                                     args=(self._inbox, self._outbox, job),
                                     name="tff-canary-stream")
@@ -128,9 +151,11 @@ class StreamWorker:
     return self._process.pid
 
   def submit(self, start: int, end: int, rows_path: str,
-             state_path: str) -> None:
-    """Sends the chunk of rounds start..end-1 (rows in `rows_path`)."""
-    self._inbox.put(("chunk", int(start), int(end), rows_path, state_path))
+             state_path: str, clips: Any = None) -> None:
+    """Sends the chunk of rounds start..end-1 (rows in `rows_path`, their
+    clips C_r in `clips`)."""
+    self._inbox.put(("chunk", int(start), int(end), rows_path, state_path,
+                     None if clips is None else np.asarray(clips, np.float64)))
     self.pending.append(int(end))
 
   def poll(self, block: bool = False, timeout: float | None = None

@@ -80,6 +80,25 @@ class GuardedPopen(subprocess.Popen):
     with _lock:
       _workers.append(self)
 
+  def wait(self, timeout=None):
+    """`Popen.wait`, but an unbounded wait on a live worker cannot hang.
+
+    TFF's `ServiceManager.__del__` (run whenever an execution context is
+    replaced) sends the worker SIGINT and then waits with no timeout. A
+    process started with SIGINT ignored (any command a non-interactive shell
+    runs with `&`, e.g. a CI job in the background) passes that on to the
+    worker, which then ignores TFF's SIGINT, and the wait never returned (a
+    test run hung in it). So an unbounded wait gives the worker the grace
+    period and then SIGKILLs it, as `stop_workers` does.
+    """
+    if timeout is not None:
+      return super().wait(timeout)
+    try:
+      return super().wait(_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+      self.kill()
+      return super().wait()
+
 
 class _SubprocessProxy(types.ModuleType):
   """The `subprocess` module with `Popen` replaced by `GuardedPopen`."""

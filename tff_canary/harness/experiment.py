@@ -56,6 +56,7 @@ from tff_canary.harness import dp_fedavg
 from tff_canary.harness import experiment_config
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import resume
+from tff_canary.harness import run_results
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import tasks
 from tff_canary.harness import training
@@ -205,8 +206,9 @@ def _recorder(config, canaries, rd, dim, num_rounds, done):
       dim, canaries.num_canaries, num_rounds,
       int(config.memory_budget_gb * 1024 ** 3),
       int(config.disk_budget_gb * 1024 ** 3))
-  return cosine_stream.CosineStream(directory, canaries, plan, done=done,
-                                    keep=keep)
+  return cosine_stream.CosineStream(
+      directory, canaries, plan, done=done, keep=keep,
+      clients_per_round=config.clients_per_round)
 
 
 def _after_training(config, canaries, process, state, rd, log,
@@ -226,7 +228,8 @@ def _after_training(config, canaries, process, state, rd, log,
         canaries, initial, final,
         rd.file(run_dir_lib.AGGREGATES) if config.record_aggregates else None,
         memory_budget_bytes=int(config.memory_budget_gb * 1024 ** 3),
-        progress=progress, state=state)
+        progress=progress, state=state,
+        **run_results.known_canary_inputs(rd))
   table.save_npz(rd.file(run_dir_lib.COSINES_NPZ))
   table.save_csv(rd.file(run_dir_lib.COSINES_CSV))
   report = report_lib.build_report(rd.path)

@@ -62,9 +62,9 @@ _F, _A = table_estimates.FINAL_MODEL, table_estimates.ALL_ITERATES
 # The table's bound rows -> the same bounds in the audit (`audit.table_bounds`).
 AUDITED_AS = {
     f"{_F}: epsilon_lo (exact null)": "epsilon_lo final",
-    f"{_F}: one-run bound": "one-run bound final",
+    f"{_F}: f-DP one-run bound": "f-DP one-run bound final",
     f"{_A}: epsilon_lo (held-out null)": "epsilon_lo all",
-    f"{_A}: one-run bound": "one-run bound all",
+    f"{_A}: f-DP one-run bound": "f-DP one-run bound all",
 }
 
 

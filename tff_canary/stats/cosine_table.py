@@ -20,7 +20,10 @@ Columns (METHOD §4; Andrew et al., ICLR 2024, arXiv 2302.03098, Section 3):
 
 Metadata: `seed`, `dim`, `num_rounds` (the schedule's), `rounds_recorded`,
 `assignment` ("fixed" or "coin"), `schedule` (its repr) and `generator` (the
-canary generator's identifier), enough to regenerate every canary.
+canary generator's identifier), enough to regenerate every canary, and
+`known_canaries_removed` ("all_iterates" when each canary's round cosines
+were taken without the other inserted canaries, `known_canaries`; "none",
+also for tables saved before it existed).
 
 `CosineTable` is frozen (its arrays are read-only) and validated whenever it is
 built, including on `load`. Files are written atomically (temporary file in
@@ -49,7 +52,11 @@ COLUMNS = ("id", "group", "participation", "final_cosine", "max_cosine",
 # Columns a saved table may lack (older files): filled with zeros.
 OPTIONAL_COLUMNS = ("unrecorded",)
 METADATA = ("seed", "dim", "num_rounds", "rounds_recorded", "assignment",
-            "schedule", "generator")
+            "schedule", "generator", "known_canaries_removed")
+# Which statistic had the other inserted canaries removed from each canary's
+# aggregates (`tff_canary.stats.known_canaries`): none, or the all-iterates one.
+KnownCanariesRemoved = Literal["none", "all_iterates"]
+KNOWN_CANARIES_REMOVED = typing.get_args(KnownCanariesRemoved)
 _FORMAT = "tff-canary cosine table v1"
 
 
@@ -81,6 +88,7 @@ class CosineTable:
   schedule: str = ""
   generator: str = ""
   unrecorded: Any = None
+  known_canaries_removed: KnownCanariesRemoved = "none"
 
   def __post_init__(self):
     seed = validation.as_int(self.seed, "seed", minimum=0)
@@ -92,6 +100,8 @@ class CosineTable:
       if not isinstance(getattr(self, name), str):
         raise TypeError(f"{name} must be a str, got "
                         f"{getattr(self, name)!r}.")
+    validation.as_choice(self.known_canaries_removed,
+                         "known_canaries_removed", KNOWN_CANARIES_REMOVED)
     if self.unrecorded is None:
       object.__setattr__(self, "unrecorded", np.zeros(
           np.asarray(self.id).shape, np.int64))

@@ -14,6 +14,14 @@ to 1 / sqrt(sigma^2 d + |I|); the others (held out) follow the exact null law of
 METHOD.md §5: density proportional to (1 - t^2)^((d - 3) / 2), mean 0,
 variance 1/d.
 
+With `remove_known_canaries` (the default) the statistics are the auditor's
+corrected ones of `tff_canary.stats.known_canaries`: canary j's cosine is taken
+against rho with every other inserted canary removed, cos(c_j, c_j + sigma z)
+for inserted and cos(c_j, sigma z) for held-out canaries. This is exact here:
+each inserted canary then has the lone-canary law of Theorem 3.3 (mean about
+1 / sqrt(sigma^2 d + 1)) whatever the number inserted, and held-out canaries
+keep the null law.
+
 Two simulators give the same law:
 
 * ``"brute"`` materializes the d-dimensional vectors. Canary j is regenerated
@@ -35,6 +43,7 @@ from typing import Literal
 
 import numpy as np
 
+from tff_canary.stats import known_canaries
 from tff_canary.stats import validation
 
 # "fast": exact in distribution, no d-dim vector; "brute": the vectors.
@@ -70,8 +79,12 @@ class GaussianMechanismRun:
     seed: The seed every random draw derives from.
     simulator: "fast" or "brute".
     block_size: The `block_size` argument (None: the default).
-    inserted: The k cosines cos(c_j, rho) of the inserted canaries (read-only).
-    held_out: The k' cosines of the held-out canaries (read-only).
+    remove_known_canaries: Whether the other inserted canaries were removed
+      from each canary's statistic (module docstring).
+    inserted: The k cosines of the inserted canaries, cos(c_j, rho) or, with
+      `remove_known_canaries`, cos(c_j, c_j + sigma z) (read-only).
+    held_out: The k' cosines of the held-out canaries, cos(c_j, rho) or
+      cos(c_j, sigma z) (read-only).
     output_norm: |rho|.
   """
   dim: int
@@ -81,6 +94,7 @@ class GaussianMechanismRun:
   seed: int
   simulator: Simulator
   block_size: int | None
+  remove_known_canaries: bool
   inserted: np.ndarray
   held_out: np.ndarray
   output_norm: float
@@ -122,7 +136,8 @@ def simulate(*,
              noise_std: float,
              seed: int,
              simulator: Simulator = "fast",
-             block_size: int | None = None) -> GaussianMechanismRun:
+             block_size: int | None = None,
+             remove_known_canaries: bool = True) -> GaussianMechanismRun:
   """Runs the Gaussian mechanism once with inserted and held-out canaries.
 
   Args:
@@ -136,6 +151,9 @@ def simulate(*,
     simulator: "fast" (exact in distribution, no d-dim vector) or "brute".
     block_size: Canaries materialized at once by the brute-force simulator
       (memory block_size x dim floats); default about 32 MiB. Ignored by "fast".
+    remove_known_canaries: Take each canary's cosine against rho without the
+      other inserted canaries (module docstring; exact here). False: against
+      rho itself, as the paper does.
 
   Returns:
     A `GaussianMechanismRun`. With the brute-force simulator inserted canary j
@@ -151,20 +169,39 @@ def simulate(*,
   if num_inserted + num_held_out == 0:
     raise ValueError("num_inserted + num_held_out must be at least 1, got "
                      "num_inserted=0 and num_held_out=0.")
+  if not isinstance(remove_known_canaries, (bool, np.bool_)):
+    raise TypeError(f"remove_known_canaries must be a bool, got "
+                    f"{validation.show(remove_known_canaries)}.")
+  remove_known_canaries = bool(remove_known_canaries)
   _check_output_nonzero(num_inserted, noise_std)
   if simulator == "fast":
     _check_fast_dim(dim, num_inserted, "num_inserted")
-    inserted, held_out, norm = _fast_cosines(dim, num_inserted, num_held_out,
-                                             noise_std, seed)
+    inserted, held_out, norm, noise = _fast_cosines(
+        dim, num_inserted, num_held_out, noise_std, seed)
+    if remove_known_canaries:
+      # Held-out cosines with rho and with sigma z both have the exact null
+      # law, independent of the inserted ones (`_fast_cosines`); the same
+      # draws serve for either (they are 0 when sigma z = 0).
+      held_out = held_out if noise_std > 0.0 else np.zeros(num_held_out)
   else:
     index = np.arange(num_inserted + num_held_out)
-    cosines, norm = _brute_cosines(dim, index[:num_inserted], index, noise_std,
-                                   seed, block_size)
+    cosines, norm, noise = _brute_cosines(dim, index[:num_inserted], index,
+                                          noise_std, seed, block_size)
     inserted, held_out = cosines[:num_inserted], cosines[num_inserted:]
+    if remove_known_canaries:
+      held_out = known_canaries.corrected_cosines(
+          noise_std * noise.norm * noise.dots[num_inserted:],
+          noise_std * noise.norm, 1.0, False)
+  if remove_known_canaries:
+    # c_j . (sigma z) and |sigma z|: the residual a' = rho - sum_i c_i.
+    inserted = known_canaries.corrected_cosines(
+        noise_std * noise.norm * noise.dots[:num_inserted],
+        noise_std * noise.norm, 1.0, True)
   return GaussianMechanismRun(
       dim=dim, num_inserted=num_inserted, num_held_out=num_held_out,
       noise_std=noise_std, seed=seed, simulator=simulator,
-      block_size=block_size, inserted=_frozen(inserted),
+      block_size=block_size, remove_known_canaries=remove_known_canaries,
+      inserted=_frozen(inserted),
       held_out=_frozen(held_out), output_norm=norm)
 
 
@@ -205,14 +242,13 @@ def simulate_coin(*,
   _check_output_nonzero(num_inserted, noise_std)
   if simulator == "fast":
     _check_fast_dim(dim, num_inserted, "the number of inserted candidates")
-    inserted, held_out, norm = _fast_cosines(dim, num_inserted,
-                                             num_candidates - num_inserted,
-                                             noise_std, seed)
+    inserted, held_out, norm, _ = _fast_cosines(
+        dim, num_inserted, num_candidates - num_inserted, noise_std, seed)
     statistics = np.empty(num_candidates)
     statistics[mask] = inserted
     statistics[~mask] = held_out
   else:
-    statistics, norm = _brute_cosines(dim, np.flatnonzero(mask),
+    statistics, norm, _ = _brute_cosines(dim, np.flatnonzero(mask),
                                       np.arange(num_candidates), noise_std,
                                       seed, block_size)
   return CoinRun(dim=dim, num_candidates=num_candidates, noise_std=noise_std,
@@ -253,31 +289,42 @@ def _frozen(array: np.ndarray) -> np.ndarray:
   return array
 
 
+@dataclasses.dataclass(frozen=True)
+class _Noise:
+  """The canaries' inner products with the unit noise direction z / |z|."""
+  dots: np.ndarray  # c_j . z / |z| for the simulated canaries, in order.
+  norm: float       # |z|
+
+
 def _brute_cosines(dim: int, inserted_index: np.ndarray, index: np.ndarray,
-                   noise_std: float, seed: int,
-                   block_size: int | None) -> tuple[np.ndarray, float]:
+                   noise_std: float, seed: int, block_size: int | None
+                   ) -> tuple[np.ndarray, float, _Noise]:
   """cos(c_j, rho) for j in `index`, materializing the vectors in blocks.
 
   Canary j is g_j / |g_j| with g_j = default_rng([seed, 0, j]).standard_normal
   (dim); the noise is z = default_rng([seed, 1]).standard_normal(dim). Pass 1
   sums the canaries of `inserted_index` into rho and adds noise_std * z; pass 2
-  regenerates every canary of `index` and computes its cosine with rho. All in
-  float64.
+  regenerates every canary of `index` and computes its cosine with rho and
+  with z. All in float64.
   """
   if block_size is None:
     block_size = max(1, _BRUTE_BLOCK_ENTRIES // dim)
-  rho = noise_std * np.random.default_rng([seed, _TAG_NOISE]).standard_normal(
-      dim)
+  z = np.random.default_rng([seed, _TAG_NOISE]).standard_normal(dim)
+  z_norm = float(np.linalg.norm(z))
+  rho = noise_std * z
   for start in range(0, inserted_index.size, block_size):
     block, norms = _brute_block(dim, inserted_index[start:start + block_size],
                                 seed)
     rho += (block / norms[:, None]).sum(axis=0)
   rho_norm = float(np.linalg.norm(rho))
   cosines = np.empty(index.size)
+  noise_dots = np.empty(index.size)
   for start in range(0, index.size, block_size):
     block, norms = _brute_block(dim, index[start:start + block_size], seed)
     cosines[start:start + block_size] = (block @ rho) / (norms * rho_norm)
-  return np.clip(cosines, -1.0, 1.0), rho_norm
+    noise_dots[start:start + block_size] = (block @ z) / (norms * z_norm)
+  return (np.clip(cosines, -1.0, 1.0), rho_norm,
+          _Noise(np.clip(noise_dots, -1.0, 1.0), z_norm))
 
 
 def _brute_block(dim: int, index: np.ndarray,
@@ -291,7 +338,7 @@ def _brute_block(dim: int, index: np.ndarray,
 
 def _fast_cosines(dim: int, num_inserted: int, num_held_out: int,
                   noise_std: float, seed: int
-                  ) -> tuple[np.ndarray, np.ndarray, float]:
+                  ) -> tuple[np.ndarray, np.ndarray, float, _Noise]:
   """The cosines of one run, exact in distribution, without d-dim vectors.
 
   Derivation. Let X = [z, g_1, ..., g_k] be the d x (k + 1) matrix of the noise
@@ -331,6 +378,10 @@ def _fast_cosines(dim: int, num_inserted: int, num_held_out: int,
   inserted canaries cost O(k^2) and held-out ones O(1) each, and only the
   inserted ones need d >= k + 1.
 
+  For the corrected statistics (`known_canaries`), c_j . z / |z| is the first
+  coordinate of l_j, and |z| = L_11: returned as a `_Noise` for the inserted
+  canaries.
+
   The factor L is generated in blocks of `_BARTLETT_ROWS` rows, each from its
   own stream [seed, _TAG_BARTLETT, block], and regenerated for the second pass,
   so memory is O(_BARTLETT_ROWS * k) whatever k.
@@ -349,18 +400,24 @@ def _fast_cosines(dim: int, num_inserted: int, num_held_out: int,
   norm = float(np.linalg.norm(u))
   # Pass 2: <l_j, u> / |u|.
   inserted = np.empty(num_inserted)
+  noise_dots = np.empty(num_inserted)
+  z_norm = 0.0
   for block in range(num_blocks):
     start, rows = _bartlett_block(dim, size, seed, block)
     stop = start + rows.shape[0]
     if start == 0:
+      z_norm = float(rows[0, 0])
       rows, start = rows[1:], 1
-    cosines = (rows @ u[:rows.shape[1]]) / (np.linalg.norm(rows, axis=1) * norm)
+    row_norms = np.linalg.norm(rows, axis=1)
+    cosines = (rows @ u[:rows.shape[1]]) / (row_norms * norm)
     inserted[start - 1:stop - 1] = cosines
+    noise_dots[start - 1:stop - 1] = rows[:, 0] / row_norms
   rng = np.random.default_rng([seed, _TAG_NULL])
   y = rng.standard_normal(num_held_out)
   q = rng.chisquare(dim - 1, num_held_out)
   held_out = y / np.sqrt(y * y + q)
-  return np.clip(inserted, -1.0, 1.0), held_out, norm
+  return (np.clip(inserted, -1.0, 1.0), held_out, norm,
+          _Noise(np.clip(noise_dots, -1.0, 1.0), z_norm))
 
 
 def _bartlett_block(dim: int, size: int, seed: int,

@@ -61,6 +61,15 @@ and the bound is the largest eps with p(eps) <= 1 - confidence (p rises with
 eps). At delta = 0 it cannot exceed logit((1 - confidence)^(1/r)): 3.49 for
 r = 100.
 
+The threshold strategies of METHOD §10 (`threshold_strategies`) are offered
+as further corrections, each with the simultaneous construction's exact
+limits: "bonferroni" (every rank 1..n, each at alpha / n, instead of the
+geometric grid), "split" (a seeded half of the inserted, and of the held-out,
+canaries chooses the rank on the grid; the other half is bounded at that rank,
+as a share of its size, at level alpha) and "multi_split" (10 such splits at
+level alpha/2, the ceil(S/2)-th largest reported). `bench/validity.py` and
+`bench/power.py` measure them beside "simultaneous".
+
 NumPy/SciPy only.
 """
 
@@ -75,10 +84,12 @@ from scipy import optimize, special, stats
 
 from tff_canary.stats import null_law
 from tff_canary.stats import results
+from tff_canary.stats import threshold_strategies
 from tff_canary.stats import validation
 
 # How epsilon_lo spreads its level (module docstring).
-Correction = Literal["none", "simultaneous"]
+Correction = Literal["none", "simultaneous", "bonferroni", "split",
+                     "multi_split"]
 CORRECTIONS = typing.get_args(Correction)
 # Where epsilon_lo's null comes from: the exact law (dim) or held-out canaries.
 Null = Literal["exact", "held_out"]
@@ -181,9 +192,10 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
     held_out: 1-D array of held-out canaries' statistics for the empirical null.
     confidence: the bound holds with this probability (per the paper's
       construction, see `correction`), in (0, 1).
-    correction: "none" (the paper's; nominal confidence only) or
+    correction: "none" (the paper's; nominal confidence only),
       "simultaneous" (holds with probability >= confidence; see the module
-      docstring).
+      docstring), or the threshold strategies "bonferroni", "split",
+      "multi_split" (also valid; module docstring).
 
   Returns:
     A `LowerBound`.
@@ -205,7 +217,9 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
   below = float(x.mean()) < null_mean
   if below:
     results.warn_sign_convention(float(x.mean()), "null's mean", null_mean)
-  search = (_paper_search if correction == "none" else _simultaneous_search)
+  search = {"none": _paper_search, "simultaneous": _simultaneous_search,
+            "bonferroni": _all_ranks_search, "split": _split_search,
+            "multi_split": _multi_split_search}[correction]
   epsilon, threshold, fnr, fpr, ceiling = search(x, null_dist, y, delta,
                                                  1.0 - confidence)
   return results.LowerBound(
@@ -252,10 +266,13 @@ def _paper_search(x, null_dist, y, delta, alpha):
           float(np.exp(log_fpr)), ceiling)
 
 
-def _simultaneous_search(x, null_dist, y, delta, alpha):
-  """correction="simultaneous" (module docstring); same return as above."""
+def _simultaneous_search(x, null_dist, y, delta, alpha, ranks=None):
+  """correction="simultaneous" (module docstring); same return as above.
+
+  `ranks` replaces the geometric grid (the level is split among them).
+  """
   n = x.size
-  ranks = simultaneous_ranks(n)
+  ranks = simultaneous_ranks(n) if ranks is None else ranks
   thresholds = np.sort(x)[::-1][ranks - 1]
   per_rank = (alpha if null_dist is not None else alpha / 2.0) / ranks.size
   tpr_lo = special.betaincinv(ranks.astype(np.float64),
@@ -276,6 +293,37 @@ def _simultaneous_search(x, null_dist, y, delta, alpha):
   best = int(np.argmax(eps))
   return (float(eps[best]), float(thresholds[best]),
           float(np.exp(log_fnr[best])), float(np.exp(log_fpr[best])), ceiling)
+
+
+def _all_ranks_search(x, null_dist, y, delta, alpha):
+  """correction="bonferroni": every rank 1..n, each at alpha / n."""
+  return _simultaneous_search(x, null_dist, y, delta, alpha,
+                              ranks=np.arange(1, x.size + 1))
+
+
+def _split_search(x, null_dist, y, delta, alpha, splits=1):
+  """correction="split" (splits=1, level alpha) or "multi_split"."""
+  rng = np.random.default_rng([x.size, 0 if y is None else y.size])
+  level = alpha if splits == 1 else alpha / 2.0
+  found = []
+  for _ in range(splits):
+    first_x, second_x = threshold_strategies.halves(x.size, rng)
+    first_y = second_y = None
+    if y is not None:
+      a, b = threshold_strategies.halves(y.size, rng)
+      first_y, second_y = y[a], y[b]  # y is sorted, so are its halves
+    chosen = _simultaneous_search(x[first_x], null_dist, first_y, delta,
+                                  level)[1]
+    share = np.count_nonzero(x[first_x] >= chosen) / first_x.size
+    rank = int(np.clip(round(share * second_x.size), 1, second_x.size))
+    found.append(_simultaneous_search(x[second_x], null_dist, second_y, delta,
+                                      level, ranks=np.array([rank])))
+  return found[threshold_strategies.median_index([f[0] for f in found])]
+
+
+def _multi_split_search(x, null_dist, y, delta, alpha):
+  return _split_search(x, null_dist, y, delta, alpha,
+                       splits=threshold_strategies.MULTI_SPLITS)
 
 
 def one_run_p_value(epsilon, guesses, correct, num_candidates, delta):
@@ -330,13 +378,7 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
     A `OneRunBound`.
   """
   s = validation.as_cosines(statistics, "statistics")
-  mask = np.asarray(inserted_mask)
-  if mask.dtype != bool:
-    raise TypeError(f"inserted_mask must be a bool array, got dtype "
-                    f"{mask.dtype}.")
-  if mask.shape != s.shape:
-    raise ValueError(f"inserted_mask has shape {mask.shape} but statistics "
-                     f"has shape {s.shape}; they must match.")
+  mask = threshold_strategies.check_inserted_mask(inserted_mask, s)
   delta = validation.as_float(delta, "delta")
   if not 0.0 <= delta < 1.0:
     raise ValueError(f"delta must lie in [0, 1), got {delta}.")

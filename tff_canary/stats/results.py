@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple, Optional, TYPE_CHECKING
+from typing import Any, Literal, NamedTuple, Optional, TYPE_CHECKING
 import warnings
 
 if TYPE_CHECKING:  # The option types; those modules import this one.
   from tff_canary.stats import estimates
   from tff_canary.stats import lower_bounds
+  from tff_canary.stats import threshold_strategies
 
 
 class SignConventionWarning(UserWarning):
@@ -235,6 +236,66 @@ class OneRunBound:
             f"k+={self.k_plus}, k-={self.k_minus}; {self.num_candidates} "
             f"candidates, {self.num_inserted} inserted; δ={self.delta:g}; "
             f"ceiling {format_number(self.ceiling)})")
+    return text + (_SIGN_NOTE if self.inserted_below_null else "")
+
+  def as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+# Which Gaussian-claim bound a `GaussianClaimBound` holds (one name each).
+GaussianClaimMethod = Literal["fdp_one_run", "tight_one_run", "gdp"]
+_METHOD_NAMES = {"fdp_one_run": "f-DP one-run bound (Mahloujifar et al. 2024)",
+                 "tight_one_run": "tight one-run bound (Xiang et al. 2025)",
+                 "gdp": "GDP bound (Nasr et al. 2023)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianClaimBound:
+  """A lower bound on epsilon that tests Gaussian claims (METHOD §10).
+
+  Each of these bounds tests the claim "the mechanism is mu-GDP", i.e. its
+  trade-off curve is at least the Gaussian one G_mu(x) = Phi(Phi^-1(1 - x) -
+  mu) (Dong, Roth & Su 2019), and reports the epsilon at `delta` of the
+  largest mu it rejects (the exact Gaussian conversion,
+  `gaussian_accounting.gaussian_epsilon_of_mu`). So it bounds the epsilon of a
+  mechanism whose trade-off curve is Gaussian (the Gaussian mechanism, DP-SGD
+  and DP-FedAvg without amplification); for another mechanism it bounds the
+  epsilon of the Gaussian mechanism with the same mu, an assumption.
+
+  Attributes:
+    epsilon: the bound (0 when not even mu = 0 is rejected).
+    mu: the largest rejected mu (0 likewise).
+    method: "fdp_one_run", "tight_one_run" or "gdp".
+    strategy: how the guesses or threshold were chosen
+      (`threshold_strategies.Strategy`).
+    guesses, correct: for the one-run bounds, the guesses made and how many
+      were right on the part that was bounded (None for "gdp").
+    num_candidates, num_inserted: the canaries the bound saw (coin-flipped
+      candidates for the one-run bounds; inserted + held-out for "gdp").
+    delta, confidence: inputs.
+    inserted_below_null: True if the inserted mean is below the others'.
+  """
+
+  epsilon: float
+  mu: float
+  method: GaussianClaimMethod
+  strategy: threshold_strategies.Strategy
+  guesses: Optional[int]
+  correct: Optional[int]
+  num_candidates: int
+  num_inserted: int
+  delta: float
+  confidence: float
+  inserted_below_null: bool
+
+  def __str__(self) -> str:
+    game = ("" if self.guesses is None else
+            f"{self.correct}/{self.guesses} guesses right; ")
+    text = (f"{_METHOD_NAMES[self.method]} = {format_number(self.epsilon)} "
+            f"(μ = {format_number(self.mu)}; {self.confidence:.0%} lower bound "
+            f"if the trade-off curve is Gaussian; {game}{self.strategy} "
+            f"threshold; {self.num_candidates} candidates, "
+            f"{self.num_inserted} inserted; δ={self.delta:g})")
     return text + (_SIGN_NOTE if self.inserted_below_null else "")
 
   def as_dict(self) -> dict[str, Any]:

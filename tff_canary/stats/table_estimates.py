@@ -10,9 +10,10 @@ cosine pass, or a table loaded from a run directory) to the estimators:
   all iterates (m_j = max_t cos(c_j, a_t)), when aggregates were recorded:
     epsilon-all (point estimate);
     epsilon_lo with the held-out null, simultaneous and the paper's;
-  one-run bound (Steinke et al. 2023) on both statistics, when the canaries
-    were assigned by fair coins (`assignment="coin"`), which its guarantee
-    requires.
+  one-run bound (Steinke et al. 2023) and the f-DP one-run bound for a
+    Gaussian claim (Mahloujifar et al. 2024, `fdp_one_run`; the one the audit
+    uses) on both statistics, when the canaries were assigned by fair coins
+    (`assignment="coin"`), which their guarantees require.
 
 The all-iterates estimates are refused (None, with the reason in `warnings`
 and an `UnrecordedRoundsWarning`) when an inserted canary took part in a round
@@ -32,6 +33,7 @@ from typing import Any, Optional
 import numpy as np
 
 from tff_canary.stats import estimates
+from tff_canary.stats import fdp_one_run
 from tff_canary.stats import lower_bounds
 from tff_canary.stats import results
 from tff_canary.stats import validation
@@ -68,6 +70,8 @@ class TableEstimates:
   one_run_final: Optional[results.OneRunBound]
   one_run_all: Optional[results.OneRunBound]
   warnings: tuple[str, ...] = ()
+  fdp_final: Optional[results.GaussianClaimBound] = None
+  fdp_all: Optional[results.GaussianClaimBound] = None
 
   def rows(self) -> list[tuple[str, str, Any]]:
     """(name, kind, result) for every estimate present, in report order.
@@ -88,11 +92,13 @@ class TableEstimates:
         (f"{FINAL_MODEL}: epsilon_lo (paper)", "nominal bound",
          self.lo_final_paper),
         (f"{FINAL_MODEL}: one-run bound", "bound", self.one_run_final),
+        (f"{FINAL_MODEL}: f-DP one-run bound", "bound", self.fdp_final),
         (f"{ALL_ITERATES}: epsilon_all", "estimate", self.all_iterates),
         (f"{ALL_ITERATES}: epsilon_lo (held-out null)", "bound", self.lo_all),
         (f"{ALL_ITERATES}: epsilon_lo (paper)", "nominal bound",
          self.lo_all_paper),
         (f"{ALL_ITERATES}: one-run bound", "bound", self.one_run_all),
+        (f"{ALL_ITERATES}: f-DP one-run bound", "bound", self.fdp_all),
     ]
     return [row for row in rows if row[2] is not None]
 
@@ -108,7 +114,7 @@ class TableEstimates:
         "delta", "confidence", "dim", "seed", "num_inserted", "num_held_out")}
     for field in ("final_mean_only", "final_fitted", "lo_final",
                   "lo_final_paper", "all_iterates", "lo_all", "lo_all_paper",
-                  "one_run_final", "one_run_all"):
+                  "one_run_final", "one_run_all", "fdp_final", "fdp_all"):
       value = getattr(self, field)
       out[field] = None if value is None else value.as_dict()
     out["warnings"] = list(self.warnings)
@@ -161,12 +167,14 @@ def estimate_table(table: CosineTable, *, delta: float,
                                        correction="simultaneous", **kw)
       lo_all_paper = lower_bounds.epsilon_lo(max_in, held_out=max_out, **kw)
 
-    one_run_final = one_run_all = None
+    one_run_final = one_run_all = fdp_final = fdp_all = None
     if table.assignment == "coin":
       mask = table.mask("inserted")
       one_run_final = lower_bounds.one_run_bound(table.final_cosine, mask, **kw)
+      fdp_final = fdp_one_run.fdp_one_run_bound(table.final_cosine, mask, **kw)
       if have_all:
         one_run_all = lower_bounds.one_run_bound(table.max_cosine, mask, **kw)
+        fdp_all = fdp_one_run.fdp_one_run_bound(table.max_cosine, mask, **kw)
 
   notes = []
   if (table.rounds_recorded and not np.isnan(table.max_cosine).any()
@@ -189,4 +197,4 @@ def estimate_table(table: CosineTable, *, delta: float,
       lo_final=lo_final, lo_final_paper=lo_final_paper,
       all_iterates=all_iterates, lo_all=lo_all, lo_all_paper=lo_all_paper,
       one_run_final=one_run_final, one_run_all=one_run_all,
-      warnings=tuple(notes))
+      warnings=tuple(notes), fdp_final=fdp_final, fdp_all=fdp_all)
