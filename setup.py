@@ -37,6 +37,7 @@ setuptools.setup(
         "test": [
             "pytest",
             "pytest-timeout",
+            "pytest-xdist",
             "nbclient",
             "nbformat",
             "ipykernel",

@@ -11,7 +11,8 @@ round, 100 examples each, batch 16), side by side in ONE process:
           2 canaries per round), each round's noised aggregate streamed
           (`cosine_stream.CosineStream`, part of the timed round): chunks of B
           rounds (B from --disk_budget_bytes, as in a 500-round run) taken by
-          the background worker process while the rounds go on.
+          the background worker process while the rounds go on, without the
+          other inserted canaries as the experiments take them.
 
 (a) Seconds per round of both, alternating plain and canary rounds (which
     goes first alternates too) after warm-up rounds, so machine noise hits
@@ -340,8 +341,11 @@ def main(argv=None) -> int:
     state_canary = canary.initialize()
     theta0 = canary.get_model_weights(state_canary)
 
-    stream = cosine_stream.CosineStream(os.path.join(workdir, "stream"),
-                                        config, plan)
+    # As the experiments stream: without the other inserted canaries
+    # (each round's clip comes with its aggregate in the metrics).
+    stream = cosine_stream.CosineStream(
+        os.path.join(workdir, "stream"), config, plan,
+        clients_per_round=args.clients_per_round)
     worker_pid = stream._worker.pid  # pylint: disable=protected-access
     sampler.extra_pids.append(worker_pid)
     while not stream._worker.ready:  # pylint: disable=protected-access
