@@ -184,6 +184,32 @@ def test_a_tenfold_client_clip_is_visible_to_canary_clients_only(clients):
                              [CLIP], atol=ATOL)
 
 
+def test_adaptive_clipping_clips_canaries_and_counts_their_votes(clients):
+  # gaussian_adaptive, no noise (clipped-count noise 0 too): round 0 clips at
+  # the initial clip; the next clip is clip * exp(-lr (b - target)) (Andrew
+  # et al. 2021, arXiv 1905.03871, geometric update), b the unclipped
+  # fraction, which tensorflow_privacy estimates from centered votes,
+  # b = sum_i ([|x_i| <= clip] - 1/2) / n + 1/2 with the fixed n =
+  # clients_per_round. Each canary above the clip adds -1/2 to the sum, so
+  # with k canaries the next clip is exp(lr k / (2 n)) times the clip without
+  # them (lr = 0.2, TFF's default); a canary that did not vote leaves it equal.
+  def aggregator():
+    return tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+        noise_multiplier=0.0, clients_per_round=CLIENTS_PER_ROUND,
+        initial_l2_norm_clip=0.1)
+
+  plain_weights, plain_metrics = _one_round(_plain(aggregator()), clients)
+  weights, metrics = _one_round(
+      _with_canaries(aggregator()),
+      canary_clients.with_canary_clients(clients, [2, 3]))
+  np.testing.assert_allclose(_amounts(plain_weights - weights, [2, 3]),
+                             [0.1, 0.1], atol=ATOL)
+  next_clip = metrics["aggregator"]["dp_query_metrics"]["clip"]
+  plain_next_clip = plain_metrics["aggregator"]["dp_query_metrics"]["clip"]
+  assert next_clip / plain_next_clip == pytest.approx(
+      math.exp(0.2 * 2 / (2 * CLIENTS_PER_ROUND)), rel=1e-5)
+
+
 def test_default_zeroing_drops_a_canary_and_the_outcomes_say_so(clients):
   # TFF's dp_aggregator: adaptive zeroing (L-inf, first threshold 2*10+1),
   # then adaptive clipping starting at 0.1. Pick the two candidate canaries
