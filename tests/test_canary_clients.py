@@ -105,15 +105,14 @@ def _fixed(sum_query=None):
       tfp.NormalizedQuery(sum_query, denominator=CLIENTS_PER_ROUND))
 
 
-def test_every_client_has_one_element_spec(clients):
+def test_real_data_is_untouched_and_canaries_carry_their_id(clients):
   data = canary_clients.with_canary_clients(clients, [4, 7])
   assert len(data) == 5
-  assert all(d.element_spec == data[0].element_spec for d in data)
-  canary = list(data[4])
-  assert len(canary) == 1 and int(canary[0]["canary_id"]) == 7
-  real = list(data[0])
-  assert [int(e["canary_id"]) for e in real] == [-1, -1]
-  np.testing.assert_array_equal(real[0]["batch"][0], list(clients[0])[0][0])
+  assert all(d["data"].element_spec == clients[0].element_spec for d in data)
+  assert all(d["data"] is c for d, c in zip(data, clients))
+  assert [[int(i) for i in d["canary_id"]] for d in data] == [
+      [-1], [-1], [-1], [4], [7]]
+  assert [len(list(d["data"])) for d in data[3:]] == [0, 0]
 
 
 def test_scheduled_ids_are_the_server_side_schedule(clients):
@@ -290,7 +289,7 @@ def test_a_clipping_stage_is_recorded_as_clipping():
     (lambda c: canary_clients.with_canary_clients(
         [c[0], c[1].unbatch()], [1]),
      ValueError, r"client_datasets\[1\] has element spec"),
-    (lambda c: canary_clients.canary_dataset(2**31, c[0]),
+    (lambda c: canary_clients.canary_client(2**31, c[0]),
      ValueError, "canary_id must fit in int32"),
     (lambda c: canary_clients.with_canary_clients(
         c, [0, 1], canary_config.CanaryConfig(

@@ -16,22 +16,20 @@ enters the user's aggregator like any client's update. TFF's
 with zeroing, distributed DP or a user's own factory then does to it whatever
 it does to a client.
 
-Client data. Every client's dataset is wrapped element by element as
-`OrderedDict(canary_id=int32, batch=element)`: real clients carry
-`REAL_CLIENT` (-1) in every element (`wrap_dataset`), a canary client is a
-one-element dataset whose `canary_id` is j >= 0 and whose `batch` is zeros of
-the element spec (`canary_dataset`); `with_canary_clients` does both, and
-`scheduled_canary_ids` gives a round's canaries from a `CanaryConfig`'s
-schedule (the server-side mode's events). All
-clients then have one sequence type, which TFF's runtime accepts at CLIENTS
-(a struct holding a sequence ran too; the element-wrapped design keeps the
-data a plain sequence, as TFF's loops and data sources expect).
+Client data. A client is `OrderedDict(canary_id=ids, data=dataset)`, two
+sequences: `ids` is a one-element dataset holding the client's canary id
+(int32, `REAL_CLIENT` = -1 for a real client) and `data` is the user's
+dataset, untouched (`wrap_dataset`); a canary client j has `ids` holding j
+and an empty `data` with the real clients' element spec (`canary_client`).
+`with_canary_clients` builds a round's list, and `scheduled_canary_ids` gives
+a round's canaries from a `CanaryConfig`'s schedule (the server-side mode's
+events). Client data must be a structure of sequences
+(`compose_learning_process` checks it), hence the id as a sequence.
 
 Client work. `build_canary_client_work` wraps a `ClientWorkProcess` (e.g.
-`tff.learning.templates.build_model_delta_client_work`): it reads the id from
-a client's first element, passes the inner work the real batches
-(`filter(canary_id < 0).map(batch)`: a canary client trains on an empty
-dataset), returns the inner result unchanged for real clients and, for a
+`tff.learning.templates.build_model_delta_client_work`): it hands the inner
+work each client's `data` (a canary client trains on an empty dataset), reads
+the id, returns the inner result unchanged for real clients and, for a
 canary client, `ClientResult(canary_norm * c_j unflattened to the update
 structure, update_weight=1)`. The sign is a client update's (initial minus
 trained), so the model moves along -c_j as with server-side canaries
@@ -79,20 +77,14 @@ from tff_canary.stats import validation
 worker_guard.install()
 
 CANARY_ID = "canary_id"
-BATCH = "batch"
+DATA = "data"
 REAL_CLIENT = -1
 DEFAULT_CANARY_NORM = 10.0
 MEASUREMENT_KEY = "canary_clients"
 
 
-def _wrap_element(canary_id, batch):
-  return collections.OrderedDict([(CANARY_ID, canary_id), (BATCH, batch)])
-
-
-def _ids_zipped_with(dataset: tf.data.Dataset, canary_id: int):
-  ids = tf.data.Dataset.from_tensors(tf.constant(canary_id, tf.int32)).repeat()
-  # zip keeps the element's own structure (a tuple stays a tuple).
-  return tf.data.Dataset.zip((ids, dataset)).map(_wrap_element)
+def _ids(canary_id: int) -> tf.data.Dataset:
+  return tf.data.Dataset.from_tensors(tf.constant(canary_id, tf.int32))
 
 
 def _check_dataset(dataset: Any, name: str) -> tf.data.Dataset:
@@ -102,39 +94,33 @@ def _check_dataset(dataset: Any, name: str) -> tf.data.Dataset:
   return dataset
 
 
-def wrap_dataset(dataset: tf.data.Dataset) -> tf.data.Dataset:
-  """A real client's dataset in the wrapped form (canary_id = -1 everywhere)."""
-  return _ids_zipped_with(_check_dataset(dataset, "dataset"), REAL_CLIENT)
+def wrap_dataset(dataset: tf.data.Dataset) -> collections.OrderedDict:
+  """A real client: `OrderedDict(canary_id=[-1], data=dataset)`."""
+  return collections.OrderedDict([
+      (CANARY_ID, _ids(REAL_CLIENT)),
+      (DATA, _check_dataset(dataset, "dataset"))])
 
 
-def _zeros_like_spec(spec: tf.TensorSpec) -> tf.Tensor:
-  shape = [0 if d is None else d for d in spec.shape.as_list()]
-  return tf.zeros(shape, spec.dtype)
+def canary_client(canary_id: int, like: tf.data.Dataset
+                  ) -> collections.OrderedDict:
+  """Canary client j: `OrderedDict(canary_id=[j], data=like.take(0))`.
 
-
-def canary_dataset(canary_id: int, like: tf.data.Dataset) -> tf.data.Dataset:
-  """Canary client `canary_id`: one element, with the element spec of `like`.
-
-  The element is `OrderedDict(canary_id=j, batch=zeros)`, zeros of `like`'s
-  element spec with unknown dimensions 0; concatenating an empty wrapped
-  `like` makes its spec exactly the real clients' (unknown dimensions stay
-  unknown), so every client has one TFF sequence type.
+  `like.take(0)` is empty and has exactly `like`'s element spec, so every
+  client of a round has one TFF type.
   """
   canary_id = validation.as_int(canary_id, "canary_id", minimum=0)
   if canary_id > np.iinfo(np.int32).max:
     raise ValueError(f"canary_id must fit in int32, got {canary_id}.")
   like = _check_dataset(like, "like")
-  batch = tf.nest.map_structure(_zeros_like_spec, like.element_spec)
-  one = tf.data.Dataset.from_tensors(
-      _wrap_element(tf.constant(canary_id, tf.int32), batch))
-  return one.concatenate(wrap_dataset(like).take(0))
+  return collections.OrderedDict([(CANARY_ID, _ids(canary_id)),
+                                  (DATA, like.take(0))])
 
 
 def with_canary_clients(
     client_datasets: Sequence[tf.data.Dataset],
     canary_ids: Sequence[int] | np.ndarray,
     canaries: Optional[canary_config.CanaryConfig] = None,
-) -> list[tf.data.Dataset]:
+) -> list[collections.OrderedDict]:
   """A round's client data: the real clients wrapped, then one per canary.
 
   Args:
@@ -148,7 +134,7 @@ def with_canary_clients(
 
   Returns:
     `[wrap_dataset(d) for d in client_datasets]` followed by
-    `canary_dataset(j, client_datasets[0])` for each j, for the `next` of a
+    `canary_client(j, client_datasets[0])` for each j, for the `next` of a
     process from `build_canary_client_fedavg`.
   """
   if isinstance(client_datasets, tf.data.Dataset) or not isinstance(
@@ -181,7 +167,7 @@ def with_canary_clients(
     raise ValueError(f"canary_ids must be distinct, got {repeated} more than "
                      "once.")
   return ([wrap_dataset(d) for d in datasets]
-          + [canary_dataset(j, datasets[0]) for j in ids])
+          + [canary_client(j, datasets[0]) for j in ids])
 
 
 def scheduled_canary_ids(canaries: canary_config.CanaryConfig,
@@ -203,18 +189,9 @@ def scheduled_canary_ids(canaries: canary_config.CanaryConfig,
   return events[events[:, 0] == round_num, 1].astype(np.int64)
 
 
-def _is_real(element):
-  return element[CANARY_ID] < 0
-
-
-def _batch(element):
-  return element[BATCH]
-
-
-def _first_id(dataset):
-  return dataset.take(1).reduce(
-      tf.constant(REAL_CLIENT, tf.int32),
-      lambda _, element: element[CANARY_ID])
+def _first_id(ids):
+  return ids.take(1).reduce(tf.constant(REAL_CLIENT, tf.int32),
+                            lambda _, canary_id: canary_id)
 
 
 def build_canary_client_work(
@@ -231,8 +208,8 @@ def build_canary_client_work(
       module docstring for the default.
 
   Returns:
-    A `ClientWorkProcess` with the inner state, whose data is the wrapped
-    sequence (module docstring) and whose measurements add
+    A `ClientWorkProcess` with the inner state, whose data is the
+    `OrderedDict(canary_id=, data=)` of two sequences (module docstring) and whose measurements add
     `canary_clients`.
 
   Raises:
@@ -251,18 +228,16 @@ def build_canary_client_work(
   result_type = signature.result.result.member
   specs = tff.types.type_to_tf_tensor_specs(result_type.update)
   dim = flat_layout.tensor_specs_dim(specs)
-  wrapped_type = tff.SequenceType(collections.OrderedDict([
-      (CANARY_ID, tff.TensorType(np.int32)),
-      (BATCH, data_type.member.element)]))
+  wrapped_type = tff.StructWithPythonType(
+      [(CANARY_ID, tff.SequenceType(np.int32)), (DATA, data_type.member)],
+      collections.OrderedDict)
 
-  @tff.tensorflow.computation(wrapped_type)
-  def real_batches(dataset):
-    return dataset.filter(_is_real).map(_batch)
+  # One computation per client: read the id, replace, count (each extra
+  # federated_map costs the runtime a call per client).
+  @tff.tensorflow.computation(result_type, tff.SequenceType(np.int32))
+  def replace(result, ids):
+    canary_id = _first_id(ids)
 
-  read_id = tff.tensorflow.computation(_first_id, wrapped_type)
-
-  @tff.tensorflow.computation(result_type, np.int32)
-  def replace(result, canary_id):
     def canary():
       flat = norm * canary_directions.canary_direction(seed, canary_id, dim)
       leaves = tf.nest.flatten(flat_layout.unflatten_value(flat, specs))
@@ -272,24 +247,21 @@ def build_canary_client_work(
     update = tf.cond(is_canary, canary, lambda: result.update)
     weight = tf.where(is_canary, tf.ones_like(result.update_weight),
                       result.update_weight)
-    return tff.learning.templates.ClientResult(update=update,
-                                               update_weight=weight)
+    return (tff.learning.templates.ClientResult(update=update,
+                                                update_weight=weight),
+            tf.cast(is_canary, tf.int32))
 
-  count = tff.tensorflow.computation(
-      lambda canary_id: tf.cast(canary_id >= 0, tf.int32), np.int32)
   inner_names = tff.structure.name_list(signature.result.measurements.member)
 
   @tff.federated_computation(state_type, weights_type,
                              tff.FederatedType(wrapped_type, tff.CLIENTS))
   def next_fn(state, weights, client_data):
-    canary_ids = tff.federated_map(read_id, client_data)
-    output = client_work.next(state, weights,
-                              tff.federated_map(real_batches, client_data))
-    result = tff.federated_map(replace, (output.result, canary_ids))
+    output = client_work.next(state, weights, client_data[DATA])
+    result, is_canary = tff.federated_map(
+        replace, (output.result, client_data[CANARY_ID]))
     measurements = collections.OrderedDict(
         (name, output.measurements[name]) for name in inner_names)
-    measurements[MEASUREMENT_KEY] = tff.federated_sum(
-        tff.federated_map(count, canary_ids))
+    measurements[MEASUREMENT_KEY] = tff.federated_sum(is_canary)
     return tff.templates.MeasuredProcessOutput(
         output.state, result, tff.federated_zip(measurements))
 
