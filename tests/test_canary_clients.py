@@ -97,6 +97,12 @@ def _amounts(delta, ids, seed=SEED):
   return coefficients * CLIENTS_PER_ROUND
 
 
+@pytest.fixture(scope="module", name="fixed_plain_round")
+def fixture_fixed_plain_round(clients):
+  """TFF's plain process with gaussian_fixed: one round's weights, metrics."""
+  return _one_round(_plain(_fixed()), clients)
+
+
 def _fixed(sum_query=None):
   if sum_query is None:
     return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
@@ -132,8 +138,8 @@ def test_scheduled_ids_are_the_server_side_schedule(clients):
 @pytest.mark.parametrize("canary_norm", [canary_clients.DEFAULT_CANARY_NORM,
                                          0.2])
 def test_fixed_dp_clips_canaries_and_leaves_real_clients_alone(
-    clients, canary_norm):
-  plain_weights, plain_metrics = _one_round(_plain(_fixed()), clients)
+    clients, fixed_plain_round, canary_norm):
+  plain_weights, plain_metrics = fixed_plain_round
   process = _with_canaries(_fixed(), canary_norm)
   none_weights, _ = _one_round(
       process, canary_clients.with_canary_clients(clients, []))
