@@ -14,11 +14,12 @@ examples each, batch 16, TFF's `DifferentiallyPrivateFactory.gaussian_fixed`
 
 Every arm gets new dataset objects each round (built untimed), as a loop
 that samples clients per round does; TFF serializes them inside the timed
-`next`. Rounds alternate plain, wrapped, canary (the order rotates each cycle) after
---warmup untimed rounds of each, so host drift hits all three alike. Printed:
-mean seconds per round of each arm and the ratios wrapped/plain and
-canary/plain with a standard error from the paired per-cycle differences,
-SE = sd(arm_r - plain_r) / sqrt(n) / mean(plain).
+`next`. Rounds alternate plain, wrapped, canary (the order rotates each
+cycle) after --warmup untimed rounds of each, so host drift hits all three
+alike. Printed: mean seconds per round of each arm, the ratios wrapped/plain
+and canary/plain with a standard error from the paired per-cycle
+differences, SE = sd(arm_r - plain_r) / sqrt(n) / mean(plain), and the
+extra milliseconds per real client (wrapper) and per canary client.
 
 Usage: PYTHONPATH=. .venv/bin/python bench/client_mode_cost.py [--rounds 20]
        [--warmup 2] [--canaries 2] [--clients 20]
@@ -149,6 +150,11 @@ def main(argv=None) -> int:
     ratio = float(np.mean(times[name])) / plain_mean
     print(f"  {name}/plain = {ratio:.3f} +- "
           f"{paired_se(times[name], times['plain']):.3f} (paired SE)")
+  wrapped_mean = float(np.mean(times["wrapped"]))
+  per_client = 1e3 * (wrapped_mean - plain_mean) / args.clients
+  per_canary = 1e3 * (np.mean(times["canary"]) - wrapped_mean) / args.canaries
+  print(f"  extra per real client (the wrapper): {per_client:.1f} ms; per "
+        f"canary client: {per_canary:.1f} ms")
   return 0
 
 

@@ -92,7 +92,8 @@ class CanaryOutcome:
     parts = [f"{s.kind} at {s.threshold:.4g} "
              f"{'ACTED' if s.acted else 'passed'} (canary {s.canary_norm:.4g},"
              f" count {s.count})" for s in self.stages]
-    verdict = " ZEROED: this canary did not reach the sum." if self.zeroed else ""
+    verdict = (" ZEROED: this canary did not reach the sum." if self.zeroed
+               else "")
     return (f"round {self.round_num}, canary {self.canary_id} (norm "
             f"{self.norm:.4g}): " + "; ".join(parts) + "." + verdict)
 
@@ -109,7 +110,8 @@ def measured_stages(metrics: Mapping[str, Any]) -> list[tuple[str, float, int]]:
   aggregator's measurements.
   """
   if not isinstance(metrics, Mapping):
-    raise TypeError(f"metrics must be a mapping, got {validation.show(metrics)}.")
+    raise TypeError("metrics must be a mapping, got "
+                    f"{validation.show(metrics)}.")
   node: Any = metrics.get("aggregator", metrics)
   stages = []
   while isinstance(node, Mapping):

@@ -14,7 +14,8 @@ server-side mode and the cosine pass use, laid out by `flat_layout`), and it
 enters the user's aggregator like any client's update. TFF's
 `DifferentiallyPrivateFactory` (fixed, adaptive), `tff.learning.dp_aggregator`
 with zeroing, distributed DP or a user's own factory then does to it whatever
-it does to a client.
+it does to a client (tests/test_canary_clients.py runs the first three and a
+user's query; distributed DP is not tested here).
 
 Client data. A client is `OrderedDict(canary_id=ids, data=dataset)`, two
 sequences: `ids` is a one-element dataset holding the client's canary id
@@ -40,22 +41,22 @@ The norm. `DEFAULT_CANARY_NORM` = 10: the paper's argument for the strongest
 canary is "a very large update" (Section 4), and a norm above the clip lets
 the aggregator under test do the clipping (a canary then enters the sum at
 min(norm, clip), which is what is measured). 10 is 100 times TFF's default
-initial adaptive clip (0.1, `gaussian_adaptive`, `dp_aggregator`) and above
-the clips of order 1 of the DP-FedAvg literature, and it is below the
-starting threshold of TFF's default adaptive zeroing (2 * 10 + 1 = 21), so
-that zeroing does not drop it in the first round. A fixed clip above the norm
-is not reached: the canary enters at its norm, below the clip.
+initial adaptive clip (0.1, `gaussian_adaptive`, `dp_aggregator`) and 10
+times the paper's fixed clip of 1 (Section 5.4), and it is below the starting
+threshold of TFF's default adaptive zeroing (2 * 10 + 1 = 21), so that
+zeroing, in L-inf or L2, does not drop it in the first round. A fixed clip
+above the norm is not reached: the canary enters at its norm, below the clip.
 
 Zeroing and adaptive clipping see canary clients as clients. A zeroing stage
 drops a canary whose norm (in the stage's norm order; TFF's default is L-inf)
-exceeds the round's zeroing norm, and its adaptive threshold (2 x the 0.98
-quantile of client norms + 1) learns from the canaries' norms too: with
-canaries under 2% of a round's clients it settles near the real clients'
-norms and can drop canaries in later rounds. That is a finding, not a zero to
-hide: `canary_client_outcomes` records per canary and round what the
-measurements say. Adaptive clipping's quantile estimate counts each canary as
-a client above the clip, which pushes the clip up; server-side canaries do
-not vote.
+exceeds the round's zeroing norm, and TFF's adaptive threshold (2 x an
+estimate of the 0.98 quantile of client norms + 1) learns from all clients'
+norms, canaries included, so whether a later round drops a canary depends on
+the canaries' share of the clients and the real clients' norms. A dropped
+canary is a finding, not a zero to hide: `canary_client_outcomes` records
+per canary and round what the measurements say. Adaptive clipping's quantile
+estimate counts each canary as a client above the clip, which pushes the clip
+up; server-side canaries do not vote.
 """
 
 from __future__ import annotations
@@ -189,9 +190,13 @@ def scheduled_canary_ids(canaries: canary_config.CanaryConfig,
   return events[events[:, 0] == round_num, 1].astype(np.int64)
 
 
+def _keep_latest(unused_state, canary_id):
+  return canary_id
+
+
 def _first_id(ids):
-  return ids.take(1).reduce(tf.constant(REAL_CLIENT, tf.int32),
-                            lambda _, canary_id: canary_id)
+  """The id in a client's one-element id sequence (-1 if it is empty)."""
+  return ids.take(1).reduce(tf.constant(REAL_CLIENT, tf.int32), _keep_latest)
 
 
 def build_canary_client_work(
@@ -209,8 +214,8 @@ def build_canary_client_work(
 
   Returns:
     A `ClientWorkProcess` with the inner state, whose data is the
-    `OrderedDict(canary_id=, data=)` of two sequences (module docstring) and whose measurements add
-    `canary_clients`.
+    `OrderedDict(canary_id=, data=)` of two sequences (module docstring)
+    and whose measurements add `canary_clients`.
 
   Raises:
     TypeError, ValueError: for bad arguments, naming them.
