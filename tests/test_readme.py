@@ -21,7 +21,7 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
 
   text = open(README, encoding="utf-8").read()
   blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-  assert len(blocks) == 4 and "build_unweighted_fed_avg" in blocks[0]
+  assert len(blocks) == 5 and "build_unweighted_fed_avg" in blocks[0]
   assert "RunWriter" in blocks[1] and "run_training_process" in blocks[2]
   assert "multi_worker.local_workers" in blocks[3]
   code = "\n".join(blocks[:3])
@@ -81,3 +81,51 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
   for worker in namespace["workers"]:
     assert worker.process.returncode is not None, worker.pid
     assert not os.path.exists(f"/proc/{worker.pid}"), worker.pid
+
+
+def test_readme_canary_clients_block_runs(capsys):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats import canary_config  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats import schedules  # pylint: disable=g-import-not-at-top
+
+  text = open(README, encoding="utf-8").read()
+  blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+  assert len(blocks) == 5 and "build_canary_client_fedavg" in blocks[4]
+  code = blocks[4]
+  assert "clients_per_round=100" in code
+  code = code.replace("clients_per_round=100", "clients_per_round=4")
+  rng = np.random.default_rng(0)
+  spec = (tf.TensorSpec([None, 20], tf.float32), tf.TensorSpec([None], tf.int32))
+
+  def model_fn():
+    keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
+        10, input_shape=(20,), kernel_initializer="zeros")])
+    return tff.learning.models.from_keras_model(
+        keras_model, input_spec=spec,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+  def client_datasets(round_num):
+    del round_num
+    return [tf.data.Dataset.from_tensor_slices(
+        (rng.normal(size=(8, 20)).astype(np.float32),
+         rng.integers(0, 10, 8).astype(np.int32))).batch(4) for _ in range(4)]
+
+  config = canary_config.CanaryConfig(
+      seed=3, num_inserted=4, num_held_out=2,
+      schedule=schedules.FixedPresentations(2, 1))
+  namespace = dict(
+      tff=tff, np=np, model_fn=model_fn, client_datasets=client_datasets,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      config=config, num_rounds=2)
+  exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
+  outcomes = namespace["outcomes"]
+  assert namespace["dim"] == 20 * 10 + 10
+  # Every scheduled (round, inserted canary) once, each through
+  # dp_aggregator's zeroing stage, the only stage its measurements name.
+  assert sorted((o.round_num, o.canary_id) for o in outcomes) == sorted(
+      map(tuple, config.participation.events.tolist()))
+  assert all([s.kind for s in o.stages] == ["zeroing"] for o in outcomes)
+  printed = capsys.readouterr().out
+  assert printed.count("ZEROED") == sum(o.zeroed for o in outcomes)
