@@ -35,7 +35,7 @@ as epsilon 0 with a `SignConventionWarning`.
 
 What epsilon it reports. In one round it took part in, canary j's cosine is
 N(theta s, s^2) against the null N(0, s^2): the trade-off curve of
-theta-GDP (Dong, Roth & Su 2019, arXiv 1905.02383, Def. 2.1), which for the
+theta-GDP, G_theta (Dong, Roth & Su 2019, arXiv 1905.02383, §2), which for the
 Gaussian sum mechanism with noise multiplier z is theta = 1/z. Its p rounds
 are independent Gaussian mechanisms, and p-fold composition of theta-GDP is
 (theta sqrt(p))-GDP (ibid., Cor. 3.3). The estimate is the exact epsilon at
