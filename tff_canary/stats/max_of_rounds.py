@@ -247,3 +247,6 @@ def epsilon_all_max_model(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
       sample_std=float(x.std(ddof=1)), inserted_below_null=below,
       interval_method="profile", num_rounds=num_rounds, participations=big,
       mu=theta)
+
+
+__all__ = ["MaxModel", "epsilon_all_max_model"]
