@@ -160,3 +160,17 @@ def test_epsilon_all_uses_participation_and_the_recorded_rounds():
   assert (est.num_rounds, est.participations) == (recorded, 2)
   assert est.mu == pytest.approx(theta, rel=0.15)
   assert est.null_std == pytest.approx(1 / np.sqrt(DIM), rel=0.1)
+
+
+def test_no_participation_leaves_the_max_model_out_with_a_note():
+  # Inserted canaries that never took part (e.g. never sampled): before,
+  # estimate_table raised from the max model and the report had no table.
+  table = _table(np.random.default_rng(9), assignment="fixed")
+  columns = {c: getattr(table, c) for c in ("id", "group", "final_cosine",
+                                            "max_cosine", "max_round")}
+  idle = CosineTable(**columns, participation=np.zeros(len(table), int),
+                     seed=7, dim=DIM, num_rounds=50, rounds_recorded=50,
+                     assignment="fixed")
+  est = estimate_table(idle, delta=1e-6)
+  assert est.all_iterates is None and est.all_iterates_gaussian_fit is not None
+  assert any("no inserted canary took part" in n for n in est.warnings)

@@ -48,6 +48,9 @@ from tff_canary.stats.cosine_table import UnrecordedRoundsWarning
 # The two statistics, as every row name starts (METHOD §7).
 FINAL_MODEL = "final model"
 ALL_ITERATES = "all iterates"
+_NEVER_TOOK_PART = ("no inserted canary took part in a recorded round, so "
+                    "the max model's epsilon_all has nothing to estimate "
+                    "(the Gaussian fit to the maxima is still shown).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +159,7 @@ def estimate_table(table: CosineTable, *, delta: float,
       raise ValueError(f"the cosine table has {table.mask(group).sum()} "
                        f"{group} canaries; the estimators need at least 2.")
 
+  notes = []
   dim = table.dim
   final_in = table.final_cosines("inserted")
   final_out = table.final_cosines("held_out")
@@ -177,10 +181,13 @@ def estimate_table(table: CosineTable, *, delta: float,
       # Every participation of an inserted canary is in a recorded round
       # (has_max_cosines), so its maximum is over rounds_recorded rounds of
       # which it took part in `participation`.
-      all_iterates = max_of_rounds.epsilon_all_max_model(
-          max_in, max_out,
-          inserted_participation=table.participations("inserted"),
-          num_rounds=table.rounds_recorded, **kw)
+      taken = table.participations("inserted")
+      if taken.max() > 0:
+        all_iterates = max_of_rounds.epsilon_all_max_model(
+            max_in, max_out, inserted_participation=taken,
+            num_rounds=table.rounds_recorded, **kw)
+      else:
+        notes.append(_NEVER_TOOK_PART)
       all_iterates_gaussian_fit = estimates.epsilon_all(max_in, max_out, **kw)
       lo_all = lower_bounds.epsilon_lo(max_in, held_out=max_out,
                                        correction="simultaneous", **kw)
@@ -195,7 +202,6 @@ def estimate_table(table: CosineTable, *, delta: float,
         one_run_all = lower_bounds.one_run_bound(table.max_cosine, mask, **kw)
         fdp_all = fdp_one_run.fdp_one_run_bound(table.max_cosine, mask, **kw)
 
-  notes = []
   if (table.rounds_recorded and not np.isnan(table.max_cosine).any()
       and not have_all):  # recorded, but refused: unrecorded participations
     notes.append(table.all_iterates_refusal)
