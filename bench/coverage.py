@@ -23,7 +23,11 @@ Part 2, epsilon-all (`tff_canary.stats.round_simulation`: R rounds of k
   epsilon. With R > 1 it is not: the maxima are skewed and the held-out max
   has the smaller spread, so the estimand can exceed the analytical epsilon
   (which no attack on the mechanism can); each line also gives the fraction
-  of intervals entirely above the analytical epsilon.
+  of intervals entirely above the analytical epsilon. At R in
+  --max_model_rounds (default --rounds) each cell also has a "max model"
+  line: `max_of_rounds.epsilon_all_max_model` (each canary's max modelled as
+  the max of its own round's Gaussian and R - 1 nulls), whose bias and
+  coverage are against the analytical epsilon itself.
 Part 3, tightness: one run at d = 10^6 with 10,000 inserted canaries,
   estimated from all of them and from the first 1,000; the ratio of the 95%
   interval widths of the mean-only epsilon-final (expected sqrt(10) = 3.16 if
@@ -46,6 +50,7 @@ import numpy as np
 from tff_canary.stats import estimates
 from tff_canary.stats import gaussian_accounting
 from tff_canary.stats import gaussian_mechanism
+from tff_canary.stats import max_of_rounds
 from tff_canary.stats import round_simulation
 from tff_canary.stats import two_gaussians
 
@@ -123,10 +128,12 @@ def part_final(args, epsilon, ratio, remove):
   return {m: _summary(v, c, epsilon) for m, (v, c) in got.items()}
 
 
-def part_all(args, epsilon, ratio, remove, rounds, estimand):
+def part_all(args, epsilon, ratio, remove, rounds, estimand, max_model):
+  """(Gaussian-fit line, max-model line or None) for one cell."""
   noise = gaussian_accounting.gaussian_noise_multiplier(epsilon, args.delta)
   k = max(2, int(round(ratio * args.dim)))
   values, covered, above = [], [], []
+  model_values, model_covered, model_above = [], [], []
   for trial in range(args.all_trials):
     run = round_simulation.simulate_rounds(
         dim=args.dim, num_rounds=rounds, inserted_per_round=k,
@@ -139,8 +146,23 @@ def part_all(args, epsilon, ratio, remove, rounds, estimand):
     values.append(est.epsilon)
     covered.append(est.interval.low <= estimand <= est.interval.high)
     above.append(est.interval.low > epsilon)
-  return (_summary(values, covered, estimand)
+    if max_model:
+      with _quiet():
+        est = max_of_rounds.epsilon_all_max_model(
+            run.inserted, run.held_out,
+            inserted_participation=np.ones(run.inserted.size, np.int64),
+            num_rounds=rounds, delta=args.delta)
+      model_values.append(est.epsilon)
+      model_covered.append(est.interval.low <= epsilon <= est.interval.high)
+      model_above.append(est.interval.low > epsilon)
+  line = (_summary(values, covered, estimand)
           + f"; interval above the analytical eps in {np.mean(above):.2f}")
+  model_line = None
+  if max_model:
+    model_line = (_summary(model_values, model_covered, epsilon)
+                  + "; interval above the analytical eps in "
+                  f"{np.mean(model_above):.2f}")
+  return line, model_line
 
 
 def part_tightness(args, epsilon, remove):
@@ -179,6 +201,9 @@ def main():
   parser.add_argument("--all_trials", type=int, default=100)
   parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--tightness_trials", type=int, default=5)
+  parser.add_argument("--max_model_rounds", default=None,
+                      help="R values at which part 2 also runs the max "
+                      "model (comma-separated; default --rounds)")
   parser.add_argument("--estimand_samples", type=int, default=4_000_000)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--parts", default="final,all,tightness")
@@ -186,6 +211,8 @@ def main():
   ratios = [float(v) for v in args.ratios.split(",")]
   epsilons = [float(v) for v in args.epsilons.split(",")]
   parts = args.parts.split(",")
+  max_model_rounds = ({args.rounds} if args.max_model_rounds is None else
+                      {int(v) for v in args.max_model_rounds.split(",")})
   start = time.perf_counter()
   print(f"d = {args.dim}, delta = {args.delta:g}, {args.trials} trials per "
         f"cell, 95% intervals; bias = mean - truth +- its SE")
@@ -203,7 +230,9 @@ def main():
     for rounds in sorted({1, args.rounds}):
       print(f"\nPart 2: epsilon-all ({args.all_trials} trials per cell), "
             f"R = {rounds} round(s), k per round, "
-            f"truth = estimand (Gaussians with the corrected maxima's moments)")
+            f"truth = estimand (Gaussians with the corrected maxima's moments)"
+            + ("; max model (max_of_rounds): truth = analytical epsilon"
+               if rounds in max_model_rounds else ""))
       for epsilon in epsilons:
         noise = gaussian_accounting.gaussian_noise_multiplier(epsilon,
                                                               args.delta)
@@ -215,10 +244,13 @@ def main():
               f"{mc_se:.3f})")
         for ratio in ratios:
           for remove in (False, True):
-            line = part_all(args, epsilon, ratio, remove, rounds, estimand)
-            print(f"  eps {epsilon:4g}  k/d {ratio:6.1%}  "
-                  f"{'corrected  ' if remove else 'uncorrected'}  "
-                  f"epsilon_all     {line}", flush=True)
+            line, model_line = part_all(args, epsilon, ratio, remove, rounds,
+                                        estimand, rounds in max_model_rounds)
+            head = (f"  eps {epsilon:4g}  k/d {ratio:6.1%}  "
+                    f"{'corrected  ' if remove else 'uncorrected'}  ")
+            print(f"{head}epsilon_all     {line}", flush=True)
+            if model_line is not None:
+              print(f"{head}max model       {model_line}", flush=True)
   if "tightness" in parts:
     print("\nPart 3: 10,000 vs the first 1,000 inserted canaries of one run, "
           "d = 10^6 (k/d = 1%), mean-only epsilon-final")

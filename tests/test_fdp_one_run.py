@@ -95,7 +95,7 @@ def test_bound_on_the_gaussian_mechanism_is_valid_and_informative():
 
 
 @pytest.mark.parametrize("strategy", ["fixed", "bonferroni", "split",
-                                      "multi_split"])
+                                      "multi_split", "bonferroni_all"])
 def test_every_strategy_is_zero_without_canary_effect(strategy):
   # No effect: a 95% bound is 0 in >= 95% of trials; the 99.9% binomial band
   # for 60 trials reaches down to ~0.83.

@@ -91,3 +91,71 @@ def test_guess_counts():
 def test_bad_strategy_names_the_argument(strategy, splits, seed, match):
   with pytest.raises((TypeError, ValueError), match=match):
     ts.check_strategy(strategy, splits, seed)
+
+
+def test_bonferroni_all_divides_the_level_among_every_option():
+  values = {k: float(k % 7) for k in range(1, 31)}  # max 6.0 first at k = 6
+  bound_at, calls = _recording_bound(values)
+  value, option, _ = ts.choose_and_bound(
+      60, bound_at, options=[1, 2], default=1, strategy="bonferroni_all",
+      alpha=0.06, all_options=list(values))
+  assert (value, option) == (6.0, 6)
+  assert len(calls) == 30
+  assert all(alpha == pytest.approx(0.002) for _, _, alpha in calls)
+
+
+def test_bonferroni_all_skips_only_options_that_cannot_win():
+  # `exceeds` says truthfully whether an option's bound beats the best so
+  # far; skipping on it gives the same maximum with fewer evaluations.
+  values = {k: float((k * 37) % 101) for k in range(1, 101)}
+  bound_at, calls = _recording_bound(values)
+  value, option, _ = ts.choose_and_bound(
+      200, bound_at, options=[1], default=1, strategy="bonferroni_all",
+      alpha=0.05, all_options=list(values),
+      exceeds=lambda index, k, alpha, best: values[k] > best)
+  assert (value, option) == (max(values.values()), max(values, key=values.get))
+  assert len(calls) < 20
+
+
+def test_bonferroni_all_needs_every_option():
+  bound_at, _ = _recording_bound({1: 1.0})
+  with pytest.raises(ValueError, match="all_options"):
+    ts.choose_and_bound(10, bound_at, options=[1], default=1,
+                        strategy="bonferroni_all", alpha=0.05)
+
+
+def test_fdp_bonferroni_all_is_the_brute_force_maximum_over_every_k():
+  # Independent route: largest_rejected_mu at every k = 1..m/2 at level
+  # alpha / (m/2), maximized by hand, against the strategy's skipping search.
+  from tff_canary.stats import fdp_one_run
+  rng = np.random.default_rng(3)
+  m = 120
+  mask = rng.random(m) < 0.5
+  s = rng.standard_normal(m) + 2.5 * mask
+  per = 0.05 / (m // 2)
+  brute = max(fdp_one_run.largest_rejected_mu(
+      *ts.guess_counts(s, mask, k, k), m, per) for k in range(1, m // 2 + 1))
+  got = fdp_one_run.fdp_one_run_bound(s, mask, delta=1e-6,
+                                      strategy="bonferroni_all")
+  assert brute > 0 and got.mu == pytest.approx(brute, abs=1e-9)
+  assert got.strategy == "bonferroni_all"
+  assert fdp_one_run.all_guess_fractions(m)[:3] == [3 / m, 6 / m, 12 / m]
+  assert sorted(round(f * m) for f in fdp_one_run.all_guess_fractions(m)) == (
+      list(range(1, m // 2 + 1)))
+
+
+def test_tight_bonferroni_all_is_the_brute_force_maximum_over_every_r():
+  from tff_canary.stats import tight_one_run
+  rng = np.random.default_rng(4)
+  n = 60
+  mask = rng.random(n) < 0.5
+  s = rng.standard_normal(n) + 3.0 * mask
+  per = 0.05 / (n - 1)
+  brute = 0.0
+  for r in range(1, n):
+    guesses, correct = ts.guess_counts(s, mask, r, 0)
+    brute = max(brute, tight_one_run.largest_rejected_mu(
+        n, guesses, guesses - correct, per))
+  got = tight_one_run.tight_one_run_bound(s, mask, delta=1e-6,
+                                          strategy="bonferroni_all")
+  assert brute > 0 and got.mu == pytest.approx(brute, abs=1e-9)

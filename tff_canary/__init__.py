@@ -23,6 +23,7 @@ from tff_canary.stats.gaussian_accounting import repeated_epsilon
 from tff_canary.stats.ledger import Ledger
 from tff_canary.stats.lower_bounds import epsilon_lo
 from tff_canary.stats.lower_bounds import one_run_bound
+from tff_canary.stats.max_of_rounds import epsilon_all_max_model
 from tff_canary.stats.null_law import CosineNull
 from tff_canary.stats.poisson_accounting import poisson_epsilon
 from tff_canary.stats.results import EpsilonEstimate
@@ -36,7 +37,7 @@ from tff_canary.stats.two_gaussians import epsilon_for_delta
 __all__ = [
     "CosineNull", "EpsilonEstimate", "Ledger", "LowerBound", "OneRunBound",
     "SignConventionWarning", "VarianceMismatchWarning", "delta_for_epsilon",
-    "epsilon_all", "epsilon_final", "epsilon_for_delta", "epsilon_lo",
+    "epsilon_all", "epsilon_all_max_model", "epsilon_final", "epsilon_for_delta", "epsilon_lo",
     "gaussian_epsilon", "gaussian_noise_multiplier", "one_run_bound",
     "poisson_epsilon", "repeated_epsilon",
 ]

@@ -58,7 +58,7 @@ METHODS = typing.get_args(Method)
 # The threat model of an estimate: the final model, or all iterates.
 Statistic = Literal["final", "all"]
 # How an estimate's confidence interval was made (`EpsilonEstimate`).
-IntervalMethod = Literal["t", "projection"]
+IntervalMethod = Literal["t", "projection", "profile"]
 # A variance ratio this improbable under the null variance (two-sided chi^2
 # test) triggers VarianceMismatchWarning for the mean-only variant.
 _VARIANCE_TEST_LEVEL = 1e-3

@@ -35,7 +35,10 @@ bound on the epsilon of a mechanism whose trade-off curve is Gaussian; see
 Choosing k+ and k- from the data must be paid for: `strategy` (module
 `threshold_strategies`) is "fixed" (the default k+ = k- = 5% of the
 candidates, as `lower_bounds.one_run_bound`), "bonferroni", "split" or
-"multi_split" over the grid `GUESS_FRACTIONS`.
+"multi_split" over the grid `GUESS_FRACTIONS`, or "bonferroni_all" over
+every k+ = k- = k from 1 to m // 2, each at alpha / (m // 2) (a claim is
+skipped without a search when the recursion does not reject the best mu so
+far at that k, which cannot change the maximum).
 
 NumPy/SciPy only.
 """
@@ -104,6 +107,15 @@ def _epsilon(mu: float, delta: float) -> float:
       mu, delta)
 
 
+def all_guess_fractions(num_candidates: int) -> list[float]:
+  """k / m for every k+ = k- = k in 1..m // 2 ("bonferroni_all"), the grid's
+  k first (they usually hold the maximum, so more of the rest are skipped)."""
+  m = num_candidates
+  grid = [max(1, round(f * m)) for f in GUESS_FRACTIONS if 2 * round(f * m) <= m]
+  rest = sorted(set(range(1, m // 2 + 1)) - set(grid))
+  return [k / m for k in dict.fromkeys(grid + rest)]
+
+
 def fdp_one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
                       *, delta: float, confidence: float = 0.95,
                       strategy: threshold_strategies.Strategy = "fixed",
@@ -121,7 +133,8 @@ def fdp_one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
     delta: delta in (0, 1) at which mu is turned into epsilon.
     confidence: the bound holds with this probability, in (0, 1).
     strategy: how the number of guesses is chosen ("fixed" uses k_plus and
-      k_minus; the others choose among `GUESS_FRACTIONS`, k+ = k-).
+      k_minus; the others choose among `GUESS_FRACTIONS`, k+ = k-;
+      "bonferroni_all" among every k+ = k-).
     k_plus, k_minus: guesses "in" / "out" for "fixed" (default 5% of the
       candidates each, at least 1).
     seed, splits: for "split" and "multi_split".
@@ -154,9 +167,17 @@ def fdp_one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
     return (largest_rejected_mu(guesses, correct, index.size, alpha),
             (guesses, correct))
 
+  def exceeds(index, fraction, alpha, mu):
+    k = max(1, round(fraction * index.size))
+    guesses, correct = threshold_strategies.guess_counts(
+        s[index], mask[index], k, k)
+    return correct > 0 and rejection_margin(mu, guesses, correct, index.size,
+                                            alpha) > 0.0
+
   mu, _, (guesses, correct) = threshold_strategies.choose_and_bound(
       m, bound_at, options=GUESS_FRACTIONS, default=None, strategy=strategy,
-      alpha=1.0 - confidence, seed=seed, splits=splits)
+      alpha=1.0 - confidence, seed=seed, splits=splits,
+      all_options=all_guess_fractions(m), exceeds=exceeds)
   return results.GaussianClaimBound(
       epsilon=_epsilon(mu, delta), mu=mu, method="fdp_one_run",
       strategy=strategy, guesses=guesses, correct=correct, num_candidates=m,
@@ -164,5 +185,5 @@ def fdp_one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
       inserted_below_null=below)
 
 
-__all__ = ["GUESS_FRACTIONS", "fdp_one_run_bound", "inverse_blow_up",
+__all__ = ["GUESS_FRACTIONS", "all_guess_fractions", "fdp_one_run_bound", "inverse_blow_up",
            "largest_rejected_mu", "rejection_margin"]

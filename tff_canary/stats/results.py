@@ -15,6 +15,7 @@ import warnings
 if TYPE_CHECKING:  # The option types; those modules import this one.
   from tff_canary.stats import estimates
   from tff_canary.stats import lower_bounds
+  from tff_canary.stats import max_of_rounds
   from tff_canary.stats import threshold_strategies
 
 
@@ -90,8 +91,10 @@ class EpsilonEstimate:
       `interval_method`.
     statistic: "final" (cosines with theta_0 - theta_T, closed-form null) or
       "all" (max over rounds, held-out null).
-    method: "mean_only" (null's variance kept) or "fitted_variance" (the
-      paper's Algorithm 2).
+    method: "mean_only" (null's variance kept), "fitted_variance" (the
+      paper's Algorithms 2 and 3: Gaussians fitted to the statistics) or
+      "max_model" (epsilon-all of the mechanism from a model of each
+      canary's max over rounds, `max_of_rounds`).
     delta, confidence: as given.
     num_inserted, num_held_out: sample sizes (num_held_out is 0 when the null is
       the closed form).
@@ -103,14 +106,19 @@ class EpsilonEstimate:
     inserted_below_null: True if inserted_mean < null_mean (see
       `SignConventionWarning`).
     interval_method: "t" (mean-only: the t-interval of the mean mapped
-      through epsilon, exact) or "projection" (the range of epsilon over a
-      joint confidence region of the fitted Gaussians; conservative).
+      through epsilon, exact), "projection" (the range of epsilon over a
+      joint confidence region of the fitted Gaussians; conservative) or
+      "profile" (max model: profile likelihood of mu).
+    num_rounds: the max model's R recorded rounds (None otherwise).
+    participations: the max model's P, the most rounds an inserted canary
+      took part in; epsilon is that of P compositions (None otherwise).
+    mu: the max model's GDP mu of one participation (None otherwise).
   """
 
   epsilon: float
   interval: ConfidenceInterval
   statistic: estimates.Statistic
-  method: estimates.Method
+  method: estimates.Method | max_of_rounds.MaxModel
   delta: float
   confidence: float
   num_inserted: int
@@ -123,14 +131,22 @@ class EpsilonEstimate:
   sample_std: float
   inserted_below_null: bool
   interval_method: estimates.IntervalMethod
+  num_rounds: Optional[int] = None
+  participations: Optional[int] = None
+  mu: Optional[float] = None
 
   def __str__(self) -> str:
     name = "ε-final" if self.statistic == "final" else "ε-all"
     method = self.method.replace("_", "-")
     dim = f", d={self.dim}" if self.dim is not None else ""
+    method += " estimate"
+    if self.method == "max_model":
+      method += (f" of the mechanism, μ = {format_number(self.mu)} per "
+                 f"participation, {self.participations} of "
+                 f"{self.num_rounds} rounds")
     text = (f"{name} = {format_number(self.epsilon)} "
             f"[{format_number(self.interval.low)}, {format_number(self.interval.high)}] "
-            f"({self.confidence:.0%} CI; {method} estimate; δ={self.delta:g}"
+            f"({self.confidence:.0%} CI; {method}; δ={self.delta:g}"
             f"{dim}; {_counts(self.num_inserted, self.num_held_out)})")
     return text + (_SIGN_NOTE if self.inserted_below_null else "")
 

@@ -12,6 +12,13 @@ this for the paper's epsilon_lo). The strategies here keep the level:
   "bonferroni"  every option of the grid at level alpha / |grid|, the maximum
                 taken: all bounds hold at once with probability >= 1 - alpha
                 (Bonferroni), so their maximum does too.
+  "bonferroni_all"  the same over every option the bound has (for the
+                one-run bounds every number of guesses, k = 1, 2, ...: each
+                threshold a guess count), each at level alpha / (number of
+                options): no grid to choose in advance, at the price of a
+                smaller level per option. Options whose bound at that level
+                cannot beat the best so far (`Exceeds`) are skipped; the
+                maximum is the same.
   "split"       a seeded random half of the items chooses the option (the one
                 with the largest bound at level alpha on that half); the bound
                 is computed on the other half with that option at level alpha.
@@ -48,13 +55,17 @@ import numpy.typing as npt
 from tff_canary.stats import results
 from tff_canary.stats import validation
 
-Strategy = Literal["fixed", "bonferroni", "split", "multi_split"]
+Strategy = Literal["fixed", "bonferroni", "bonferroni_all", "split",
+                   "multi_split"]
 STRATEGIES = typing.get_args(Strategy)
 # Default number of splits of "multi_split".
 MULTI_SPLITS = 10
 
 # bound_at(subset indices, option, alpha) -> (bound, details of that bound)
 BoundAt = Callable[[np.ndarray, Any, float], tuple[float, Any]]
+# exceeds(subset indices, option, alpha, value) -> False only if the bound
+# with that option at level alpha is at most value (a cheap test).
+Exceeds = Callable[[np.ndarray, Any, float, float], bool]
 
 
 def guess_counts(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
@@ -125,10 +136,29 @@ def _choose(indices: np.ndarray, bound_at: BoundAt, options: Sequence[float],
   return options[int(np.argmax(values))]
 
 
+def _bonferroni(indices: np.ndarray, bound_at: BoundAt,
+                options: Sequence[Any], alpha: float,
+                exceeds: Exceeds | None = None) -> tuple[float, Any, Any]:
+  """(largest bound, its option, details) over `options`, each at alpha / |options|."""
+  per = alpha / len(options)
+  best = None
+  for option in options:
+    if best is not None and exceeds is not None and not exceeds(
+        indices, option, per, best[0]):
+      continue
+    value, details = bound_at(indices, option, per)
+    if best is None or value > best[0]:
+      best = (value, option, details)
+  return best
+
+
 def choose_and_bound(num_items: int, bound_at: BoundAt, *,
                      options: Sequence[Any], default: Any,
                      strategy: Strategy, alpha: float, seed: int = 0,
-                     splits: int = MULTI_SPLITS) -> tuple[float, Any, Any]:
+                     splits: int = MULTI_SPLITS,
+                     all_options: Sequence[Any] | None = None,
+                     exceeds: Exceeds | None = None
+                     ) -> tuple[float, Any, Any]:
   """The bound under `strategy` (module docstring) and the option it used.
 
   Args:
@@ -138,6 +168,8 @@ def choose_and_bound(num_items: int, bound_at: BoundAt, *,
       that option, valid at level alpha for an option fixed in advance; any
       details of it to hand back).
     options: the grid of options ("bonferroni", "split", "multi_split").
+    all_options: every option ("bonferroni_all"; required for it).
+    exceeds: optional cheap test that lets "bonferroni_all" skip options.
     default: the option of "fixed".
     strategy: "fixed", "bonferroni", "split" or "multi_split".
     alpha: 1 - confidence.
@@ -153,10 +185,12 @@ def choose_and_bound(num_items: int, bound_at: BoundAt, *,
     value, details = bound_at(everything, default, alpha)
     return value, default, details
   if strategy == "bonferroni":
-    per = alpha / len(options)
-    values = [bound_at(everything, option, per) for option in options]
-    best = int(np.argmax([value for value, _ in values]))
-    return values[best][0], options[best], values[best][1]
+    return _bonferroni(everything, bound_at, options, alpha)
+  if strategy == "bonferroni_all":
+    if not all_options:
+      raise ValueError("strategy 'bonferroni_all' needs all_options, every "
+                       "option of the bound.")
+    return _bonferroni(everything, bound_at, all_options, alpha, exceeds)
   rng = np.random.default_rng([seed, num_items])
   if strategy == "split":
     first, second = halves(num_items, rng)

@@ -136,7 +136,8 @@ def tight_one_run_bound(statistics: npt.ArrayLike,
     confidence: the bound holds with this probability (under the module
       docstring's assumptions), in (0, 1).
     strategy: how the number released is chosen ("fixed" uses `released`;
-      the others choose among `RELEASE_FRACTIONS`).
+      the others choose among `RELEASE_FRACTIONS`, "bonferroni_all" among
+      every r in 1..n-1, each at alpha / (n - 1)).
     released: guesses released for "fixed", 1 <= r < n (default 25% of the
       candidates).
     seed, splits: for "split" and "multi_split".
@@ -167,9 +168,19 @@ def tight_one_run_bound(statistics: npt.ArrayLike,
     return (largest_rejected_mu(index.size, guesses, guesses - correct,
                                 alpha), (guesses, correct))
 
+  def exceeds(index, fraction, alpha, mu):
+    r = min(index.size - 1, max(1, round(fraction * index.size)))
+    guesses, correct = threshold_strategies.guess_counts(
+        s[index], mask[index], r, 0)
+    return p_value(mu, index.size, guesses, guesses - correct) < alpha
+
+  # "bonferroni_all": every r in 1..n-1, the grid's first.
+  grid = [min(n - 1, max(1, round(f * n))) for f in RELEASE_FRACTIONS]
+  every = list(dict.fromkeys(grid + sorted(set(range(1, n)) - set(grid))))
   mu, _, (guesses, correct) = threshold_strategies.choose_and_bound(
       n, bound_at, options=RELEASE_FRACTIONS, default=None, strategy=strategy,
-      alpha=1.0 - confidence, seed=seed, splits=splits)
+      alpha=1.0 - confidence, seed=seed, splits=splits,
+      all_options=[r / n for r in every], exceeds=exceeds)
   epsilon = 0.0 if mu == 0.0 else gaussian_accounting.gaussian_epsilon_of_mu(
       mu, delta)
   return results.GaussianClaimBound(

@@ -141,6 +141,19 @@ def as_cosines(values: Any, name: str, min_size: int = 2) -> np.ndarray:
   return as_sample(values, name, min_size=min_size, lower=-1.0, upper=1.0)
 
 
+def as_counts(values: Any, name: str, maximum: int,
+              min_size: int = 1) -> np.ndarray:
+  """A 1-D int64 array of counts: whole numbers in [0, maximum]."""
+  array = as_sample(values, name, min_size=min_size, lower=0.0,
+                    upper=float(maximum))
+  fractional = array != np.round(array)
+  if fractional.any():
+    index = int(np.flatnonzero(fractional)[0])
+    raise ValueError(f"{name} must hold whole numbers, but {name}[{index}] = "
+                     f"{array[index]!r}.")
+  return array.astype(np.int64)
+
+
 def check_spread(sample: np.ndarray, name: str) -> None:
   """Refuses a sample with zero variance (a Gaussian cannot be fitted to it)."""
   if np.ptp(sample) == 0.0:
