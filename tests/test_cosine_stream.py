@@ -252,3 +252,50 @@ def test_plan_and_worker_errors(tmp_path):
       worker.wait_all()
   finally:
     worker.close()
+
+
+_ORPHAN_SCRIPT = """
+import os, sys
+from tff_canary.federated import stream_worker
+from tff_canary.stats import canary_config, schedules
+config = canary_config.CanaryConfig(
+    seed=5, num_inserted=2, num_held_out=2,
+    schedule=schedules.FixedPresentations(4, 1))
+worker = stream_worker.StreamWorker(canaries=config, dim=10,
+                                    canaries_per_block=2, start_path=None,
+                                    nice=0)
+print(worker.pid, flush=True)
+os.kill(os.getpid(), 9)  # the parent dies before the child is ready
+"""
+
+
+def _alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  with open(f"/proc/{pid}/stat") as f:  # a zombie is not running
+    return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_the_worker_stops_when_its_parent_is_killed_while_it_starts():
+  # Regression: the child read its parent's pid only once ready (TensorFlow
+  # loaded, seconds); a parent SIGKILLed before that left it orphaned under
+  # pid 1 for good (seen after the crash/resume tests).
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  proc = subprocess.run([sys.executable, "-c", _ORPHAN_SCRIPT],
+                        capture_output=True, text=True, timeout=120,
+                        check=False)
+  pid = int(proc.stdout.split()[0])
+  try:
+    # Its start (TensorFlow) takes a few seconds, 20+ on a loaded machine;
+    # then it notices within a second.
+    deadline = time.monotonic() + 90
+    while _alive(pid) and time.monotonic() < deadline:
+      time.sleep(0.5)
+    assert not _alive(pid), f"stream worker {pid} outlived its parent"
+  finally:
+    if _alive(pid):
+      os.kill(pid, 9)

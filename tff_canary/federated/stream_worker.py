@@ -13,7 +13,9 @@ OpenMP and TensorFlow (set in its environment before NumPy or TensorFlow
 load) and a lower scheduling priority (`nice`), so it uses the core the
 rounds leave idle and yields whenever a round wants both.
 
-It stops when its parent dies, even by SIGKILL (it checks every second).
+It stops when its parent dies, even by SIGKILL and even while it is still
+starting (it checks every second whether its parent is still the process
+that started it).
 
 Determinism: the child's results depend only on the chunk (its rounds and
 rows) and the plan, never on when it runs.
@@ -82,7 +84,9 @@ def _child(inbox, outbox, job: dict[str, Any]) -> None:
                                                         out=buffer)
 
     outbox.put(("ready", os.getpid()))
-    parent = os.getppid()
+    # The parent's pid as the parent saw it: read here, os.getppid() would be
+    # 1 already if the parent died while this child was starting.
+    parent = job["parent_pid"]
     while True:
       try:
         message = inbox.get(timeout=1.0)
@@ -129,7 +133,7 @@ class StreamWorker:
     job = dict(canaries=canaries, dim=int(dim),
                canaries_per_block=int(canaries_per_block),
                start_path=start_path, nice=int(nice),
-               clients_per_round=clients_per_round)
+               clients_per_round=clients_per_round, parent_pid=os.getpid())
     self._process = context.Process(target=_child, daemon=True,
                                     args=(self._inbox, self._outbox, job),
                                     name="tff-canary-stream")
