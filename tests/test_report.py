@@ -151,6 +151,15 @@ def test_an_estimate_above_the_analytical_bound_is_flagged(tmp_path):
           "it claims")
   assert flag in r.table_text() and flag in r.to_markdown()
   assert "final model: epsilon_final (mean-only) = " in r.table_text()
+  # The table's columns line up, whatever the longest row name (the paper's
+  # Gaussian fit to maxima, 55 characters, pushed its row out of line).
+  lines = r.table_text().splitlines()
+  start = lines.index(next(l for l in lines if l.startswith("epsilon ")))
+  table = lines[start + 2:start + 2 + len(r.rows())]
+  assert max(len(n) for n, _, _, _ in r.rows()) > 46
+  kinds = {line.index(kind, len(name)) for line, (name, kind, _, _)
+           in zip(table, r.rows())}
+  assert kinds == {lines[start].index("kind")}, table
   assert json.loads(json.dumps(r.as_dict()))["above_analytical_bound"]
   # A mechanism weaker than its claim (shift 0.25, z = 4) flags nothing.
   quiet = report.build_report(make_run(tmp_path / "quiet", shift=0.25,

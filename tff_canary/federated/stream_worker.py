@@ -32,11 +32,16 @@ from typing import Any
 
 import numpy as np
 
-# The child's environment: one thread for every numeric library.
+# The child's environment: one thread for every numeric library, and no
+# TensorFlow C++ log lines below FATAL. Multiprocessing's spawn re-imports the
+# parent's main script (an experiment imports TensorFlow at its top) before
+# `_child` can point stderr at /dev/null, and TensorFlow's start-up ERROR lines
+# (cuDNN/cuFFT/cuBLAS factories) would break the parent's progress bar; the
+# child's own errors come back through the queue with their traceback.
 SINGLE_THREAD_ENV = {
     "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
-    "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+    "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3",
 }
 DEFAULT_NICE = 10
 

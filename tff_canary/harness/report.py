@@ -180,12 +180,14 @@ class RunReport:
 
   def table_text(self) -> str:
     """A fixed-width table for the terminal."""
-    header = f"{'epsilon':46s} {'kind':14s} {'value':>10s}  detail"
+    rows = self.rows()
+    width = max([46] + [len(name) for name, _, _, _ in rows])
+    header = f"{'epsilon':{width}s} {'kind':14s} {'value':>10s}  detail"
     lines = [f"every epsilon at {self.delta_line()}", header,
              "-" * (len(header) + 30)]
-    for name, kind, value, detail in self.rows():
+    for name, kind, value, detail in rows:
       value = results.format_number(value)
-      lines.append(f"{name:46s} {kind:14s} {value:>10s}  {detail}")
+      lines.append(f"{name:{width}s} {kind:14s} {value:>10s}  {detail}")
     lines.append(f"audit ({self.claim}): {self.verdict}")
     lines += [f"flag: {self._flag(item)}"
               for item in self.above_analytical_bound()]
