@@ -1,5 +1,6 @@
 """The TF-free report: run directory loading, audit verdict, the CLI."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -278,3 +279,18 @@ def test_table_rows_name_their_statistic(tmp_path):
   assert all(n.startswith(("final model: ", "all iterates: ")) for n in names)
   assert [n.split(":")[0] for n in names] == (["final model"] * 6
                                               + ["all iterates"] * 6)
+
+
+def test_the_report_says_whether_the_other_canaries_were_removed(tmp_path):
+  r = report.build_report(make_run(tmp_path / "run"))
+  assert r.table.known_canaries_removed == "none"
+  for text in (r.table_text(), r.to_markdown()):
+    assert "ther inserted canaries: not removed" in text
+  assert r.as_dict()["known_canaries_removed"] == "none"
+  removed = dataclasses.replace(r, table=dataclasses.replace(
+      r.table, known_canaries_removed="all_iterates"))
+  for text in (removed.table_text(), removed.to_markdown()):
+    assert ("ther inserted canaries: removed from each round's aggregate "
+            "for the all-iterates cosines; not from the final model") in text
+  assert removed.as_dict()["known_canaries_removed"] == "all_iterates"
+

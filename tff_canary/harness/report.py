@@ -131,6 +131,16 @@ class RunReport:
       return None
     return client_sampling.describe(self.participation)
 
+  def known_canaries_line(self) -> str:
+    """Which statistics had the other inserted canaries removed (the cosine
+    table's `known_canaries_removed`; README "Other canaries are noise")."""
+    if self.table.known_canaries_removed == "all_iterates":
+      return ("other inserted canaries: removed from each round's aggregate "
+              "for the all-iterates cosines; not from the final model (its "
+              "known part cannot be subtracted in training)")
+    return ("other inserted canaries: not removed (no clip per round "
+            "recorded); they add noise to every statistic")
+
   def noise_check_line(self) -> Optional[str]:
     """One line with the noise self-test's verdict (None if not run)."""
     if self.noise_check is None:
@@ -191,6 +201,7 @@ class RunReport:
     lines.append(f"audit ({self.claim}): {self.verdict}")
     lines += [f"flag: {self._flag(item)}"
               for item in self.above_analytical_bound()]
+    lines.append(self.known_canaries_line())
     participation = self.participation_line()
     if participation is not None and self.participation.get("mismatch"):
       lines.insert(0, participation)
@@ -218,6 +229,7 @@ class RunReport:
         participation_mismatch=bool(self.participation
                                     and self.participation.get("mismatch")),
         noise_check=self.noise_check,
+        known_canaries_removed=self.table.known_canaries_removed,
         estimates=self.estimates.as_dict(),
         config={k: self.config[k] for k in sorted(self.config)})
 
@@ -238,6 +250,8 @@ class RunReport:
       lines += [f"**{line}**", ""]
     elif line is not None:
       lines += [f"Participation: {line}.", ""]
+    known = self.known_canaries_line()
+    lines += [known[0].upper() + known[1:] + ".", ""]
     lines += [f"Every epsilon at {self.delta_line()}.", "",
               "| epsilon | kind | value | detail |", "|---|---|---:|---|"]
     for name, kind, value, detail in self.rows():
