@@ -15,9 +15,34 @@ README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), "README.md")
 
 
-def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
+
+def _toy_loop():
+  """What a README block expects of the user's loop: a 20-feature, 10-class
+  linear model (zero-initialized), 4 clients of 8 random examples a round
+  (seeded), and SGD optimizers."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  spec = (tf.TensorSpec([None, 20], tf.float32), tf.TensorSpec([None], tf.int32))
+
+  def model_fn():
+    keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
+        10, input_shape=(20,), kernel_initializer="zeros")])
+    return tff.learning.models.from_keras_model(
+        keras_model, input_spec=spec,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+  def client_datasets(round_num):
+    del round_num
+    return [tf.data.Dataset.from_tensor_slices(
+        (rng.normal(size=(8, 20)).astype(np.float32),
+         rng.integers(0, 10, 8).astype(np.int32))).batch(4) for _ in range(4)]
+
+  return dict(tff=tff, model_fn=model_fn, client_datasets=client_datasets,
+              client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+              server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+
+def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
 
   text = open(README, encoding="utf-8").read()
   blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
@@ -33,25 +58,7 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
     assert old in code
     code = code.replace(old, new)
 
-  rng = np.random.default_rng(0)
-  spec = (tf.TensorSpec([None, 20], tf.float32), tf.TensorSpec([None], tf.int32))
-
-  def model_fn():
-    keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
-        10, input_shape=(20,), kernel_initializer="zeros")])
-    return tff.learning.models.from_keras_model(
-        keras_model, input_spec=spec,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-
-  def client_datasets(round_num):
-    return [tf.data.Dataset.from_tensor_slices(
-        (rng.normal(size=(8, 20)).astype(np.float32),
-         rng.integers(0, 10, 8).astype(np.int32))).batch(4) for _ in range(4)]
-
-  namespace = dict(
-      tff=tff, model_fn=model_fn, client_datasets=client_datasets,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+  namespace = _toy_loop()
   monkeypatch.chdir(tmp_path)
   # The README's note: run_training_process needs a current event loop,
   # which an earlier asyncio.run (other tests) leaves unset.
@@ -84,8 +91,6 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
 
 
 def test_readme_canary_clients_block_runs(capsys):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_canary.stats import canary_config  # pylint: disable=g-import-not-at-top
   from tff_canary.stats import schedules  # pylint: disable=g-import-not-at-top
 
@@ -95,30 +100,10 @@ def test_readme_canary_clients_block_runs(capsys):
   code = blocks[4]
   assert "clients_per_round=100" in code
   code = code.replace("clients_per_round=100", "clients_per_round=4")
-  rng = np.random.default_rng(0)
-  spec = (tf.TensorSpec([None, 20], tf.float32), tf.TensorSpec([None], tf.int32))
-
-  def model_fn():
-    keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
-        10, input_shape=(20,), kernel_initializer="zeros")])
-    return tff.learning.models.from_keras_model(
-        keras_model, input_spec=spec,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-
-  def client_datasets(round_num):
-    del round_num
-    return [tf.data.Dataset.from_tensor_slices(
-        (rng.normal(size=(8, 20)).astype(np.float32),
-         rng.integers(0, 10, 8).astype(np.int32))).batch(4) for _ in range(4)]
-
   config = canary_config.CanaryConfig(
       seed=3, num_inserted=4, num_held_out=2,
       schedule=schedules.FixedPresentations(2, 1))
-  namespace = dict(
-      tff=tff, np=np, model_fn=model_fn, client_datasets=client_datasets,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-      config=config, num_rounds=2)
+  namespace = dict(_toy_loop(), np=np, config=config, num_rounds=2)
   exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
   outcomes = namespace["outcomes"]
   assert namespace["dim"] == 20 * 10 + 10
