@@ -12,7 +12,9 @@ round, 100 examples each, batch 16), side by side in ONE process:
           (`cosine_stream.CosineStream`, part of the timed round): chunks of B
           rounds (B from --disk_budget_bytes, as in a 500-round run) taken by
           the background worker process while the rounds go on, without the
-          other inserted canaries as the experiments take them.
+          other inserted canaries as the experiments take them; the worker
+          keeps the canaries it generates in its cache (--cache_bytes,
+          default half the available memory), filled while it is idle.
 
 (a) Seconds per round of both, alternating plain and canary rounds (which
     goes first alternates too) after warm-up rounds, so machine noise hits
@@ -22,14 +24,16 @@ round, 100 examples each, batch 16), side by side in ONE process:
     per-round ratios (target SE <= 0.01).
 (b) The end of the run (`CosineStream.finish`), timed: the worker stopped,
     then the rounds it had not taken (the last chunk, and one it was still
-    on) and the final-model cosines in one pass over the 2000 canaries. A 500-round run ends the same way (its
-    last chunk has at most B rounds).
+    on) and the final-model cosines in one pass over the 2000 canaries, read
+    from the worker's cache where it holds them. A 500-round run ends the
+    same way (its last chunk has at most B rounds).
 (c) Unit costs, measured here: canary generation per canary per million
     parameters (one thread, as in the worker, and all threads, as at the
     end), the float32 GEMM rate of one thread, disk per round (4 d bytes);
     and from them the projection for the paper's StackOverflow setting
-    (`--project`: d = 4,050,748, 2048 rounds, 1000 + 1000 canaries),
-    streaming against keeping every round (a markdown table).
+    (d = 4,050,748, 2048 rounds, 1000 + 1000 canaries), streaming with
+    and without a canary cache against keeping every round (a markdown
+    table).
 
 Last lines: `aggregate disk: X MiB of Y MiB` (the peak of the chunk files
 against keeping every round of a 500-round run), the peak RSS (this process,
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -60,6 +65,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+from tff_canary.federated import canary_cache  # pylint: disable=g-import-not-at-top
 from tff_canary.federated import canary_directions  # pylint: disable=g-import-not-at-top
 from tff_canary.federated import cosine_pass  # pylint: disable=g-import-not-at-top
 from tff_canary.federated import cosine_stream  # pylint: disable=g-import-not-at-top
@@ -230,35 +236,55 @@ def gemm_gflops_one_thread(dim: int) -> float:
 
 def projection(gen1_ms: float, gen_all_ms: float, gflops: float, *,
                dim: int, rounds: int, canaries: int, memory_gib: float,
-               disk_gibs=(0.5, 1.0, 2.0), worker_rss_gib: float = 0.0
-               ) -> str:
+               threads: int, designs=((0.5, 0.0), (0.5, 8.0), (2.0, 8.0),
+                                      (0.5, None)),
+               worker_rss_gib: float = 0.0) -> str:
   """Markdown: scratch disk, RAM and extra CPU of streaming vs keeping every
-  round, from the unit costs (module docstring (c))."""
+  round, from the unit costs (module docstring (c)).
+
+  `designs`: (disk budget GiB, canary cache GiB; None: every canary). The
+  worker generates the cached canaries once and the others once per chunk;
+  the end pass generates what the cache lacks (on `threads` threads) and
+  takes the last chunk and the final cosines.
+  """
   gib = 2**30
   row = 4 * dim
-  gen1 = canaries * gen1_ms * dim / 1e6 / 1e3  # s per pass over canaries
-  gen_all = canaries * gen_all_ms * dim / 1e6 / 1e3
-  gemm = 2 * canaries * dim / (gflops * 1e9)  # s per round of all canaries
+  gen1 = gen1_ms * dim / 1e6 / 1e3  # s per canary, one thread
+  gen_all = gen_all_ms * dim / 1e6 / 1e3  # s per canary, every thread
+  gemm = 2 * canaries * dim / (gflops * 1e9)  # s per round, one thread
   lines = [
       f"| design (d = {dim:,}, {rounds} rounds, {canaries} canaries) | "
       "scratch disk | RAM for the cosines | CPU during training (spare "
-      "core) | CPU after training |",
+      "core) | wall time after training |",
       "|---|---|---|---|---|",
-      f"| keep every round, one pass after training (before) | "
+      f"| keep every round, one pass after training | "
       f"{rounds * row / gib:.1f} GiB | {memory_gib:.1f} GiB | 0 | "
-      f"{(gen_all + rounds * gemm) / 60:.0f} min |"]
-  for disk in disk_gibs:
+      f"{(canaries * gen_all + rounds * gemm / threads) / 60:.0f} min |"]
+  for disk, cache_gib in designs:
     plan = cosine_stream.plan_stream(dim, canaries, rounds,
                                      int(memory_gib * gib), int(disk * gib))
+    cached = canaries if cache_gib is None else canary_cache.cacheable_canaries(
+        canaries, dim, plan.canaries_per_block, int(cache_gib * gib))
     chunks = plan.num_chunks
     last = rounds - (chunks - 1) * plan.chunk_rounds
-    background = (chunks - 1) * gen1 + (rounds - last) * gemm
+    background = (cached + (chunks - 1) * (canaries - cached)) * gen1 + (
+        rounds - last) * gemm
+    end = (canaries - cached) * gen_all + last * gemm / threads
+    cache_text = ("every canary" if cached == canaries else
+                  f"{cached} canaries" if cached else "no")
     lines.append(
         f"| streamed, disk budget {disk:g} GiB (B = {plan.chunk_rounds}, "
-        f"{chunks} chunks) | {3 * plan.chunk_rounds * row / gib:.2f} GiB | "
-        f"{memory_gib + worker_rss_gib:.1f} GiB | {background / 60:.0f} min "
-        f"| {(gen_all + last * gemm) / 60:.1f} min |")
+        f"{chunks} chunks), {cache_text} cache | "
+        f"{3 * plan.chunk_rounds * row / gib:.2f} GiB | "
+        f"{memory_gib + worker_rss_gib + cached * row / gib:.1f} GiB | "
+        f"{background / 60:.0f} min | {end / 60:.1f} min |")
   return "\n".join(lines)
+
+
+def _plan_json(stream) -> dict:
+  with open(os.path.join(stream._dir, cosine_stream.PLAN),  # pylint: disable=protected-access
+            encoding="utf-8") as f:
+    return json.load(f)
 
 
 # ---------------------------------------------------------------- main
@@ -283,6 +309,9 @@ def main(argv=None) -> int:
                       default=cosine_pass.DEFAULT_MEMORY_BUDGET_BYTES)
   parser.add_argument("--disk_budget_bytes", type=int,
                       default=cosine_stream.DEFAULT_DISK_BUDGET_BYTES)
+  parser.add_argument("--cache_bytes", type=int, default=None,
+                      help="the stream worker's canary cache (default: half "
+                           "the memory available when it starts; 0: none)")
   parser.add_argument("--workdir", default=None,
                       help="directory for the stream's files (default: a "
                            "temporary directory, removed at the end)")
@@ -345,12 +374,17 @@ def main(argv=None) -> int:
     # (each round's clip comes with its aggregate in the metrics).
     stream = cosine_stream.CosineStream(
         os.path.join(workdir, "stream"), config, plan,
-        clients_per_round=args.clients_per_round)
+        clients_per_round=args.clients_per_round,
+        cache_bytes=args.cache_bytes)
     worker_pid = stream._worker.pid  # pylint: disable=protected-access
     sampler.extra_pids.append(worker_pid)
     while not stream._worker.ready:  # pylint: disable=protected-access
       stream._worker.poll(block=True)  # its start (TensorFlow) is not timed  # pylint: disable=protected-access
     worker_idle_gib = _rss_bytes(worker_pid) / 2**30  # TF, before any chunk
+    cached = stream._worker.cached_canaries  # pylint: disable=protected-access
+    log(f"canary cache: {cached} of {config.num_canaries} canaries "
+        f"({cached * 4 * dim / 2**30:.2f} GiB), filled while the worker is "
+        "idle during the canary rounds")
     os.kill(worker_pid, signal.SIGSTOP)
     times = {"plain": [], "canary": []}
     inserted = []
@@ -413,7 +447,8 @@ def main(argv=None) -> int:
     log(f"(b) end of the run (the rounds the worker had not taken, at least the last "
         f"{recorded - (plan.num_chunks - 1) * plan.chunk_rounds} rounds and "
         f"the final cosines of {config.num_canaries} canaries): {t_end:.1f} s"
-        f" ({table.rounds_recorded} rounds in the table)")
+        f" ({table.rounds_recorded} rounds in the table; canary blocks "
+        f"from the worker's cache: {_plan_json(stream)['end_pass_blocks_from_the_cache']})")
 
     # (c) Unit costs and the projection.
     gen1 = generation_ms_per_million(seed, dim, threads=1)
@@ -429,7 +464,7 @@ def main(argv=None) -> int:
     log(projection(gen1, gen_all, gflops, dim=4_050_748, rounds=2048,
                    canaries=2000,
                    memory_gib=args.memory_budget_bytes / 2**30,
-                   worker_rss_gib=worker_idle_gib))
+                   threads=os.cpu_count(), worker_rss_gib=worker_idle_gib))
     log("")
     log(f"total wall time {time.perf_counter() - began:.0f} s")
     gib = 2**30

@@ -60,7 +60,7 @@ says which vector was zero.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import tqdm
@@ -139,6 +139,7 @@ def compute_cosine_table(
     clips: Any = None,
     clients_per_round: float | None = None,
     remove_known_canaries: bool = True,
+    canary_blocks: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> cosine_table.CosineTable:
   """The cosine table of a run (module docstring).
 
@@ -182,6 +183,11 @@ def compute_cosine_table(
       `clients_per_round`: take the round cosines against each aggregate
       without the other inserted canaries (module docstring). Ignored (the
       table records "none") when any of the three is missing.
+    canary_blocks: Where the blocks of canaries come from: a function of
+      (block_ids, out) returning the unit canaries [len(block_ids), dim],
+      bitwise `canary_directions.canary_block(canaries.seed, block_ids, dim,
+      out=out)` (a stream's `canary_cache.CanaryCache.source`). None: that
+      function.
 
   Returns:
     The `CosineTable`.
@@ -298,8 +304,11 @@ def compute_cosine_table(
                  disable=not progress) as bar:
     for first in range(0, m, block):
       block_ids = ids[first:first + block]
-      c = canary_directions.canary_block(canaries.seed, block_ids, dim,
-                                         out=buffer)
+      if canary_blocks is None:
+        c = canary_directions.canary_block(canaries.seed, block_ids, dim,
+                                           out=buffer)
+      else:
+        c = canary_blocks(block_ids, buffer)
       final[block_ids] = c @ u_unit
       for r0 in range(0, num_rows, chunk_rows):
         if resident is not None:

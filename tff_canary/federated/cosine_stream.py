@@ -19,8 +19,11 @@ not yet covered by a model checkpoint: 2 chunks of B rows (B x d x 4 bytes
 each) when the worker keeps up and checkpoints come at least every B rounds.
 A new chunk waits for the worker if it is still on the chunk before the
 previous one, so there are never more than 3 (with that checkpoint
-cadence), whether it keeps up or not. Background work: R / B canary
-generations of m canaries and 2 m R d flops, on the spare core.
+cadence), whether it keeps up or not. Background work: 2 m R d flops and the
+canary generations, on the spare core: m once for the canaries the worker's
+cache holds (`canary_cache`: by default half the memory available when it
+starts, shared with the end pass, which then generates none of them), and
+once per chunk (R / B times) for the others.
 
 Other canaries as noise: with `clients_per_round`, each chunk's rounds are
 taken without the other inserted canaries (`known_canary_removal`, as the
@@ -166,7 +169,8 @@ class CosineStream:
                done: int = 0,
                keep: aggregate_recorder.AggregateRecorder | None = None,
                nice: int = stream_worker.DEFAULT_NICE,
-               clients_per_round: float | None = None):
+               clients_per_round: float | None = None,
+               cache_bytes: int | None = None):
     """Starts (done = 0) or resumes (done = the checkpoint's round) a stream.
 
     Args:
@@ -180,6 +184,9 @@ class CosineStream:
       clients_per_round: n, the DP query's denominator: the rounds are taken
         without the other inserted canaries (module docstring). None: as
         recorded. A resumed stream must pass the same.
+      cache_bytes: Memory for the worker's canary cache (`canary_cache`;
+        None: half of the memory available when it starts; 0: none). It
+        changes the time, never the table.
     """
     self._dir = os.fspath(directory)
     self.canaries = canaries
@@ -208,7 +215,7 @@ class CosineStream:
         canaries=canaries, dim=plan.dim,
         canaries_per_block=plan.canaries_per_block,
         start_path=self._running_path(start) if start else None, nice=nice,
-        clients_per_round=self.clients_per_round)
+        clients_per_round=self.clients_per_round, cache_bytes=cache_bytes)
     for chunk_start in range(start, self._checkpoint, plan.chunk_rounds):
       end = plan.chunk(chunk_start)[1]
       if end <= self._checkpoint and end < plan.num_rounds:
@@ -304,13 +311,16 @@ class CosineStream:
     start, end = self.plan.chunk(round_num)
     if start != self._rows_start:
       self._open_rows(start, end)
+    # Not flushed here (msync costs about as much as 1% of a round): a
+    # killed process's writes stay in the page cache and reach the file;
+    # A chunk is flushed when complete, the open one by `checkpointed`, so a
+    # checkpoint never covers rows only in memory (a machine crash).
     self._rows[round_num - start] = aggregate
-    self._rows.flush()
     if clip is not None:
       self._clips[round_num] = clip
-      self._clips.flush()
     self.peak_disk_bytes = max(self.peak_disk_bytes, self.disk_bytes())
     if round_num + 1 == end:
+      self._rows.flush()
       self._rows = None
       self._rows_start = -1
       if end < self.plan.num_rounds:
@@ -341,6 +351,9 @@ class CosineStream:
   def checkpointed(self, version: int) -> None:
     """A model checkpoint after round `version` - 1 was saved."""
     self._checkpoint = validation.as_int(version, "version", minimum=0)
+    if self._rows is not None:
+      self._rows.flush()
+    self._clips.flush()
     self._poll()
     self._collect()
 
@@ -359,7 +372,7 @@ class CosineStream:
     if os.path.exists(self._file(TABLE)):
       return cosine_table.CosineTable.load(self._file(TABLE))
     self._rows = None
-    self._worker.poll()
+    cache = self._worker.attach_cache()  # the canaries it has generated
     self._worker.close()
     self._worker = None
     for name in os.listdir(self._dir):  # a write the stop cut short
@@ -384,13 +397,19 @@ class CosineStream:
         plan=(self.plan.chunk_rounds, self.plan.canaries_per_block),
         rounds=np.arange(start, self.plan.num_rounds), start=running,
         clips=np.array(self._clips) if self.clients_per_round else None,
-        clients_per_round=self.clients_per_round)
+        clients_per_round=self.clients_per_round,
+        canary_blocks=None if cache is None else cache.source)
+    cached = 0 if cache is None else len(cache.filled)
+    if cache is not None:
+      cache.close()
     table.save_npz(self._file(TABLE))
     for path in _numbered(self._dir, "rounds", ".npy").values():
       os.remove(path)
     summary = dict(self.plan.as_dict(), known_canaries_removed=(
         "all_iterates" if self.clients_per_round else "none"))
     summary["peak_disk_bytes_this_session"] = self.peak_disk_bytes
+    summary["end_pass_blocks_from_the_cache"] = (
+        f"{cached} of {-(-self.plan.num_canaries // self.plan.canaries_per_block)}")
     atomic_files.write_json(self._file(PLAN), summary)
     return table
 

@@ -2,16 +2,23 @@
 
 `StreamWorker` starts one child process (multiprocessing "spawn": a fresh
 interpreter, never a fork of a process running TensorFlow) which, for each
-chunk of rounds it is sent, reads the chunk's aggregates from disk,
-regenerates every canary once in blocks (`canary_directions.canary_block`,
-bitwise the canaries of training), takes their cosines with the chunk
-(`cosine_chunks.take_chunk`) into its running max, and writes the running max
-after the chunk atomically (`running-<end>.npz`, `cosine_stream` names the
-files). It never blocks a round: TFF runs the rounds in its own
-`worker_binary` process, this child runs beside it with ONE thread for BLAS,
-OpenMP and TensorFlow (set in its environment before NumPy or TensorFlow
-load) and a lower scheduling priority (`nice`), so it uses the core the
-rounds leave idle and yields whenever a round wants both.
+chunk of rounds it is sent, reads the chunk's aggregates from disk, takes
+every canary's cosines with the chunk (`cosine_chunks.take_chunk`) into its
+running max, and writes the running max after the chunk atomically
+(`running-<end>.npz`, `cosine_stream` names the files). The canaries come
+from a `canary_cache.CanaryCache` (bitwise `canary_directions.canary_block`,
+the canaries of training): the blocks that fit the cache budget are
+generated once, while the worker is idle or when a chunk first needs them,
+and kept in shared memory that the parent reads at the end; the others are
+regenerated for each chunk. It never blocks a round: TFF runs the rounds in
+its own `worker_binary` process, this child runs beside it with ONE thread
+for BLAS, OpenMP and TensorFlow (set in its environment before NumPy or
+TensorFlow load) and a lower scheduling priority (`nice`), so it uses the
+core the rounds leave idle and yields whenever a round wants both. (Not
+Linux's SCHED_IDLE: under it a worker gets almost no CPU while both cores
+are busy; on a loaded machine here one did not get through loading
+TensorFlow and three small blocks in 2 minutes, and a run that waits on its
+worker, as a bounded disk makes it, would stall that long.)
 
 It stops when its parent dies, even by SIGKILL and even while it is still
 starting (it checks every second whether its parent is still the process
@@ -52,7 +59,7 @@ class StreamWorkerError(RuntimeError):
 
 def _child(inbox, outbox, job: dict[str, Any]) -> None:
   """The child's loop: ("chunk", start, end, rows_path, state_path, clips)
-  messages."""
+  messages; it fills the cache while no message waits."""
   try:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's
     # Quiet: TensorFlow's C++ start-up lines would break the parent's
@@ -65,13 +72,11 @@ def _child(inbox, outbox, job: dict[str, Any]) -> None:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from tff_canary.federated import canary_directions  # pylint: disable=g-import-not-at-top
+    from tff_canary.federated import canary_cache  # pylint: disable=g-import-not-at-top
     from tff_canary.federated import cosine_chunks  # pylint: disable=g-import-not-at-top
     from tff_canary.federated import known_canary_removal  # pylint: disable=g-import-not-at-top
 
-    canaries, dim, block = job["canaries"], job["dim"], job[
-        "canaries_per_block"]
-    seed, m = canaries.seed, canaries.num_canaries
+    canaries, m = job["canaries"], job["canaries"].num_canaries
     removal = (None if job["clients_per_round"] is None else
                known_canary_removal.KnownCanaryRemoval(
                    canaries, job["clients_per_round"]))
@@ -79,25 +84,31 @@ def _child(inbox, outbox, job: dict[str, Any]) -> None:
       running = cosine_chunks.RunningMax.empty(m)
     else:
       running = cosine_chunks.RunningMax.load(job["start_path"], m)
-    buffer = np.empty((min(block, m), dim), np.float32)
+    cache = canary_cache.CanaryCache.create(
+        canaries.seed, m, job["dim"], job["canaries_per_block"],
+        canary_cache.default_budget_bytes() if job["cache_bytes"] is None
+        else job["cache_bytes"])
 
-    def blocks():
-      ids = np.arange(m)
-      for first in range(0, m, block):
-        block_ids = ids[first:first + block]
-        yield block_ids, canary_directions.canary_block(seed, block_ids, dim,
-                                                        out=buffer)
+    def report_filled():
+      if cache.newly_filled:
+        outbox.put(("cached", tuple(cache.newly_filled)))
+        cache.newly_filled.clear()
 
-    outbox.put(("ready", os.getpid()))
+    outbox.put(("ready", os.getpid(), cache.fd, cache.cached_canaries))
     # The parent's pid as the parent saw it: read here, os.getppid() would be
     # 1 already if the parent died while this child was starting.
     parent = job["parent_pid"]
     while True:
       try:
-        message = inbox.get(timeout=1.0)
+        message = inbox.get(timeout=1.0 if cache.next_unfilled() is None
+                            else 0.0)
       except queue.Empty:
         if os.getppid() != parent:  # the parent died (SIGKILL): stop too
           break
+        first = cache.next_unfilled()
+        if first is not None:  # idle: the next block of the cache
+          cache.fill(first)
+          report_filled()
         continue
       if message is None:
         break
@@ -105,10 +116,11 @@ def _child(inbox, outbox, job: dict[str, Any]) -> None:
       rows = np.load(rows_path)[:end - start]
       round_ids = np.arange(start, end)
       cosine_chunks.take_chunk(
-          running, blocks(), rows, round_ids,
+          running, cache.blocks(), rows, round_ids,
           None if removal is None else removal.chunk(round_ids, clips))
       del rows
       running.save(state_path)
+      report_filled()
       outbox.put(("done", end))
   except BaseException:  # pylint: disable=broad-except
     outbox.put(("error", traceback.format_exc()))
@@ -119,26 +131,34 @@ class StreamWorker:
 
   def __init__(self, *, canaries: Any, dim: int, canaries_per_block: int,
                start_path: str | None, nice: int = DEFAULT_NICE,
-               clients_per_round: float | None = None):
+               clients_per_round: float | None = None,
+               cache_bytes: int | None = None):
     """Starts the child.
 
     Args:
       canaries: The run's `CanaryConfig` (seed, number, participation).
       dim: d.
-      canaries_per_block: Canaries regenerated at a time.
+      canaries_per_block: Canaries generated at a time (the block).
       start_path: A running max to start from, or None.
       nice: Niceness added for the child.
       clients_per_round: With it, each chunk is taken without the other
         inserted canaries (`known_canary_removal`); `submit` then gives the
         chunk's clips.
+      cache_bytes: Memory for the canary cache (`canary_cache`); None: the
+        default, half of the memory available when the child starts; 0: no
+        cache (every chunk regenerates every canary).
     """
+    self._canaries = canaries
+    self._dim = int(dim)
+    self._block = int(canaries_per_block)
     context = multiprocessing.get_context("spawn")
     self._inbox = context.Queue()
     self._outbox = context.Queue()
     job = dict(canaries=canaries, dim=int(dim),
                canaries_per_block=int(canaries_per_block),
                start_path=start_path, nice=int(nice),
-               clients_per_round=clients_per_round, parent_pid=os.getpid())
+               clients_per_round=clients_per_round, parent_pid=os.getpid(),
+               cache_bytes=None if cache_bytes is None else int(cache_bytes))
     self._process = context.Process(target=_child, daemon=True,
                                     args=(self._inbox, self._outbox, job),
                                     name="tff-canary-stream")
@@ -154,6 +174,9 @@ class StreamWorker:
           os.environ[key] = value
     self.pending: list[int] = []  # ends of chunks sent and not done
     self.ready = False  # the child has loaded TensorFlow and its state
+    self.cached_canaries = 0  # the cache's size (canaries), once ready
+    self.filled: set[int] = set()  # first ids of the cache's filled blocks
+    self._cache_fd = None
 
   @property
   def pid(self) -> int:
@@ -195,6 +218,9 @@ class StreamWorker:
       kind = message[0]
       if kind == "ready":
         self.ready = True
+        _, _, self._cache_fd, self.cached_canaries = message
+      if kind == "cached":
+        self.filled.update(message[1])
         if block and not finished and not self.pending:
           return finished
       if kind == "error":
@@ -209,6 +235,20 @@ class StreamWorker:
     while self.pending:
       finished += self.poll(block=True)
     return finished
+
+  def attach_cache(self) -> Any:
+    """The child's canary cache, read-only, with the blocks it has reported
+    filled (`canary_cache.CanaryCache.attach`), or None (no cache, nothing
+    filled yet, or not shareable). Call before `close`; the mapping outlives
+    the child."""
+    from tff_canary.federated import canary_cache  # pylint: disable=g-import-not-at-top
+    self.poll()
+    if not self._process.is_alive():
+      return None
+    return canary_cache.CanaryCache.attach(
+        self.pid, self._cache_fd, self._canaries.seed,
+        self._canaries.num_canaries, self._dim, self._block,
+        self.cached_canaries, self.filled)
 
   def close(self) -> None:
     """Stops the child and reaps it: at once when idle; a chunk it is still
