@@ -217,7 +217,7 @@ def test_a_client_mode_run_inserts_its_canaries_and_reports_the_mode(
     tmp_path):
   # Noise 0, fixed clip 1 below the canary norm 10: each canary client
   # enters TFF's sum at the clip. About 35 s on 2 cores.
-  report = _run(_tiny(tmp_path / "run", clip=1.0))
+  report = _run(_tiny(tmp_path / "run", clip=1.0, keep_aggregates=True))
   rd = run_dir.RunDir(tmp_path / "run")
   saved = rd.load_config()
   assert saved["insertion"] == "clients" and saved["canary_norm"] == 10.0
@@ -230,8 +230,28 @@ def test_a_client_mode_run_inserts_its_canaries_and_reports_the_mode(
   # canary clients both groups are at the null's scale.
   inserted, held_out = (table.max_cosines(g) for g in ("inserted",
                                                        "held_out"))
-  assert inserted.size and inserted.min() > 0.5, inserted
+  # With the other canaries removed at the wrong norm (canary_norm 10, not
+  # the clip 1) a round of k canaries would leave about 1/sqrt(1 + 0.8 (k-1))
+  # of it (0.74 at k = 2); plain cosines are about 1/sqrt(k).
+  assert inserted.size and inserted.min() > 0.95, inserted
   assert np.abs(held_out).max() < 0.005, held_out
+  # The aggregate from the weights: each canary enters the round's mean at
+  # min(canary_norm, clip) / clients_per_round = 1/6 (least squares on the
+  # round's canaries; aggregates kept in float16, relative rounding 5e-4;
+  # the clients' updates project on c_j at the null's scale).
+  from tff_canary.federated import aggregate_recorder  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated import canary_directions  # pylint: disable=g-import-not-at-top
+  aggregates, recorded = aggregate_recorder.load_aggregates(
+      rd.file(run_dir.AGGREGATES))
+  assert recorded.all()
+  events = rd.load_participation()
+  for r in range(4):
+    ids = events[events[:, 0] == r, 1]
+    block = canary_directions.canary_block(saved["canary_seed"], ids,
+                                           saved["dim"]).astype(np.float64)
+    coefficients = np.linalg.lstsq(
+        block.T, np.asarray(aggregates[r], np.float64), rcond=None)[0]
+    np.testing.assert_allclose(coefficients, 1 / 6, rtol=0.02)
   assert table.final_cosines("inserted").min() > 10 * np.abs(
       table.final_cosines("held_out")).max()
   assert table.known_canaries_removed == "all_iterates"
@@ -242,7 +262,6 @@ def test_a_client_mode_run_inserts_its_canaries_and_reports_the_mode(
   # metrics.csv: the DP query's clip, the canary clients of each round.
   rows = rd.load_metrics()
   assert [r["clip"] for r in rows] == [1.0] * 4
-  events = rd.load_participation()
   assert [r["canaries_inserted"] for r in rows] == [
       int(np.sum(events[:, 0] == r)) for r in range(4)]
   # Per canary and round: clipped by the DP query (norm 10 > clip 1).
@@ -296,3 +315,33 @@ def test_zeroed_canary_clients_are_findings_in_the_report(tmp_path):
   assert rd.load_table().known_canaries_removed == "none"
   assert "with zeroing a canary client may be dropped" in (
       report.known_canaries_line())
+
+
+@pytest.mark.tff
+@pytest.mark.slow
+def test_a_killed_client_mode_run_resumes_with_its_outcomes(tmp_path,
+                                                            monkeypatch):
+  # Killed at the second checkpoint (round 4 of 4): the resumed run redoes
+  # rounds 2-3 and keeps rounds 0-1's canary outcomes, each once.
+  from tff_canary.harness import training  # pylint: disable=g-import-not-at-top
+  checkpoint = training._checkpoint  # pylint: disable=protected-access
+  calls = []
+
+  def crash_at_the_second(*args, **kwargs):
+    calls.append(args[3])
+    if len(calls) == 2:
+      raise RuntimeError("killed")
+    return checkpoint(*args, **kwargs)
+
+  monkeypatch.setattr(training, "_checkpoint", crash_at_the_second)
+  with pytest.raises(RuntimeError, match="killed"):
+    _run(_tiny(tmp_path / "run", clip=1.0))
+  monkeypatch.undo()
+  report = _run(_tiny(tmp_path / "run", clip=1.0, resume=True))
+  rd = run_dir.RunDir(tmp_path / "run")
+  with open(rd.file(run_dir.CANARY_OUTCOMES)) as f:
+    outcomes = json.load(f)["outcomes"]
+  assert sorted((o["round_num"], o["canary_id"]) for o in outcomes) == (
+      sorted(map(tuple, rd.load_participation().tolist())))
+  assert len(rd.load_ledger()) == 4
+  assert report.table.max_cosines("inserted").min() > 0.95
