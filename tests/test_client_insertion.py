@@ -87,6 +87,65 @@ def test_config_json_round_trip_and_old_files(tmp_path):
     experiment_config.insertion_of({"insertion": "both"})
 
 
+# The report, TF-free, on a synthetic run directory ------------------------
+
+
+def _outcome(round_num, canary_id, zeroed):
+  stage = dict(kind="zeroing", threshold=21.0, count=1 if zeroed else 0,
+               canary_norm=450.0 if zeroed else 0.05, acted=zeroed)
+  return dict(round_num=round_num, canary_id=canary_id, norm=10.0,
+              stages=[stage], zeroed=zeroed, clipped=False, dp_clip=0.1,
+              dp_clipped=True)
+
+
+def test_an_old_run_directory_reports_server_side_canaries(tmp_path):
+  import fake_runs  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
+  report = report_lib.build_report(fake_runs.make_run(tmp_path / "old"))
+  line = ("insertion: server-side canaries, added to the DP sum at the "
+          "round's clip (they see the noise step only)")
+  assert line in report.table_text().splitlines()
+  assert line[1:] in report.to_markdown()
+  assert report.as_dict()["insertion"]["mode"] == "server"
+  assert report.as_dict()["insertion"]["findings"] == []
+
+
+def test_the_report_lists_every_zeroed_canary(tmp_path):
+  import fake_runs  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
+  path = fake_runs.make_run(tmp_path / "run")
+  rd = run_dir.RunDir(path)
+  config = rd.load_config()
+  atomic_files.write_json(rd.file(run_dir.CONFIG), dict(
+      config, insertion="clients", canary_norm=10.0, zeroing=True))
+  with pytest.raises(run_dir.RunDirError, match="canary_outcomes.json is "
+                     "missing"):
+    report_lib.build_report(path)
+  zeroed = [(r, 100 + r) for r in range(12)]
+  outcomes = [_outcome(r, j, True) for r, j in zeroed] + [
+      _outcome(20, 3, False)]
+  atomic_files.write_json(rd.file(run_dir.CANARY_OUTCOMES),
+                          dict(canary_norm=10.0, outcomes=outcomes))
+  report = report_lib.build_report(path)
+  text, markdown = report.table_text(), report.to_markdown()
+  findings = report.as_dict()["insertion"]["findings"]
+  assert len(findings) == 12
+  for r, j in zeroed:  # every one in report.md and report.json
+    needle = f"canary {j} ZEROED in round {r}"
+    assert needle in markdown and sum(needle in f for f in findings) == 1
+  # The terminal shows the first 10 and says where the rest are.
+  shown = [l for l in text.splitlines() if "ZEROED in round" in l]
+  assert len(shown) == 10
+  assert "finding: ... and 2 more zeroed canaries (report.md lists every " \
+      "one)" in text
+  assert "13 canary-client participations: 13 clipped by the DP query" in (
+      report.insertion.mode_line())
+  assert "12 ZEROED" in report.insertion.mode_line()
+  assert "with zeroing a canary client may be dropped" in (
+      report.known_canaries_line())
+
+
 # The state readers and the aggregate from the weights (small model) -------
 
 FEATURES, CLASSES = 20, 3
