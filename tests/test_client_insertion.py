@@ -404,3 +404,16 @@ def test_a_killed_client_mode_run_resumes_with_its_outcomes(tmp_path,
       sorted(map(tuple, rd.load_participation().tolist())))
   assert len(rd.load_ledger()) == 4
   assert report.table.max_cosines("inserted").min() > 0.95
+
+
+@pytest.mark.tff
+def test_the_unstreamed_pass_removes_canaries_at_their_entry_norm(tmp_path):
+  from tff_canary.harness import client_insertion  # pylint: disable=g-import-not-at-top
+  rd = run_dir.RunDir(tmp_path)
+  rd.save_metrics([dict(round=r, clip=c) for r, c in
+                   enumerate((0.5, 20.0, 3.0))])
+  known = client_insertion.known_canary_inputs(rd, _config(tmp_path))
+  np.testing.assert_array_equal(known["clips"], [0.5, 10.0, 3.0])
+  assert known["clients_per_round"] == 50
+  assert client_insertion.known_canary_inputs(
+      rd, _config(tmp_path, zeroing=True)) == {}
