@@ -33,7 +33,8 @@ GROUPS = (
     ("DP", ("noise_multiplier", "clip", "target_unclipped_quantile",
             "initial_clip", "zeroing", "seeded_noise", "noise_seed",
             "delta")),
-    ("Canaries", ("num_inserted", "num_held_out", "assignment",
+    ("Canaries", ("insertion", "canary_norm", "num_inserted", "num_held_out",
+                  "assignment",
                   "presentations", "allow_participation_mismatch",
                   "canary_seed", "record_aggregates", "stream_cosines",
                   "keep_aggregates", "memory_budget_gb", "disk_budget_gb")),
@@ -119,6 +120,14 @@ _HELP = {
                       "disk / (3 x 4 x dim bytes) rounds (a resumed run "
                       "keeps its plan).",
     "resume": "Finish an interrupted run in --output_dir.",
+    "insertion": "Where canaries enter: server (added to the DP sum at the "
+                 "round's clip, this package's aggregator) or clients "
+                 "(canary clients of norm --canary_norm through TFF's own "
+                 "DP aggregator; needs --noseeded_noise and, with recorded "
+                 "aggregates, --server_momentum=0).",
+    "canary_norm": "L2 norm of a canary client's update, with "
+                   "--insertion=clients (default 10, above the clip, so the "
+                   "aggregator under test clips it).",
 }
 
 

@@ -83,6 +83,10 @@ def test_help_groups_the_projects_flags(script):
      "error: noise_multiplier must be nonnegative, got -1.0."),
     ("--clients_per_round=0",
      "error: clients_per_round must be at least 1, got 0."),
+    ("--insertion=client",
+     "error: insertion must be one of ('server', 'clients'), got 'client'."),
+    ("--canary_norm=-1",
+     "error: canary_norm must be positive, got -1.0."),
 ])
 def test_a_bad_flag_is_answered_before_tensorflow_loads(tmp_path, flag,
                                                         message):

@@ -80,7 +80,7 @@ worker_guard.install()
 CANARY_ID = "canary_id"
 DATA = "data"
 REAL_CLIENT = -1
-DEFAULT_CANARY_NORM = 10.0
+DEFAULT_CANARY_NORM = canary_config.DEFAULT_CANARY_NORM  # 10.0
 MEASUREMENT_KEY = "canary_clients"
 
 

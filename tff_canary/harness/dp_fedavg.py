@@ -6,6 +6,15 @@ fixed clipping when the config's `clip` is set, else adaptive, with TFF's
 zeroing if asked. `run_noise_check` builds the same aggregator afresh
 without canaries and tests its noise on zero client values
 (`tff_canary.federated.noise_check`) before training.
+
+With `insertion="clients"` the process is
+`canary_clients.build_canary_client_fedavg` (canary clients of norm
+`canary_norm`, README "Two insertion modes") over TFF's OWN aggregator,
+`tff_aggregator`: `tff.aggregators.DifferentiallyPrivateFactory.
+gaussian_fixed` or `gaussian_adaptive` with the same arguments, wrapped in
+the same TFF zeroing (`factory.with_zeroing`, TFF's default adaptive
+zeroing) when asked. Its noise is TFF's, unseeded (the config refuses a
+noise seed in this mode), and so is the noise check's.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from typing import Optional
 import tensorflow_federated as tff
 
 from tff_canary.stats import canary_config
+from tff_canary.federated import canary_clients
 from tff_canary.federated import factory
 from tff_canary.federated import noise_check
 from tff_canary.harness import experiment_config
@@ -41,6 +51,23 @@ def canary_aggregator(config: experiment_config.ExperimentConfig,
   return factory.with_zeroing(aggregator) if config.zeroing else aggregator
 
 
+def tff_aggregator(config: experiment_config.ExperimentConfig):
+  """TFF's own DP aggregator of the run's settings, no canaries (client
+  mode; module docstring)."""
+  dp = tff.aggregators.DifferentiallyPrivateFactory
+  if config.clip is not None:
+    aggregator = dp.gaussian_fixed(
+        noise_multiplier=config.noise_multiplier,
+        clients_per_round=float(config.clients_per_round), clip=config.clip)
+  else:
+    aggregator = dp.gaussian_adaptive(
+        noise_multiplier=config.noise_multiplier,
+        clients_per_round=float(config.clients_per_round),
+        initial_l2_norm_clip=config.initial_clip,
+        target_unclipped_quantile=config.target_unclipped_quantile)
+  return factory.with_zeroing(aggregator) if config.zeroing else aggregator
+
+
 def _optimizer(name, learning_rate, momentum=None):
   if name == "sgd":
     return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate,
@@ -51,14 +78,20 @@ def _optimizer(name, learning_rate, momentum=None):
 def build_process(config: experiment_config.ExperimentConfig,
                   task: tasks.Task, canaries: canary_config.CanaryConfig,
                   noise_seed: Optional[int]):
-  """The run's DP-FedAvg learning process."""
+  """The run's DP-FedAvg learning process (module docstring)."""
+  client_optimizer = _optimizer(config.client_optimizer,
+                                config.client_learning_rate)
+  server_optimizer = _optimizer(config.server_optimizer,
+                                config.server_learning_rate,
+                                config.server_momentum)
+  if config.insertion == "clients":
+    return canary_clients.build_canary_client_fedavg(
+        task.model_fn, client_optimizer, server_optimizer,
+        model_aggregator=tff_aggregator(config), canary_seed=canaries.seed,
+        canary_norm=config.canary_norm)
   return tff.learning.algorithms.build_unweighted_fed_avg(
-      task.model_fn,
-      client_optimizer_fn=_optimizer(config.client_optimizer,
-                                     config.client_learning_rate),
-      server_optimizer_fn=_optimizer(config.server_optimizer,
-                                     config.server_learning_rate,
-                                     config.server_momentum),
+      task.model_fn, client_optimizer_fn=client_optimizer,
+      server_optimizer_fn=server_optimizer,
       model_aggregator=canary_aggregator(config, canaries, noise_seed))
 
 
@@ -77,8 +110,11 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
       schedule=schedules.FixedPresentations(
           num_rounds=noise_check.DEFAULT_ROUNDS, presentations=0),
       record_aggregates=False)
-  aggregator = canary_aggregator(config, no_canaries, None if noise_seed is None
-                                 else noise_seed + _NOISE_CHECK_TAG)
+  if config.insertion == "clients":
+    aggregator = tff_aggregator(config)  # TFF's, unseeded
+  else:
+    aggregator = canary_aggregator(config, no_canaries, None if noise_seed
+                                   is None else noise_seed + _NOISE_CHECK_TAG)
   value_type = tff.learning.models.weights_type_from_model(
       task.model_fn).trainable
   names = [w.name.split(":")[0]

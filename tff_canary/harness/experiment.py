@@ -13,6 +13,10 @@
   2. build DP-FedAvg with the canary aggregator
      (`tff_canary.harness.dp_fedavg`), and test the aggregator's noise
      before training (noise_check.json; the report shows its verdict);
+     with `insertion="clients"`, canary clients over TFF's own DP
+     aggregator instead (`tff_canary.harness.client_insertion`: each
+     round's aggregate from the model weights, the clip and DpEvent from
+     TFF's state, canary_outcomes.json);
   3. start fresh or from the last checkpoint (`tff_canary.harness.resume`)
      and train (`tff_canary.harness.training`: clients sampled per round
      from (seed, round), each round's noised aggregate streamed
@@ -51,6 +55,7 @@ from tff_canary.federated import aggregate_recorder
 from tff_canary.federated import cosine_pass
 from tff_canary.federated import cosine_stream
 from tff_canary.federated import worker_guard
+from tff_canary.harness import client_insertion
 from tff_canary.harness import datasets
 from tff_canary.harness import dp_fedavg
 from tff_canary.harness import experiment_config
@@ -168,6 +173,10 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   state, done = resume.start_state(process, manager, task, config.seed, rd)
   history = resume.load_history(rd, done)
   recorder = _recorder(config, canaries, rd, dim, num_rounds, done)
+  clients = None
+  if config.insertion == "clients":
+    clients = client_insertion.ClientRounds(
+        config, canaries, dim, client_insertion.load_outcomes(rd, done))
   try:
     if done < num_rounds:
       log(f"{'resuming' if done else 'training'} {config.task} "
@@ -176,7 +185,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
       state = training.train(
           process, state, task=task, config=config, resolved=resolved, rd=rd,
           manager=manager, recorder=recorder, history=history, done=done,
-          progress=progress)
+          progress=progress, clients=clients)
     return _after_training(config, canaries, process, state, rd, log,
                            progress, recorder)
   finally:
@@ -206,30 +215,38 @@ def _recorder(config, canaries, rd, dim, num_rounds, done):
       dim, canaries.num_canaries, num_rounds,
       int(config.memory_budget_gb * 1024 ** 3),
       int(config.disk_budget_gb * 1024 ** 3))
+  removes = (config.insertion == "server"
+             or client_insertion.removes_known_canaries(config))
   return cosine_stream.CosineStream(
       directory, canaries, plan, done=done, keep=keep,
-      clients_per_round=config.clients_per_round)
+      clients_per_round=config.clients_per_round if removes else None)
 
 
 def _after_training(config, canaries, process, state, rd, log,
                     progress, recorder) -> report_lib.RunReport:
   """final_weights.npy, the cosine table (checked against the seed and
-  schedule in the trained aggregator state) and the report."""
+  schedule in the trained aggregator state; client mode has no canary
+  aggregator state, its canaries come from the same CanaryConfig) and the
+  report."""
   final = tasks.flat_trainable(process.get_model_weights(state))
+  if config.insertion == "clients":
+    state = None  # nothing to check it against
   atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final)
   log("computing the canary cosines ...")
   initial = np.load(rd.file(run_dir_lib.INITIAL_WEIGHTS))
   if isinstance(recorder, cosine_stream.CosineStream):
     table = recorder.finish(initial, final, progress=progress, state=state)
   else:
+    known = (client_insertion.known_canary_inputs(rd, config)
+             if config.insertion == "clients"
+             else run_results.known_canary_inputs(rd))
     if recorder is not None:
       recorder.close()
     table = cosine_pass.compute_cosine_table(
         canaries, initial, final,
         rd.file(run_dir_lib.AGGREGATES) if config.record_aggregates else None,
         memory_budget_bytes=int(config.memory_budget_gb * 1024 ** 3),
-        progress=progress, state=state,
-        **run_results.known_canary_inputs(rd))
+        progress=progress, state=state, **known)
   table.save_npz(rd.file(run_dir_lib.COSINES_NPZ))
   table.save_csv(rd.file(run_dir_lib.COSINES_CSV))
   report = report_lib.build_report(rd.path)

@@ -7,13 +7,27 @@ is loaded. `resolve` fills in every derived value (config.json) and refuses,
 before any training, a client sampler or a canary participation that cannot
 work (METHOD §2); `check_resumable` refuses to resume a run directory with
 other settings.
+
+Two insertion modes (README "Two insertion modes"): `insertion="server"`
+(the default) adds the canaries inside this package's DP aggregator
+(`tff_canary.federated.factory`); `insertion="clients"` makes them canary
+clients of norm `canary_norm` (`tff_canary.federated.canary_clients`) that
+enter TFF's own `DifferentiallyPrivateFactory` like any client. Client mode
+refuses, here before TensorFlow loads, what it cannot do: seeded noise
+(TFF's factory draws its own, unseeded noise) and, when the aggregates are
+recorded, a server optimizer other than SGD without momentum (each round's
+aggregate is read from the model weights, theta_{t-1} - theta_t =
+server_learning_rate x a_t, which needs exactly that optimizer).
+`insertion_of(values)` reads the mode of a config.json (older files
+without the key are server-side runs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Optional
+import typing
+from typing import Any, Literal, Optional
 
 import numpy as np
 
@@ -25,6 +39,9 @@ from tff_canary.stats import validation
 TASKS = ("emnist", "stackoverflow")
 SAMPLINGS = client_sampling.SAMPLINGS
 OPTIMIZERS = ("sgd", "adam")
+# Where the canaries enter (module docstring).
+Insertion = Literal["server", "clients"]
+INSERTIONS: tuple[str, ...] = typing.get_args(Insertion)
 _NOISE_TAG = 0x401
 
 # Keys that may differ between a run and its resumption.
@@ -39,7 +56,9 @@ class ExperimentConfig:
   None means "derive": num_clients from the data (synthetic: enough clients
   for `presentations` shuffled epochs over the run), num_rounds from epochs,
   presentations from the client sampler, delta = num_clients^-1.1 (the
-  paper's), canary_seed and noise_seed from seed.
+  paper's), canary_seed and noise_seed from seed, canary_norm =
+  `canary_config.DEFAULT_CANARY_NORM` with `insertion="clients"` (it is
+  refused with "server", where canaries enter at the clip).
 
   Canaries take part as clients do (METHOD §2; `client_sampling`): a
   `presentations` that contradicts the client sampler is refused before any
@@ -89,6 +108,8 @@ class ExperimentConfig:
   memory_budget_gb: float = 2.0
   disk_budget_gb: float = 0.5
   resume: bool = False
+  insertion: Insertion = "server"
+  canary_norm: Optional[float] = None
 
   def __post_init__(self):
     v = validation
@@ -102,6 +123,7 @@ class ExperimentConfig:
                                                   OPTIMIZERS),
         "assignment": lambda x: v.as_choice(x, "assignment",
                                             canary_config.ASSIGNMENTS),
+        "insertion": lambda x: v.as_choice(x, "insertion", INSERTIONS),
         "examples_per_client": lambda x: v.as_int(x, "examples_per_client", 1),
         "clients_per_round": lambda x: v.as_int(x, "clients_per_round", 1),
         "noise_multiplier": lambda x: v.as_nonnegative(x, "noise_multiplier"),
@@ -134,6 +156,7 @@ class ExperimentConfig:
         "noise_seed": lambda x: v.as_int(x, "noise_seed", 0),
         "delta": lambda x: v.as_open_unit(x, "delta"),
         "eval_examples": lambda x: v.as_int(x, "eval_examples", 1),
+        "canary_norm": lambda x: v.as_positive(x, "canary_norm"),
     }
     for name, fn in check.items():
       object.__setattr__(self, name, fn(getattr(self, name)))
@@ -164,9 +187,44 @@ class ExperimentConfig:
     if self.num_clients is not None:  # the rate, before any data is loaded
       client_sampling.ClientSampler(self.num_clients, self.clients_per_round,
                                     self.sampling)
+    self._check_insertion()
+
+  def _check_insertion(self) -> None:
+    """What the insertion mode cannot do is refused (module docstring)."""
+    if self.insertion == "server":
+      if self.canary_norm is not None:
+        raise ValueError(
+            f"canary_norm = {self.canary_norm} is for insertion='clients'; "
+            "server-side canaries enter at the round's clip.")
+      return
+    if self.canary_norm is None:
+      object.__setattr__(self, "canary_norm",
+                         canary_config.DEFAULT_CANARY_NORM)
+    if self.seeded_noise or self.noise_seed is not None:
+      raise ValueError(
+          "insertion='clients' uses TFF's own DifferentiallyPrivateFactory, "
+          "whose Gaussian noise cannot be seeded: got seeded_noise="
+          f"{self.seeded_noise}, noise_seed={self.noise_seed}; pass "
+          "seeded_noise=False (--noseeded_noise) and no noise_seed.")
+    momentum = self.server_momentum if self.server_optimizer == "sgd" else None
+    if self.record_aggregates and momentum != 0.0:
+      raise ValueError(
+          "insertion='clients' reads each round's aggregate from the model "
+          "weights (theta_{t-1} - theta_t = server_learning_rate x the "
+          "noised mean), which needs server SGD without momentum: got "
+          f"server_optimizer={self.server_optimizer!r}, server_momentum="
+          f"{self.server_momentum}; pass server_momentum=0 (and sgd), or "
+          "record_aggregates=False for the final-model statistics only.")
 
   def as_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
+
+
+def insertion_of(values: dict[str, Any]) -> Insertion:
+  """The insertion mode of a config.json's `values`: "server" when the key
+  is missing (files written before the client mode) or None."""
+  mode = values.get("insertion") or "server"
+  return validation.as_choice(mode, "config.json's insertion", INSERTIONS)
 
 
 def default_num_clients(config: ExperimentConfig) -> int:
@@ -248,7 +306,14 @@ def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
 def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
                     path: str) -> None:
   """Refuses to resume the run of `path` (its config.json `saved`) with other
-  settings than `resolved`'s (but for `RESUMABLE_KEYS` and versions)."""
+  settings than `resolved`'s (but for `RESUMABLE_KEYS` and versions).
+
+  A config.json from before the client mode (no `insertion`, no
+  `canary_norm`) is a server-side run's.
+  """
+  saved = dict(saved)
+  saved.setdefault("insertion", insertion_of(saved))
+  saved.setdefault("canary_norm", None)
   differ = [k for k in resolved if k not in RESUMABLE_KEYS
             and k != "versions" and saved.get(k) != resolved[k]]
   if differ:

@@ -36,6 +36,10 @@ default 1/n^1.1 for n clients, the run's own delta, or one given to the
 report. Each bound the audit uses carries, in its row, the audit's level
 (Bonferroni over the audit's bounds, so above the table's) and its value at
 that level, since the two differ.
+
+The insertion mode (server-side canaries or canary clients) is in every
+report, and for canary clients what the aggregator did with them, zeroed
+canaries as findings (`insertion_notes`).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from tff_canary.stats import atomic_files
 from tff_canary.stats import audit
 from tff_canary.stats import client_sampling
 from tff_canary.stats import results
+from tff_canary.harness import insertion_notes
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.stats import table_estimates
 from tff_canary.stats import validation
@@ -91,6 +96,8 @@ class RunReport:
   # Where delta came from, e.g. "from the run's default 1/n^1.1 for n =
   # 1,000 clients" (`delta_source`).
   delta_source: str = "given"
+  insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
+      "server")
 
   @property
   def analytical_bound(self) -> tuple[str, float]:
@@ -134,6 +141,9 @@ class RunReport:
   def known_canaries_line(self) -> str:
     """Which statistics had the other inserted canaries removed (the cosine
     table's `known_canaries_removed`; README "Other canaries are noise")."""
+    line = self.insertion.known_canaries_line(self.table.known_canaries_removed)
+    if line is not None:
+      return line
     if self.table.known_canaries_removed == "all_iterates":
       return ("other inserted canaries: removed from each round's aggregate "
               "for the all-iterates cosines; not from the final model (its "
@@ -202,6 +212,7 @@ class RunReport:
     lines += [f"flag: {self._flag(item)}"
               for item in self.above_analytical_bound()]
     lines.append(self.known_canaries_line())
+    lines += self.insertion.lines(insertion_notes.TERMINAL_FINDINGS)
     participation = self.participation_line()
     if participation is not None and self.participation.get("mismatch"):
       lines.insert(0, participation)
@@ -230,6 +241,8 @@ class RunReport:
                                     and self.participation.get("mismatch")),
         noise_check=self.noise_check,
         known_canaries_removed=self.table.known_canaries_removed,
+        known_canaries_line=self.known_canaries_line(),
+        insertion=self.insertion.as_dict(),
         estimates=self.estimates.as_dict(),
         config={k: self.config[k] for k in sorted(self.config)})
 
@@ -252,6 +265,10 @@ class RunReport:
       lines += [f"Participation: {line}.", ""]
     known = self.known_canaries_line()
     lines += [known[0].upper() + known[1:] + ".", ""]
+    mode, *findings = self.insertion.lines()
+    lines += [mode[0].upper() + mode[1:] + ".", ""]
+    lines += [f"- **{f[0].upper() + f[1:]}**." for f in findings]
+    lines += [""] if findings else []
     lines += [f"Every epsilon at {self.delta_line()}.", "",
               "| epsilon | kind | value | detail |", "|---|---|---:|---|"]
     for name, kind, value, detail in self.rows():
@@ -382,7 +399,8 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                    max_participation=max_participation, table=table,
                    participation=config.get("participation"),
                    noise_check=noise_check,
-                   delta_source=source)
+                   delta_source=source,
+                   insertion=insertion_notes.load(rd, config))
 
 
 def _load_noise_check(path: str) -> dict[str, Any]:

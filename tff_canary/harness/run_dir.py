@@ -23,6 +23,9 @@ and noise_check.json, by a `run_writer.RunWriter` from any loop) holds:
   checkpoints/         learning process state (`tff.program.FileProgramStateManager`)
   noise_check.json     the noise self-test of the run's aggregator, before
                        training (`noise_stats.NoiseCheck.as_dict`)
+  canary_outcomes.json with insertion="clients": what the aggregator did
+                       with each canary client in each round (clipped,
+                       zeroed; `harness.client_insertion`)
 
 Loading checks what it reads and names the file in every error: a missing
 file, a corrupt one, or one that disagrees with config.json (a cosine table
@@ -58,6 +61,7 @@ INITIAL_WEIGHTS = "initial_weights.npy"
 FINAL_WEIGHTS = "final_weights.npy"
 CHECKPOINTS = "checkpoints"
 NOISE_CHECK = "noise_check.json"
+CANARY_OUTCOMES = "canary_outcomes.json"
 
 # Columns of metrics.csv, in order.
 METRIC_COLUMNS = ("round", "loss", "accuracy", "clip", "canaries_inserted",

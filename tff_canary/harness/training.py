@@ -9,6 +9,11 @@ the round's DpEvent taken from the aggregator state, a row of metrics.csv
 evaluation every `eval_every` rounds and after the last), and a checkpoint
 every `checkpoint_every` rounds and after the last. A progress bar on stderr
 shows the round, loss, accuracy, clip norm and canaries inserted.
+
+With `clients` (a `client_insertion.ClientRounds`, `insertion="clients"`)
+the round, its aggregate, clip, canaries and DpEvent are the client mode's
+(`client_insertion`), and its canary outcomes are saved with each
+checkpoint.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from tff_canary.federated import canary_process
 from tff_canary.federated import aggregate_recorder
 from tff_canary.federated import cosine_stream
 from tff_canary.federated import tree_search
+from tff_canary.harness import client_insertion
 from tff_canary.harness import experiment_config
 from tff_canary.harness import resume
 from tff_canary.harness import run_dir as run_dir_lib
@@ -62,7 +68,8 @@ def train(process, state, *, task: tasks.Task,
           resolved: experiment_config.Resolved, rd: run_dir_lib.RunDir,
           manager, recorder: Optional[aggregate_recorder.AggregateRecorder
                                       | cosine_stream.CosineStream],
-          history: resume.History, done: int, progress: bool):
+          history: resume.History, done: int, progress: bool,
+          clients: Optional[client_insertion.ClientRounds] = None):
   """The state after the run's last round (module docstring)."""
   num_rounds = resolved.num_rounds
   client_ids = task.baseline.datasets.train_data.client_ids
@@ -79,18 +86,23 @@ def train(process, state, *, task: tasks.Task,
       start = time.perf_counter()
       chosen = resolved.sampler.clients(round_num)
       client_data = [task.preprocessed_client(client_ids[i]) for i in chosen]
-      output = process.next(state, client_data)
+      if clients is None:
+        output = process.next(state, client_data)
+        if recorder is not None:
+          recorder.record(output.metrics)
+        canary = _canary_measurements(output.metrics.get("aggregator", {}))
+        clip = float(canary.get("clip", float("nan")))
+        inserted = int(canary.get("canaries_inserted", 0))
+        event = tff.aggregators.differential_privacy.extract_dp_event_from_state(
+            _canary_state(output.state))
+      else:
+        output, clip, inserted, event = clients.round(
+            process, state, round_num, client_data, recorder)
       state = output.state
-      if recorder is not None:
-        recorder.record(output.metrics)
-      canary = _canary_measurements(output.metrics.get("aggregator", {}))
       loss, accuracy = _train_metrics(output.metrics)
-      events.append(tff.aggregators.differential_privacy.
-                    extract_dp_event_from_state(_canary_state(state)))
-      row = dict(round=round_num, loss=loss, accuracy=accuracy,
-                 clip=float(canary.get("clip", float("nan"))),
-                 canaries_inserted=int(canary.get("canaries_inserted", 0)),
-                 clients=len(chosen),
+      events.append(event)
+      row = dict(round=round_num, loss=loss, accuracy=accuracy, clip=clip,
+                 canaries_inserted=inserted, clients=len(chosen),
                  seconds=round(time.perf_counter() - start, 3))
       last = round_num + 1 == num_rounds
       if config.eval_every and ((round_num + 1) % config.eval_every == 0
@@ -99,6 +111,8 @@ def train(process, state, *, task: tasks.Task,
             keras_model, test_data, process.get_model_weights(state))
       rows.append(row)
       if (round_num + 1) % config.checkpoint_every == 0 or last:
+        if clients is not None:
+          clients.save(rd)
         _checkpoint(rd, manager, state, round_num + 1, rows, events)
         if isinstance(recorder, cosine_stream.CosineStream):
           recorder.checkpointed(round_num + 1)  # its chunks may go now

@@ -29,6 +29,11 @@ from tff_canary.stats import validation
 
 ASSIGNMENTS = ("fixed", "coin")
 
+# The L2 norm of a canary client's update (the client-insertion mode,
+# `tff_canary.federated.canary_clients`, explains the value); here, TF-free,
+# so that experiment configs can default to it before TensorFlow loads.
+DEFAULT_CANARY_NORM = 10.0
+
 # Warn when m = num_inserted + num_held_out exceeds dim / ORTHOGONALITY_RATIO.
 ORTHOGONALITY_RATIO = 100
 

@@ -1,0 +1,137 @@
+"""An experiment's rounds in the client-insertion mode (`insertion="clients"`).
+
+The process is `canary_clients.build_canary_client_fedavg` over TFF's own DP
+aggregator (`dp_fedavg`). Each round, `ClientRounds.round`:
+
+  1. reads the clip C_r this round uses from the state before it
+     (`client_round_state.query_clip`) and theta_{r-1};
+  2. appends the round's scheduled canary clients to the sampled clients
+     (`canary_clients.scheduled_canary_ids`, `with_canary_clients`: the
+     server-side mode's schedule) and runs `next`; the client work's
+     `canary_clients` count must equal the canaries scheduled;
+  3. takes the round's aggregate from the weights, a_r = (theta_{r-1} -
+     theta_r) / eta (`client_round_state.round_aggregate`, exact for server
+     SGD without momentum, which the config demands), into the same stream
+     or recorder as the server-side mode's noised aggregate;
+  4. records per canary what the aggregator did with it
+     (`canary_client_outcomes`: zeroing and clipping stages from TFF's
+     measurements; a zeroed canary is a finding) plus the DP query's own
+     clip from the state (`dp_clip`, `dp_clipped` = canary_norm > C_r), kept
+     in canary_outcomes.json (written at each checkpoint, cut back on
+     resume);
+  5. takes the round's DpEvent from TFF's factory state
+     (`client_round_state.dp_event`) for the ledger.
+
+Known-canary removal (README "Other canaries are noise") assumes a canary
+enters a_r as (its norm in the sum / clients_per_round) c_j. A canary client
+enters TFF's Gaussian sum query at min(canary_norm, C_r) (the query clips in
+L2; with adaptive clipping C_r is the state's clip before the round), so
+`entry_norms` gives that per round, and the removal runs with it, unless
+the run has zeroing: a zeroing stage may drop a canary (a finding), and
+removing a canary that never reached the sum would plant its direction in
+a'_r and make it look inserted. With zeroing the removal is off ("none").
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import numpy as np
+
+from tff_canary.federated import canary_client_outcomes
+from tff_canary.federated import canary_clients
+from tff_canary.federated import client_round_state
+from tff_canary.federated import cosine_stream
+from tff_canary.harness import experiment_config
+from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness import tasks
+from tff_canary.stats import atomic_files
+from tff_canary.stats import canary_config
+
+
+def removes_known_canaries(config: experiment_config.ExperimentConfig
+                           ) -> bool:
+  """Whether client mode removes the other inserted canaries (module doc)."""
+  return not config.zeroing
+
+
+def entry_norms(clips: Any, canary_norm: float) -> np.ndarray:
+  """min(canary_norm, C_r) per round: a canary client's norm in the sum."""
+  return np.minimum(np.asarray(clips, np.float64), float(canary_norm))
+
+
+def known_canary_inputs(rd: run_dir_lib.RunDir,
+                        config: experiment_config.ExperimentConfig
+                        ) -> dict[str, Any]:
+  """The cosine pass's `clips` (entry norms) and `clients_per_round` for a
+  client-mode run (metrics.csv's `clip` is C_r); {} with zeroing."""
+  if not removes_known_canaries(config):
+    return {}
+  clips = [row["clip"] for row in rd.load_metrics()]
+  return dict(clips=entry_norms(clips, config.canary_norm),
+              clients_per_round=config.clients_per_round)
+
+
+def load_outcomes(rd: run_dir_lib.RunDir, done: int) -> list[dict[str, Any]]:
+  """canary_outcomes.json's records of rounds before `done` ([] if none)."""
+  if not done or not rd.exists(run_dir_lib.CANARY_OUTCOMES):
+    return []
+  with open(rd.file(run_dir_lib.CANARY_OUTCOMES), encoding="utf-8") as f:
+    records = json.load(f)["outcomes"]
+  return [r for r in records if r["round_num"] < done]
+
+
+class ClientRounds:
+  """The client-mode side of `training.train` (module docstring)."""
+
+  def __init__(self, config: experiment_config.ExperimentConfig,
+               canaries: canary_config.CanaryConfig, dim: int,
+               outcomes: Optional[list[dict[str, Any]]] = None):
+    if config.insertion != "clients":
+      raise ValueError(f"ClientRounds is for insertion='clients', got "
+                       f"{config.insertion!r}.")
+    self.config = config
+    self.canaries = canaries
+    self.dim = dim
+    self.outcomes = list(outcomes or [])
+
+  def round(self, process, state, round_num: int, client_data: list,
+            recorder) -> tuple[Any, float, int, Any]:
+    """Runs one round; returns (output, C_r, canaries inserted, DpEvent)."""
+    ids = canary_clients.scheduled_canary_ids(self.canaries, round_num)
+    clip = client_round_state.query_clip(state)
+    before = tasks.flat_trainable(process.get_model_weights(state))
+    output = process.next(state, canary_clients.with_canary_clients(
+        client_data, ids, self.canaries))
+    inserted = int(np.asarray(
+        output.metrics["client_work"][canary_clients.MEASUREMENT_KEY]))
+    if inserted != ids.size:
+      raise ValueError(f"round {round_num}: the client work counted "
+                       f"{inserted} canary clients, the schedule has "
+                       f"{ids.size}.")
+    if recorder is not None:
+      aggregate = client_round_state.round_aggregate(
+          before, tasks.flat_trainable(process.get_model_weights(
+              output.state)), self.config.server_learning_rate)
+      if isinstance(recorder, cosine_stream.CosineStream):
+        entry = (float(entry_norms(clip, self.config.canary_norm))
+                 if removes_known_canaries(self.config) else None)
+        recorder.write(round_num, aggregate, entry)
+      else:
+        recorder.write(round_num, aggregate)
+    norm = self.config.canary_norm
+    for outcome in canary_client_outcomes.canary_client_outcomes(
+        output.metrics, round_num, ids, self.canaries.seed, norm, self.dim):
+      self.outcomes.append(dict(outcome.as_dict(), dp_clip=clip,
+                                dp_clipped=bool(norm > clip)))
+    return output, clip, inserted, client_round_state.dp_event(output.state)
+
+  def save(self, rd: run_dir_lib.RunDir) -> None:
+    """canary_outcomes.json: every canary client's outcome so far."""
+    atomic_files.write_json(rd.file(run_dir_lib.CANARY_OUTCOMES), dict(
+        canary_norm=self.config.canary_norm, outcomes=self.outcomes))
+
+
+__all__ = ["ClientRounds", "entry_norms", "known_canary_inputs",
+           "load_outcomes", "removes_known_canaries"]

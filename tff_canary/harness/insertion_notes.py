@@ -1,0 +1,148 @@
+"""What the report says about the insertion mode (NumPy only, no TensorFlow).
+
+Every report names its mode (config.json's `insertion`; a run directory
+from before the client mode, or a `RunWriter`'s, is "server"):
+
+  * server: canaries added to the DP query's sum at the round's clip C_r
+    (`tff_canary.federated.factory`); they see the noise step only.
+  * clients: canary clients of norm `canary_norm` through TFF's own DP
+    aggregator (`tff_canary.harness.client_insertion`). The report then
+    says what the aggregator did with them, per canary and round, from
+    canary_outcomes.json: how many the DP query clipped (entered at its
+    clip, not at their norm: the state's clip, `dp_clipped`), how many a
+    measured clipping stage clipped, and every canary a zeroing stage
+    DROPPED, each listed as a finding (it never reached the sum: its
+    cosines are of a canary that was not inserted, which the estimates
+    still count as inserted). It also says that canary clients are extra
+    members of the cohort: TFF's query divides by `clients_per_round`
+    and its DpEvent (the ledger, the analytical epsilon) is that of
+    `clients_per_round` real clients; the canaries are added beside them,
+    not in their place. And which statistics had the other inserted
+    canaries removed, and at what norm (`known_canaries_line`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional
+
+from tff_canary.harness import experiment_config
+from tff_canary.harness import run_dir as run_dir_lib
+
+# Zeroed canaries listed in the terminal table (report.md lists all).
+TERMINAL_FINDINGS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class InsertionNotes:
+  """The insertion mode of a run and, for canary clients, their outcomes.
+
+  Attributes:
+    mode: "server" or "clients".
+    canary_norm: The canary clients' norm (None for server).
+    clients_per_round: The DP query's denominator.
+    zeroing: Whether the run's aggregator has a zeroing stage.
+    outcomes: canary_outcomes.json's records (one per canary and round of
+      participation; `client_insertion.ClientRounds`), [] for server.
+  """
+
+  mode: experiment_config.Insertion
+  canary_norm: Optional[float] = None
+  clients_per_round: Optional[float] = None
+  zeroing: bool = False
+  outcomes: tuple[dict[str, Any], ...] = ()
+
+  @property
+  def zeroed(self) -> list[dict[str, Any]]:
+    return [o for o in self.outcomes if o["zeroed"]]
+
+  def mode_line(self) -> str:
+    if self.mode == "server":
+      return ("insertion: server-side canaries, added to the DP sum at the "
+              "round's clip (they see the noise step only)")
+    by_round: dict[int, int] = {}
+    for o in self.outcomes:
+      by_round[o["round_num"]] = by_round.get(o["round_num"], 0) + 1
+    dp_clipped = sum(bool(o.get("dp_clipped")) for o in self.outcomes)
+    stage_clipped = sum(bool(o["clipped"]) for o in self.outcomes)
+    return (
+        f"insertion: canary clients of norm {self.canary_norm:g} through "
+        f"TFF's own DP aggregator; {len(self.outcomes)} canary-client "
+        f"participations: {dp_clipped} clipped by the DP query (entered at "
+        f"its clip), {stage_clipped} by a clipping stage, "
+        f"{len(self.zeroed)} ZEROED; canary clients are extra members of the "
+        f"cohort (up to {max(by_round.values(), default=0)} a round): the DP "
+        f"query divides by clients_per_round = {self.clients_per_round:g} "
+        "and the ledger's DpEvents (the analytical ε) are those of "
+        "clients_per_round real clients")
+
+  def findings(self) -> list[str]:
+    """One line per zeroed canary and round."""
+    out = []
+    for o in self.zeroed:
+      stage = next(s for s in o["stages"] if s["kind"] == "zeroing"
+                   and s["acted"])
+      out.append(
+          f"finding: canary {o['canary_id']} ZEROED in round "
+          f"{o['round_num']}: the zeroing stage's threshold "
+          f"{stage['threshold']:.4g} < its norm {stage['canary_norm']:.4g} "
+          "in the stage's order; it did not reach the sum")
+    return out
+
+  def known_canaries_line(self, removed: str) -> Optional[str]:
+    """The client mode's `RunReport.known_canaries_line` (None: server's)."""
+    if self.mode == "server":
+      return None
+    if removed == "all_iterates":
+      return ("other inserted canaries: removed from each round's aggregate "
+              "(from the weights, (θ_{r-1} − θ_r) / server_learning_rate) at "
+              "min(canary_norm, the round's clip), the norm a canary client "
+              "enters TFF's sum with, for the all-iterates cosines; not from "
+              "the final model")
+    if self.zeroing:
+      return ("other inserted canaries: not removed: with zeroing a canary "
+              "client may be dropped, and removing one that never reached "
+              "the sum would make it look inserted; they add noise to every "
+              "statistic")
+    return ("other inserted canaries: not removed (no aggregates recorded); "
+            "they add noise to every statistic")
+
+  def lines(self, limit: Optional[int] = None) -> list[str]:
+    """The mode line, then the findings (at most `limit` of them)."""
+    findings = self.findings()
+    if limit is not None and len(findings) > limit:
+      findings = findings[:limit] + [
+          f"finding: ... and {len(findings) - limit} more zeroed canaries "
+          "(report.md lists every one)"]
+    return [self.mode_line()] + findings
+
+  def as_dict(self) -> dict[str, Any]:
+    return dict(mode=self.mode, canary_norm=self.canary_norm,
+                line=self.mode_line(), zeroed=self.zeroed,
+                findings=self.findings(),
+                participations=len(self.outcomes))
+
+
+def load(rd: run_dir_lib.RunDir, config: dict[str, Any]) -> InsertionNotes:
+  """The notes of a run directory (its config.json `config`)."""
+  mode = experiment_config.insertion_of(config)
+  if mode == "server":
+    return InsertionNotes("server")
+  path = rd.file(run_dir_lib.CANARY_OUTCOMES)
+  try:
+    with open(path, encoding="utf-8") as f:
+      outcomes = json.load(f)["outcomes"]
+  except FileNotFoundError:
+    raise run_dir_lib.RunDirError(
+        f"{path} is missing: a run with insertion='clients' records what "
+        "its aggregator did with every canary client there.") from None
+  except (ValueError, KeyError, TypeError) as e:
+    raise run_dir_lib.RunDirError(f"{path} is not valid: {e}") from None
+  return InsertionNotes(
+      "clients", canary_norm=float(config["canary_norm"]),
+      clients_per_round=float(config["clients_per_round"]),
+      zeroing=bool(config.get("zeroing", False)), outcomes=tuple(outcomes))
+
+
+__all__ = ["InsertionNotes", "load"]
