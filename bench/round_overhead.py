@@ -41,7 +41,7 @@ TFF's worker_binary and the stream worker, sampled every 20 ms), and the
 amortized ratio for a 500-round run,
 (500 t_canary_round + t_end) / (500 t_plain_round) = R (target <= 1.02).
 
-Usage: .venv/bin/python bench/round_overhead.py [--rounds 240] [--warmup 2]
+Usage: .venv/bin/python bench/round_overhead.py [--rounds 320] [--warmup 2]
        [--quick]   (--quick: a smoke run with small numbers, not the
        benchmark.)
 """
@@ -292,7 +292,7 @@ def _plan_json(stream) -> dict:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--rounds", type=int, default=240,
+  parser.add_argument("--rounds", type=int, default=320,
                       help="timed rounds of each process")
   parser.add_argument("--warmup", type=int, default=2,
                       help="untimed first rounds of each process")
