@@ -14,6 +14,8 @@ once, noise multiplier 4, delta 1e-5. Rows:
                                      draw (the seeded-noise defect)
   none       ddp client              TFF's distributed-DP chain (Skellam,
                                      --bits), told the real participants
+  reuse      ddp client              each client's noise share repeated
+                                     between the halves of its rotated vector
   shortfall  ddp client              the same told k x the participants
                                      (--shortfall_sizes)
 
@@ -61,6 +63,7 @@ def configs(*, shortfall_sizes, clip_factor, **common):
                             **common) for mode in ("client", "server")]
   out.append(runs.BugRunConfig(bug="reuse", **common))
   out.append(runs.BugRunConfig(aggregator="ddp", **common))
+  out.append(runs.BugRunConfig(bug="reuse", aggregator="ddp", **common))
   out += [runs.BugRunConfig(bug="shortfall", bug_size=float(k),
                             aggregator="ddp", **common)
           for k in shortfall_sizes]

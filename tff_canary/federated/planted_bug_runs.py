@@ -20,7 +20,9 @@ clients_per_round))`, q a seeded Gaussian sum query (correct, `ClipBugQuery`
 or `NoiseReuseQuery`); ``"ddp"`` is TFF's distributed-DP chain
 (`planted_bugs.ddp_sum_factory`, distributed Skellam, `bits`) under
 `UnweightedMeanFactory`, told `expected_clients_per_round` = bug_size x
-clients_per_round for the shortfall bug (1 x otherwise).
+clients_per_round for the shortfall bug (1 x otherwise); its reuse bug is
+`planted_bugs.ShareReuseSkellamQuery` (each client's share repeated between
+the halves of its rotated vector).
 
 The claim is the run's analytical epsilon for one participation (every
 canary takes part once, `FixedPresentations(num_rounds, 1)`) at `delta`:
@@ -115,7 +117,7 @@ class BugRunConfig:
     validation.as_choice(self.aggregator, "aggregator", AGGREGATORS)
     if validation.as_float(self.bug_size, "bug_size") < 1.0:
       raise ValueError(f"bug_size must be >= 1, got {self.bug_size}.")
-    needs = {"clip": "gaussian", "reuse": "gaussian", "shortfall": "ddp"}
+    needs = {"clip": "gaussian", "shortfall": "ddp"}
     if self.bug in needs and self.aggregator != needs[self.bug]:
       raise ValueError(f"bug {self.bug!r} is planted in the "
                        f"{needs[self.bug]!r} aggregator, got aggregator "
@@ -275,10 +277,11 @@ def aggregators(config: BugRunConfig, canaries: canary_config.CanaryConfig):
   The claimed std is None when the self-test reads it from the DpEvent.
   """
   if config.aggregator == "ddp":
-    params = config.ddp()
+    params, reuse = config.ddp(), config.bug == "reuse"
     training = tff.aggregators.UnweightedMeanFactory(
-        value_sum_factory=planted_bugs.ddp_sum_factory(params))
-    return (training, planted_bugs.ddp_sum_factory(params),
+        value_sum_factory=planted_bugs.ddp_sum_factory(params,
+                                                       share_reuse=reuse))
+    return (training, planted_bugs.ddp_sum_factory(params, share_reuse=reuse),
             planted_bugs.ddp_claimed_std(params))
   checked = tff.aggregators.DifferentiallyPrivateFactory(tfp.NormalizedQuery(
       _sum_query(config), denominator=config.clients_per_round))

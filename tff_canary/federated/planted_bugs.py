@@ -33,6 +33,12 @@ Issue 10's three bug classes, each an ordinary user-side `tfp.DPQuery` or
   is computed for k x too many clients: the sum carries 1/sqrt(k) of the
   claimed noise std. The factory itself cannot tell; only the noise
   self-test, run with the real participants, sees it.
+  `share_reuse=True` plants the reuse defect where this chain adds noise:
+  `ShareReuseSkellamQuery` repeats each client's share for the first half
+  of its rotated integer vector in the second half, so the noise lies in a
+  d/2-dimensional subspace. Undoing the rotation spreads the copy over every
+  coordinate of every tensor: no coordinate repeats another, and each has
+  the claimed variance.
 
 `DiscretizationFactory` and `ModularClippingSumFactory` are not exported
 from `tff.aggregators` in TFF 0.87 (nor is `DistributedDpSumFactory`), so
@@ -101,8 +107,39 @@ class NoiseReuseQuery(seeded_query.SeededGaussianSumQuery):
             global_state._replace(draw=global_state.draw + 1), event)
 
 
-def ddp_query(parameters: ddp_parameters.DdpParameters) -> tfp.DPQuery:
-  """TFF's distributed query for `parameters` (integer domain)."""
+class ShareReuseSkellamQuery(tfp.DistributedSkellamSumQuery):
+  """Each client's Skellam share for the second half of its (rotated,
+  integer) vector repeats the share of the first half: the reuse defect
+  planted after the rotation, where the distributed-DP chain adds noise."""
+
+  def add_noise_to_sample(self, local_stddev, record):
+    parent = super()
+
+    def add(v):
+      flat = tf.reshape(v, [-1])
+      half = tf.size(flat) // 2
+      noise = parent.add_noise_to_sample(local_stddev, tf.zeros_like(
+          flat[:half]))
+      pad = tf.zeros([tf.size(flat) - 2 * half], v.dtype)
+      return v + tf.reshape(tf.concat([noise, noise, pad], 0), tf.shape(v))
+
+    return tf.nest.map_structure(add, record)
+
+
+def ddp_query(parameters: ddp_parameters.DdpParameters, *,
+              share_reuse: bool = False) -> tfp.DPQuery:
+  """TFF's distributed query for `parameters` (integer domain).
+
+  `share_reuse`: `ShareReuseSkellamQuery` instead (Skellam only).
+  """
+  if share_reuse:
+    if parameters.mechanism != "distributed_skellam":
+      raise ValueError("share_reuse needs mechanism 'distributed_skellam', "
+                       f"got {parameters.mechanism!r}.")
+    return ShareReuseSkellamQuery(
+        l1_norm_bound=parameters.l1_sensitivity,
+        l2_norm_bound=parameters.l2_sensitivity,
+        local_stddev=parameters.scaled_local_std)
   if parameters.mechanism == "distributed_dgauss":
     return tfp.DistributedDiscreteGaussianSumQuery(
         l2_norm_bound=parameters.l2_sensitivity,
@@ -113,7 +150,8 @@ def ddp_query(parameters: ddp_parameters.DdpParameters) -> tfp.DPQuery:
       local_stddev=parameters.scaled_local_std)
 
 
-def ddp_sum_factory(parameters: ddp_parameters.DdpParameters
+def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
+                    share_reuse: bool = False
                     ) -> tff.aggregators.UnweightedAggregationFactory:
   """`DistributedDpSumFactory`'s chain with a plain sum for SecAgg.
 
@@ -121,6 +159,8 @@ def ddp_sum_factory(parameters: ddp_parameters.DdpParameters
     parameters: `ddp_parameters.ddp_parameters(...)` for the factory as told
       (its `clients_per_round` is `expected_clients_per_round`; a shortfall
       bug is parameters for more clients than take part).
+    share_reuse: plant the reuse defect in the noise shares
+      (`ShareReuseSkellamQuery`).
 
   Returns:
     An unweighted SUM factory (wrap it in `tff.aggregators.
@@ -138,7 +178,7 @@ def ddp_sum_factory(parameters: ddp_parameters.DdpParameters
       clip_range_lower=-(2**(bits - 1)), clip_range_upper=2**(bits - 1),
       inner_agg_factory=nested)
   nested = tff.aggregators.DifferentiallyPrivateFactory(
-      query=ddp_query(parameters), record_aggregation_factory=nested)
+      query=ddp_query(parameters, share_reuse=share_reuse), record_aggregation_factory=nested)
   nested = discretization.DiscretizationFactory(
       inner_agg_factory=nested, scale_factor=parameters.scale,
       stochastic=True, beta=parameters.beta,
