@@ -14,9 +14,13 @@ once, noise multiplier 4, delta 1e-5. Rows:
                                      draw (the seeded-noise defect)
   none       ddp client              TFF's distributed-DP chain (Skellam,
                                      --bits), told the real participants
+  clip       ddp client              clients clipped at --clip_factor x C,
+                                     the query's norm bounds to match, the
+                                     noise and the claim for C
   reuse      ddp client              each client's noise share repeated
                                      between the halves of its rotated vector
-  shortfall  ddp client              the same told k x the participants
+  shortfall  ddp client              the correct chain told k x the
+                                     participants
                                      (--shortfall_sizes)
 
 and prints for each the claimed epsilon, epsilon_lo (final / all iterates),
@@ -63,6 +67,8 @@ def configs(*, shortfall_sizes, clip_factor, **common):
                             **common) for mode in ("client", "server")]
   out.append(runs.BugRunConfig(bug="reuse", **common))
   out.append(runs.BugRunConfig(aggregator="ddp", **common))
+  out.append(runs.BugRunConfig(bug="clip", bug_size=clip_factor,
+                               aggregator="ddp", **common))
   out.append(runs.BugRunConfig(bug="reuse", aggregator="ddp", **common))
   out += [runs.BugRunConfig(bug="shortfall", bug_size=float(k),
                             aggregator="ddp", **common)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
+from tensorflow_federated.python.aggregators import discretization
 from tensorflow_federated.python.aggregators import distributed_dp
 
 from tff_canary.federated import noise_check
@@ -125,7 +126,6 @@ def test_ddp_chain_holds_the_real_factorys_state():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(bug="shortfall"), "planted in the 'ddp'"),
-    (dict(bug="clip", aggregator="ddp"), "planted in the 'gaussian'"),
     (dict(aggregator="ddp", mode="server"), "needs aggregator 'gaussian'"),
     (dict(bug_size=0.5), "bug_size must be >= 1"),
     (dict(bug="typo"), "bug"),
@@ -169,3 +169,58 @@ def test_ddp_share_reuse_is_invisible_to_the_self_test_after_rotation():
       tff.types.to_type([(np.float32, [2410])]), num_clients=20,
       claimed_std=planted_bugs.ddp_claimed_std(params))
   assert check.passed, check
+
+
+@pytest.mark.parametrize("clip_factor", [1.0, 10.0])
+def test_ddp_clip_bug_lets_clients_in_at_the_factor_with_the_claims_noise(
+    clip_factor):
+  # Noise multiplier 0: the result is the clipped client, rounded. Rounding
+  # moves each of the 2410 coordinates by at most 1/scale (scale ~ 1e3 or
+  # more here), so the norm by at most sqrt(2410)/scale < 0.05.
+  params = ddp_parameters.ddp_parameters(0.0, 5, 16, 1.0, 2410)
+  chain = planted_bugs.ddp_sum_factory(params, clip_factor=clip_factor)
+  process = chain.create(tff.TensorType(np.float32, [2410]))
+  client = np.zeros(2410, np.float32)
+  client[0] = 100.0
+  out = process.next(process.initialize(), [client]).result
+  assert np.linalg.norm(np.asarray(out)) == pytest.approx(clip_factor,
+                                                          abs=0.05)
+  assert np.sqrt(2410) / params.scale < 0.05
+  query = planted_bugs.ddp_query(params, clip_factor=clip_factor)
+  state = query.initial_global_state()
+  # The noise (and so the claim) is C's; the asserted bound is the clip's.
+  assert float(state.local_stddev) == pytest.approx(params.scaled_local_std)
+  assert float(state.l2_norm_bound) == pytest.approx(
+      clip_factor * params.l2_sensitivity, rel=0.01)
+
+
+def test_share_reuse_query_repeats_each_share_between_the_halves():
+  query = planted_bugs.ShareReuseSkellamQuery(
+      l1_norm_bound=10**6, l2_norm_bound=10**4, local_stddev=50.0)
+  noised = np.asarray(query.add_noise_to_sample(
+      50.0, tf.zeros([11], tf.int32)))
+  # Halves of the first 10 values equal; the odd last value gets none.
+  np.testing.assert_array_equal(noised[:5], noised[5:10])
+  assert noised[10] == 0 and np.any(noised[:5] != 0)
+
+
+def test_tff_ddp_query_fails_a_round_whose_client_exceeds_its_bound():
+  # Why the DDP clip bug also raises the query's bounds: TFF's distributed
+  # Skellam query asserts each record's integer L2 norm. Clipped at 10 C
+  # against the bounds for C (the chain of `ddp_sum_factory` with only the
+  # clip changed), the round fails.
+  params = ddp_parameters.ddp_parameters(4.0, 5, 16, 1.0, 100)
+  nested = tff.aggregators.DifferentiallyPrivateFactory(
+      query=planted_bugs.ddp_query(params),
+      record_aggregation_factory=tff.aggregators.SumFactory())
+  nested = discretization.DiscretizationFactory(
+      inner_agg_factory=nested, scale_factor=params.scale, stochastic=True,
+      prior_norm_bound=1.0)
+  nested = tff.aggregators.clipping_factory(clipping_norm=10.0,
+                                            inner_agg_factory=nested)
+  process = tff.aggregators.DiscreteFourierTransformFactory(
+      inner_agg_factory=nested).create(tff.TensorType(np.float32, [100]))
+  client = np.zeros(100, np.float32)
+  client[0] = 100.0
+  with pytest.raises(Exception, match="Global L2 norm exceeds"):
+    process.next(process.initialize(), [client])

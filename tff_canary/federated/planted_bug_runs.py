@@ -20,7 +20,9 @@ clients_per_round))`, q a seeded Gaussian sum query (correct, `ClipBugQuery`
 or `NoiseReuseQuery`); ``"ddp"`` is TFF's distributed-DP chain
 (`planted_bugs.ddp_sum_factory`, distributed Skellam, `bits`) under
 `UnweightedMeanFactory`, told `expected_clients_per_round` = bug_size x
-clients_per_round for the shortfall bug (1 x otherwise); its reuse bug is
+clients_per_round for the shortfall bug (1 x otherwise); its clip bug clips
+at bug_size x C with the query's norm bounds to match (`ddp_sum_factory`'s
+`clip_factor`); its reuse bug is
 `planted_bugs.ShareReuseSkellamQuery` (each client's share repeated between
 the halves of its rotated vector).
 
@@ -39,7 +41,9 @@ one-run bound (`lower_bounds.one_run_bound`, valid for any (epsilon, delta)
 claim) takes the f-DP bound's place, as in the simulator. The point
 estimates (`table_estimates`) are shown and decide nothing. The noise
 self-test (`noise_check.check_aggregation_noise`) runs the run's aggregator
-as configured, with the same participants, on zero values; for distributed
+as configured, with the same participants, on zero values (in server mode
+TFF's factory on the same query: `CanaryDPFactory` adds that query's noise,
+and its scheduled canaries would be in the self-test's rounds); for distributed
 DP the claimed std is the factory's (`planted_bugs.ddp_claimed_std`).
 "The tool" caught a run when the audit refuted the claim or the self-test
 failed.
@@ -117,7 +121,7 @@ class BugRunConfig:
     validation.as_choice(self.aggregator, "aggregator", AGGREGATORS)
     if validation.as_float(self.bug_size, "bug_size") < 1.0:
       raise ValueError(f"bug_size must be >= 1, got {self.bug_size}.")
-    needs = {"clip": "gaussian", "shortfall": "ddp"}
+    needs = {"shortfall": "ddp"}
     if self.bug in needs and self.aggregator != needs[self.bug]:
       raise ValueError(f"bug {self.bug!r} is planted in the "
                        f"{needs[self.bug]!r} aggregator, got aggregator "
@@ -277,11 +281,12 @@ def aggregators(config: BugRunConfig, canaries: canary_config.CanaryConfig):
   The claimed std is None when the self-test reads it from the DpEvent.
   """
   if config.aggregator == "ddp":
-    params, reuse = config.ddp(), config.bug == "reuse"
+    params = config.ddp()
+    bugs = dict(share_reuse=config.bug == "reuse",
+                clip_factor=config.bug_size if config.bug == "clip" else 1.0)
     training = tff.aggregators.UnweightedMeanFactory(
-        value_sum_factory=planted_bugs.ddp_sum_factory(params,
-                                                       share_reuse=reuse))
-    return (training, planted_bugs.ddp_sum_factory(params, share_reuse=reuse),
+        value_sum_factory=planted_bugs.ddp_sum_factory(params, **bugs))
+    return (training, planted_bugs.ddp_sum_factory(params, **bugs),
             planted_bugs.ddp_claimed_std(params))
   checked = tff.aggregators.DifferentiallyPrivateFactory(tfp.NormalizedQuery(
       _sum_query(config), denominator=config.clients_per_round))

@@ -33,10 +33,14 @@ Issue 10's three bug classes, each an ordinary user-side `tfp.DPQuery` or
   is computed for k x too many clients: the sum carries 1/sqrt(k) of the
   claimed noise std. The factory itself cannot tell; only the noise
   self-test, run with the real participants, sees it.
+  `clip_factor=10` plants the clip bug: clients clipped at 10 C, with the
+  query's integer norm bounds raised to match (TFF's DDP queries assert
+  them, so a clip bug alone fails the round), while the scale, the noise
+  shares and so the claim stay those of C.
   `share_reuse=True` plants the reuse defect where this chain adds noise:
   `ShareReuseSkellamQuery` repeats each client's share for the first half
-  of its rotated integer vector in the second half, so the noise lies in a
-  d/2-dimensional subspace. Undoing the rotation spreads the copy over every
+  of its rotated integer vector in the second half, so each round's noise
+  lies in a d/2-dimensional subspace fixed by the round's rotation. Undoing the rotation spreads the copy over every
   coordinate of every tensor: no coordinate repeats another, and each has
   the claimed variance.
 
@@ -127,31 +131,39 @@ class ShareReuseSkellamQuery(tfp.DistributedSkellamSumQuery):
 
 
 def ddp_query(parameters: ddp_parameters.DdpParameters, *,
-              share_reuse: bool = False) -> tfp.DPQuery:
+              share_reuse: bool = False,
+              clip_factor: float = 1.0) -> tfp.DPQuery:
   """TFF's distributed query for `parameters` (integer domain).
 
   `share_reuse`: `ShareReuseSkellamQuery` instead (Skellam only).
+  `clip_factor`: the query's norm bounds are those of a clip at
+  `clip_factor` x C (TFF's formulas, `ddp_parameters`), the noise that of C.
   """
+  factor = validation.as_positive(clip_factor, "clip_factor")
+  l2 = parameters.l2_sensitivity
+  l1 = parameters.l1_sensitivity
+  if factor != 1.0:
+    inflated = ddp_parameters.inflated_l2_bound(
+        factor * parameters.l2_clip, parameters.gamma, parameters.beta,
+        parameters.padded_dim)
+    l2 = (inflated + ddp_parameters.NORM_LEEWAY) * parameters.scale
+    l1 = math.ceil(l2 * min(math.sqrt(parameters.padded_dim), l2))
   if share_reuse:
     if parameters.mechanism != "distributed_skellam":
       raise ValueError("share_reuse needs mechanism 'distributed_skellam', "
                        f"got {parameters.mechanism!r}.")
-    return ShareReuseSkellamQuery(
-        l1_norm_bound=parameters.l1_sensitivity,
-        l2_norm_bound=parameters.l2_sensitivity,
-        local_stddev=parameters.scaled_local_std)
+    return ShareReuseSkellamQuery(l1_norm_bound=l1, l2_norm_bound=l2,
+                                  local_stddev=parameters.scaled_local_std)
   if parameters.mechanism == "distributed_dgauss":
     return tfp.DistributedDiscreteGaussianSumQuery(
-        l2_norm_bound=parameters.l2_sensitivity,
-        local_stddev=parameters.scaled_local_std)
+        l2_norm_bound=l2, local_stddev=parameters.scaled_local_std)
   return tfp.DistributedSkellamSumQuery(
-      l1_norm_bound=parameters.l1_sensitivity,
-      l2_norm_bound=parameters.l2_sensitivity,
+      l1_norm_bound=l1, l2_norm_bound=l2,
       local_stddev=parameters.scaled_local_std)
 
 
 def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
-                    share_reuse: bool = False
+                    share_reuse: bool = False, clip_factor: float = 1.0
                     ) -> tff.aggregators.UnweightedAggregationFactory:
   """`DistributedDpSumFactory`'s chain with a plain sum for SecAgg.
 
@@ -161,6 +173,10 @@ def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
       bug is parameters for more clients than take part).
     share_reuse: plant the reuse defect in the noise shares
       (`ShareReuseSkellamQuery`).
+    clip_factor: plant the clip bug: clients clipped at `clip_factor` x C,
+      and the query's norm bounds set to match (TFF's DDP queries assert
+      them: a record over the bound fails the round), while the scale and
+      the noise, hence the claim, stay those of C.
 
   Returns:
     An unweighted SUM factory (wrap it in `tff.aggregators.
@@ -171,20 +187,24 @@ def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
     raise TypeError("parameters must be a tff_canary.stats.ddp_parameters."
                     f"DdpParameters, got {validation.show(parameters)}.")
   bits = parameters.bits
+  clip = validation.as_positive(clip_factor, "clip_factor") * (
+      parameters.l2_clip)
   nested = tff.aggregators.SumFactory()
   nested = modular_clipping.ModularClippingSumFactory(
       clip_range_lower=0, clip_range_upper=2**bits, inner_agg_factory=nested)
   nested = modular_clipping.ModularClippingSumFactory(
       clip_range_lower=-(2**(bits - 1)), clip_range_upper=2**(bits - 1),
       inner_agg_factory=nested)
+  query = ddp_query(parameters, share_reuse=share_reuse,
+                    clip_factor=clip_factor)
   nested = tff.aggregators.DifferentiallyPrivateFactory(
-      query=ddp_query(parameters, share_reuse=share_reuse), record_aggregation_factory=nested)
+      query=query, record_aggregation_factory=nested)
   nested = discretization.DiscretizationFactory(
       inner_agg_factory=nested, scale_factor=parameters.scale,
       stochastic=True, beta=parameters.beta,
-      prior_norm_bound=parameters.l2_clip)
+      prior_norm_bound=clip)
   nested = tff.aggregators.clipping_factory(
-      clipping_norm=parameters.l2_clip, inner_agg_factory=nested)
+      clipping_norm=clip, inner_agg_factory=nested)
   rotation = (tff.aggregators.HadamardTransformFactory
               if parameters.rotation == "hd" else
               tff.aggregators.DiscreteFourierTransformFactory)
