@@ -205,7 +205,8 @@ class BugRun:
 
   def __str__(self) -> str:
     return (f"{self.config.label}: claim {self.claim}; {self.verdict}; "
-            f"{self.noise_check}; {'caught' if self.detected else 'not caught'}")
+            f"{self.noise_check}; {'caught' if self.detected else 'not caught'}"
+            " (one run: a detection or a miss, not a rate)")
 
 
 def format_table(runs: typing.Sequence[BugRun]) -> str:
@@ -266,8 +267,8 @@ def _canaries(config: BugRunConfig) -> canary_config.CanaryConfig:
 
 
 def _sum_query(config: BugRunConfig):
-  c, std, seed = config.l2_clip, config.noise_multiplier * config.l2_clip, (
-      config.seed)
+  c, seed = config.l2_clip, config.seed
+  std = config.noise_multiplier * c
   if config.bug == "clip":
     return planted_bugs.ClipBugQuery(c, std, seed, clip_factor=config.bug_size)
   if config.bug == "reuse":
