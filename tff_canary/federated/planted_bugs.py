@@ -40,9 +40,9 @@ Issue 10's three bug classes, each an ordinary user-side `tfp.DPQuery` or
   `share_reuse=True` plants the reuse defect where this chain adds noise:
   `ShareReuseSkellamQuery` repeats each client's share for the first half
   of its rotated integer vector in the second half, so each round's noise
-  lies in a d/2-dimensional subspace fixed by the round's rotation. Undoing the rotation spreads the copy over every
-  coordinate of every tensor: no coordinate repeats another, and each has
-  the claimed variance.
+  lies in a d/2-dimensional subspace fixed by the round's rotation.
+  Undoing the rotation spreads the copy over every coordinate of every
+  tensor: no coordinate repeats another, and each has the claimed variance.
 
 `DiscretizationFactory` and `ModularClippingSumFactory` are not exported
 from `tff.aggregators` in TFF 0.87 (nor is `DistributedDpSumFactory`), so
@@ -54,6 +54,7 @@ the real factory's scale, norm bounds and local std.
 from __future__ import annotations
 
 import math
+
 import dp_accounting
 import tensorflow as tf
 import tensorflow_federated as tff
