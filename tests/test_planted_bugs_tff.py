@@ -1,0 +1,226 @@
+"""Each planted DP bug in a real TFF run, caught (or not) by the tool (issue 10).
+
+`tff_canary.federated.planted_bug_runs.run` trains a 2-layer MLP (d = 2410)
+with a `tff.learning` process for a few rounds and applies the audit (95%)
+and the noise self-test. The runs here are small (20 participants, 4 rounds,
+100 coin-flipped candidates, so about 12 canary clients a round) to keep the
+file near a minute; `experiments/planted_bugs.py` is the full-size table.
+
+Seeds: the central-DP runs are deterministic (seeded data, canaries and
+`seeded_query` noise). TFF's distributed Skellam query and its DFT rotation
+seed themselves from `tf.timestamp()`, so the DDP runs are not: their
+assertions are ones whose failure probability is stated in a comment.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.aggregators import discretization
+from tensorflow_federated.python.aggregators import distributed_dp
+
+from tff_canary.federated import noise_check
+from tff_canary.federated import planted_bug_runs as runs
+from tff_canary.federated import planted_bugs
+from tff_canary.stats import ddp_parameters
+
+pytestmark = pytest.mark.tff
+
+SMALL = dict(clients_per_round=20, num_rounds=4, num_candidates=100, seed=3)
+
+
+@pytest.fixture(scope="module", name="clip_runs")
+def fixture_clip_runs():
+  return {mode: runs.run(runs.BugRunConfig(bug="clip", bug_size=10.0,
+                                           mode=mode, **SMALL))
+          for mode in ("client", "server")}
+
+
+def test_clip_bug_is_refuted_by_canary_clients_not_server_canaries(
+    clip_runs):
+  client, server = clip_runs["client"], clip_runs["server"]
+  # The claim is z = 4's epsilon (0.93 at 1e-5); clipping at 10 C makes the
+  # effective noise multiplier 0.4. Seeded run: deterministic.
+  assert client.verdict.refuted, client
+  assert client.detected
+  # Server-side canaries enter at the C the query reports: no refutation,
+  # and the noise itself is right, so the self-test passes too.
+  assert not server.verdict.refuted, server
+  assert server.noise_check.passed and client.noise_check.passed
+  assert not server.detected
+
+
+def test_correct_central_aggregator_is_not_refuted():
+  run = runs.run(runs.BugRunConfig(**SMALL))  # seeded: deterministic
+  assert not run.verdict.refuted, run
+  assert run.noise_check.passed, run
+  assert not run.detected
+
+
+def test_ddp_shortfall_is_caught_by_the_self_test_and_correct_ddp_is_not():
+  shortfall = runs.run(runs.BugRunConfig(bug="shortfall", bug_size=20.0,
+                                         aggregator="ddp", **SMALL))
+  # Shares for 20 x the participants: the sum's noise std is 1/sqrt(20) =
+  # 0.22 of the claim; over 4 x 2410 values the variance test's p-value is
+  # ~0 (it resolves the std to +-3%).
+  assert not shortfall.noise_check.passed, shortfall
+  assert shortfall.detected
+  variance = shortfall.noise_check.test("variance[tensor0]")
+  assert variance.rejected and variance.statistic < 0.1, variance
+  correct = runs.run(runs.BugRunConfig(aggregator="ddp", **SMALL))
+  # Unseeded (TFF seeds Skellam noise from the clock): the self-test's
+  # family-wise false-alarm level is 0.001 and the audit's 0.05 (0 of 60 in
+  # the simulator's correct cells), so this fails by chance < 5.1% of runs.
+  assert correct.noise_check.passed, correct
+  assert not correct.detected, correct
+
+
+def test_noise_reuse_fails_the_self_test_and_not_the_audit():
+  run = runs.run(runs.BugRunConfig(bug="reuse", **SMALL))  # seeded
+  assert not run.noise_check.passed, run
+  assert run.noise_check.test("prefix[tensor0,tensor1]").rejected
+  # Each coordinate's noise has the claimed law: canaries see nothing.
+  assert not run.verdict.refuted, run
+
+
+def test_noise_reuse_query_repeats_one_draw_in_every_tensor():
+  query = planted_bugs.NoiseReuseQuery(1.0, 2.0, noise_seed=5)
+  state = query.initial_global_state()
+  zeros = [tf.zeros([7, 3]), tf.zeros([4])]
+  noised, new_state, event = query.get_noised_result(zeros, state)
+  first, second = (np.asarray(x).reshape(-1) for x in noised)
+  np.testing.assert_array_equal(second, first[:4])
+  assert int(new_state.draw) == 1
+  assert float(event.noise_multiplier) == pytest.approx(2.0)
+
+
+def test_clip_bug_query_clips_at_the_factor_and_claims_c():
+  query = planted_bugs.ClipBugQuery(1.0, 0.0, noise_seed=5, clip_factor=10.0)
+  params = query.derive_sample_params(query.initial_global_state())
+  assert float(params) == 1.0  # what the server and the DpEvent believe
+  record = query.preprocess_record(params, [tf.constant([30.0, 40.0])])
+  np.testing.assert_allclose(np.asarray(record[0]), [6.0, 8.0], rtol=1e-6)
+
+
+def test_ddp_chain_holds_the_real_factorys_state():
+  # DistributedDpSumFactory's own state after initialize(), secure sums
+  # included (their states are empty), against the chain with plain sums.
+  # Only the rotation seed differs: TFF draws it from the clock.
+  value_type = tff.TensorType(np.float32, [2410])
+  params = ddp_parameters.ddp_parameters(4.0, 50, 16, 1.0, 2410)
+  ours = planted_bugs.ddp_sum_factory(params).create(value_type).initialize()
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    real = distributed_dp.DistributedDpSumFactory(
+        noise_multiplier=4.0, expected_clients_per_round=50, bits=16,
+        l2_clip=1.0).create(value_type).initialize()
+  tf.nest.assert_same_structure(ours[0], real[0])
+  for a, b in zip(tf.nest.flatten(ours[0]), tf.nest.flatten(real[0])):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert len(ours) == len(real) == 2  # (clip/discretization/DP, rotation)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(bug="shortfall"), "planted in the 'ddp'"),
+    (dict(aggregator="ddp", mode="server"), "needs aggregator 'gaussian'"),
+    (dict(bug_size=0.5), "bug_size must be >= 1"),
+    (dict(bug="typo"), "bug"),
+])
+def test_bad_config_names_the_argument(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    runs.BugRunConfig(**kwargs)
+
+
+def _mirror_correlation(out: np.ndarray) -> float:
+  """corr(|x[-k mod h]|, |x[h + k]|), h = d / 2: the trace the share reuse
+  leaves after TFF's inverse DFT rotation (it maps the repeated half onto
+  mirrored coordinates, up to the rotation's random signs and mixing)."""
+  half = out.size // 2
+  k = np.arange(half)
+  return float(np.corrcoef(np.abs(out[:half][(-k) % half]),
+                           np.abs(out[half:]))[0, 1])
+
+
+def test_ddp_share_reuse_is_invisible_to_the_self_test_after_rotation():
+  params = ddp_parameters.ddp_parameters(4.0, 20, 16, 1.0, 2410)
+  value_type = tff.TensorType(np.float32, [2410])
+  zeros = [np.zeros(2410, np.float32)] * 20
+  correlations = {}
+  for reuse in (False, True):
+    process = planted_bugs.ddp_sum_factory(
+        params, share_reuse=reuse).create(value_type)
+    out = process.next(process.initialize(), zeros).result
+    correlations[reuse] = _mirror_correlation(np.asarray(out))
+  # The bug is there: 1205 pairs, so under independence the correlation's
+  # std is 1/sqrt(1205) = 0.029; 0.25 is 8.6 of them (measured ~0.5 with the
+  # reuse, ~0 without; unseeded, TFF seeds the noise from the clock).
+  assert correlations[True] > 0.25 and abs(correlations[False]) < 0.15, (
+      correlations)
+  # ...and the self-test (4 rounds, the chain as configured) does not see
+  # it: each coordinate has the claimed variance and no coordinate repeats
+  # another. A documented gap, not a wish: an improved self-test that
+  # catches this should make this assertion fail (chance failure ~0.001).
+  check = noise_check.check_aggregation_noise(
+      planted_bugs.ddp_sum_factory(params, share_reuse=True),
+      tff.types.to_type([(np.float32, [2410])]), num_clients=20,
+      claimed_std=planted_bugs.ddp_claimed_std(params))
+  assert check.passed, check
+
+
+@pytest.mark.parametrize("clip_factor", [1.0, 10.0])
+def test_ddp_clip_bug_lets_clients_in_at_the_factor_with_the_claims_noise(
+    clip_factor):
+  # Noise multiplier 0: the result is the clipped client, rounded. Rounding
+  # moves each of the 2410 coordinates by at most 1/scale (scale ~ 1e3 or
+  # more here), so the norm by at most sqrt(2410)/scale < 0.05.
+  params = ddp_parameters.ddp_parameters(0.0, 5, 16, 1.0, 2410)
+  chain = planted_bugs.ddp_sum_factory(params, clip_factor=clip_factor)
+  process = chain.create(tff.TensorType(np.float32, [2410]))
+  client = np.zeros(2410, np.float32)
+  client[0] = 100.0
+  out = process.next(process.initialize(), [client]).result
+  assert np.linalg.norm(np.asarray(out)) == pytest.approx(clip_factor,
+                                                          abs=0.05)
+  assert np.sqrt(2410) / params.scale < 0.05
+  query = planted_bugs.ddp_query(params, clip_factor=clip_factor)
+  state = query.initial_global_state()
+  # The noise (and so the claim) is C's; the asserted bound is the clip's.
+  assert float(state.local_stddev) == pytest.approx(params.scaled_local_std)
+  assert float(state.l2_norm_bound) == pytest.approx(
+      clip_factor * params.l2_sensitivity, rel=0.01)
+
+
+def test_share_reuse_query_repeats_each_share_between_the_halves():
+  query = planted_bugs.ShareReuseSkellamQuery(
+      l1_norm_bound=10**6, l2_norm_bound=10**4, local_stddev=50.0)
+  noised = np.asarray(query.add_noise_to_sample(
+      50.0, tf.zeros([11], tf.int32)))
+  # Halves of the first 10 values equal; the odd last value gets none.
+  np.testing.assert_array_equal(noised[:5], noised[5:10])
+  assert noised[10] == 0 and np.any(noised[:5] != 0)
+
+
+def test_tff_ddp_query_fails_a_round_whose_client_exceeds_its_bound():
+  # Why the DDP clip bug also raises the query's bounds: TFF's distributed
+  # Skellam query asserts each record's integer L2 norm. Clipped at 10 C
+  # against the bounds for C (the chain of `ddp_sum_factory` with only the
+  # clip changed), the round fails.
+  params = ddp_parameters.ddp_parameters(4.0, 5, 16, 1.0, 100)
+  nested = tff.aggregators.DifferentiallyPrivateFactory(
+      query=planted_bugs.ddp_query(params),
+      record_aggregation_factory=tff.aggregators.SumFactory())
+  nested = discretization.DiscretizationFactory(
+      inner_agg_factory=nested, scale_factor=params.scale, stochastic=True,
+      prior_norm_bound=1.0)
+  nested = tff.aggregators.clipping_factory(clipping_norm=10.0,
+                                            inner_agg_factory=nested)
+  process = tff.aggregators.DiscreteFourierTransformFactory(
+      inner_agg_factory=nested).create(tff.TensorType(np.float32, [100]))
+  client = np.zeros(100, np.float32)
+  client[0] = 100.0
+  with pytest.raises(Exception, match="Global L2 norm exceeds"):
+    process.next(process.initialize(), [client])
