@@ -25,6 +25,7 @@ from tff_canary.stats import canary_config
 from tff_canary.stats import schedules
 
 DIM, ROUNDS, M, BLOCK = 3000, 23, 9, 4
+CLIENTS, CLIPS = 4, 30.0 + np.arange(ROUNDS)
 
 
 def test_cacheable_canaries_counts_whole_blocks():
@@ -52,6 +53,9 @@ def test_cached_blocks_are_the_generated_canaries_and_can_be_shared():
     assert joined.tobytes() == reference.tobytes()
     assert [ids.tolist() for ids, _ in blocks] == [[0, 1, 2, 3],
                                                    [4, 5, 6, 7], [8]]
+    # One canary (the known-canary removal's): cached or generated, the same.
+    for j in (0, 5, 8):
+      assert cache.canary(j).tobytes() == reference[j].tobytes()
     # Another process's view (here our own pid): the reported blocks come
     # from the shared file, the others are generated into `out`.
     assert os.readlink(f"/proc/self/fd/{cache.fd}").startswith("/memfd:")
@@ -98,10 +102,16 @@ def _reference():
   rng = np.random.default_rng(0)
   aggregates = rng.normal(size=(ROUNDS, DIM)).astype(np.float32)
   aggregates[17] += 40 * canary_directions.canary_block(5, [3], DIM)[0]
+  for r, j in _config().participation.events:  # inserted at C_r / n
+    aggregates[r] += (CLIPS[r] / CLIENTS) * canary_directions.canary_block(
+        5, [int(j)], DIM)[0]
   theta0, theta_t = rng.normal(size=DIM), rng.normal(size=DIM)
+  # With the known-canary removal, which takes each inserted canary from
+  # the cache in the worker (cache.canary) where the cache holds it.
   table = cosine_pass.compute_cosine_table(
       _config(), theta0, theta_t, aggregates, progress=False,
-      plan=(5, BLOCK))
+      plan=(5, BLOCK), clips=CLIPS, clients_per_round=CLIENTS)
+  assert table.known_canaries_removed == "all_iterates"
   return aggregates, theta0, theta_t, table
 
 
@@ -113,10 +123,11 @@ def test_the_cache_changes_no_bit_of_the_table(tmp_path, reference, cached,
   aggregates, theta0, theta_t, expected = reference
   # nice=0: the test machine is shared, a niced worker would wait its turn.
   stream = cosine_stream.CosineStream(tmp_path, _config(), _plan(), nice=0,
-                                      cache_bytes=cached * 4 * DIM)
+                                      cache_bytes=cached * 4 * DIM,
+                                      clients_per_round=CLIENTS)
   try:
     for r in range(ROUNDS):
-      stream.record({"round_num": np.int32(r),
+      stream.record({"round_num": np.int32(r), "clip": np.float32(CLIPS[r]),
                      "noised_aggregate": aggregates[r]})
       stream.checkpointed(r + 1)
     stream._worker.wait_all()  # pylint: disable=protected-access

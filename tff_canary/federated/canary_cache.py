@@ -185,6 +185,18 @@ class CanaryCache:
       else:
         yield ids, self._generate(ids)
 
+  def canary(self, canary_id: int) -> np.ndarray:
+    """Canary `canary_id`'s unit vector (worker side): from the cache (its
+    block filled first if need be), else generated."""
+    rows = self._cached_rows(canary_id - canary_id % self.block)
+    if rows is None:
+      return canary_directions.canary_block(self.seed, [canary_id],
+                                            self.dim)[0]
+    first = canary_id - canary_id % self.block
+    if first not in self.filled:
+      self.fill(first)
+    return rows[canary_id - first]
+
   def source(self, block_ids: np.ndarray, out: np.ndarray) -> np.ndarray:
     """A block for `cosine_pass.compute_cosine_table(canary_blocks=)`: the
     cached rows if the block is filled, else generated into `out`."""

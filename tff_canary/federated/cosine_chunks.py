@@ -160,8 +160,8 @@ class RunningMax:
 
 def take_chunk(running: RunningMax, blocks, rows: np.ndarray,
                round_ids: np.ndarray,
-               removal: known_canary_removal.ChunkRemoval | None = None
-               ) -> None:
+               removal: known_canary_removal.ChunkRemoval | None = None,
+               canary=None) -> None:
   """All canary blocks against one chunk of rows, into `running`.
 
   Args:
@@ -171,13 +171,15 @@ def take_chunk(running: RunningMax, blocks, rows: np.ndarray,
       by a'_r with `removal`).
     round_ids: The rounds of `rows`, increasing, all >= running.end.
     removal: The chunk's known-canary removal, or None.
+    canary: For the removal: a function of a canary id giving its unit
+      vector (bitwise `canary_directions`'), or None to generate it.
   """
   round_ids = np.asarray(round_ids, np.int64)
   if round_ids.size and round_ids[0] < running.end:
     raise ValueError(f"round {round_ids[0]} was already taken (the cursor is "
                      f"at {running.end}).")
   if removal is not None:
-    rows = removal.residual(rows, out=rows)
+    rows = removal.residual(rows, out=rows, canary=canary)
   norms = row_norms(rows)
   for block_ids, block in blocks:
     running.update(block_ids, round_cosines(

@@ -23,6 +23,8 @@ momentum, which the pass cannot check.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -99,13 +101,16 @@ class ChunkRemoval:
     self._seed = removal.canaries.seed
     self._rows, self._ids = removal.events_in(round_ids)
 
-  def residual(self, rows: np.ndarray, out: np.ndarray | None = None
+  def residual(self, rows: np.ndarray, out: np.ndarray | None = None,
+               canary: Callable[[int], np.ndarray] | None = None
                ) -> np.ndarray:
     """a'_r = a_r - s_r sum_{j in S_r} c_j, float32 [len(round_ids), dim].
 
-    Each row's canaries are regenerated (bitwise the training ones) and
-    summed in float64 in canary-id order, then subtracted and rounded once.
-    `out` may be `rows` itself (in place) or another buffer.
+    Each row's canaries are regenerated (bitwise the training ones), or
+    taken from `canary(j)` (bitwise the same: the stream worker's
+    `canary_cache`), and summed in float64 in canary-id order, then
+    subtracted and rounded once. `out` may be `rows` itself (in place) or
+    another buffer.
     """
     if rows.shape[0] != self.round_ids.size:
       raise ValueError(f"{rows.shape[0]} rows for {self.round_ids.size} "
@@ -119,8 +124,9 @@ class ChunkRemoval:
     for i in np.unique(self._rows):
       total = np.zeros(dim, np.float64)
       for j in self._ids[self._rows == i]:
-        total += canary_directions.canary_block(
-            self._seed, [int(j)], dim, out=generated)[0]
+        total += (canary_directions.canary_block(
+            self._seed, [int(j)], dim, out=generated)[0] if canary is None
+                  else canary(int(j)))
       out[i] = (out[i] - self.scales[i] * total).astype(np.float32)
     return out
 

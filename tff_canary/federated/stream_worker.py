@@ -117,7 +117,8 @@ def _child(inbox, outbox, job: dict[str, Any]) -> None:
       round_ids = np.arange(start, end)
       cosine_chunks.take_chunk(
           running, cache.blocks(), rows, round_ids,
-          None if removal is None else removal.chunk(round_ids, clips))
+          None if removal is None else removal.chunk(round_ids, clips),
+          canary=cache.canary)
       del rows
       running.save(state_path)
       report_filled()
