@@ -206,7 +206,7 @@ def test_a_gaussian_report_has_no_ddp_bound(tmp_path):
       "analytical: one participation")
 
 
-# TFF ---------------------------------------------------------------------------
+# TFF ------------------------------------------------------------------------
 
 
 @pytest.mark.tff
