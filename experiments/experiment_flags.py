@@ -32,7 +32,8 @@ GROUPS = (
                   "eval_every", "eval_examples")),
     ("DP", ("noise_multiplier", "clip", "target_unclipped_quantile",
             "initial_clip", "zeroing", "seeded_noise", "noise_seed",
-            "delta")),
+            "delta", "aggregator", "ddp_mechanism", "ddp_bits", "ddp_beta",
+            "ddp_rotation")),
     ("Canaries", ("insertion", "canary_norm", "num_inserted", "num_held_out",
                   "assignment",
                   "presentations", "allow_participation_mismatch",
@@ -125,6 +126,19 @@ _HELP = {
                  "(canary clients of norm --canary_norm through TFF's own "
                  "DP aggregator; needs --noseeded_noise and, with recorded "
                  "aggregates, --server_momentum=0).",
+    "aggregator": "The DP aggregator: gaussian (central Gaussian noise) or "
+                  "ddp (TFF's distributed DP: DistributedDpSumFactory's "
+                  "chain with plain sums for SecAgg; needs "
+                  "--insertion=clients and a fixed --clip, no --zeroing; "
+                  "its analytical ε is the DDP bound of its parameters).",
+    "ddp_mechanism": "With --aggregator=ddp: distributed_skellam or "
+                     "distributed_dgauss (default distributed_skellam).",
+    "ddp_bits": "With --aggregator=ddp: SecAgg bit width b, the sum is "
+                "taken modulo 2^b (1-22; default 20, tff.learning's).",
+    "ddp_beta": "With --aggregator=ddp: conditional rounding's beta in "
+                "[0, 1) (default 0, unconditional rounding).",
+    "ddp_rotation": "With --aggregator=ddp: dft or hd (randomized Hadamard, "
+                    "pads d to a power of two; default dft).",
     "canary_norm": "L2 norm of a canary client's update, with "
                    "--insertion=clients (default 10, above the clip, so the "
                    "aggregator under test clips it).",

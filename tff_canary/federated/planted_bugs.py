@@ -18,17 +18,8 @@ Issue 10's three bug classes, each an ordinary user-side `tfp.DPQuery` or
   has the same law (canaries cannot see it); the noise self-test's prefix
   and exact-reuse tests can.
 * `ddp_sum_factory(parameters)`: TFF's `DistributedDpSumFactory` chain
-  (distributed_dp.py `_build_aggregation_factory`, TFF 0.87) composed from
-  its parts, with the numbers `stats.ddp_parameters` derives: concat ->
-  rotation (DFT or randomized Hadamard) -> L2 clip at C -> scaling and
-  conditional stochastic rounding (`DiscretizationFactory`) ->
-  `DifferentiallyPrivateFactory` with TFF's own
-  `tfp.DistributedSkellamSumQuery` / `DistributedDiscreteGaussianSumQuery`
-  (each client adds its noise share in `preprocess_record`) -> modular
-  clipping to [-2^(b-1), 2^(b-1)) and [0, 2^b) -> a PLAIN `SumFactory`
-  where TFF has `SecureSumFactory`. SecAgg hides the summands but does not
-  change the sum, and TFF's default simulation context refuses the secure
-  intrinsics (TFF_NOTES). Given the parameters of `expected_clients_per_round`
+  (`tff_canary.federated.ddp_chain`: its parts, a plain sum for SecAgg)
+  with a bug planted. Given the parameters of `expected_clients_per_round`
   = k x the clients that actually take part (dropout), each client's share
   is computed for k x too many clients: the sum carries 1/sqrt(k) of the
   claimed noise std. The factory itself cannot tell; only the noise
@@ -44,11 +35,8 @@ Issue 10's three bug classes, each an ordinary user-side `tfp.DPQuery` or
   Undoing the rotation spreads the copy over every coordinate of every
   tensor: no coordinate repeats another, and each has the claimed variance.
 
-`DiscretizationFactory` and `ModularClippingSumFactory` are not exported
-from `tff.aggregators` in TFF 0.87 (nor is `DistributedDpSumFactory`), so
-they are imported from their modules, as tests/test_ddp_parameters_tff.py
-does; `tests/test_planted_bugs_tff.py` checks that this chain's state holds
-the real factory's scale, norm bounds and local std.
+`tests/test_planted_bugs_tff.py` checks that the chain's state holds the
+real factory's scale, norm bounds and local std.
 """
 
 from __future__ import annotations
@@ -59,9 +47,8 @@ import dp_accounting
 import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
-from tensorflow_federated.python.aggregators import discretization
-from tensorflow_federated.python.aggregators import modular_clipping
 
+from tff_canary.federated import ddp_chain
 from tff_canary.federated import seeded_query
 from tff_canary.federated import worker_guard
 from tff_canary.stats import ddp_parameters
@@ -134,13 +121,16 @@ class ShareReuseSkellamQuery(tfp.DistributedSkellamSumQuery):
 def ddp_query(parameters: ddp_parameters.DdpParameters, *,
               share_reuse: bool = False,
               clip_factor: float = 1.0) -> tfp.DPQuery:
-  """TFF's distributed query for `parameters` (integer domain).
+  """TFF's distributed query for `parameters` (integer domain;
+  `ddp_chain.ddp_query` without a bug).
 
   `share_reuse`: `ShareReuseSkellamQuery` instead (Skellam only).
   `clip_factor`: the query's norm bounds are those of a clip at
   `clip_factor` x C (TFF's formulas, `ddp_parameters`), the noise that of C.
   """
   factor = validation.as_positive(clip_factor, "clip_factor")
+  if factor == 1.0 and not share_reuse:
+    return ddp_chain.ddp_query(parameters)
   l2 = parameters.l2_sensitivity
   l1 = parameters.l1_sensitivity
   if factor != 1.0:
@@ -166,7 +156,8 @@ def ddp_query(parameters: ddp_parameters.DdpParameters, *,
 def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
                     share_reuse: bool = False, clip_factor: float = 1.0
                     ) -> tff.aggregators.UnweightedAggregationFactory:
-  """`DistributedDpSumFactory`'s chain with a plain sum for SecAgg.
+  """`ddp_chain.ddp_sum_factory` (TFF's `DistributedDpSumFactory` chain with
+  a plain sum for SecAgg), with a bug planted.
 
   Args:
     parameters: `ddp_parameters.ddp_parameters(...)` for the factory as told
@@ -187,46 +178,17 @@ def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
   if not isinstance(parameters, ddp_parameters.DdpParameters):
     raise TypeError("parameters must be a tff_canary.stats.ddp_parameters."
                     f"DdpParameters, got {validation.show(parameters)}.")
-  bits = parameters.bits
   clip = validation.as_positive(clip_factor, "clip_factor") * (
       parameters.l2_clip)
-  nested = tff.aggregators.SumFactory()
-  nested = modular_clipping.ModularClippingSumFactory(
-      clip_range_lower=0, clip_range_upper=2**bits, inner_agg_factory=nested)
-  nested = modular_clipping.ModularClippingSumFactory(
-      clip_range_lower=-(2**(bits - 1)), clip_range_upper=2**(bits - 1),
-      inner_agg_factory=nested)
-  query = ddp_query(parameters, share_reuse=share_reuse,
-                    clip_factor=clip_factor)
-  nested = tff.aggregators.DifferentiallyPrivateFactory(
-      query=query, record_aggregation_factory=nested)
-  nested = discretization.DiscretizationFactory(
-      inner_agg_factory=nested, scale_factor=parameters.scale,
-      stochastic=True, beta=parameters.beta,
-      prior_norm_bound=clip)
-  nested = tff.aggregators.clipping_factory(
-      clipping_norm=clip, inner_agg_factory=nested)
-  rotation = (tff.aggregators.HadamardTransformFactory
-              if parameters.rotation == "hd" else
-              tff.aggregators.DiscreteFourierTransformFactory)
-  return tff.aggregators.concat_factory(
-      inner_agg_factory=rotation(inner_agg_factory=nested))
+  return ddp_chain.ddp_sum_factory(
+      parameters, clip=clip,
+      query=ddp_query(parameters, share_reuse=share_reuse,
+                      clip_factor=clip_factor))
 
 
-def ddp_claimed_std(parameters: ddp_parameters.DdpParameters) -> float:
-  """Per-coordinate noise std of the sum the factory claims (model units).
-
-  sqrt(expected clients) x share std / scale: the shares of every client the
-  factory was told to expect (`DdpParameters.total_noise_std`).
-  """
-  return parameters.total_noise_std() / parameters.scale
-
-
-def ddp_actual_std(parameters: ddp_parameters.DdpParameters,
-                   participants: int) -> float:
-  """The same with the shares of the clients that actually take part."""
-  n = validation.as_int(participants, "participants", minimum=1)
-  return math.sqrt(n) * parameters.share_std / parameters.scale
+# The claims of the correct chain (`ddp_chain`).
+ddp_claimed_std = ddp_chain.claimed_std
+ddp_actual_std = ddp_chain.actual_std
 
 
 __all__ = ["ClipBugQuery", "NoiseReuseQuery", "ddp_actual_std",

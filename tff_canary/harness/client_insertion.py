@@ -22,6 +22,19 @@ aggregator (`dp_fedavg`). Each round, `ClientRounds.round`:
   5. takes the round's DpEvent from TFF's factory state
      (`client_round_state.dp_event`) for the ledger.
 
+With `aggregator="ddp"` (TFF's distributed-DP chain, `dp_fedavg`) three
+things differ. The clip C_r is the run's fixed `clip`, the chain's L2
+clip before rounding (its query's norm bounds are in the rounded integer
+domain). There is no DpEvent (TFF's DDP queries emit none): the round
+gives None and the run has no ledger; its analytical epsilon is the DDP
+bound of the factory's parameters (`ddp_claim`). And the chain's mean
+(`UnweightedMeanFactory`, as TFF's DDP aggregator) divides the sum by the
+clients that took part, canary clients included, not by
+`clients_per_round`: the aggregate recorded is rescaled to the sum /
+clients_per_round (a_r x participants / clients_per_round), the same
+quantity as the Gaussian modes record, so the removal below holds; a
+round's cosines do not change with its scale.
+
 Known-canary removal (README "Other canaries are noise") assumes a canary
 enters a_r as (its norm in the sum / clients_per_round) c_j. A canary client
 enters TFF's Gaussian sum query at min(canary_norm, C_r) (the query clips in
@@ -98,9 +111,12 @@ class ClientRounds:
 
   def round(self, process, state, round_num: int, client_data: list,
             recorder) -> tuple[Any, float, int, Any]:
-    """Runs one round; returns (output, C_r, canaries inserted, DpEvent)."""
+    """Runs one round; returns (output, C_r, canaries inserted, DpEvent or
+    None with the DDP aggregator)."""
     ids = canary_clients.scheduled_canary_ids(self.canaries, round_num)
-    clip = client_round_state.query_clip(state)
+    ddp = self.config.aggregator == "ddp"
+    clip = (float(self.config.clip) if ddp
+            else client_round_state.query_clip(state))
     before = tasks.flat_trainable(process.get_model_weights(state))
     output = process.next(state, canary_clients.with_canary_clients(
         client_data, ids, self.canaries))
@@ -114,6 +130,9 @@ class ClientRounds:
       aggregate = client_round_state.round_aggregate(
           before, tasks.flat_trainable(process.get_model_weights(
               output.state)), self.config.server_learning_rate)
+      if ddp:  # the mean of all participants -> sum / clients_per_round
+        aggregate = aggregate * np.float32(
+            (len(client_data) + ids.size) / self.config.clients_per_round)
       if isinstance(recorder, cosine_stream.CosineStream):
         entry = (float(entry_norms(clip, self.config.canary_norm))
                  if removes_known_canaries(self.config) else None)
@@ -125,7 +144,8 @@ class ClientRounds:
         output.metrics, round_num, ids, self.canaries.seed, norm, self.dim):
       self.outcomes.append(dict(outcome.as_dict(), dp_clip=clip,
                                 dp_clipped=bool(norm > clip)))
-    return output, clip, inserted, client_round_state.dp_event(output.state)
+    event = None if ddp else client_round_state.dp_event(output.state)
+    return output, clip, inserted, event
 
   def save(self, rd: run_dir_lib.RunDir) -> None:
     """canary_outcomes.json: every canary client's outcome so far."""

@@ -15,6 +15,16 @@ gaussian_fixed` or `gaussian_adaptive` with the same arguments, wrapped in
 the same TFF zeroing (`factory.with_zeroing`, TFF's default adaptive
 zeroing) when asked. Its noise is TFF's, unseeded (the config refuses a
 noise seed in this mode), and so is the noise check's.
+
+With `aggregator="ddp"` (client mode only) `tff_aggregator` is TFF's
+distributed-DP chain instead (`ddp_chain.ddp_mean_factory`: TFF's parts,
+plain sums for SecAgg, under `UnweightedMeanFactory`) for
+`ddp_parameters_of(config, dim)`: the run's noise_multiplier,
+clients_per_round (the factory's expected_clients_per_round: the real
+clients; canary clients come on top), fixed clip and `ddp_*` knobs. Its
+noise check runs the SUM chain as configured on zero values from
+`clients_per_round` clients against the std the factory claims
+(`ddp_chain.claimed_std`), as `planted_bug_runs` does.
 """
 
 from __future__ import annotations
@@ -25,10 +35,13 @@ import tensorflow_federated as tff
 
 from tff_canary.stats import canary_config
 from tff_canary.federated import canary_clients
+from tff_canary.federated import ddp_chain
 from tff_canary.federated import factory
 from tff_canary.federated import noise_check
+from tff_canary.harness import ddp_claim
 from tff_canary.harness import experiment_config
 from tff_canary.harness import tasks
+from tff_canary.stats import ddp_parameters
 from tff_canary.stats import schedules
 
 _NOISE_CHECK_TAG = 0xC4EC
@@ -51,9 +64,22 @@ def canary_aggregator(config: experiment_config.ExperimentConfig,
   return factory.with_zeroing(aggregator) if config.zeroing else aggregator
 
 
-def tff_aggregator(config: experiment_config.ExperimentConfig):
+def ddp_parameters_of(config: experiment_config.ExperimentConfig,
+                      dim: int) -> ddp_parameters.DdpParameters:
+  """What the run's DDP factory derives for `dim` trainable parameters."""
+  if config.aggregator != "ddp":
+    raise ValueError(f"ddp_parameters_of needs aggregator='ddp', got "
+                     f"{config.aggregator!r}.")
+  # The report's own reading of config.json: one source of the parameters.
+  return ddp_claim.parameters(dict(config.as_dict(), dim=dim))
+
+
+def tff_aggregator(config: experiment_config.ExperimentConfig,
+                   dim: Optional[int] = None):
   """TFF's own DP aggregator of the run's settings, no canaries (client
-  mode; module docstring)."""
+  mode; module docstring). `dim`: the trainable parameters (DDP only)."""
+  if config.aggregator == "ddp":
+    return ddp_chain.ddp_mean_factory(ddp_parameters_of(config, dim))
   dp = tff.aggregators.DifferentiallyPrivateFactory
   if config.clip is not None:
     aggregator = dp.gaussian_fixed(
@@ -87,7 +113,8 @@ def build_process(config: experiment_config.ExperimentConfig,
   if config.insertion == "clients":
     return canary_clients.build_canary_client_fedavg(
         task.model_fn, client_optimizer, server_optimizer,
-        model_aggregator=tff_aggregator(config), canary_seed=canaries.seed,
+        model_aggregator=tff_aggregator(config, tasks.num_parameters(task)),
+        canary_seed=canaries.seed,
         canary_norm=config.canary_norm)
   return tff.learning.algorithms.build_unweighted_fed_avg(
       task.model_fn, client_optimizer_fn=client_optimizer,
@@ -110,16 +137,22 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
       schedule=schedules.FixedPresentations(
           num_rounds=noise_check.DEFAULT_ROUNDS, presentations=0),
       record_aggregates=False)
-  if config.insertion == "clients":
-    aggregator = tff_aggregator(config)  # TFF's, unseeded
-  else:
-    aggregator = canary_aggregator(config, no_canaries, None if noise_seed
-                                   is None else noise_seed + _NOISE_CHECK_TAG)
   value_type = tff.learning.models.weights_type_from_model(
       task.model_fn).trainable
   names = [w.name.split(":")[0]
            for w in task.keras_model_fn().trainable_weights]
   if len(set(names)) != len(names) or len(names) != len(value_type):
     names = None
+  if config.aggregator == "ddp":  # the sum chain, its own claim (module doc)
+    params = ddp_parameters_of(config, tasks.num_parameters(task))
+    return noise_check.check_aggregation_noise(
+        ddp_chain.ddp_sum_factory(params), value_type, tensor_names=names,
+        num_clients=config.clients_per_round,
+        claimed_std=ddp_chain.claimed_std(params))
+  if config.insertion == "clients":
+    aggregator = tff_aggregator(config)  # TFF's, unseeded
+  else:
+    aggregator = canary_aggregator(config, no_canaries, None if noise_seed
+                                   is None else noise_seed + _NOISE_CHECK_TAG)
   return noise_check.check_aggregation_noise(aggregator, value_type,
                                              tensor_names=names)

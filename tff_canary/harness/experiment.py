@@ -16,7 +16,10 @@
      with `insertion="clients"`, canary clients over TFF's own DP
      aggregator instead (`tff_canary.harness.client_insertion`: each
      round's aggregate from the model weights, the clip and DpEvent from
-     TFF's state, canary_outcomes.json);
+     TFF's state, canary_outcomes.json); with `aggregator="ddp"` that
+     aggregator is TFF's distributed-DP chain (`dp_fedavg`), its noise
+     check the chain's, and the run has no DpEvent ledger (the report's
+     analytical epsilon is the DDP bound, `ddp_claim`);
   3. start fresh or from the last checkpoint (`tff_canary.harness.resume`)
      and train (`tff_canary.harness.training`: clients sampled per round
      from (seed, round), each round's noised aggregate streamed
@@ -171,7 +174,8 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   manager = tff.program.FileProgramStateManager(
       rd.file(run_dir_lib.CHECKPOINTS), keep_total=2)
   state, done = resume.start_state(process, manager, task, config.seed, rd)
-  history = resume.load_history(rd, done)
+  history = resume.load_history(rd, done,
+                                ledger=config.aggregator != "ddp")
   recorder = _recorder(config, canaries, rd, dim, num_rounds, done)
   clients = None
   if config.insertion == "clients":

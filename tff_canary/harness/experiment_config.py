@@ -20,6 +20,24 @@ aggregate is read from the model weights, theta_{t-1} - theta_t =
 server_learning_rate x a_t, which needs exactly that optimizer).
 `insertion_of(values)` reads the mode of a config.json (older files
 without the key are server-side runs).
+
+Two DP aggregators (README "Auditing distributed DP"): `aggregator=
+"gaussian"` (the default: central Gaussian noise, TFF's
+`DifferentiallyPrivateFactory` or this package's) and `aggregator="ddp"`:
+TFF's distributed-DP chain (`DistributedDpSumFactory`'s parts,
+`tff_canary.federated.ddp_chain`) with `ddp_mechanism`, `ddp_bits`,
+`ddp_beta` and `ddp_rotation` (None: TFF's factory defaults, 20 bits as
+`tff.learning.ddp_secure_aggregator`'s). The DDP aggregator is refused,
+here, without `insertion="clients"` (server-side canaries are added inside
+this package's Gaussian aggregator, they cannot enter TFF's chain),
+without a fixed `clip` (the analytical epsilon, `ddp_accounting`, models a
+fixed clip, not adaptive clipping) and with `zeroing` (TFF's DDP
+aggregator estimates its zeroing norm with secure aggregation, which the
+simulation cannot run, and a zeroed client still adds its noise share; we
+do not model that). The `ddp_*` knobs are refused with "gaussian"; their
+bits are checked against `clients_per_round` as TFF's factory checks them.
+`aggregator_of(values)` reads the aggregator of a config.json (older files:
+"gaussian").
 """
 
 from __future__ import annotations
@@ -33,6 +51,7 @@ import numpy as np
 
 from tff_canary.stats import canary_config
 from tff_canary.stats import client_sampling
+from tff_canary.stats import ddp_parameters
 from tff_canary.stats import schedules
 from tff_canary.stats import validation
 
@@ -42,6 +61,13 @@ OPTIMIZERS = ("sgd", "adam")
 # Where the canaries enter (module docstring).
 Insertion = Literal["server", "clients"]
 INSERTIONS: tuple[str, ...] = typing.get_args(Insertion)
+# Which DP aggregator (module docstring).
+Aggregator = Literal["gaussian", "ddp"]
+AGGREGATORS: tuple[str, ...] = typing.get_args(Aggregator)
+# The ddp_* fields, and their values when None with aggregator="ddp": TFF's
+# DistributedDpSumFactory defaults, bits as tff.learning's DDP aggregator.
+DDP_DEFAULTS = dict(ddp_mechanism="distributed_skellam", ddp_bits=20,
+                    ddp_beta=0.0, ddp_rotation="dft")
 _NOISE_TAG = 0x401
 
 # Keys that may differ between a run and its resumption.
@@ -58,7 +84,8 @@ class ExperimentConfig:
   presentations from the client sampler, delta = num_clients^-1.1 (the
   paper's), canary_seed and noise_seed from seed, canary_norm =
   `canary_config.DEFAULT_CANARY_NORM` with `insertion="clients"` (it is
-  refused with "server", where canaries enter at the clip).
+  refused with "server", where canaries enter at the clip), the `ddp_*`
+  knobs = `DDP_DEFAULTS` with `aggregator="ddp"` (refused with "gaussian").
 
   Canaries take part as clients do (METHOD §2; `client_sampling`): a
   `presentations` that contradicts the client sampler is refused before any
@@ -110,6 +137,11 @@ class ExperimentConfig:
   resume: bool = False
   insertion: Insertion = "server"
   canary_norm: Optional[float] = None
+  aggregator: Aggregator = "gaussian"
+  ddp_mechanism: Optional[str] = None
+  ddp_bits: Optional[int] = None
+  ddp_beta: Optional[float] = None
+  ddp_rotation: Optional[str] = None
 
   def __post_init__(self):
     v = validation
@@ -124,6 +156,7 @@ class ExperimentConfig:
         "assignment": lambda x: v.as_choice(x, "assignment",
                                             canary_config.ASSIGNMENTS),
         "insertion": lambda x: v.as_choice(x, "insertion", INSERTIONS),
+        "aggregator": lambda x: v.as_choice(x, "aggregator", AGGREGATORS),
         "examples_per_client": lambda x: v.as_int(x, "examples_per_client", 1),
         "clients_per_round": lambda x: v.as_int(x, "clients_per_round", 1),
         "noise_multiplier": lambda x: v.as_nonnegative(x, "noise_multiplier"),
@@ -157,6 +190,13 @@ class ExperimentConfig:
         "delta": lambda x: v.as_open_unit(x, "delta"),
         "eval_examples": lambda x: v.as_int(x, "eval_examples", 1),
         "canary_norm": lambda x: v.as_positive(x, "canary_norm"),
+        "ddp_mechanism": lambda x: v.as_choice(x, "ddp_mechanism",
+                                               ddp_parameters.MECHANISMS),
+        "ddp_bits": lambda x: v.as_int(x, "ddp_bits", 1),
+        "ddp_beta": lambda x: v.as_unit_interval(x, "ddp_beta",
+                                                 include_high=False),
+        "ddp_rotation": lambda x: v.as_choice(x, "ddp_rotation",
+                                              ddp_parameters.ROTATIONS),
     }
     for name, fn in check.items():
       object.__setattr__(self, name, fn(getattr(self, name)))
@@ -188,6 +228,7 @@ class ExperimentConfig:
       client_sampling.ClientSampler(self.num_clients, self.clients_per_round,
                                     self.sampling)
     self._check_insertion()
+    self._check_aggregator()
 
   def _check_insertion(self) -> None:
     """What the insertion mode cannot do is refused (module docstring)."""
@@ -216,6 +257,46 @@ class ExperimentConfig:
           f"{self.server_momentum}; pass server_momentum=0 (and sgd), or "
           "record_aggregates=False for the final-model statistics only.")
 
+  def _check_aggregator(self) -> None:
+    """What the DDP aggregator cannot do is refused (module docstring)."""
+    if self.aggregator == "gaussian":
+      given = [f"{k}={getattr(self, k)!r}" for k in DDP_DEFAULTS
+               if getattr(self, k) is not None]
+      if given:
+        raise ValueError(f"{', '.join(given)} is for aggregator='ddp'; got "
+                         "aggregator='gaussian'.")
+      return
+    if self.insertion != "clients":
+      raise ValueError(
+          "aggregator='ddp' needs insertion='clients' (--insertion=clients):"
+          " server-side canaries are added inside this package's Gaussian "
+          f"aggregator and cannot enter TFF's DDP chain; got insertion="
+          f"{self.insertion!r}.")
+    if self.clip is None:
+      raise ValueError(
+          "aggregator='ddp' needs a fixed clip (--clip): the DDP accounting "
+          "models a fixed clip, not adaptive clipping; got clip=None.")
+    if self.zeroing:
+      raise ValueError(
+          "aggregator='ddp' does not support zeroing=True: TFF's DDP "
+          "aggregator estimates its zeroing norm with secure aggregation, "
+          "which the simulation cannot run; pass --nozeroing.")
+    for name, default in DDP_DEFAULTS.items():
+      if getattr(self, name) is None:
+        object.__setattr__(self, name, default)
+    if self.ddp_bits > ddp_parameters.MAX_BITS:
+      raise ValueError(f"ddp_bits must be at most {ddp_parameters.MAX_BITS} "
+                       f"(TFF's limit), got {self.ddp_bits}.")
+    try:  # TFF's checks of bits against the cohort (dim does not matter)
+      ddp_parameters.ddp_parameters(
+          self.noise_multiplier, self.clients_per_round, self.ddp_bits,
+          self.clip, 1, beta=self.ddp_beta, mechanism=self.ddp_mechanism,
+          rotation=self.ddp_rotation)
+    except ValueError as e:
+      raise ValueError(f"aggregator='ddp' with ddp_bits={self.ddp_bits}, "
+                       f"clients_per_round={self.clients_per_round}: "
+                       f"{e}") from None
+
   def as_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
 
@@ -225,6 +306,13 @@ def insertion_of(values: dict[str, Any]) -> Insertion:
   is missing (files written before the client mode) or None."""
   mode = values.get("insertion") or "server"
   return validation.as_choice(mode, "config.json's insertion", INSERTIONS)
+
+
+def aggregator_of(values: dict[str, Any]) -> Aggregator:
+  """The DP aggregator of a config.json's `values`: "gaussian" when the key
+  is missing (files written before the DDP aggregator) or None."""
+  name = values.get("aggregator") or "gaussian"
+  return validation.as_choice(name, "config.json's aggregator", AGGREGATORS)
 
 
 def default_num_clients(config: ExperimentConfig) -> int:
@@ -309,11 +397,15 @@ def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
   settings than `resolved`'s (but for `RESUMABLE_KEYS` and versions).
 
   A config.json from before the client mode (no `insertion`, no
-  `canary_norm`) is a server-side run's.
+  `canary_norm`) is a server-side run's; one from before the DDP aggregator
+  (no `aggregator`, no `ddp_*`) a Gaussian run's.
   """
   saved = dict(saved)
   saved.setdefault("insertion", insertion_of(saved))
   saved.setdefault("canary_norm", None)
+  saved.setdefault("aggregator", aggregator_of(saved))
+  for name in DDP_DEFAULTS:
+    saved.setdefault(name, None)
   differ = [k for k in resolved if k not in RESUMABLE_KEYS
             and k != "versions" and saved.get(k) != resolved[k]]
   if differ:

@@ -19,6 +19,16 @@ from before the client mode, or a `RunWriter`'s, is "server"):
     `clients_per_round` real clients; the canaries are added beside them,
     not in their place. And which statistics had the other inserted
     canaries removed, and at what norm (`known_canaries_line`).
+  * clients with the DDP aggregator (`chain`, config.json's
+    `aggregator="ddp"`): the same, through TFF's distributed-DP chain
+    (its mechanism, bits, rotation and clip); a canary client is clipped
+    at the chain's clip C before rounding. The line says that the noise
+    shares and the analytical ε (the DDP bound, `ddp_claim`) are those of
+    `clients_per_round` real clients, each canary client adding its own
+    share on top, that the chain's mean divides by every participant (the
+    recorded aggregate is rescaled to sum / clients_per_round), and that
+    SecAgg's sums are plain sums in the simulation (the same sum, without
+    its secrecy).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import dataclasses
 import json
 from typing import Any, Optional
 
+from tff_canary.harness import ddp_claim
 from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir as run_dir_lib
 
@@ -45,6 +56,9 @@ class InsertionNotes:
     zeroing: Whether the run's aggregator has a zeroing stage.
     outcomes: canary_outcomes.json's records (one per canary and round of
       participation; `client_insertion.ClientRounds`), [] for server.
+    chain: With the DDP aggregator, its description
+      (`ddp_claim.describe_chain`); None: TFF's Gaussian
+      `DifferentiallyPrivateFactory`.
   """
 
   mode: experiment_config.Insertion
@@ -52,6 +66,7 @@ class InsertionNotes:
   clients_per_round: Optional[float] = None
   zeroing: bool = False
   outcomes: tuple[dict[str, Any], ...] = ()
+  chain: Optional[str] = None
 
   @property
   def zeroed(self) -> list[dict[str, Any]]:
@@ -66,6 +81,20 @@ class InsertionNotes:
       by_round[o["round_num"]] = by_round.get(o["round_num"], 0) + 1
     dp_clipped = sum(bool(o.get("dp_clipped")) for o in self.outcomes)
     stage_clipped = sum(bool(o["clipped"]) for o in self.outcomes)
+    if self.chain is not None:
+      return (
+          f"insertion: canary clients of norm {self.canary_norm:g} through "
+          f"TFF's distributed-DP chain ({self.chain}); "
+          f"{len(self.outcomes)} canary-client participations: {dp_clipped}"
+          " clipped at the chain's clip (before rounding); canary clients "
+          "are extra members of the cohort (up to "
+          f"{max(by_round.values(), default=0)} a round): the noise shares "
+          "and the analytical ε (the DDP bound) are those of "
+          f"clients_per_round = {self.clients_per_round:g} real clients, "
+          "each canary client adds its own share on top, and the chain's "
+          "mean divides by every participant (the recorded aggregate is "
+          "rescaled to sum / clients_per_round); SecAgg's sums are plain "
+          "sums in this simulation (the same sum, without its secrecy)")
     return (
         f"insertion: canary clients of norm {self.canary_norm:g} through "
         f"TFF's own DP aggregator; {len(self.outcomes)} canary-client "
@@ -119,6 +148,7 @@ class InsertionNotes:
 
   def as_dict(self) -> dict[str, Any]:
     return dict(mode=self.mode, canary_norm=self.canary_norm,
+                chain=self.chain,
                 line=self.mode_line(), zeroed=self.zeroed,
                 findings=self.findings(),
                 participations=len(self.outcomes))
@@ -142,7 +172,9 @@ def load(rd: run_dir_lib.RunDir, config: dict[str, Any]) -> InsertionNotes:
   return InsertionNotes(
       "clients", canary_norm=float(config["canary_norm"]),
       clients_per_round=float(config["clients_per_round"]),
-      zeroing=bool(config.get("zeroing", False)), outcomes=tuple(outcomes))
+      zeroing=bool(config.get("zeroing", False)), outcomes=tuple(outcomes),
+      chain=(ddp_claim.describe_chain(config)
+             if experiment_config.aggregator_of(config) == "ddp" else None))
 
 
 __all__ = ["InsertionNotes", "load"]

@@ -39,7 +39,9 @@ that level, since the two differ.
 
 The insertion mode (server-side canaries or canary clients) is in every
 report, and for canary clients what the aggregator did with them, zeroed
-canaries as findings (`insertion_notes`).
+canaries as findings (`insertion_notes`). A run with the DDP aggregator has
+no ledger: its analytical epsilons are the DDP bound of the factory's
+parameters (`ddp_claim`), shown as such, and audited as the claim.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ from tff_canary.stats import atomic_files
 from tff_canary.stats import audit
 from tff_canary.stats import client_sampling
 from tff_canary.stats import results
+from tff_canary.harness import ddp_claim
+from tff_canary.harness import experiment_config
 from tff_canary.harness import insertion_notes
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.stats import table_estimates
@@ -98,6 +102,7 @@ class RunReport:
   delta_source: str = "given"
   insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
       "server")
+  ddp: Optional[ddp_claim.DdpClaim] = None  # the DDP bound, DDP runs only
 
   @property
   def analytical_bound(self) -> tuple[str, float]:
@@ -178,8 +183,7 @@ class RunReport:
     """(name, kind, epsilon, detail) rows of the report's table."""
     out = []
     for name, value in self.analytical.items():
-      out.append((f"analytical: {name}", "analytical", value,
-                  "dp-accounting, from the run's DpEvent ledger"))
+      out.append(ddp_claim.analytical_row(name, value, self.ddp))
     above = {item["name"] for item in self.above_analytical_bound()}
     for name, kind, result in self.estimates.rows():
       if kind == "estimate":
@@ -243,6 +247,7 @@ class RunReport:
         known_canaries_removed=self.table.known_canaries_removed,
         known_canaries_line=self.known_canaries_line(),
         insertion=self.insertion.as_dict(),
+        ddp_bound=None if self.ddp is None else self.ddp.as_dict(),
         estimates=self.estimates.as_dict(),
         config={k: self.config[k] for k in sorted(self.config)})
 
@@ -363,11 +368,16 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                                   "delta")
   confidence = validation.as_open_unit(confidence, "confidence")
   table = rd.load_table(config)
-  ledger = rd.load_ledger()
   events = rd.load_participation()
   estimates = table_estimates.estimate_table(table, delta=delta,
                                              confidence=confidence)
-  analytical, max_participation = _analytical(config, ledger, events, delta)
+  ddp = None
+  if experiment_config.aggregator_of(config) == "ddp":  # no ledger
+    analytical, max_participation, ddp = ddp_claim.analytical(config, events,
+                                                              delta)
+  else:
+    analytical, max_participation = _analytical(config, rd.load_ledger(),
+                                                events, delta)
   if claimed_epsilon is None:
     if "Poisson sampling (PLD)" in analytical:
       claim_name = "Poisson sampling (PLD)"
@@ -375,7 +385,8 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
       claim_name = next((k for k in analytical if k.endswith("participations")),
                         "one participation")
     claimed_epsilon = analytical[claim_name]
-    claim = f"analytical ε ({claim_name})"
+    claim = (f"analytical ε ({claim_name})" if ddp is None
+             else f"analytical DDP bound ({claim_name})")
   else:
     claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
                                                 "claimed_epsilon")
@@ -400,7 +411,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                    participation=config.get("participation"),
                    noise_check=noise_check,
                    delta_source=source,
-                   insertion=insertion_notes.load(rd, config))
+                   insertion=insertion_notes.load(rd, config), ddp=ddp)
 
 
 def _load_noise_check(path: str) -> dict[str, Any]:

@@ -66,14 +66,17 @@ def start_state(process, manager, task: tasks.Task, seed: int,
   return state, 0
 
 
-def load_history(rd: run_dir_lib.RunDir, done: int) -> History:
-  """The rows and events of the `done` rounds before the checkpoint."""
+def load_history(rd: run_dir_lib.RunDir, done: int, *,
+                 ledger: bool = True) -> History:
+  """The rows and events of the `done` rounds before the checkpoint
+  (`ledger=False`: a run without DpEvents, the DDP aggregator's, whose
+  events stay empty)."""
   rows, events = [], []
   if done and rd.exists(run_dir_lib.METRICS):
     rows = [r for r in rd.load_metrics() if r["round"] < done]
-  if done and rd.exists(run_dir_lib.LEDGER):
+  if done and ledger and rd.exists(run_dir_lib.LEDGER):
     events = list(rd.load_ledger().events)[:done]
-  if len(rows) != done or len(events) != done:
+  if len(rows) != done or len(events) != (done if ledger else 0):
     raise run_dir_lib.RunDirError(
         f"{rd.path}: the checkpoint is at round {done} but metrics.csv has "
         f"{len(rows)} and ledger.json {len(events)} rounds before it; the "

@@ -13,7 +13,8 @@ shows the round, loss, accuracy, clip norm and canaries inserted.
 With `clients` (a `client_insertion.ClientRounds`, `insertion="clients"`)
 the round, its aggregate, clip, canaries and DpEvent are the client mode's
 (`client_insertion`), and its canary outcomes are saved with each
-checkpoint.
+checkpoint. With the DDP aggregator a round has no DpEvent (TFF's DDP
+queries emit none): the run writes no ledger.json.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def train(process, state, *, task: tasks.Task,
             process, state, round_num, client_data, recorder)
       state = output.state
       loss, accuracy = _train_metrics(output.metrics)
-      events.append(event)
+      if event is not None:  # None: the DDP aggregator (module docstring)
+        events.append(event)
       row = dict(round=round_num, loss=loss, accuracy=accuracy, clip=clip,
                  canaries_inserted=inserted, clients=len(chosen),
                  seconds=round(time.perf_counter() - start, 3))
@@ -136,5 +138,6 @@ def _checkpoint(rd, manager, state, version, rows, events):
   (The recorder flushes every aggregate as it is written.)
   """
   rd.save_metrics(rows)
-  rd.save_ledger(events)
+  if events:  # none with the DDP aggregator
+    rd.save_ledger(events)
   asyncio.run(manager.save(state, version))
