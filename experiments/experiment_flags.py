@@ -38,7 +38,8 @@ GROUPS = (
                   "assignment",
                   "presentations", "allow_participation_mismatch",
                   "canary_seed", "record_aggregates", "stream_cosines",
-                  "keep_aggregates", "memory_budget_gb", "disk_budget_gb")),
+                  "keep_aggregates", "memory_budget_gb", "disk_budget_gb",
+                  "cache_gb")),
     ("Output", ("output_dir", "checkpoint_every", "resume")),
 )
 
@@ -120,6 +121,10 @@ _HELP = {
     "disk_budget_gb": "Scratch disk for the streamed rounds: chunks of "
                       "disk / (3 x 4 x dim bytes) rounds (a resumed run "
                       "keeps its plan).",
+    "cache_gb": "Memory for the stream worker's canary cache (each cached "
+                "canary generated once per run, not once per chunk; it "
+                "changes no result). Default: half the memory available "
+                "when the worker starts; 0: no cache.",
     "resume": "Finish an interrupted run in --output_dir.",
     "insertion": "Where canaries enter: server (added to the DP sum at the "
                  "round's clip, this package's aggregator) or clients "

@@ -94,13 +94,13 @@ def test_metrics_rows_read_back_keep_their_text(tmp_path):
 # --------------------------------------------------------------- end to end
 
 
-def _run_side_by_side(outs):
+def _run_side_by_side(outs, extra=((), ())):
   env = dict(os.environ, PYTHONPATH=REPO + os.pathsep
              + os.environ.get("PYTHONPATH", ""))
   procs = [subprocess.Popen(
-      [sys.executable, SCRIPT, f"--output_dir={out}", *FLAGS],
+      [sys.executable, SCRIPT, f"--output_dir={out}", *FLAGS, *more],
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-           for out in outs]
+           for out, more in zip(outs, extra)]
   for proc in procs:
     output, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, output[-3000:]
@@ -116,14 +116,17 @@ def _report_numbers(out):
     report = json.load(f)
   del report["run_dir"]
   del report["config"]["output_dir"]
+  del report["config"]["cache_gb"]  # time, not numbers (a resumable key)
   return report
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # two runs side by side; a busy machine is slower
 def test_two_runs_of_the_same_command_are_bitwise_identical(tmp_path):
+  # (The second run also turns the canary cache off, which changes no bit.)
   outs = [str(tmp_path / "a"), str(tmp_path / "b")]
-  _run_side_by_side(outs)
+  # b without the stream worker's canary cache: the cache must change no bit.
+  _run_side_by_side(outs, extra=((), ("--cache_gb=0",)))
   a, b = outs
   rows_a = metrics_without_timing(a)
   assert len(rows_a) == 16 and rows_a[-1]["eval_loss"]
@@ -132,6 +135,9 @@ def test_two_runs_of_the_same_command_are_bitwise_identical(tmp_path):
   with open(os.path.join(a, "stream", "plan.json")) as f:
     plan = json.load(f)
   assert plan["chunk_rounds"] == 3 and plan["num_chunks"] == 6  # streamed
+  assert plan["end_pass_blocks_from_the_cache"] == "1 of 1"
+  with open(os.path.join(b, "stream", "plan.json")) as f:
+    assert json.load(f)["end_pass_blocks_from_the_cache"] == "0 of 1"
   for name in ("initial_weights.npy", "final_weights.npy", "aggregates.npy"):
     assert _bits(os.path.join(a, name)) == _bits(os.path.join(b, name)), name
   assert (CosineTable.load(os.path.join(a, "cosines.npz"))

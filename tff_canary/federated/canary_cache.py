@@ -1,18 +1,17 @@
 """The stream's canaries, generated once and kept in shared memory.
 
 Every chunk of rounds meets every canary (`cosine_chunks`). Regenerating the
-m canaries for each of the R / B chunks costs m R / B canary generations, and
-at the paper's scale that, not the products, is the stream worker's work:
-`bench/round_overhead.py` (c) measures a generation per canary per million
-parameters and a float32 GEMM rate, and a chunk's products take B / 37 of the
-time one regeneration of 2000 canaries takes at d = 1.2M with the rates
-measured there. A `CanaryCache` keeps the canaries instead, in whole blocks
+m canaries for each of the R / B chunks costs m R / B canary generations,
+against 2 m B d flops of products per chunk; with the generation and GEMM
+rates `bench/round_overhead.py` (c) measures, the generations are most of
+the stream worker's work at the B a modest disk budget gives. A
+`CanaryCache` keeps the canaries instead, in whole blocks
 of the plan's block size (the first blocks, as many as the budget holds):
 m generations per run, whatever B, for m x 4 d bytes of memory.
 
 Bits: a cached block is `canary_directions.canary_block`'s output for the
 same ids, written into the cache instead of a buffer, so the cache changes
-time, never a cosine (tests/test_cosine_stream.py compares tables with a full
+time, never a cosine (tests/test_canary_cache.py compares tables with a full
 cache, a partial one and none).
 
 Shared memory: the cache is one anonymous memory file (Linux `memfd_create`)

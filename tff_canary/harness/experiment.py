@@ -223,7 +223,9 @@ def _recorder(config, canaries, rd, dim, num_rounds, done):
              or client_insertion.removes_known_canaries(config))
   return cosine_stream.CosineStream(
       directory, canaries, plan, done=done, keep=keep,
-      clients_per_round=config.clients_per_round if removes else None)
+      clients_per_round=config.clients_per_round if removes else None,
+      cache_bytes=(None if config.cache_gb is None else
+                   int(config.cache_gb * 1024 ** 3)))
 
 
 def _after_training(config, canaries, process, state, rd, log,

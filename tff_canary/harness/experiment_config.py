@@ -72,7 +72,8 @@ _NOISE_TAG = 0x401
 
 # Keys that may differ between a run and its resumption.
 RESUMABLE_KEYS = ("resume", "eval_every", "checkpoint_every",
-                  "memory_budget_gb", "disk_budget_gb", "output_dir")
+                  "memory_budget_gb", "disk_budget_gb", "cache_gb",
+                  "output_dir")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +135,7 @@ class ExperimentConfig:
   keep_aggregates: bool = False
   memory_budget_gb: float = 2.0
   disk_budget_gb: float = 0.5
+  cache_gb: Optional[float] = None
   resume: bool = False
   insertion: Insertion = "server"
   canary_norm: Optional[float] = None
@@ -190,6 +192,7 @@ class ExperimentConfig:
         "delta": lambda x: v.as_open_unit(x, "delta"),
         "eval_examples": lambda x: v.as_int(x, "eval_examples", 1),
         "canary_norm": lambda x: v.as_positive(x, "canary_norm"),
+        "cache_gb": lambda x: v.as_nonnegative(x, "cache_gb"),
         "ddp_mechanism": lambda x: v.as_choice(x, "ddp_mechanism",
                                                ddp_parameters.MECHANISMS),
         "ddp_bits": lambda x: v.as_int(x, "ddp_bits", 1),
