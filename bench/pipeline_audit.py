@@ -138,6 +138,10 @@ DDP_ROWS = [dict(mechanism=m, bits=b, beta=beta, noise_multiplier=1.0,
 DDP_ROWS += [dict(mechanism="distributed_skellam", bits=b, beta=0.0,
                   noise_multiplier=1.0, modclip_prob=p)
              for b in (8, 16) for p in (0.05, 0.3)]
+DDP_ROWS += [dict(mechanism=m, bits=16, beta=0.0, noise_multiplier=z,
+                  modclip_prob=1e-4)
+             for m in ("distributed_skellam", "distributed_dgauss")
+             for z in (0.5, 2.0, 4.0)]
 
 
 def _ddp_summary(task):
@@ -158,7 +162,7 @@ def _ddp_summary(task):
 def ddp_table(seeds, seed, pool):
   print("\nDDP epsilon (client canaries, correct pipeline, mean of "
         f"{seeds} runs; δ = 1e-5, one participation)")
-  print(f"{'mechanism':20} {'bits':>4} {'beta':>5} {'modclip':>7}  "
+  print(f"{'mechanism':20} {'z':>4} {'bits':>4} {'beta':>5} {'modclip':>7}  "
         f"{'analytical':>10} {'nominal':>7} {'Gauss@infl':>10}  "
         f"{'ε-final':>7} {'ref':>6} {'ε-all':>7} {'ref':>6} {'wrapped':>8}  "
         "theorem")
@@ -168,7 +172,8 @@ def ddp_table(seeds, seed, pool):
                                            for i in range(seeds)]))
     theorem = ("KLS21 Prop. 14" if row["mechanism"] == "distributed_dgauss"
                else "AKL21 Thm 3.5")
-    print(f"{row['mechanism']:20} {row['bits']:4d} {row['beta']:5.3f} "
+    print(f"{row['mechanism']:20} {row['noise_multiplier']:4g} "
+          f"{row['bits']:4d} {row['beta']:5.3f} "
           f"{row['modclip_prob']:7g}  {out[0, 0]:10.3f} {out[0, 1]:7.3f} "
           f"{out[0, 2]:10.3f}  {out[:, 3].mean():7.3f} {out[0, 6]:6.3f} "
           f"{out[:, 4].mean():7.3f} {out[0, 7]:6.3f} "
@@ -181,8 +186,15 @@ def main():
   parser.add_argument("--workers", type=int, default=1)
   parser.add_argument("--ddp_seeds", type=int, default=3)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--ddp_only", action="store_true",
+                      help="only the DDP epsilon table (no detection table, "
+                           "no last line)")
   args = parser.parse_args()
   start = time.time()
+  if args.ddp_only:
+    with multiprocessing.Pool(args.workers) as pool:
+      ddp_table(args.ddp_seeds, args.seed + 10**6, pool)
+    return
   print(HEADER)
   with multiprocessing.Pool(args.workers) as pool:
     rows = detection_table(args.trials, args.seed, pool)
