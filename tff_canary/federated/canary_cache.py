@@ -155,12 +155,9 @@ class CanaryCache:
 
   def next_unfilled(self) -> int | None:
     """The first id of the next cacheable block not yet filled, or None."""
-    for first in self.firsts():
-      if first >= self.cached_canaries:
-        return None
-      if first not in self.filled:
-        return first
-    return None
+    return next((first for first in range(0, self.cached_canaries,
+                                          self.block)
+                 if first not in self.filled), None)
 
   def fill(self, first: int) -> None:
     """Generates block `first` into the cache (worker side; listed in
@@ -171,29 +168,30 @@ class CanaryCache:
     self.filled.add(first)
     self.newly_filled.append(first)
 
+  def _filled_rows(self, first: int) -> np.ndarray | None:
+    """Block `first`'s rows in the cache, generated first if not yet
+    (worker side); None for a block outside the cache."""
+    rows = self._cached_rows(first)
+    if rows is not None and first not in self.filled:
+      self.fill(first)
+    return rows
+
   def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(block_ids, unit canaries) of every block, from the cache (filled on
     demand; `newly_filled` lists them) or generated into a buffer."""
     for first in self.firsts():
       ids = np.arange(first, min(first + self.block, self.num_canaries))
-      rows = self._cached_rows(first)
-      if rows is not None:
-        if first not in self.filled:
-          self.fill(first)
-        yield ids, rows
-      else:
-        yield ids, self._generate(ids)
+      rows = self._filled_rows(first)
+      yield ids, self._generate(ids) if rows is None else rows
 
   def canary(self, canary_id: int) -> np.ndarray:
     """Canary `canary_id`'s unit vector (worker side): from the cache (its
     block filled first if need be), else generated."""
-    rows = self._cached_rows(canary_id - canary_id % self.block)
+    first = canary_id - canary_id % self.block
+    rows = self._filled_rows(first)
     if rows is None:
       return canary_directions.canary_block(self.seed, [canary_id],
                                             self.dim)[0]
-    first = canary_id - canary_id % self.block
-    if first not in self.filled:
-      self.fill(first)
     return rows[canary_id - first]
 
   def source(self, block_ids: np.ndarray, out: np.ndarray) -> np.ndarray:
