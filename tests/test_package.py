@@ -41,3 +41,20 @@ def test_public_names():
   for name in ["epsilon_final", "epsilon_all", "epsilon_lo", "one_run_bound",
                "CosineNull", "gaussian_epsilon", "Ledger", "epsilon_for_delta"]:
     assert callable(getattr(tff_canary, name)), name
+
+
+def test_site_packages_have_bytecode():
+  # install.sh compiles the environment (uv --compile-bytecode). On machines
+  # with PYTHONDONTWRITEBYTECODE=1, as this project's are, a module without a
+  # .pyc is compiled from source at every import: TensorFlow's thousands of
+  # files cost each test subprocess seconds of CPU.
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  missing = []
+  for name in ("tensorflow", "tensorflow_federated", "tensorflow_privacy",
+               "jax", "numpy", "scipy"):
+    origin = importlib.util.find_spec(name).origin
+    if not os.path.exists(importlib.util.cache_from_source(origin)):
+      missing.append(name)
+  assert not missing, (
+      f"no bytecode for {missing} in {sys.prefix}: run ./install.sh")

@@ -71,12 +71,23 @@ def test_ddp_shortfall_is_caught_by_the_self_test_and_correct_ddp_is_not():
   assert shortfall.detected
   variance = shortfall.noise_check.test("variance[tensor0]")
   assert variance.rejected and variance.statistic < 0.1, variance
-  correct = runs.run(runs.BugRunConfig(aggregator="ddp", **SMALL))
-  # Unseeded (TFF seeds Skellam noise from the clock): the self-test's
-  # family-wise false-alarm level is 0.001 and the audit's 0.05 (0 of 60 in
-  # the simulator's correct cells), so this fails by chance < 5.1% of runs.
-  assert correct.noise_check.passed, correct
-  assert not correct.detected, correct
+  # The correct chain is unseeded (TFF seeds the Skellam noise and the
+  # rotation from the clock), so a run of it is flagged by chance now and
+  # then: 1000 simulator runs of this configuration (`pipeline_simulator`,
+  # 20 participants, 4 rounds, d = 2410, 100 candidates, z = 4) had no
+  # refutation (the largest bound reached 0.96 of the claim once) and 4
+  # failed self-tests: a flag in about 0.4% of runs, at most 1.2% (one-sided
+  # 95% Clopper-Pearson limits, 0.91% + 0.30%). So a second, independent run
+  # is drawn when the first is flagged: a correct chain fails this only if
+  # both are (< 1.5e-4), while a tool that flags correct DDP fails it every
+  # time.
+  flagged = []
+  for _ in range(2):
+    correct = runs.run(runs.BugRunConfig(aggregator="ddp", **SMALL))
+    if not correct.detected:
+      break
+    flagged.append(str(correct))
+  assert len(flagged) < 2, flagged
 
 
 def test_noise_reuse_fails_the_self_test_and_not_the_audit():
@@ -163,12 +174,18 @@ def test_ddp_share_reuse_is_invisible_to_the_self_test_after_rotation():
   # ...and the self-test (4 rounds, the chain as configured) does not see
   # it: each coordinate has the claimed variance and no coordinate repeats
   # another. A documented gap, not a wish: an improved self-test that
-  # catches this should make this assertion fail (chance failure ~0.001).
-  check = noise_check.check_aggregation_noise(
-      planted_bugs.ddp_sum_factory(params, share_reuse=True),
-      tff.types.to_type([(np.float32, [2410])]), num_clients=20,
-      claimed_std=planted_bugs.ddp_claimed_std(params))
-  assert check.passed, check
+  # catches this should make this assertion fail. On correct DDP noise the
+  # self-test fails about 0.4% of the time (see the shortfall test above),
+  # so a second, independent check is drawn when the first fails.
+  checks = []
+  for _ in range(2):
+    checks.append(noise_check.check_aggregation_noise(
+        planted_bugs.ddp_sum_factory(params, share_reuse=True),
+        tff.types.to_type([(np.float32, [2410])]), num_clients=20,
+        claimed_std=planted_bugs.ddp_claimed_std(params)))
+    if checks[-1].passed:
+      break
+  assert checks[-1].passed, checks
 
 
 @pytest.mark.parametrize("clip_factor", [1.0, 10.0])
