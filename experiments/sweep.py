@@ -10,7 +10,8 @@ default) and every number of presentations in --presentations, then writes
                            epsilon_final (mean-only and fitted variance),
                            epsilon_lo_final, the one-run bounds, accuracy
   <output_dir>/sweep.png   left: Table 3's view (every epsilon per noise level
-                           at one presentation, beside the analytical one);
+                           at the fewest presentations, beside the analytical
+                           one for that many);
                            right: Figure 2's view (epsilon-final against the
                            number of presentations, one line per noise level)
 
@@ -116,7 +117,16 @@ def write_csv(path: str, rows: list[dict]) -> None:
 
 
 def plot(path: str, rows: list[dict]) -> None:
-  """Table 3's and Figure 2's views side by side."""
+  """Writes `figure(rows)` to `path` (PNG, atomically)."""
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig = figure(rows)
+  with atomic_files.replacing(path, suffix=".png") as temp:
+    fig.savefig(temp, dpi=110)
+  plt.close(fig)
+
+
+def figure(rows: list[dict]):
+  """Table 3's and Figure 2's views side by side (a matplotlib Figure)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -125,12 +135,15 @@ def plot(path: str, rows: list[dict]) -> None:
   fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
   noises = sorted({r["noise_multiplier"] for r in rows})
   first = min(r["presentations"] for r in rows)
-  kinds = [("analytical_epsilon", "analytical", "k"),
+  # The analytical epsilon of the row's own presentations, so that the bars
+  # compare like with like when the smallest count is not 1.
+  kinds = [("analytical_epsilon_presentations", "analytical", "k"),
            ("epsilon_all", "ε-all", "C3"), ("epsilon_lo_all", "ε_lo-all", "C1"),
            ("epsilon_final", "ε-final", "C0"),
            ("epsilon_lo_final", "ε_lo-final", "C2")]
   width = 0.8 / len(kinds)
   labelled = set()
+  infinite = []  # (x, label) of bars with no finite height (noise 0)
   for i, noise in enumerate(noises):
     row = next((r for r in rows if r["noise_multiplier"] == noise
                 and r["presentations"] == first), None)
@@ -138,17 +151,25 @@ def plot(path: str, rows: list[dict]) -> None:
       continue
     for j, (key, label, color) in enumerate(kinds):
       value = row[key]
+      x = i + (j - len(kinds) / 2 + 0.5) * width
+      if value is not None and np.isposinf(value):
+        infinite.append(x)
       if value is None or not np.isfinite(value):
         continue
-      left.bar(i + (j - len(kinds) / 2 + 0.5) * width, max(value, 1e-3),
+      left.bar(x, max(value, 1e-3),
                width, color=color,
                label=None if label in labelled else label)
       labelled.add(label)
   left.set_yscale("log")
+  for x in infinite:  # at the top of the axes, whatever the y range
+    left.annotate("∞", (x, 1), xycoords=("data", "axes fraction"),
+                  xytext=(0, -3), textcoords="offset points", ha="center",
+                  va="top", fontsize=14, fontweight="bold")
   left.set_xticks(range(len(noises)), [f"{n:g}" for n in noises])
   left.set_xlabel("noise multiplier")
-  left.set_ylabel("epsilon")
-  left.set_title(f"Table 3's view ({first} presentation)", fontsize=10)
+  left.set_ylabel("epsilon (0 drawn at 1e-3, ∞ as a mark)")
+  left.set_title(f"Table 3's view ({first} presentation"
+                 f"{'' if first == 1 else 's'})", fontsize=10)
   left.legend(fontsize=8)
   for noise in noises:
     points = sorted((r["presentations"], r["epsilon_final"]) for r in rows
@@ -162,9 +183,7 @@ def plot(path: str, rows: list[dict]) -> None:
   right.set_title("Figure 2's view", fontsize=10)
   right.legend(fontsize=8)
   fig.tight_layout()
-  with atomic_files.replacing(path, suffix=".png") as temp:
-    fig.savefig(temp, dpi=110)
-  plt.close(fig)
+  return fig
 
 
 def main(argv):
