@@ -35,7 +35,7 @@ echo "install.sh: resolving TFF 0.87 + tff-canary in one uv command (about 30 s 
 # process under PYTHONDONTWRITEBYTECODE=1 (set on this project's machines)
 # compiles TensorFlow's sources at every import: `import tensorflow_federated`
 # measured 14.5 s of CPU without them, 5.3 s with, and the tests start well
-# over a hundred such processes (tests/test_install.py checks they are there).
+# over a hundred such processes (tests/test_package.py checks the files).
 .venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
   --compile-bytecode --override requirements/overrides.txt \
   -r requirements/lock.txt -e ".[tff,test]"
