@@ -143,7 +143,7 @@ def figure(rows: list[dict]):
            ("epsilon_lo_final", "ε_lo-final", "C2")]
   width = 0.8 / len(kinds)
   labelled = set()
-  infinite = []  # (x, label) of bars with no finite height (noise 0)
+  infinite = []  # x of the bars whose epsilon is infinite (noise 0)
   for i, noise in enumerate(noises):
     row = next((r for r in rows if r["noise_multiplier"] == noise
                 and r["presentations"] == first), None)
