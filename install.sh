@@ -38,7 +38,7 @@ echo "install.sh: resolving TFF 0.87 + tff-canary in one uv command (about 30 s 
 # over a hundred such processes (tests/test_package.py checks the files).
 .venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
   --compile-bytecode --override requirements/overrides.txt \
-  -r requirements/lock.txt -e ".[tff,test]"
+  -r requirements/lock.txt -e ".[tff,test,docs]"
 # uv compiles only when it installs something; a .venv made before this line
 # existed gets its bytecode here (a few files of Python 2 syntax in the tree
 # never compile, hence -qq and the || true; tests/test_package.py checks).

@@ -34,6 +34,12 @@ setuptools.setup(
             "tqdm",
         ],
 
+        # The documentation site (docs/, mkdocs.yml; built --strict by the tests).
+        "docs": [
+            "mkdocs",
+            "mkdocs-material",
+            "mkdocstrings[python]",
+        ],
         "test": [
             "pytest",
             "pytest-timeout",
