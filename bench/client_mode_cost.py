@@ -36,7 +36,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from tff_canary.federated import canary_clients  # pylint: disable=g-import-not-at-top
+from tff_canary.federated.insertion import canary_clients  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
 FEATURES, HIDDEN, CLASSES = 784, 128, 10

@@ -4,16 +4,16 @@
       [--all_trials 100] [--rounds 5] [--tightness_trials 5]
 
 NumPy/SciPy only. On the Gaussian mechanism with noise calibrated to a known
-epsilon (delta = 1e-6 by default; `tff_canary.stats.gaussian_mechanism`), for
+epsilon (delta = 1e-6 by default; `tff_canary.stats.simulation.gaussian_mechanism`), for
 k / d in {0.1%, 1%, 10%} and epsilon in {1, 3, 10}, with and without removing
 the other inserted canaries from each canary's statistic
-(`tff_canary.stats.known_canaries`):
+(`tff_canary.stats.estimators.known_canaries`):
 
 Part 1, epsilon-final (one aggregate, k inserted canaries): mean bias of the
   mean-only and fitted-variance estimates against the analytical epsilon, and
   the fraction of trials whose 95% interval contains it (+- its standard
   error).
-Part 2, epsilon-all (`tff_canary.stats.round_simulation`: R rounds of k
+Part 2, epsilon-all (`tff_canary.stats.simulation.round_simulation`: R rounds of k
   canaries each, max over rounds; as many held-out canaries as inserted): the
   estimate fits Gaussians to both maxima, so what its interval claims to cover
   is the epsilon of the Gaussians with the maxima's population moments (the
@@ -47,12 +47,12 @@ import warnings
 
 import numpy as np
 
-from tff_canary.stats import estimates
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import gaussian_mechanism
-from tff_canary.stats import max_of_rounds
-from tff_canary.stats import round_simulation
-from tff_canary.stats import two_gaussians
+from tff_canary.stats.estimators import estimates
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.simulation import gaussian_mechanism
+from tff_canary.stats.estimators import max_of_rounds
+from tff_canary.stats.simulation import round_simulation
+from tff_canary.stats.estimators import two_gaussians
 
 CONFIDENCE = 0.95
 

@@ -10,7 +10,7 @@ all of them together under 0.2 s.
 Part 2 compares epsilon_lo with the exact null at d = 200 against baselines
 implemented here, in which each threshold's false-positive rate is the null
 density integrated numerically (scipy.integrate.quad, relative tolerance
-1e-10), the way one would without the closed form of METHOD §5:
+1e-10), the way one would without the closed form of docs/method/null-law.md:
   (a) a straightforward implementation: a loop over the thresholds with
       scipy.stats.beta quantiles and quad (the target: >= 50x faster, the same
       value to 1e-4 relative);
@@ -31,8 +31,10 @@ import warnings
 import numpy as np
 from scipy import integrate, special, stats
 
-from tff_canary.stats import estimates, lower_bounds
-from tff_canary.stats.null_law import CosineNull
+from tff_canary.stats.estimators import estimates
+
+from tff_canary.stats.bounds import lower_bounds
+from tff_canary.stats.estimators.null_law import CosineNull
 
 
 def _best_time(fn, repeats):
@@ -46,7 +48,7 @@ def _best_time(fn, repeats):
 
 
 def _run_statistics(rng, dim=1_000_000, n=1000, noise_multiplier=1.54):
-  """Cosines like those of one Gaussian-mechanism run (METHOD §9)."""
+  """Cosines like those of one Gaussian-mechanism run (docs/method/reference-numbers.md)."""
   null = CosineNull(dim)
   shift = 1.0 / (noise_multiplier * math.sqrt(dim))
   inserted = shift + null.rvs(n, seed=rng)

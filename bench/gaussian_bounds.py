@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tff_canary.stats import fdp_one_run
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import gdp_bound
-from tff_canary.stats import lower_bounds
-from tff_canary.stats import tight_one_run
+from tff_canary.stats.bounds import fdp_one_run
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.bounds import gdp_bound
+from tff_canary.stats.bounds import lower_bounds
+from tff_canary.stats.bounds import tight_one_run
 
 
 def _steinke(s, mask, delta):

@@ -3,7 +3,7 @@
   .venv/bin/python bench/noise_check.py [--trials 300] [--detect_trials 30]
       [--numpy_trials 1000] [--rounds 4] [--skip_emnist]
 
-`tff_canary.federated.noise_check.check_aggregation_noise` (4 rounds by default, level
+`tff_canary.federated.audit.noise_check.check_aggregation_noise` (4 rounds by default, level
 0.001) on:
 
   * false alarms, TFF: `tff.aggregators.DifferentiallyPrivateFactory.
@@ -65,7 +65,7 @@ def _numpy_noise(rng, shapes, stds, pattern):
 
 
 def numpy_rows(trials, rounds, seed):
-  from tff_canary.stats import noise_stats  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.noise import noise_stats  # pylint: disable=g-import-not-at-top
   from planted_noise import MLP_SHAPES  # pylint: disable=g-import-not-at-top
   out = []
   stds = [0.01 * (1 + 0.05 * t) for t in range(rounds)]
@@ -88,7 +88,7 @@ def numpy_rows(trials, rounds, seed):
 def tff_rows(trials, detect_trials, rounds):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   import planted_noise  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import noise_check  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.audit import noise_check  # pylint: disable=g-import-not-at-top
   out = []
   dp = tff.aggregators.DifferentiallyPrivateFactory
   small = planted_noise.value_type(SMALL_SHAPES)
@@ -120,7 +120,7 @@ def tff_rows(trials, detect_trials, rounds):
 def emnist_time(rounds):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   import planted_noise  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import noise_check  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.audit import noise_check  # pylint: disable=g-import-not-at-top
   from tff_canary.harness import tasks
   shapes = [tuple(w.shape) for w in tasks.emnist_cnn().trainable_weights]
   value_type = planted_noise.value_type(shapes)

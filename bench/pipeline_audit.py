@@ -2,7 +2,7 @@
 
   .venv/bin/python bench/pipeline_audit.py [--trials 60] [--workers 2]
 
-On the fast simulator (`tff_canary.stats.pipeline_simulator`: clip, scale,
+On the fast simulator (`tff_canary.stats.simulation.pipeline_simulator`: clip, scale,
 randomized rounding, noise shares, modular sum of TFF's
 DistributedDpSumFactory with distributed Skellam, b = 16 bits, 40
 participants per round, 20 rounds, d = 4096, 1000 coin-flipped candidate
@@ -58,8 +58,8 @@ import time
 import numpy as np
 from scipy import stats
 
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import pipeline_simulator as sim
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.simulation import pipeline_simulator as sim
 
 BASE = dict(noise_multiplier=4.0, bits=16, mechanism="distributed_skellam")
 CELLS = ([("none", 1.0)] + [("clip", 10.0)]

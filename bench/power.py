@@ -30,8 +30,8 @@ import warnings
 import numpy as np
 
 import gaussian_bounds
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import gaussian_mechanism
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.simulation import gaussian_mechanism
 
 EPSILONS = (1.0, 3.0, 10.0)
 DELTA = 1e-6

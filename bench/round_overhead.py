@@ -65,14 +65,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from tff_canary.federated import canary_cache  # pylint: disable=g-import-not-at-top
-from tff_canary.federated import canary_directions  # pylint: disable=g-import-not-at-top
-from tff_canary.federated import cosine_pass  # pylint: disable=g-import-not-at-top
-from tff_canary.federated import cosine_stream  # pylint: disable=g-import-not-at-top
-from tff_canary.federated import factory  # pylint: disable=g-import-not-at-top
-from tff_canary.stats import canary_config  # pylint: disable=g-import-not-at-top
-from tff_canary.stats import schedules  # pylint: disable=g-import-not-at-top
-from tff_canary.federated import worker_guard  # pylint: disable=g-import-not-at-top
+from tff_canary.federated.scores import canary_cache  # pylint: disable=g-import-not-at-top
+from tff_canary.federated.insertion import canary_directions  # pylint: disable=g-import-not-at-top
+from tff_canary.federated.scores import cosine_pass  # pylint: disable=g-import-not-at-top
+from tff_canary.federated.scores import cosine_stream  # pylint: disable=g-import-not-at-top
+from tff_canary.federated.insertion import factory  # pylint: disable=g-import-not-at-top
+from tff_canary.stats.canaries import canary_config  # pylint: disable=g-import-not-at-top
+from tff_canary.stats.canaries import schedules  # pylint: disable=g-import-not-at-top
+from tff_canary.federated.runtime import worker_guard  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models  # pylint: disable=g-import-not-at-top
 

@@ -3,7 +3,7 @@
   .venv/bin/python bench/validity.py [--trials 500] [--dim 1000000]
 
 Each trial is one run of the Gaussian sum mechanism with canaries (simulated
-exactly, `tff_canary.stats.gaussian_mechanism`), noise calibrated so that the true
+exactly, `tff_canary.stats.simulation.gaussian_mechanism`), noise calibrated so that the true
 epsilon is known (the analytical one; the cosine statistics are
 post-processing, so no valid bound may exceed it). Per setting (epsilon, delta)
 the table gives the fraction of trials in which each bound exceeded the true
@@ -21,7 +21,7 @@ often the buggy run is refuted (detection) and how often a correct one is
 
 A second table does the same for the bounds of `bench/gaussian_bounds.py`
 (the f-DP one-run, tight one-run and GDP bounds with each threshold strategy,
-METHOD §10) on the coin-flipped runs of the first `--new_trials` trials of
+docs/method/lower-bounds.md) on the coin-flipped runs of the first `--new_trials` trials of
 each setting (they cost about 1 s a run together).
 
 The last line is the largest exceedance rate over every setting of the valid
@@ -39,10 +39,10 @@ import warnings
 import numpy as np
 
 import gaussian_bounds
-from tff_canary.stats import audit
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import gaussian_mechanism
-from tff_canary.stats import lower_bounds
+from tff_canary.stats.audit import audit
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.simulation import gaussian_mechanism
+from tff_canary.stats.bounds import lower_bounds
 
 BOUNDS = ("epsilon_lo exact (simultaneous)", "epsilon_lo held-out (simultaneous)",
           "one-run bound", "epsilon_lo exact (paper)", "epsilon_lo held-out (paper)")
@@ -146,7 +146,7 @@ def main():
   parser.add_argument("--canaries", type=int, default=1000)
   parser.add_argument("--new_trials", type=int, default=100)
   parser.add_argument("--only", default=None,
-                      help="only the METHOD §10 bounds whose name has this")
+                      help="only the docs/method/lower-bounds.md bounds whose name has this")
   args = parser.parse_args()
   warnings.simplefilter("ignore")
   settings = [(0.0, 1e-6)] + [(e, d) for d in (1e-6, 1e-4) for e in (1, 3, 10)]
@@ -174,7 +174,7 @@ def main():
                         if n in rates))
     worst_paper = max(worst_paper, *(rates[n] for n in BOUNDS[3:]))
   print()
-  print(f"METHOD §10 bounds on the same coin-flipped runs ({2 * args.canaries}"
+  print(f"docs/method/lower-bounds.md bounds on the same coin-flipped runs ({2 * args.canaries}"
         f" candidates), exceedance over the first "
         f"{min(args.new_trials, args.trials)} trials of each setting; worst "
         "over the settings last:")

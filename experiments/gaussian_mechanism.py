@@ -1,23 +1,23 @@
-"""One-shot estimates of the Gaussian mechanism (METHOD.md §9, paper Table 2).
+"""One-shot estimates of the Gaussian mechanism (docs/method/reference-numbers.md, paper Table 2).
 
 For each target epsilon, the Gaussian sum mechanism with sensitivity 1 and the
 noise std calibrated to (epsilon, delta) by the exact analytical Gaussian
 mechanism is run `--trials` times on `--dim`-dimensional random canaries
-(`tff_canary.stats.gaussian_mechanism`), and each run is estimated in one shot:
+(`tff_canary.stats.simulation.gaussian_mechanism`), and each run is estimated in one shot:
 
 * run A: `--num_canaries` inserted and as many held-out canaries ->
   epsilon-final with the mean-only fit and with the fitted variance
-  (`tff_canary.stats.estimates.epsilon_final`), and epsilon_lo against the exact
+  (`tff_canary.stats.estimators.estimates.epsilon_final`), and epsilon_lo against the exact
   closed-form null and against the held-out canaries
-  (`tff_canary.stats.lower_bounds.epsilon_lo`; the paper's construction, whose 95%
+  (`tff_canary.stats.bounds.lower_bounds.epsilon_lo`; the paper's construction, whose 95%
   is nominal only), plus the simultaneous (valid) epsilon_lo with the exact
   null;
 * run B: 2 * `--num_canaries` candidates, each inserted by a fair coin ->
   the one-run bound of Steinke, Nasr & Jagielski (2023)
-  (`tff_canary.stats.lower_bounds.one_run_bound`).
+  (`tff_canary.stats.bounds.lower_bounds.one_run_bound`).
 
 With `--remove_known_canaries` (the default) each canary's statistic in run A
-is taken without the other inserted canaries (`tff_canary.stats.known_canaries`;
+is taken without the other inserted canaries (`tff_canary.stats.estimators.known_canaries`;
 exact for this mechanism): the mean-only epsilon-final then estimates the
 epsilon of the noise std sigma, not sqrt(sigma^2 + k / d). Run B (coin flips)
 always uses the plain statistics, as the one-run bound assumes.
@@ -45,10 +45,10 @@ from absl import flags
 import numpy as np
 
 from tff_canary.stats import atomic_files
-from tff_canary.stats import estimates
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import gaussian_mechanism
-from tff_canary.stats import lower_bounds
+from tff_canary.stats.estimators import estimates
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.simulation import gaussian_mechanism
+from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats import validation
 
 _RESULT_KEYS = ("target_epsilon", "noise_std", "delta", "dim", "num_canaries",

@@ -2,7 +2,7 @@
 
 Starts `--num_workers` TFF `worker_binary` servers on 127.0.0.1 (free ports),
 runs `--num_rounds` rounds of DP-FedAvg with canaries
-(`tff_canary.federated.factory.canary_dp_aggregator`: adaptive clipping,
+(`tff_canary.federated.insertion.factory.canary_dp_aggregator`: adaptive clipping,
 zeroing, seeded noise so that two runs draw the same noise) on a small
 softmax-regression model over them, then the same rounds from the same state
 on TFF's local runtime, and prints the largest absolute difference of the
@@ -11,7 +11,7 @@ differ only in the order float32 sums are taken (each worker sums its own
 clients), so the differences are float rounding, ~1e-7 here.
 
 The workers are stopped (by PID) when the runs end, also on an error or
-Ctrl-C (`tff_canary.federated.multi_worker.local_workers`).
+Ctrl-C (`tff_canary.federated.runtime.multi_worker.local_workers`).
 
 Workers on other machines: start `worker_binary --port=P` there and pass
 `multi_worker.mergeable_context(["host:P", ...])` instead.
@@ -35,12 +35,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_canary.federated import flat_layout
-from tff_canary.federated import factory
-from tff_canary.federated import aggregate_recorder
-from tff_canary.federated import multi_worker
-from tff_canary.stats import canary_config
-from tff_canary.stats import schedules
+from tff_canary.federated.structures import flat_layout
+from tff_canary.federated.insertion import factory
+from tff_canary.federated.scores import aggregate_recorder
+from tff_canary.federated.runtime import multi_worker
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
 
 _FEATURES, _CLASSES = 50, 10
 DIM = _FEATURES * _CLASSES + _CLASSES  # 510 trainable parameters

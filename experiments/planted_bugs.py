@@ -2,7 +2,7 @@
 
   .venv/bin/python experiments/planted_bugs.py [--output_json FILE]
 
-One `tff.learning` run per row (`tff_canary.federated.planted_bug_runs`): a
+One `tff.learning` run per row (`tff_canary.federated.audit.planted_bug_runs`): a
 2-layer MLP (d = 2410) on synthetic Gaussian-class clients, 50 participants
 per round, 20 rounds, 1000 coin-flipped candidate canaries each inserted
 once, noise multiplier 4, delta 1e-5. Rows:
@@ -60,7 +60,7 @@ def define_flags() -> None:
 
 def configs(*, shortfall_sizes, clip_factor, **common):
   """The runs, in table order (module docstring); `common` goes to each."""
-  from tff_canary.federated import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.audit import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
   out = [runs.BugRunConfig(mode=mode, **common)
          for mode in ("client", "server")]
   out += [runs.BugRunConfig(bug="clip", bug_size=clip_factor, mode=mode,
@@ -80,7 +80,7 @@ def main(argv) -> int:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  from tff_canary.federated import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.audit import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
   from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
   planned = configs(
       shortfall_sizes=_FLAGS.shortfall_sizes, clip_factor=_FLAGS.clip_factor,

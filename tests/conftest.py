@@ -1,7 +1,7 @@
 """Test-suite plumbing shared by every test module.
 
 TFF's worker_binary: the TFF-using modules of tff_canary install
-`tff_canary.federated.worker_guard` when imported, and the guard stops every worker at
+`tff_canary.federated.runtime.worker_guard` when imported, and the guard stops every worker at
 exit. This file also stops them at the end of the session (of each xdist
 worker: the suite runs on 2 processes, one test file each at a time) and fails
 the run if one survives, so a leak shows up as a red test instead of a hung
@@ -47,7 +47,7 @@ def _no_worker_outlives_the_session():
   yield
   if "tensorflow_federated" not in sys.modules:
     return
-  from tff_canary.federated import worker_guard  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.runtime import worker_guard  # pylint: disable=g-import-not-at-top
 
   worker_guard.stop_workers()
   leaked = worker_guard.live_workers()

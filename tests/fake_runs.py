@@ -7,8 +7,8 @@ import numpy as np
 
 from tff_canary.stats import atomic_files
 from tff_canary.harness import run_dir
-from tff_canary.stats.ledger import Ledger
-from tff_canary.stats.cosine_table import CosineTable
+from tff_canary.stats.accounting.ledger import Ledger
+from tff_canary.stats.canaries.cosine_table import CosineTable
 
 DIM = 100_000
 ROUNDS = 40

@@ -9,10 +9,10 @@ import math
 import dp_accounting
 import pytest
 
-from tff_canary.stats import adaptive_split
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import ledger
-from tff_canary.stats import poisson_accounting
+from tff_canary.stats.accounting import adaptive_split
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.accounting import ledger
+from tff_canary.stats.accounting import poisson_accounting
 
 
 def _ledger():

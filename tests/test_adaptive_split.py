@@ -1,4 +1,4 @@
-"""Tests of tff_canary.stats.adaptive_split: TFF's adaptive-clipping split.
+"""Tests of tff_canary.stats.accounting.adaptive_split: TFF's adaptive-clipping split.
 
 The comparison with TFF's own `adaptive_clip_noise_params` is in
 tests/test_ledger.py, with everything else that imports TFF.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tff_canary.stats.adaptive_split import adaptive_clipping_event
-from tff_canary.stats.adaptive_split import adaptive_clipping_noise_multipliers
-from tff_canary.stats.effective_noise import effective_noise_multiplier
+from tff_canary.stats.accounting.adaptive_split import adaptive_clipping_event
+from tff_canary.stats.accounting.adaptive_split import adaptive_clipping_noise_multipliers
+from tff_canary.stats.accounting.effective_noise import effective_noise_multiplier
 
 
 def test_adaptive_split_recovers_total_noise_multiplier():

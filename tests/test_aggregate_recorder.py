@@ -1,4 +1,4 @@
-"""Tests of tff_canary.federated.aggregate_recorder (NumPy only, no TF)."""
+"""Tests of tff_canary.federated.scores.aggregate_recorder (NumPy only, no TF)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from tff_canary.federated import aggregate_recorder
+from tff_canary.federated.scores import aggregate_recorder
 
 
 def test_recorder_pops_writes_and_resumes(tmp_path):

@@ -10,7 +10,11 @@ import warnings
 import dp_accounting
 import pytest
 
-from tff_canary.stats import audit, gaussian_accounting, gaussian_mechanism
+from tff_canary.stats.audit import audit
+
+from tff_canary.stats.accounting import gaussian_accounting
+
+from tff_canary.stats.simulation import gaussian_mechanism
 
 
 def test_planted_bug_in_the_gaussian_mechanism():
@@ -41,7 +45,8 @@ def test_planted_bug_in_the_gaussian_mechanism():
 @pytest.mark.slow
 def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
   from tff_canary.harness import dp_fedavg, experiment, experiment_config  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import factory, seeded_query
+  from tff_canary.federated.insertion import factory
+  from tff_canary.federated.insertion import seeded_query
 
   class UnderNoisedQuery(seeded_query.SeededGaussianSumQuery):
     """Adds stddev / clients_per_round noise but reports the claimed stddev."""

@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 
 import tff_canary
-from tff_canary.stats import audit, gaussian_mechanism, ledger
+from tff_canary.stats.audit import audit
+from tff_canary.stats.simulation import gaussian_mechanism
+from tff_canary.stats.accounting import ledger
 from tff_canary.harness import run_dir
-from tff_canary.stats.cosine_table import CosineTable
-from tff_canary.stats.table_estimates import estimate_table
+from tff_canary.stats.canaries.cosine_table import CosineTable
+from tff_canary.stats.audit.table_estimates import estimate_table
 
 from fake_runs import make_run
 
@@ -102,8 +104,10 @@ def test_public_api(call, error, pattern):
 
 
 def _factory_cases():
-  from tff_canary.federated import aggregate_recorder, factory  # pylint: disable=g-import-not-at-top
-  from tff_canary.stats import canary_config, schedules
+  from tff_canary.federated.scores import aggregate_recorder  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import factory
+  from tff_canary.stats.canaries import canary_config
+  from tff_canary.stats.canaries import schedules
   schedule = schedules.FixedPresentations(num_rounds=5, presentations=1)
   config = canary_config.CanaryConfig(seed=0, num_inserted=2, num_held_out=2,
                                       schedule=schedule)
@@ -116,7 +120,7 @@ def _factory_cases():
        TypeError, "seed"),
       (lambda: canary_config.CanaryConfig(seed=0, num_inserted=2,
                                           num_held_out=2, schedule=None),
-       TypeError, "schedule must be a tff_canary.stats.schedules.Schedule"),
+       TypeError, "schedule must be a tff_canary.stats.canaries.schedules.Schedule"),
       (lambda: factory.CanaryDPFactory.gaussian_fixed(-0.1, 4, 1.0,
                                                       canaries=config),
        ValueError, "noise_multiplier must be nonnegative, got -0.1"),

@@ -1,4 +1,4 @@
-"""Tests of tff_canary.federated.canary_cache and the stream's use of it.
+"""Tests of tff_canary.federated.scores.canary_cache and the stream's use of it.
 
 The cache may change the time the stream takes, never its table: streams
 with no cache, a cache of one block and a cache of every canary give the
@@ -16,13 +16,13 @@ import time
 import numpy as np
 import pytest
 
-from tff_canary.federated import canary_cache
-from tff_canary.federated import canary_directions
-from tff_canary.federated import cosine_pass
-from tff_canary.federated import cosine_stream
-from tff_canary.federated import stream_worker
-from tff_canary.stats import canary_config
-from tff_canary.stats import schedules
+from tff_canary.federated.scores import canary_cache
+from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.scores import cosine_pass
+from tff_canary.federated.scores import cosine_stream
+from tff_canary.federated.scores import stream_worker
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
 
 DIM, ROUNDS, M, BLOCK = 3000, 23, 9, 4
 CLIENTS, CLIPS = 4, 30.0 + np.arange(ROUNDS)

@@ -1,4 +1,4 @@
-"""Tests of tff_canary.federated.canary_clients and canary_client_outcomes:
+"""Tests of tff_canary.federated.insertion.canary_clients and canary_client_outcomes:
 canary clients inserted as clients, through TFF's own aggregators (CPU).
 
 The model is a 20-3 softmax regression (d = 63) on synthetic Gaussian-class
@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_canary.federated import canary_client_outcomes as outcomes_lib
-from tff_canary.federated import canary_clients
-from tff_canary.federated import canary_directions
-from tff_canary.federated import factory
-from tff_canary.federated import flat_layout
-from tff_canary.stats import canary_config
-from tff_canary.stats import schedules
+from tff_canary.federated.insertion import canary_client_outcomes as outcomes_lib
+from tff_canary.federated.insertion import canary_clients
+from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.insertion import factory
+from tff_canary.federated.structures import flat_layout
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
 import tensorflow_federated as tff  # pylint: disable=g-bad-import-order
 import tensorflow_privacy as tfp  # pylint: disable=g-bad-import-order
 
@@ -165,7 +165,7 @@ class TenfoldClipQuery(tfp.GaussianSumQuery):
 
 # One server-side canary on a d = 63 model is over the dim / 100 advice; the
 # test reads one canary's amount, not cosines, so the cross-talk is moot.
-@pytest.mark.filterwarnings("ignore::tff_canary.stats.canary_config."
+@pytest.mark.filterwarnings("ignore::tff_canary.stats.canaries.canary_config."
                             "TooManyCanariesWarning")
 def test_a_tenfold_client_clip_is_visible_to_canary_clients_only(clients):
   query = TenfoldClipQuery(l2_norm_clip=CLIP, stddev=0.0)

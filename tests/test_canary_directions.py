@@ -1,4 +1,4 @@
-"""Tests of tff_canary.federated.canary_directions and flat_layout.
+"""Tests of tff_canary.federated.insertion.canary_directions and flat_layout.
 
 The canaries regenerated eagerly after training must be bitwise the ones the
 aggregation graph generated; statistical checks use fixed seeds.
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_canary.federated import canary_directions
-from tff_canary.federated import flat_layout
+from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.structures import flat_layout
 
 
 def test_block_matches_in_graph_generation_bitwise():

@@ -9,7 +9,7 @@ import pytest
 
 from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir
-from tff_canary.stats import canary_config
+from tff_canary.stats.canaries import canary_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIENTS = dict(insertion="clients", seeded_noise=False, server_momentum=0.0)
@@ -185,9 +185,9 @@ def test_the_aggregate_from_the_weights_is_the_noised_aggregate(momentum):
   # weights' change divided by the server learning rate must equal it with
   # SGD, and must not with momentum (why the config refuses momentum).
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import client_round_state  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import factory  # pylint: disable=g-import-not-at-top
-  from tff_canary.stats import schedules  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import factory  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.canaries import schedules  # pylint: disable=g-import-not-at-top
   canaries = canary_config.CanaryConfig(
       seed=3, num_inserted=2, num_held_out=2,
       schedule=schedules.FixedPresentations(3, 1), record_aggregates=True)
@@ -218,9 +218,9 @@ def test_the_aggregate_from_the_weights_is_the_noised_aggregate(momentum):
 @pytest.mark.tff
 def test_clip_and_dp_event_come_from_tffs_own_factory_state():
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import canary_clients  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import client_round_state  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import factory  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import canary_clients  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import factory  # pylint: disable=g-import-not-at-top
   dp = tff.aggregators.DifferentiallyPrivateFactory
   for aggregator, fixed in (
       (dp.gaussian_fixed(0.0, 5.0, 0.5), True),
@@ -298,8 +298,8 @@ def test_a_client_mode_run_inserts_its_canaries_and_reports_the_mode(
   # min(canary_norm, clip) / clients_per_round = 1/6 (least squares on the
   # round's canaries; aggregates kept in float16, relative rounding 5e-4;
   # the clients' updates project on c_j at the null's scale).
-  from tff_canary.federated import aggregate_recorder  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import canary_directions  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.scores import aggregate_recorder  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import canary_directions  # pylint: disable=g-import-not-at-top
   aggregates, recorded = aggregate_recorder.load_aggregates(
       rd.file(run_dir.AGGREGATES))
   assert recorded.all()

@@ -8,8 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from tff_canary.stats import client_sampling, schedules
-from tff_canary.stats.client_sampling import ClientSampler
+from tff_canary.stats.canaries import client_sampling
+
+from tff_canary.stats.canaries import schedules
+from tff_canary.stats.canaries.client_sampling import ClientSampler
 
 
 def _realize(schedule, n=300, seed=0):
@@ -17,7 +19,7 @@ def _realize(schedule, n=300, seed=0):
 
 
 def test_module_imports_no_tensorflow():
-  code = ("import sys; import tff_canary.stats.client_sampling; "
+  code = ("import sys; import tff_canary.stats.canaries.client_sampling; "
           "assert 'tensorflow' not in sys.modules, 'TF imported'")
   subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -1,4 +1,4 @@
-"""Tests of tff_canary.federated.cosine_pass and state_check.
+"""Tests of tff_canary.federated.scores.cosine_pass and state_check.
 
 No TFF computation runs here (importing cosine_pass installs the worker
 guard); the real training runs are in test_factory.py. The cosines are checked
@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_canary.federated import aggregate_recorder
-from tff_canary.federated import canary_directions
-from tff_canary.federated import cosine_pass
-from tff_canary.federated import state_check
-from tff_canary.stats import canary_config
-from tff_canary.stats import cosine_table
-from tff_canary.stats import schedules
+from tff_canary.federated.scores import aggregate_recorder
+from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.scores import cosine_pass
+from tff_canary.federated.insertion import state_check
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import cosine_table
+from tff_canary.stats.canaries import schedules
 
 
 def _config(num_inserted=4, num_held_out=3, seed=3, rounds=10, r=2,
@@ -156,11 +156,11 @@ def test_rounds_without_canaries_may_be_unrecorded(tmp_path):
 
 @pytest.mark.tff
 def test_state_must_carry_the_configs_seed_and_schedule(run):
-  # Loads TFF (the state types live in tff_canary.federated.canary_process)
+  # Loads TFF (the state types live in tff_canary.federated.insertion.canary_process)
   # but runs no computation. A cosine table computed for canaries other than
   # the ones trained with is meaningless; the state carries the trained ones.
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import canary_process  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import canary_process  # pylint: disable=g-import-not-at-top
   config, theta0, theta_t, aggregates, _ = run
 
   def learning_state(cfg):
@@ -200,7 +200,7 @@ def test_state_must_carry_the_configs_seed_and_schedule(run):
 
 def test_null_cosines_of_an_independent_vector():
   # u independent of the canaries: cos(c_j, u) has mean 0 and variance 1/d
-  # (METHOD §5). 400 canaries at d = 2000: the mean has sd 1/sqrt(d m) =
+  # (docs/method/null-law.md). 400 canaries at d = 2000: the mean has sd 1/sqrt(d m) =
   # 1.1e-3, the variance relative sd sqrt(2/m) = 7%; 5 sd bands, fixed seed.
   dim, m = 2000, 400
   config = _config(num_inserted=0, num_held_out=m)

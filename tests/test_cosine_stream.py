@@ -1,4 +1,4 @@
-"""Tests of tff_canary.federated.cosine_stream, cosine_chunks, stream_worker.
+"""Tests of tff_canary.federated.scores.cosine_stream, cosine_chunks, stream_worker.
 
 No TFF computation: synthetic aggregates, the real canaries (the worker
 process regenerates them with TensorFlow). The reference is the
@@ -14,13 +14,13 @@ import os
 import numpy as np
 import pytest
 
-from tff_canary.federated import canary_directions
-from tff_canary.federated import cosine_chunks
-from tff_canary.federated import cosine_pass
-from tff_canary.federated import cosine_stream
-from tff_canary.federated import stream_worker
-from tff_canary.stats import canary_config
-from tff_canary.stats import schedules
+from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.scores import cosine_chunks
+from tff_canary.federated.scores import cosine_pass
+from tff_canary.federated.scores import cosine_stream
+from tff_canary.federated.scores import stream_worker
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
 
 DIM, ROUNDS, M = 3000, 23, 9
 
@@ -256,8 +256,9 @@ def test_plan_and_worker_errors(tmp_path):
 
 _ORPHAN_SCRIPT = """
 import os, sys
-from tff_canary.federated import stream_worker
-from tff_canary.stats import canary_config, schedules
+from tff_canary.federated.scores import stream_worker
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
 config = canary_config.CanaryConfig(
     seed=5, num_inserted=2, num_held_out=2,
     schedule=schedules.FixedPresentations(4, 1))

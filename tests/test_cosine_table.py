@@ -1,4 +1,4 @@
-"""Tests of tff_canary.stats.cosine_table (NumPy only; no TensorFlow imported)."""
+"""Tests of tff_canary.stats.canaries.cosine_table (NumPy only; no TensorFlow imported)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from tff_canary.stats import cosine_table
-from tff_canary.stats.cosine_table import COLUMNS, CosineTable
+from tff_canary.stats.canaries import cosine_table
+from tff_canary.stats.canaries.cosine_table import COLUMNS, CosineTable
 
 
 def _table(**overrides):
@@ -37,7 +37,7 @@ def _table(**overrides):
 
 
 def test_module_imports_no_tensorflow():
-  code = ("import sys; import tff_canary.stats.cosine_table; "
+  code = ("import sys; import tff_canary.stats.canaries.cosine_table; "
           "assert 'tensorflow' not in sys.modules, 'TF imported'")
   subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from run_files import metrics_without_timing
-from tff_canary.stats.cosine_table import CosineTable
+from tff_canary.stats.canaries.cosine_table import CosineTable
 
 pytestmark = [pytest.mark.tff, pytest.mark.slow]
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from scipy import special
 
-from tff_canary.stats import ddp_accounting as acc
-from tff_canary.stats import ddp_parameters as params
-from tff_canary.stats import discrete_noise
-from tff_canary.stats import gaussian_accounting
+from tff_canary.stats.accounting import ddp_accounting as acc
+from tff_canary.stats.accounting import ddp_parameters as params
+from tff_canary.stats.simulation import discrete_noise
+from tff_canary.stats.accounting import gaussian_accounting
 
 DELTA = 1e-5
 

@@ -20,8 +20,8 @@ import pytest
 from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir
 from tff_canary.stats import atomic_files
-from tff_canary.stats import ddp_accounting
-from tff_canary.stats import ddp_parameters
+from tff_canary.stats.accounting import ddp_accounting
+from tff_canary.stats.accounting import ddp_parameters
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIENTS = dict(insertion="clients", seeded_noise=False, server_momentum=0.0)
@@ -221,7 +221,7 @@ def test_the_chain_holds_the_real_factorys_state(mechanism, rotation):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import ddp_chain  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import ddp_chain  # pylint: disable=g-import-not-at-top
   value_type = tff.TensorType(np.float32, [1000])
   params = ddp_parameters.ddp_parameters(0.7, 30, 18, 0.5, 1000,
                                          mechanism=mechanism,
@@ -275,7 +275,7 @@ def ddp_run(tmp_path_factory):
 @pytest.mark.tff
 @pytest.mark.slow
 def test_a_ddp_run_trains_through_tffs_distributed_dp_chain(ddp_run):
-  from tff_canary.federated import client_round_state  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
   report, rd, state = ddp_run
   saved = rd.load_config()
   assert saved["aggregator"] == "ddp" and saved["ddp_bits"] == 20
@@ -315,8 +315,8 @@ def test_ddp_canary_clients_enter_the_sum_at_the_clip(ddp_run):
   # canaries a round: <= 1/7, 14% off). Least squares on the round's
   # canaries; float16 aggregates (relative rounding 5e-4); the clients' own
   # updates project on c_j at the null's scale 1/sqrt(d) ~ 1e-3.
-  from tff_canary.federated import aggregate_recorder  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import canary_directions  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.scores import aggregate_recorder  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import canary_directions  # pylint: disable=g-import-not-at-top
   report, rd, _ = ddp_run
   saved = rd.load_config()
   aggregates, recorded = aggregate_recorder.load_aggregates(
@@ -357,7 +357,7 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
   # participants, and the std the factory claims, sqrt(n) x share std /
   # scale in model units (ddp_parameters: the share std in integer units).
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import client_round_state  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
   from tff_canary.harness import dp_fedavg  # pylint: disable=g-import-not-at-top
   from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
   from tff_canary.harness import tasks  # pylint: disable=g-import-not-at-top

@@ -16,8 +16,8 @@ import pytest
 import tensorflow_federated as tff
 from tensorflow_federated.python.aggregators import distributed_dp
 
-from tff_canary.federated import worker_guard  # noqa: F401  (stops workers)
-from tff_canary.stats import ddp_parameters
+from tff_canary.federated.runtime import worker_guard  # noqa: F401  (stops workers)
+from tff_canary.stats.accounting import ddp_parameters
 
 CASES = [
     dict(noise_multiplier=1.0, clients=40, bits=12, beta=0.0,

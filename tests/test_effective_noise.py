@@ -1,4 +1,4 @@
-"""Tests of tff_canary.stats.effective_noise: one Gaussian for a DpEvent.
+"""Tests of tff_canary.stats.accounting.effective_noise: one Gaussian for a DpEvent.
 
 References: closed forms of the composition, and dp_accounting's PLD
 accountant convolving the Gaussians (`pld_reference`).
@@ -12,8 +12,8 @@ import dp_accounting
 import pytest
 
 import pld_reference
-from tff_canary.stats.effective_noise import effective_noise_multiplier
-from tff_canary.stats.gaussian_accounting import gaussian_epsilon
+from tff_canary.stats.accounting.effective_noise import effective_noise_multiplier
+from tff_canary.stats.accounting.gaussian_accounting import gaussian_epsilon
 
 
 def test_effective_noise_multiplier_of_event_kinds():

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from tff_canary.stats import estimates
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import max_of_rounds
+from tff_canary.stats.estimators import estimates
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.estimators import max_of_rounds
 from tff_canary.stats import results
-from tff_canary.stats import round_simulation
-from tff_canary.stats import two_gaussians
-from tff_canary.stats.max_of_rounds import epsilon_all_max_model
+from tff_canary.stats.simulation import round_simulation
+from tff_canary.stats.estimators import two_gaussians
+from tff_canary.stats.estimators.max_of_rounds import epsilon_all_max_model
 
 DELTA = 1e-6
 

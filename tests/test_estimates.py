@@ -1,4 +1,4 @@
-"""epsilon-final and epsilon-all (METHOD §7)."""
+"""epsilon-final and epsilon-all (docs/method/estimates.md)."""
 
 import dataclasses
 import json
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tff_canary.stats import results
-from tff_canary.stats import two_gaussians
-from tff_canary.stats.estimates import epsilon_all, epsilon_final
+from tff_canary.stats.estimators import two_gaussians
+from tff_canary.stats.estimators.estimates import epsilon_all, epsilon_final
 
 DIM = 1_000_000
 DELTA = 1e-6
@@ -22,7 +22,7 @@ def _draws(rng, mean_in_stds, n=1000, std_ratio=1.0, dim=DIM):
 
 def test_mean_only_recovers_the_epsilon_of_the_true_mean():
   rng = np.random.default_rng(0)
-  z = 1.54  # noise multiplier of epsilon = 3 at delta = 1e-6 (METHOD §9)
+  z = 1.54  # noise multiplier of epsilon = 3 at delta = 1e-6 (docs/method/reference-numbers.md)
   truth = two_gaussians.epsilon_for_delta(DELTA, 0, 1, 1 / z, 1)
   estimates = [epsilon_final(_draws(rng, 1 / z), dim=DIM, delta=DELTA).epsilon
                for _ in range(200)]
@@ -53,7 +53,7 @@ def test_interval_covers_the_truth(method):
 
 
 def test_fitted_variance_is_biased_up_by_sampling_noise_of_the_std():
-  # METHOD §7: with 1000 canaries the fitted variance inflates epsilon.
+  # docs/method/estimates.md: with 1000 canaries the fitted variance inflates epsilon.
   rng = np.random.default_rng(2)
   z = 4.22  # epsilon = 1
   fitted = [epsilon_final(_draws(rng, 1 / z), dim=DIM, delta=DELTA,

@@ -1,4 +1,4 @@
-"""Tests of tff_canary.federated.factory and canary_process: real TFF
+"""Tests of tff_canary.federated.insertion.factory and canary_process: real TFF
 computations on a small model (CPU).
 
 The model is a 30-128-5 MLP (d = 4613 parameters) on synthetic Gaussian-class
@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_canary.federated import aggregate_recorder
-from tff_canary.federated import canary_directions
-from tff_canary.federated import canary_process
-from tff_canary.federated import cosine_pass
-from tff_canary.federated import factory
-from tff_canary.federated import flat_layout
-from tff_canary.stats import canary_config
-from tff_canary.stats import schedules
+from tff_canary.federated.scores import aggregate_recorder
+from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.insertion import canary_process
+from tff_canary.federated.scores import cosine_pass
+from tff_canary.federated.insertion import factory
+from tff_canary.federated.structures import flat_layout
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
 import tensorflow_federated as tff  # pylint: disable=g-bad-import-order
 import tensorflow_privacy as tfp  # pylint: disable=g-bad-import-order
 from test_seeded_query import MLP_SHAPES  # pylint: disable=g-bad-import-order
@@ -204,7 +204,7 @@ def test_short_training_run_separates_inserted_from_held_out(tmp_path):
   inserted canary in 3 rounds. Over 15 repetitions (the noise is unseeded)
   the inserted mean final cosine was 10.6-17.6 sample standard errors above
   0 (12-14 null standard errors), the held-out mean within 2.5 null standard
-  errors 1/sqrt(d k') = 0.0033 of 0 (an exact null, METHOD §5), and the mean
+  errors 1/sqrt(d k') = 0.0033 of 0 (an exact null, docs/method/null-law.md), and the mean
   max cosine of inserted canaries 11-17 standard errors above the held-out
   one. The bounds below are 4 standard errors: false alarms have probability
   < 1e-4, and a real failure (no signal, wrong sign) is far outside them.

@@ -1,4 +1,4 @@
-"""The f-DP one-run bound (Mahloujifar, Melis & Chaudhuri 2024; METHOD §10)."""
+"""The f-DP one-run bound (Mahloujifar, Melis & Chaudhuri 2024; docs/method/lower-bounds.md)."""
 
 import math
 import warnings
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tff_canary.stats import gaussian_accounting
+from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats import results
-from tff_canary.stats.fdp_one_run import (fdp_one_run_bound, inverse_blow_up,
+from tff_canary.stats.bounds.fdp_one_run import (fdp_one_run_bound, inverse_blow_up,
                                           largest_rejected_mu,
                                           rejection_margin)
 

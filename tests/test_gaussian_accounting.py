@@ -1,4 +1,4 @@
-"""Tests of tff_canary.stats.gaussian_accounting: the exact Gaussian epsilon.
+"""Tests of tff_canary.stats.accounting.gaussian_accounting: the exact Gaussian epsilon.
 
 Independent references used here: mpmath at 50 digits for the Balle-Wang
 delta (mpmath ships with dp-accounting), dp_accounting's GaussianPrivacyLoss,
@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 
 import pld_reference
-from tff_canary.stats.gaussian_accounting import gaussian_delta
-from tff_canary.stats.gaussian_accounting import gaussian_epsilon
-from tff_canary.stats.gaussian_accounting import gaussian_noise_multiplier
-from tff_canary.stats.gaussian_accounting import repeated_epsilon
+from tff_canary.stats.accounting.gaussian_accounting import gaussian_delta
+from tff_canary.stats.accounting.gaussian_accounting import gaussian_epsilon
+from tff_canary.stats.accounting.gaussian_accounting import gaussian_noise_multiplier
+from tff_canary.stats.accounting.gaussian_accounting import repeated_epsilon
 
 mpmath.mp.dps = 50
 
-# METHOD section 9: delta = n^-1.1 with n = 341,000 clients.
+# docs/method/reference-numbers.md: delta = n^-1.1 with n = 341,000 clients.
 STACKOVERFLOW_DELTA = 341000**-1.1
 
 # The grid of the brief: epsilon 0.05..300, delta 1e-10..1e-2.
@@ -47,7 +47,7 @@ def three_significant(x):
 
 
 # ---------------------------------------------------------------------------
-# gaussian_epsilon: METHOD section 9.
+# gaussian_epsilon: docs/method/reference-numbers.md.
 
 
 @pytest.mark.parametrize("noise_multiplier, paper_epsilon", [

@@ -1,9 +1,8 @@
-"""Tests of the Gaussian-mechanism simulators (tff_canary.stats.gaussian_mechanism).
+"""Tests of the Gaussian-mechanism simulators (tff_canary.stats.simulation.gaussian_mechanism).
 
 The brute-force simulator materializes the vectors and is the reference; the
 fast one (Bartlett decomposition) must agree with it in distribution, and both
-must match the exact theory: held-out cosines follow the null law of METHOD.md
-§5; |rho|^2 = |sum of inserted|^2 + 2 sigma <S, z> + sigma^2 |z|^2 has mean
+must match the exact theory: held-out cosines follow the null law of docs/method/null-law.md; |rho|^2 = |sum of inserted|^2 + 2 sigma <S, z> + sigma^2 |z|^2 has mean
 k + sigma^2 d and variance 2k(k-1)/d + 4 sigma^2 k + 2 sigma^4 d (the cross
 terms <c_i, c_j> are pairwise uncorrelated with variance 1/d; odd moments of z
 vanish); inserted cosines have mean 1/sqrt(sigma^2 d + k) up to relative O(1/d)
@@ -23,7 +22,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tff_canary.stats import gaussian_mechanism as gm
+from tff_canary.stats.simulation import gaussian_mechanism as gm
 
 _P_MIN = 1e-3
 _Z = 4.0

@@ -1,4 +1,4 @@
-"""The GDP bound (Nasr et al. 2023; METHOD §10) and why it clamps mu at 0."""
+"""The GDP bound (Nasr et al. 2023; docs/method/lower-bounds.md) and why it clamps mu at 0."""
 
 import math
 import warnings
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import gaussian_mechanism
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.simulation import gaussian_mechanism
 from tff_canary.stats import results
-from tff_canary.stats.gdp_bound import gdp_bound, gdp_mu_lower
+from tff_canary.stats.bounds.gdp_bound import gdp_bound, gdp_mu_lower
 
 DELTA = 1e-6
 

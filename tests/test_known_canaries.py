@@ -1,8 +1,8 @@
 """Tests of removing the other inserted canaries (stats layer, no TensorFlow).
 
-tff_canary.stats.known_canaries (the formula), its use in the Gaussian-
+tff_canary.stats.estimators.known_canaries (the formula), its use in the Gaussian-
 mechanism simulators (`remove_known_canaries`) and the multi-round simulator
-tff_canary.stats.round_simulation, and the estimates on them.
+tff_canary.stats.simulation.round_simulation, and the estimates on them.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tff_canary.stats import estimates
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import gaussian_mechanism as gm
-from tff_canary.stats import known_canaries
-from tff_canary.stats import round_simulation
-from tff_canary.stats import two_gaussians
+from tff_canary.stats.estimators import estimates
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.simulation import gaussian_mechanism as gm
+from tff_canary.stats.estimators import known_canaries
+from tff_canary.stats.simulation import round_simulation
+from tff_canary.stats.estimators import two_gaussians
 
 _P_MIN = 1e-3
 
@@ -190,7 +190,7 @@ def test_rounds_max_is_the_max_of_its_parts():
 
 def test_held_out_max_has_the_law_of_r_nulls():
   # CDF of the max of R independent exact nulls: F^R, with (1 + T)/2 ~
-  # Beta((d - 1)/2, (d - 1)/2) (METHOD §5).
+  # Beta((d - 1)/2, (d - 1)/2) (docs/method/null-law.md).
   d, rounds = 50, 5
   run = round_simulation.simulate_rounds(
       dim=d, num_rounds=rounds, inserted_per_round=2, num_held_out=4000,

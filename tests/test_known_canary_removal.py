@@ -1,6 +1,6 @@
 """Removing the other inserted canaries in the cosine pass, on real TFF rounds.
 
-tff_canary.federated.known_canary_removal with compute_cosine_table: the
+tff_canary.federated.scores.known_canary_removal with compute_cosine_table: the
 aggregation process of this package runs a few rounds without clients (zero
 client updates), so each recorded aggregate is the round's canaries at the
 clip over clients_per_round, plus the noise.
@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tff_canary.federated import cosine_pass
-from tff_canary.federated import factory
-from tff_canary.federated import known_canary_removal
-from tff_canary.stats import canary_config
-from tff_canary.stats import cosine_table
-from tff_canary.stats import schedules
+from tff_canary.federated.scores import cosine_pass
+from tff_canary.federated.insertion import factory
+from tff_canary.federated.scores import known_canary_removal
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import cosine_table
+from tff_canary.stats.canaries import schedules
 import tensorflow_federated as tff  # pylint: disable=g-bad-import-order
 
 pytestmark = pytest.mark.tff

@@ -4,11 +4,17 @@ tff_canary/stats      NumPy, SciPy, dp-accounting; imports no other layer
 tff_canary/federated  TFF integration; imports stats, never harness
 tff_canary/harness    experiment runner, data, run directory, report, plots
 
+stats/ and federated/ are split into subpackages by concept (estimators,
+bounds, accounting, ...; insertion, scores, runtime, ...); neither the modules
+nor the subpackages import each other in a cycle.
+
 These read every module's import statements (ast), so a new module is covered
-the day it is added; an import of tensorflow inside a function counts too.
+the day it is added; an import of tensorflow inside a function counts too, and
+so does an import under `if TYPE_CHECKING:`.
 """
 
 import ast
+import collections
 import pathlib
 
 import pytest
@@ -40,7 +46,65 @@ def imported_modules(path: pathlib.Path) -> list[tuple[int, str]]:
 
 
 def layer_modules(layer: str) -> list[pathlib.Path]:
-  return sorted((PACKAGE / layer).glob("*.py"))
+  return sorted((PACKAGE / layer).rglob("*.py"))
+
+
+def module_name(path: pathlib.Path) -> str:
+  """tff_canary/stats/bounds/audit.py -> tff_canary.stats.bounds.audit; a
+  package's __init__.py is the package."""
+  parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+  """Module -> the package's modules it imports (absolute imports; every
+  `from a import b` counts as importing a, and a.b when that is a module)."""
+  modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+  graph = {}
+  for name, path in modules.items():
+    graph[name] = {m for _, m in imported_modules(path)
+                   if m in modules and m != name}
+  return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The strongly connected components of more than one node (Tarjan)."""
+  index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+  def visit(v):
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on_stack.add(v)
+    for w in sorted(graph.get(v, ())):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on_stack:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      component = []
+      while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        component.append(w)
+        if w == v:
+          break
+      if len(component) > 1:
+        found.append(sorted(component))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return found
+
+
+def subpackage(module: str) -> str:
+  """tff_canary.stats.bounds.audit -> tff_canary.stats.bounds; a module at a
+  layer's top level (tff_canary.stats.results) is its own node."""
+  parts = module.split(".")
+  if len(parts) >= 3 and (PACKAGE / parts[1] / parts[2]).is_dir():
+    return ".".join(parts[:3])
+  return module
 
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
@@ -54,6 +118,32 @@ def test_layer_imports_point_one_way(layer):
              for f in FORBIDDEN[layer]):
         bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}")
   assert not bad, "\n".join(bad)
+
+
+def test_no_module_imports_itself_through_a_cycle():
+  graph = import_graph()
+  assert len(graph) > 60, "the import graph lost its modules"
+  assert cycles(graph) == []
+
+
+def test_subpackages_import_each_other_without_a_cycle():
+  # The subpackages are layers within a layer: accounting and estimators
+  # below bounds, bounds below audit, ... Any cycle means a concept split
+  # across two of them.
+  graph = collections.defaultdict(set)
+  for module, imported in import_graph().items():
+    for other in imported:
+      if subpackage(module) != subpackage(other):
+        graph[subpackage(module)].add(subpackage(other))
+  assert "tff_canary.stats.estimators" in graph
+  assert cycles(dict(graph)) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+  # The two checks above must be able to fail.
+  assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
+      ["a", "b", "c"]]
+  assert cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_checker_sees_a_forbidden_import(tmp_path):

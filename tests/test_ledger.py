@@ -1,4 +1,4 @@
-"""Tests of tff_canary.stats.ledger: a run's DpEvents and their epsilons.
+"""Tests of tff_canary.stats.accounting.ledger: a run's DpEvents and their epsilons.
 
 References: the exact Gaussian epsilon (`gaussian_accounting`), the Poisson
 accounting (`poisson_accounting`), dp_accounting's PLD accountant convolving
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import pld_reference
-from tff_canary.stats import adaptive_split
-from tff_canary.stats import gaussian_accounting
-from tff_canary.stats import ledger as ledger_lib
-from tff_canary.stats import poisson_accounting
+from tff_canary.stats.accounting import adaptive_split
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.accounting import ledger as ledger_lib
+from tff_canary.stats.accounting import poisson_accounting
 
 
 def adaptive_ledger(rounds=20, z=0.7, clients=100.0):
@@ -160,7 +160,7 @@ def test_matches_tff_adaptive_clipping_and_its_dp_events():
   import tensorflow_federated as tff
   from tensorflow_federated.python.aggregators import differential_privacy
 
-  from tff_canary.federated import worker_guard
+  from tff_canary.federated.runtime import worker_guard
   # pylint: enable=g-import-not-at-top
   worker_guard.install()
 

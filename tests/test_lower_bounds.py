@@ -1,4 +1,4 @@
-"""epsilon_lo and the one-run bound (METHOD §7)."""
+"""epsilon_lo and the one-run bound (docs/method/lower-bounds.md)."""
 
 import math
 import warnings
@@ -8,9 +8,9 @@ import pytest
 from scipy import stats
 
 from tff_canary.stats import results
-from tff_canary.stats import two_gaussians
-from tff_canary.stats.lower_bounds import epsilon_lo, one_run_bound, one_run_p_value
-from tff_canary.stats.null_law import CosineNull
+from tff_canary.stats.estimators import two_gaussians
+from tff_canary.stats.bounds.lower_bounds import epsilon_lo, one_run_bound, one_run_p_value
+from tff_canary.stats.estimators.null_law import CosineNull
 
 DIM = 1_000_000
 DELTA = 1e-6
@@ -64,7 +64,7 @@ def test_held_out_ceiling_with_1000_canaries():
   bound = epsilon_lo(x, delta=DELTA, held_out=y)
   u = stats.beta.ppf(0.95, 0.5, 1000.5)  # Jeffreys upper limit of 0/1000
   assert bound.ceiling == pytest.approx(math.log((1 - DELTA - u) / u), rel=1e-12)
-  # METHOD §9: "about 6.24" in the paper; this construction gives 6.254.
+  # docs/method/reference-numbers.md: "about 6.24" in the paper; this construction gives 6.254.
   assert bound.epsilon == pytest.approx(6.25, abs=0.02)
   assert bound.saturated and "saturated" in str(bound)
 
@@ -143,7 +143,7 @@ def test_epsilon_lo_bad_input(kwargs, error, match):
 
 
 def test_one_run_ceiling_at_delta_zero_from_method():
-  # METHOD §7: with r = 100 guesses all right and delta = 0, logit(0.05^(1/r)) = 3.49.
+  # docs/method/lower-bounds.md: with r = 100 guesses all right and delta = 0, logit(0.05^(1/r)) = 3.49.
   s = np.r_[np.linspace(1, 2, 50), np.linspace(-2, -1, 50)] / 10
   mask = np.r_[np.ones(50, bool), np.zeros(50, bool)]
   bound = one_run_bound(s, mask, delta=0.0, k_plus=50, k_minus=50)
@@ -216,7 +216,7 @@ def test_one_run_bad_input(kwargs, error, match):
 def test_pruned_threshold_search_equals_evaluating_every_threshold():
   # _max_over_thresholds skips blocks whose bound cannot beat the best value;
   # it must return exactly what evaluating all n thresholds returns.
-  from tff_canary.stats import lower_bounds as lb
+  from tff_canary.stats.bounds import lower_bounds as lb
 
   rng = np.random.default_rng(10)
   for trial in range(120):
@@ -283,12 +283,12 @@ def test_simultaneous_bound_details():
   # Below the paper's ceiling: the corrected limits are wider.
   assert 3.0 < b.ceiling < 6.25
   assert "nominal" not in str(b) and "simultaneous" in str(b)
-  from tff_canary.stats.lower_bounds import simultaneous_ranks
+  from tff_canary.stats.bounds.lower_bounds import simultaneous_ranks
   ranks = simultaneous_ranks(1000)
   assert ranks[0] == 1 and ranks[-1] == 1000 and 15 <= ranks.size <= 25
 
 
-# Threshold strategies of epsilon_lo (METHOD §10) ----------------------------
+# Threshold strategies of epsilon_lo (docs/method/lower-bounds.md) ----------------------------
 
 
 def test_bonferroni_correction_is_every_rank_at_alpha_over_n():

@@ -2,7 +2,7 @@
 
 experiments/multi_worker.py runs the same rounds on two `worker_binary`
 servers and locally; the workers it starts are stopped by PID whatever way
-their block ends (tff_canary.federated.multi_worker).
+their block ends (tff_canary.federated.runtime.multi_worker).
 """
 
 import os
@@ -77,7 +77,7 @@ def test_two_workers_equal_the_local_run_and_are_stopped():
 
 
 def test_workers_are_stopped_when_the_block_is_interrupted():
-  from tff_canary.federated import multi_worker  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.runtime import multi_worker  # pylint: disable=g-import-not-at-top
 
   pids = []
   with pytest.raises(KeyboardInterrupt):
@@ -94,7 +94,7 @@ def test_workers_that_ignore_sigint_stop_at_once():
   # A Python started in the background by a shell script ignores SIGINT, and
   # its workers inherit that. local_workers sends SIGTERM, so they stop at
   # once instead of after the 5 s grace before SIGKILL (per worker).
-  from tff_canary.federated import multi_worker  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.runtime import multi_worker  # pylint: disable=g-import-not-at-top
 
   previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
   try:
@@ -110,7 +110,7 @@ def test_workers_that_ignore_sigint_stop_at_once():
 
 
 def test_a_failed_start_stops_the_workers_already_started(monkeypatch):
-  from tff_canary.federated import multi_worker  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.runtime import multi_worker  # pylint: disable=g-import-not-at-top
 
   started = []
   real_start = multi_worker.start_worker
@@ -130,7 +130,7 @@ def test_a_failed_start_stops_the_workers_already_started(monkeypatch):
 
 
 def test_a_worker_that_exits_at_start_is_an_error(monkeypatch):
-  from tff_canary.federated import multi_worker  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.runtime import multi_worker  # pylint: disable=g-import-not-at-top
 
   monkeypatch.setattr(multi_worker, "worker_binary_path", lambda: "/bin/false")
   with pytest.raises(RuntimeError, match="exited at start 3 times"):
@@ -139,7 +139,7 @@ def test_a_worker_that_exits_at_start_is_an_error(monkeypatch):
 
 def test_a_worker_that_never_serves_times_out_and_is_stopped(
     monkeypatch, tmp_path):
-  from tff_canary.federated import multi_worker  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.runtime import multi_worker  # pylint: disable=g-import-not-at-top
 
   pid_file = tmp_path / "pid"
   fake = tmp_path / "fake_worker"
@@ -167,7 +167,7 @@ def test_a_worker_that_never_serves_times_out_and_is_stopped(
      r"addresses\[0\] must be a 'host:port' string, got 1234"),
 ])
 def test_bad_input_names_the_argument(call, error, message):
-  from tff_canary.federated import multi_worker  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.runtime import multi_worker  # pylint: disable=g-import-not-at-top
 
   with pytest.raises(error, match=message):
     call(multi_worker)

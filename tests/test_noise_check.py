@@ -1,4 +1,4 @@
-"""The noise self-test on real TFF aggregation processes (`tff_canary.federated.noise_check`).
+"""The noise self-test on real TFF aggregation processes (`tff_canary.federated.audit.noise_check`).
 
 TFF's own DP factories must pass; TFF's factory around a planted
 tensorflow_privacy query (`planted_noise`) must fail in the family that
@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_canary.federated import factory, noise_check
-from tff_canary.stats import canary_config, schedules
+from tff_canary.federated.insertion import factory
+
+from tff_canary.federated.audit import noise_check
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
 
 import planted_noise
 
@@ -124,7 +127,7 @@ def test_canary_factory_with_tff_noise_passes():
 
 
 def test_canary_factory_with_seeded_noise_passes():
-  # Before tff_canary.federated.seeded_query, factory's seeded noise reused one stream
+  # Before tff_canary.federated.insertion.seeded_query, factory's seeded noise reused one stream
   # for every tensor and this check failed it (prefix[...] cosine 1).
   aggregator = factory.CanaryDPFactory.gaussian_fixed(
       1.0, 10.0, 0.5, canaries=_no_canaries(), noise_seed=3)

@@ -1,4 +1,4 @@
-"""The TF-free noise check (`tff_canary.stats.noise_stats`, `noise_tests`).
+"""The TF-free noise check (`tff_canary.stats.noise.noise_stats`, `noise_tests`).
 
 Every planted pattern below is a defect a real noise implementation could
 have; each test fails if the family meant to catch it loses its power (a
@@ -16,8 +16,8 @@ import os
 import numpy as np
 import pytest
 
-from tff_canary.stats import noise_stats
-from tff_canary.stats import noise_tests
+from tff_canary.stats.noise import noise_stats
+from tff_canary.stats.noise import noise_tests
 
 NAMES = ("w1", "b1", "w2", "b2")
 SHAPES = ((784, 128), (128,), (128, 5), (5,))
@@ -320,7 +320,7 @@ def test_noise_stats_does_not_import_tensorflow():
   # without TensorFlow); fails if any import pulls TF in.
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
-  code = ("import sys, tff_canary.stats.noise_stats\n"
+  code = ("import sys, tff_canary.stats.noise.noise_stats\n"
           "bad = [m for m in ('tensorflow', 'tensorflow_federated') "
           "if m in sys.modules]\n"
           "sys.exit(bool(bad))\n")

@@ -1,11 +1,11 @@
-"""The exact null law of a canary cosine (METHOD §5) against independent methods."""
+"""The exact null law of a canary cosine (docs/method/null-law.md) against independent methods."""
 
 import mpmath
 import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from tff_canary.stats.null_law import CosineNull
+from tff_canary.stats.estimators.null_law import CosineNull
 
 
 def _reference_logsf(dim, t):
@@ -36,7 +36,7 @@ def test_logsf_matches_high_precision_quadrature(dim):
 
 
 def test_deep_tail_reference_number_from_method():
-  # METHOD §5: d = 999, t = 0.3: exact 1.5e-22, normal approximation 1.3e-21.
+  # docs/method/null-law.md: d = 999, t = 0.3: exact 1.5e-22, normal approximation 1.3e-21.
   null = CosineNull(999)
   assert null.sf(0.3) == pytest.approx(1.5e-22, rel=0.02)
   assert stats.norm.sf(0.3 * np.sqrt(999)) == pytest.approx(1.3e-21, rel=0.05)

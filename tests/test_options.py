@@ -12,16 +12,16 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from tff_canary.stats import client_sampling
-from tff_canary.stats import cosine_table
-from tff_canary.stats import estimates
-from tff_canary.stats import fdp_one_run
-from tff_canary.stats import gaussian_mechanism
-from tff_canary.stats import ledger
-from tff_canary.stats import lower_bounds
-from tff_canary.stats import poisson_accounting
-from tff_canary.stats import threshold_strategies
-from tff_canary.stats import tight_one_run
+from tff_canary.stats.canaries import client_sampling
+from tff_canary.stats.canaries import cosine_table
+from tff_canary.stats.estimators import estimates
+from tff_canary.stats.bounds import fdp_one_run
+from tff_canary.stats.simulation import gaussian_mechanism
+from tff_canary.stats.accounting import ledger
+from tff_canary.stats.bounds import lower_bounds
+from tff_canary.stats.accounting import poisson_accounting
+from tff_canary.stats.bounds import threshold_strategies
+from tff_canary.stats.bounds import tight_one_run
 
 GOOD = np.array([0.001, 0.002, 0.0015, 0.0005])
 

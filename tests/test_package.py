@@ -14,8 +14,8 @@ TF_FREE = (["tff_canary"] + [
     if p.stem != "__init__"] + [
     "tff_canary.harness.report", "tff_canary.harness.run_dir",
     "tff_canary.harness.plots", "tff_canary.harness.experiment_config",
-    "tff_canary.federated.tree_search",
-    "tff_canary.federated.aggregate_recorder"])
+    "tff_canary.federated.structures.tree_search",
+    "tff_canary.federated.scores.aggregate_recorder"])
 
 
 def test_estimator_modules_do_not_import_tensorflow():

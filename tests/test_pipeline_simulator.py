@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from tff_canary.stats import pipeline_simulator as sim
+from tff_canary.stats.simulation import pipeline_simulator as sim
 
 Z = 4.0  # claim epsilon ~ 1 at delta 1e-5 with 16 bits
 

@@ -1,6 +1,6 @@
 """Each planted DP bug in a real TFF run, caught (or not) by the tool (issue 10).
 
-`tff_canary.federated.planted_bug_runs.run` trains a 2-layer MLP (d = 2410)
+`tff_canary.federated.audit.planted_bug_runs.run` trains a 2-layer MLP (d = 2410)
 with a `tff.learning` process for a few rounds and applies the audit (95%)
 and the noise self-test. The runs here are small (20 participants, 4 rounds,
 100 coin-flipped candidates, so about 12 canary clients a round) to keep the
@@ -23,10 +23,10 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.aggregators import discretization
 from tensorflow_federated.python.aggregators import distributed_dp
 
-from tff_canary.federated import noise_check
-from tff_canary.federated import planted_bug_runs as runs
-from tff_canary.federated import planted_bugs
-from tff_canary.stats import ddp_parameters
+from tff_canary.federated.audit import noise_check
+from tff_canary.federated.audit import planted_bug_runs as runs
+from tff_canary.federated.audit import planted_bugs
+from tff_canary.stats.accounting import ddp_parameters
 
 pytestmark = pytest.mark.tff
 

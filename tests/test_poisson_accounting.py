@@ -1,4 +1,4 @@
-"""Tests of tff_canary.stats.poisson_accounting: PLD and RDP under sampling.
+"""Tests of tff_canary.stats.accounting.poisson_accounting: PLD and RDP under sampling.
 
 References: the exact Gaussian epsilon (`gaussian_accounting`) where sampling
 is trivial, and dp_accounting's PLD accountant at a fine fixed interval
@@ -14,9 +14,9 @@ import dp_accounting
 import numpy as np
 
 import pld_reference
-from tff_canary.stats.gaussian_accounting import gaussian_epsilon
-from tff_canary.stats.gaussian_accounting import repeated_epsilon
-from tff_canary.stats.poisson_accounting import poisson_epsilon
+from tff_canary.stats.accounting.gaussian_accounting import gaussian_epsilon
+from tff_canary.stats.accounting.gaussian_accounting import repeated_epsilon
+from tff_canary.stats.accounting.poisson_accounting import poisson_epsilon
 
 
 def test_poisson_one_round_full_sampling_is_the_gaussian_mechanism():

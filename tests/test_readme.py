@@ -91,8 +91,8 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
 
 
 def test_readme_canary_clients_block_runs(capsys):
-  from tff_canary.stats import canary_config  # pylint: disable=g-import-not-at-top
-  from tff_canary.stats import schedules  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.canaries import canary_config  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.canaries import schedules  # pylint: disable=g-import-not-at-top
 
   text = open(README, encoding="utf-8").read()
   blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)

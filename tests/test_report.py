@@ -8,7 +8,11 @@ import sys
 
 import pytest
 
-from tff_canary.stats import atomic_files, audit, results
+from tff_canary.stats import atomic_files
+
+from tff_canary.stats.audit import audit
+
+from tff_canary.stats import results
 from tff_canary.harness import report, run_dir
 
 from fake_runs import make_run

@@ -25,23 +25,23 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_canary import __main__ as cli
-from tff_canary.stats import canary_config
-from tff_canary.federated import factory
-from tff_canary.federated import aggregate_recorder
-from tff_canary.federated import canary_process
-from tff_canary.federated import cosine_pass
+from tff_canary.stats.canaries import canary_config
+from tff_canary.federated.insertion import factory
+from tff_canary.federated.scores import aggregate_recorder
+from tff_canary.federated.insertion import canary_process
+from tff_canary.federated.scores import cosine_pass
 from tff_canary.harness import release_manager
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import run_writer
-from tff_canary.stats import ledger as ledger_lib
-from tff_canary.stats import schedules
+from tff_canary.stats.accounting import ledger as ledger_lib
+from tff_canary.stats.canaries import schedules
 
 pytestmark = [
     pytest.mark.tff,
     # 6 canaries are more than d / 100 = 2.1; their cross-talk is irrelevant
     # to what is tested here.
-    pytest.mark.filterwarnings("ignore::tff_canary.stats.canary_config."
+    pytest.mark.filterwarnings("ignore::tff_canary.stats.canaries.canary_config."
                                "TooManyCanariesWarning"),
 ]
 

@@ -1,4 +1,4 @@
-"""Tests of tff_canary.stats.schedules and tff_canary.stats.canary_config.
+"""Tests of tff_canary.stats.canaries.schedules and tff_canary.stats.canaries.canary_config.
 
 NumPy only. Statistical checks use fixed seeds; each says why its tolerance is what
 it is.
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tff_canary.stats import canary_config
-from tff_canary.stats import schedules
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
 
 
 def _ids(n):

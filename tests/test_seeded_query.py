@@ -1,4 +1,4 @@
-"""Tests of tff_canary.federated.seeded_query: seeded DP noise, independent per draw.
+"""Tests of tff_canary.federated.insertion.seeded_query: seeded DP noise, independent per draw.
 
 The bug these tests are built to catch: a seeded query that uses ONE
 stateless key for every tensor of a draw makes each tensor's noise a prefix of
@@ -24,7 +24,7 @@ from scipy import stats
 import tensorflow as tf
 import tensorflow_privacy as tfp
 
-from tff_canary.federated import seeded_query
+from tff_canary.federated.insertion import seeded_query
 
 # An MLP's weights: w1, b1, w2, b2 (d = 101,125), tensors of four shapes.
 MLP_SHAPES = ([784, 128], [128], [128, 5], [5])
@@ -485,7 +485,7 @@ def test_seed_and_stream_are_kept():
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_runs_and_reproduces_in_tffs_differentially_private_factory(adaptive):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated import worker_guard  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.runtime import worker_guard  # pylint: disable=g-import-not-at-top
   worker_guard.install()
 
   def new_factory():

@@ -4,10 +4,16 @@
 import numpy as np
 import pytest
 
-from tff_canary.stats import estimates, fdp_one_run, lower_bounds, results
-from tff_canary.stats import max_of_rounds
-from tff_canary.stats.cosine_table import CosineTable, UnrecordedRoundsWarning
-from tff_canary.stats.table_estimates import estimate_table
+from tff_canary.stats.estimators import estimates
+
+from tff_canary.stats.bounds import fdp_one_run
+
+from tff_canary.stats.bounds import lower_bounds
+
+from tff_canary.stats import results
+from tff_canary.stats.estimators import max_of_rounds
+from tff_canary.stats.canaries.cosine_table import CosineTable, UnrecordedRoundsWarning
+from tff_canary.stats.audit.table_estimates import estimate_table
 
 DIM = 1_000_000
 

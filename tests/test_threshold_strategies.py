@@ -1,9 +1,9 @@
-"""Threshold strategies: Bonferroni, split, multi-split (METHOD §10)."""
+"""Threshold strategies: Bonferroni, split, multi-split (docs/method/lower-bounds.md)."""
 
 import numpy as np
 import pytest
 
-from tff_canary.stats import threshold_strategies as ts
+from tff_canary.stats.bounds import threshold_strategies as ts
 
 
 def _recording_bound(values):
@@ -127,7 +127,7 @@ def test_bonferroni_all_needs_every_option():
 def test_fdp_bonferroni_all_is_the_brute_force_maximum_over_every_k():
   # Independent route: largest_rejected_mu at every k = 1..m/2 at level
   # alpha / (m/2), maximized by hand, against the strategy's skipping search.
-  from tff_canary.stats import fdp_one_run
+  from tff_canary.stats.bounds import fdp_one_run
   rng = np.random.default_rng(3)
   m = 120
   mask = rng.random(m) < 0.5
@@ -145,7 +145,7 @@ def test_fdp_bonferroni_all_is_the_brute_force_maximum_over_every_k():
 
 
 def test_tight_bonferroni_all_is_the_brute_force_maximum_over_every_r():
-  from tff_canary.stats import tight_one_run
+  from tff_canary.stats.bounds import tight_one_run
   rng = np.random.default_rng(4)
   n = 60
   mask = rng.random(n) < 0.5

@@ -1,4 +1,4 @@
-"""The tight one-run bound (Xiang et al. 2025; METHOD §10)."""
+"""The tight one-run bound (Xiang et al. 2025; docs/method/lower-bounds.md)."""
 
 import warnings
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from tff_canary.stats import gaussian_accounting
+from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats import results
-from tff_canary.stats.tight_one_run import (largest_rejected_mu, p_value,
+from tff_canary.stats.bounds.tight_one_run import (largest_rejected_mu, p_value,
                                             released_error_rate,
                                             tight_one_run_bound)
 

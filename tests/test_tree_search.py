@@ -2,7 +2,7 @@
 
 import collections
 
-from tff_canary.federated import tree_search
+from tff_canary.federated.structures import tree_search
 
 Point = collections.namedtuple("Point", ["seed", "schedule"])
 

@@ -1,4 +1,4 @@
-"""Epsilon of two Gaussians (METHOD §6) against independent methods."""
+"""Epsilon of two Gaussians (docs/method/two-gaussians.md) against independent methods."""
 
 import itertools
 
@@ -8,7 +8,7 @@ import pytest
 from dp_accounting.pld import privacy_loss_mechanism
 from scipy import optimize, stats
 
-from tff_canary.stats import two_gaussians as tg
+from tff_canary.stats.estimators import two_gaussians as tg
 
 
 def _dp_accounting_noise_for(epsilon, delta):
@@ -92,7 +92,7 @@ def _mpmath_delta(epsilon, mu0, s0, mu1, s1):
 
 
 @pytest.mark.parametrize("delta, mu1, s1", [
-    (1e-6, 0.5, 1.02),     # a variance ratio of 1.02 (METHOD §7)
+    (1e-6, 0.5, 1.02),     # a variance ratio of 1.02 (docs/method/estimates.md)
     (1e-10, 3.0, 0.6),
     (1e-3, 1.0, 1.0),      # equal variances through the quadratic code path
     (1e-6, 300.0, 1.3),    # epsilon in the tens of thousands (paper: 45800)
@@ -147,7 +147,7 @@ def test_nearly_equal_variances_are_continuous():
 
 
 def test_variance_ratio_sensitivity_from_method():
-  # METHOD §7: at delta = 1e-6 a variance ratio of 1.02 moves epsilon = 1 to ~1.4.
+  # docs/method/estimates.md: at delta = 1e-6 a variance ratio of 1.02 moves epsilon = 1 to ~1.4.
   z = _dp_accounting_noise_for(1.0, 1e-6)
   assert tg.epsilon_for_delta(1e-6, 0.0, 1.0, 1 / z, 1.0) == pytest.approx(1.0, rel=1e-9)
   assert tg.epsilon_for_delta(1e-6, 0.0, 1.0, 1 / z, 1.02) == pytest.approx(1.4, abs=0.05)

@@ -14,7 +14,7 @@ _SCRIPT = textwrap.dedent("""
     import os, sys, time
     import tensorflow as tf
     import tensorflow_federated as tff
-    from tff_canary.federated import worker_guard
+    from tff_canary.federated.runtime import worker_guard
     worker_guard.install()
 
     @tff.tensorflow.computation

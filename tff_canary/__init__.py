@@ -7,32 +7,32 @@ The names exported here are the estimators and analytical accounting; they need
 only NumPy, SciPy and dp-accounting, so `import tff_canary` never imports
 TensorFlow. The TFF side lives in submodules that import it on demand:
 
-  tff_canary.stats.canary_config    CanaryConfig: which canaries, inserted when
-  tff_canary.stats.schedules        participation schedules of the canaries
-  tff_canary.federated.factory      CanaryDPFactory, canary_dp_aggregator
-  tff_canary.federated.aggregate_recorder  AggregateRecorder (during training)
-  tff_canary.federated.cosine_pass  compute_cosine_table (after training)
+  tff_canary.stats.canaries.canary_config    CanaryConfig: which canaries, inserted when
+  tff_canary.stats.canaries.schedules        participation schedules of the canaries
+  tff_canary.federated.insertion.factory      CanaryDPFactory, canary_dp_aggregator
+  tff_canary.federated.scores.aggregate_recorder  AggregateRecorder (during training)
+  tff_canary.federated.scores.cosine_pass  compute_cosine_table (after training)
   tff_canary.harness.run_writer      RunWriter: a run directory and report from any loop
 """
 
-from tff_canary.stats.estimates import epsilon_all
-from tff_canary.stats.estimates import epsilon_final
-from tff_canary.stats.gaussian_accounting import gaussian_epsilon
-from tff_canary.stats.gaussian_accounting import gaussian_noise_multiplier
-from tff_canary.stats.gaussian_accounting import repeated_epsilon
-from tff_canary.stats.ledger import Ledger
-from tff_canary.stats.lower_bounds import epsilon_lo
-from tff_canary.stats.lower_bounds import one_run_bound
-from tff_canary.stats.max_of_rounds import epsilon_all_max_model
-from tff_canary.stats.null_law import CosineNull
-from tff_canary.stats.poisson_accounting import poisson_epsilon
+from tff_canary.stats.estimators.estimates import epsilon_all
+from tff_canary.stats.estimators.estimates import epsilon_final
+from tff_canary.stats.accounting.gaussian_accounting import gaussian_epsilon
+from tff_canary.stats.accounting.gaussian_accounting import gaussian_noise_multiplier
+from tff_canary.stats.accounting.gaussian_accounting import repeated_epsilon
+from tff_canary.stats.accounting.ledger import Ledger
+from tff_canary.stats.bounds.lower_bounds import epsilon_lo
+from tff_canary.stats.bounds.lower_bounds import one_run_bound
+from tff_canary.stats.estimators.max_of_rounds import epsilon_all_max_model
+from tff_canary.stats.estimators.null_law import CosineNull
+from tff_canary.stats.accounting.poisson_accounting import poisson_epsilon
 from tff_canary.stats.results import EpsilonEstimate
 from tff_canary.stats.results import LowerBound
 from tff_canary.stats.results import OneRunBound
 from tff_canary.stats.results import SignConventionWarning
 from tff_canary.stats.results import VarianceMismatchWarning
-from tff_canary.stats.two_gaussians import delta_for_epsilon
-from tff_canary.stats.two_gaussians import epsilon_for_delta
+from tff_canary.stats.estimators.two_gaussians import delta_for_epsilon
+from tff_canary.stats.estimators.two_gaussians import epsilon_for_delta
 
 __all__ = [
     "CosineNull", "EpsilonEstimate", "Ledger", "LowerBound", "OneRunBound",

@@ -52,15 +52,15 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.federated import canary_client_outcomes
-from tff_canary.federated import canary_clients
-from tff_canary.federated import client_round_state
-from tff_canary.federated import cosine_stream
+from tff_canary.federated.insertion import canary_client_outcomes
+from tff_canary.federated.insertion import canary_clients
+from tff_canary.federated.insertion import client_round_state
+from tff_canary.federated.scores import cosine_stream
 from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import tasks
 from tff_canary.stats import atomic_files
-from tff_canary.stats import canary_config
+from tff_canary.stats.canaries import canary_config
 
 
 def removes_known_canaries(config: experiment_config.ExperimentConfig

@@ -40,7 +40,7 @@ import tensorflow_federated as tff
 
 from tff_canary.harness import synthetic
 from tff_canary.stats import validation
-from tff_canary.federated import worker_guard
+from tff_canary.federated.runtime import worker_guard
 
 worker_guard.install()
 

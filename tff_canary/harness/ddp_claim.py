@@ -30,8 +30,8 @@ from typing import Any, Optional
 import numpy as np
 
 from tff_canary.harness import run_dir as run_dir_lib
-from tff_canary.stats import ddp_accounting
-from tff_canary.stats import ddp_parameters
+from tff_canary.stats.accounting import ddp_accounting
+from tff_canary.stats.accounting import ddp_parameters
 
 _KEYS = ("noise_multiplier", "clients_per_round", "ddp_bits", "clip", "dim",
          "ddp_beta", "ddp_mechanism", "ddp_rotation")

@@ -1,11 +1,11 @@
 """An experiment's DP-FedAvg process, and the noise check of its aggregator.
 
 `build_process` is `tff.learning.algorithms.build_unweighted_fed_avg` with
-the canary aggregator of `canary_aggregator` (`tff_canary.federated.factory`):
+the canary aggregator of `canary_aggregator` (`tff_canary.federated.insertion.factory`):
 fixed clipping when the config's `clip` is set, else adaptive, with TFF's
 zeroing if asked. `run_noise_check` builds the same aggregator afresh
 without canaries and tests its noise on zero client values
-(`tff_canary.federated.noise_check`) before training.
+(`tff_canary.federated.audit.noise_check`) before training.
 
 With `insertion="clients"` the process is
 `canary_clients.build_canary_client_fedavg` (canary clients of norm
@@ -33,16 +33,16 @@ from typing import Optional
 
 import tensorflow_federated as tff
 
-from tff_canary.stats import canary_config
-from tff_canary.federated import canary_clients
-from tff_canary.federated import ddp_chain
-from tff_canary.federated import factory
-from tff_canary.federated import noise_check
+from tff_canary.stats.canaries import canary_config
+from tff_canary.federated.insertion import canary_clients
+from tff_canary.federated.insertion import ddp_chain
+from tff_canary.federated.insertion import factory
+from tff_canary.federated.audit import noise_check
 from tff_canary.harness import ddp_claim
 from tff_canary.harness import experiment_config
 from tff_canary.harness import tasks
-from tff_canary.stats import ddp_parameters
-from tff_canary.stats import schedules
+from tff_canary.stats.accounting import ddp_parameters
+from tff_canary.stats.canaries import schedules
 
 _NOISE_CHECK_TAG = 0xC4EC
 
@@ -126,7 +126,7 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
                     task: tasks.Task, canary_seed: int,
                     noise_seed: Optional[int]):
   """The noise check (a `NoiseCheck`) of the run's aggregator, built afresh
-  without canaries, on zero client values (`tff_canary.federated.noise_check`).
+  without canaries, on zero client values (`tff_canary.federated.audit.noise_check`).
 
   With seeded noise the check draws from its own seed (noise_seed + a tag),
   so its result holds statistics of the same noise code path, never of the

@@ -53,11 +53,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tff_canary
-from tff_canary.stats import canary_config
-from tff_canary.federated import aggregate_recorder
-from tff_canary.federated import cosine_pass
-from tff_canary.federated import cosine_stream
-from tff_canary.federated import worker_guard
+from tff_canary.stats.canaries import canary_config
+from tff_canary.federated.scores import aggregate_recorder
+from tff_canary.federated.scores import cosine_pass
+from tff_canary.federated.scores import cosine_stream
+from tff_canary.federated.runtime import worker_guard
 from tff_canary.harness import client_insertion
 from tff_canary.harness import datasets
 from tff_canary.harness import dp_fedavg
@@ -69,7 +69,7 @@ from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import tasks
 from tff_canary.harness import training
 from tff_canary.stats import atomic_files
-from tff_canary.stats import client_sampling
+from tff_canary.stats.canaries import client_sampling
 
 worker_guard.install()
 

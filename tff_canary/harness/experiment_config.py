@@ -5,13 +5,13 @@ have one flag per field); it is validated at construction, and this module
 imports neither TensorFlow nor TFF, so a bad flag is answered before either
 is loaded. `resolve` fills in every derived value (config.json) and refuses,
 before any training, a client sampler or a canary participation that cannot
-work (METHOD §2); `check_resumable` refuses to resume a run directory with
+work (docs/method/canaries.md); `check_resumable` refuses to resume a run directory with
 other settings.
 
 Two insertion modes (README "Two insertion modes"): `insertion="server"`
 (the default) adds the canaries inside this package's DP aggregator
-(`tff_canary.federated.factory`); `insertion="clients"` makes them canary
-clients of norm `canary_norm` (`tff_canary.federated.canary_clients`) that
+(`tff_canary.federated.insertion.factory`); `insertion="clients"` makes them canary
+clients of norm `canary_norm` (`tff_canary.federated.insertion.canary_clients`) that
 enter TFF's own `DifferentiallyPrivateFactory` like any client. Client mode
 refuses, here before TensorFlow loads, what it cannot do: seeded noise
 (TFF's factory draws its own, unseeded noise) and, when the aggregates are
@@ -25,7 +25,7 @@ Two DP aggregators (README "Auditing distributed DP"): `aggregator=
 "gaussian"` (the default: central Gaussian noise, TFF's
 `DifferentiallyPrivateFactory` or this package's) and `aggregator="ddp"`:
 TFF's distributed-DP chain (`DistributedDpSumFactory`'s parts,
-`tff_canary.federated.ddp_chain`) with `ddp_mechanism`, `ddp_bits`,
+`tff_canary.federated.insertion.ddp_chain`) with `ddp_mechanism`, `ddp_bits`,
 `ddp_beta` and `ddp_rotation` (None: TFF's factory defaults, 20 bits as
 `tff.learning.ddp_secure_aggregator`'s). The DDP aggregator is refused,
 here, without `insertion="clients"` (server-side canaries are added inside
@@ -49,10 +49,10 @@ from typing import Any, Literal, Optional
 
 import numpy as np
 
-from tff_canary.stats import canary_config
-from tff_canary.stats import client_sampling
-from tff_canary.stats import ddp_parameters
-from tff_canary.stats import schedules
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import client_sampling
+from tff_canary.stats.accounting import ddp_parameters
+from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 
 TASKS = ("emnist", "stackoverflow")
@@ -88,7 +88,7 @@ class ExperimentConfig:
   refused with "server", where canaries enter at the clip), the `ddp_*`
   knobs = `DDP_DEFAULTS` with `aggregator="ddp"` (refused with "gaussian").
 
-  Canaries take part as clients do (METHOD §2; `client_sampling`): a
+  Canaries take part as clients do (docs/method/canaries.md; `client_sampling`): a
   `presentations` that contradicts the client sampler is refused before any
   training unless `allow_participation_mismatch`, and so is a per-round rate
   clients_per_round / num_clients above 1.

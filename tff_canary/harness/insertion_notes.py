@@ -4,7 +4,7 @@ Every report names its mode (config.json's `insertion`; a run directory
 from before the client mode, or a `RunWriter`'s, is "server"):
 
   * server: canaries added to the DP query's sum at the round's clip C_r
-    (`tff_canary.federated.factory`); they see the noise step only.
+    (`tff_canary.federated.insertion.factory`); they see the noise step only.
   * clients: canary clients of norm `canary_norm` through TFF's own DP
     aggregator (`tff_canary.harness.client_insertion`). The report then
     says what the aggregator did with them, per canary and round, from

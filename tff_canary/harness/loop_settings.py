@@ -16,9 +16,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tff_canary
-from tff_canary.stats import canary_config
-from tff_canary.stats import ledger as ledger_lib
-from tff_canary.stats import client_sampling
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.accounting import ledger as ledger_lib
+from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats import validation
 
 

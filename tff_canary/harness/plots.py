@@ -2,7 +2,7 @@
 
   * cosines.png: the final-model cosines of inserted and held-out canaries
     (histograms and kernel density estimates) against the exact null law of
-    METHOD §5, in units of the null's standard deviation (the paper's Figure 1
+    docs/method/null-law.md, in units of the null's standard deviation (the paper's Figure 1
     view). The bins suit the number of canaries (`bin_count`: the
     Freedman–Diaconis rule, at least 5 bins and at most the sqrt rule's or
     50 per group), shared by both groups;
@@ -28,8 +28,8 @@ from scipy import stats
 
 from tff_canary.harness import epsilon_plot
 from tff_canary.stats import atomic_files
-from tff_canary.stats.cosine_table import CosineTable
-from tff_canary.stats.null_law import CosineNull
+from tff_canary.stats.canaries.cosine_table import CosineTable
+from tff_canary.stats.estimators.null_law import CosineNull
 
 _COLORS = {"inserted": "C3", "held_out": "C0"}
 MIN_BINS, MAX_BINS = 5, 50

@@ -8,7 +8,7 @@ the claim (`audit.audit_table`), and `write_report` writes report.json,
 report.md and the plots. No TensorFlow: `python -m tff_canary report RUN_DIR`
 runs anywhere the estimators do.
 
-The analytical epsilons (METHOD §8), all from the ledger:
+The analytical epsilons (docs/method/accounting.md), all from the ledger:
   * one participation: the paper's "analytical epsilon" (the adversary knows
     the one round a user took part in; no amplification);
   * the run's participation: the canary that took part most often (r rounds),
@@ -55,16 +55,16 @@ from typing import Any, Optional
 import numpy as np
 
 from tff_canary.stats import atomic_files
-from tff_canary.stats import audit
-from tff_canary.stats import client_sampling
+from tff_canary.stats.audit import audit
+from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats import results
 from tff_canary.harness import ddp_claim
 from tff_canary.harness import experiment_config
 from tff_canary.harness import insertion_notes
 from tff_canary.harness import run_dir as run_dir_lib
-from tff_canary.stats import table_estimates
+from tff_canary.stats.audit import table_estimates
 from tff_canary.stats import validation
-from tff_canary.stats.cosine_table import CosineTable
+from tff_canary.stats.canaries.cosine_table import CosineTable
 
 
 _F, _A = table_estimates.FINAL_MODEL, table_estimates.ALL_ITERATES

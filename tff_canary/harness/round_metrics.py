@@ -19,9 +19,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.federated import flat_layout
-from tff_canary.federated import canary_process
-from tff_canary.federated import tree_search
+from tff_canary.federated.structures import flat_layout
+from tff_canary.federated.insertion import canary_process
+from tff_canary.federated.structures import tree_search
 from tff_canary.stats import validation
 
 # Keys of the canary aggregator's measurements that identify them.

@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 
 from tff_canary.stats import atomic_files
-from tff_canary.stats import ledger
-from tff_canary.stats.cosine_table import CosineTable
+from tff_canary.stats.accounting import ledger
+from tff_canary.stats.canaries.cosine_table import CosineTable
 
 CONFIG = "config.json"
 METRICS = "metrics.csv"

@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.stats import canary_config
-from tff_canary.federated import cosine_pass
+from tff_canary.stats.canaries import canary_config
+from tff_canary.federated.scores import cosine_pass
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.stats import atomic_files
@@ -65,7 +65,7 @@ def known_canary_inputs(rd: run_dir_lib.RunDir) -> dict[str, Any]:
   aggregator reported it); clients_per_round: config.json's; {} when a
   round has no clip. With them
   `compute_cosine_table` removes the known inserted canaries from each
-  round's aggregate (`tff_canary.stats.known_canaries`).
+  round's aggregate (`tff_canary.stats.estimators.known_canaries`).
   """
   clips = [row.get("clip") for row in rd.load_metrics()]
   if not clips or any(clip is None or not np.isfinite(clip) for clip in clips):

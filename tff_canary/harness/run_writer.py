@@ -1,7 +1,7 @@
 """A run directory from any TFF training loop: `RunWriter`.
 
 Give a learning process this package's canary aggregator
-(`tff_canary.federated.factory`), then
+(`tff_canary.federated.insertion.factory`), then
 
     writer = run_writer.RunWriter("runs/mine", config,
                                   process.get_model_weights(state), delta=1e-6)
@@ -62,16 +62,16 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.stats import canary_config
-from tff_canary.federated import aggregate_recorder
-from tff_canary.federated import cosine_pass
-from tff_canary.federated import state_check
+from tff_canary.stats.canaries import canary_config
+from tff_canary.federated.scores import aggregate_recorder
+from tff_canary.federated.scores import cosine_pass
+from tff_canary.federated.insertion import state_check
 from tff_canary.harness import loop_settings
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import round_metrics
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import run_results
-from tff_canary.stats import ledger as ledger_lib
+from tff_canary.stats.accounting import ledger as ledger_lib
 from tff_canary.stats import atomic_files
 from tff_canary.stats import validation
 

@@ -44,7 +44,7 @@ from tensorflow_federated.python.simulation.baselines.stackoverflow import word_
 
 from tff_canary.harness import datasets
 from tff_canary.stats import validation
-from tff_canary.federated import worker_guard
+from tff_canary.federated.runtime import worker_guard
 
 worker_guard.install()
 

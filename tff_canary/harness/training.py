@@ -26,10 +26,10 @@ from typing import Any, Optional
 
 import tensorflow_federated as tff
 
-from tff_canary.federated import canary_process
-from tff_canary.federated import aggregate_recorder
-from tff_canary.federated import cosine_stream
-from tff_canary.federated import tree_search
+from tff_canary.federated.insertion import canary_process
+from tff_canary.federated.scores import aggregate_recorder
+from tff_canary.federated.scores import cosine_stream
+from tff_canary.federated.structures import tree_search
 from tff_canary.harness import client_insertion
 from tff_canary.harness import experiment_config
 from tff_canary.harness import resume

@@ -1,4 +1,4 @@
-"""Frozen result objects of the estimators (METHOD §7).
+"""Frozen result objects of the estimators (docs/method/estimates.md).
 
 Like scipy.stats results, each keeps the inputs that produced it (counts,
 `dim`, `delta`, confidence, method), prints a one-line summary, and converts to a
@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Literal, NamedTuple, Optional, TYPE_CHECKING
+from typing import Any, Literal, NamedTuple, Optional
 import warnings
 
-if TYPE_CHECKING:  # The option types; those modules import this one.
-  from tff_canary.stats import estimates
-  from tff_canary.stats import lower_bounds
-  from tff_canary.stats import max_of_rounds
-  from tff_canary.stats import threshold_strategies
+from tff_canary.stats import options
 
 
 class SignConventionWarning(UserWarning):
   """The inserted canaries' mean statistic is below the null's.
 
-  With the sign convention of METHOD §3 (u = theta_0 - theta_T, or the round's
+  With the sign convention of docs/method/sign-convention.md (u = theta_0 - theta_T, or the round's
   noised aggregate) inserted canaries have a positive mean. A negative one
   almost always means the model delta was taken the wrong way round, and a
   symmetric formula would then report a large epsilon for the wrong reason.
@@ -36,7 +32,7 @@ def warn_sign_convention(mean: float, reference: str, ref_mean: float,
       f"The {what} mean statistic ({mean:.4g}) is below the {reference} "
       f"({ref_mean:.4g}). Inserted canaries should have a positive mean with "
       "u = theta_0 - theta_T (or the round's noised aggregate); this is "
-      "almost always a sign-convention bug (METHOD §3), and the epsilon "
+      "almost always a sign-convention bug (docs/method/sign-convention.md), and the epsilon "
       "reported for it is not meaningful.", SignConventionWarning,
       stacklevel=3)
 
@@ -74,7 +70,7 @@ def _counts(num_inserted: int, num_held_out: int) -> str:
 
 
 _SIGN_NOTE = ("  WARNING: inserted mean below the null's; check the sign "
-              "convention (METHOD §3)")
+              "convention (docs/method/sign-convention.md)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +113,8 @@ class EpsilonEstimate:
 
   epsilon: float
   interval: ConfidenceInterval
-  statistic: estimates.Statistic
-  method: estimates.Method | max_of_rounds.MaxModel
+  statistic: options.Statistic
+  method: options.Method | options.MaxModel
   delta: float
   confidence: float
   num_inserted: int
@@ -130,7 +126,7 @@ class EpsilonEstimate:
   inserted_std: float
   sample_std: float
   inserted_below_null: bool
-  interval_method: estimates.IntervalMethod
+  interval_method: options.IntervalMethod
   num_rounds: Optional[int] = None
   participations: Optional[int] = None
   mu: Optional[float] = None
@@ -161,15 +157,15 @@ class LowerBound:
   """epsilon_lo: a threshold-attack lower bound on epsilon.
 
   Jagielski et al. (2020) with Jeffreys intervals (Zanella-Béguelin et al.
-  2022), as in the paper (METHOD §7). With `correction="none"` (the paper's
-  construction) the confidence is nominal only: see `tff_canary.stats.lower_bounds`
+  2022), as in the paper (docs/method/lower-bounds.md). With `correction="none"` (the paper's
+  construction) the confidence is nominal only: see `tff_canary.stats.bounds.lower_bounds`
   for how far it falls short. The bound saturates with the number of
   canaries: it can never exceed `ceiling` (about 6.2 with 1000 inserted and
   1000 held-out canaries), which is why the point estimates exist.
 
   Attributes:
     epsilon: the bound (max over thresholds).
-    null: "exact" (closed-form null law of METHOD §5; FPR has no sampling
+    null: "exact" (closed-form null law of docs/method/null-law.md; FPR has no sampling
       error) or "held_out" (FPR from the held-out canaries' Jeffreys interval).
     threshold: the statistic threshold where the max is reached (guess
       "inserted" when statistic >= threshold); None if epsilon is 0.
@@ -185,13 +181,13 @@ class LowerBound:
   """
 
   epsilon: float
-  null: lower_bounds.Null
+  null: options.Null
   threshold: Optional[float]
   fnr_upper: float
   fpr_upper: float
   ceiling: float
   saturated: bool
-  correction: lower_bounds.Correction
+  correction: options.Correction
   delta: float
   confidence: float
   num_inserted: int
@@ -267,7 +263,7 @@ _METHOD_NAMES = {"fdp_one_run": "f-DP one-run bound (Mahloujifar et al. 2024)",
 
 @dataclasses.dataclass(frozen=True)
 class GaussianClaimBound:
-  """A lower bound on epsilon that tests Gaussian claims (METHOD §10).
+  """A lower bound on epsilon that tests Gaussian claims (docs/method/lower-bounds.md).
 
   Each of these bounds tests the claim "the mechanism is mu-GDP", i.e. its
   trade-off curve is at least the Gaussian one G_mu(x) = Phi(Phi^-1(1 - x) -
@@ -283,7 +279,7 @@ class GaussianClaimBound:
     mu: the largest rejected mu (0 likewise).
     method: "fdp_one_run", "tight_one_run" or "gdp".
     strategy: how the guesses or threshold were chosen
-      (`threshold_strategies.Strategy`).
+      (`options.Strategy`).
     guesses, correct: for the one-run bounds, the guesses made and how many
       were right on the part that was bounded (None for "gdp").
     num_candidates, num_inserted: the canaries the bound saw (coin-flipped
@@ -295,7 +291,7 @@ class GaussianClaimBound:
   epsilon: float
   mu: float
   method: GaussianClaimMethod
-  strategy: threshold_strategies.Strategy
+  strategy: options.Strategy
   guesses: Optional[int]
   correct: Optional[int]
   num_candidates: int

@@ -1,0 +1,195 @@
+"""Planted DP bugs as a user would write them: buggy queries and factories.
+
+Issue 10's three bug classes, each an ordinary user-side `tfp.DPQuery` or
+`tff.aggregators` factory (no TFF or tensorflow_privacy module is patched):
+
+* `ClipBugQuery`: a Gaussian sum query that clips each record at
+  `clip_factor` x C while its sample params, its global state and its
+  DpEvent (`GaussianDpEvent(stddev / C)`) all say C. With factor 10 the
+  noise is a tenth of what the sensitivity needs (the effective noise
+  multiplier is z / 10). Server-side canaries (`CanaryDPFactory`), added at
+  the C the query reports, cannot see it; canary clients are clipped like
+  any client and can.
+* `NoiseReuseQuery`: a Gaussian sum query whose noise for every tensor is
+  the prefix of ONE draw of the largest tensor's size (one Philox key for all
+  tensors, the seeded-noise defect `seeded_query` was written to avoid: its
+  docstring, "the failure of reusing ONE key for every tensor"). Each
+  coordinate's noise has the claimed variance, so a random canary's cosine
+  has the same law (canaries cannot see it); the noise self-test's prefix
+  and exact-reuse tests can.
+* `ddp_sum_factory(parameters)`: TFF's `DistributedDpSumFactory` chain
+  (`tff_canary.federated.insertion.ddp_chain`: its parts, a plain sum for SecAgg)
+  with a bug planted. Given the parameters of `expected_clients_per_round`
+  = k x the clients that actually take part (dropout), each client's share
+  is computed for k x too many clients: the sum carries 1/sqrt(k) of the
+  claimed noise std. The factory itself cannot tell; only the noise
+  self-test, run with the real participants, sees it.
+  `clip_factor=10` plants the clip bug: clients clipped at 10 C, with the
+  query's integer norm bounds raised to match (TFF's DDP queries assert
+  them, so a clip bug alone fails the round), while the scale, the noise
+  shares and so the claim stay those of C.
+  `share_reuse=True` plants the reuse defect where this chain adds noise:
+  `ShareReuseSkellamQuery` repeats each client's share for the first half
+  of its rotated integer vector in the second half, so each round's noise
+  lies in a d/2-dimensional subspace fixed by the round's rotation.
+  Undoing the rotation spreads the copy over every coordinate of every
+  tensor: no coordinate repeats another, and each has the claimed variance.
+
+`tests/test_planted_bugs_tff.py` checks that the chain's state holds the
+real factory's scale, norm bounds and local std.
+"""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import tensorflow as tf
+import tensorflow_federated as tff
+import tensorflow_privacy as tfp
+
+from tff_canary.federated.insertion import ddp_chain
+from tff_canary.federated.insertion import seeded_query
+from tff_canary.federated.runtime import worker_guard
+from tff_canary.stats.accounting import ddp_parameters
+from tff_canary.stats import validation
+
+worker_guard.install()
+
+
+class ClipBugQuery(seeded_query.SeededGaussianSumQuery):
+  """Records clipped at `clip_factor` x C; params, state, DpEvent say C."""
+
+  def __init__(self, l2_norm_clip, stddev, noise_seed: int, *,
+               clip_factor: float = 10.0, stream: int = 0):
+    super().__init__(l2_norm_clip, stddev, noise_seed, stream)
+    factor = validation.as_positive(clip_factor, "clip_factor")
+    if factor < 1.0:
+      raise ValueError(f"clip_factor must be >= 1, got {clip_factor}.")
+    self._clip_factor = factor
+
+  @property
+  def clip_factor(self) -> float:
+    return self._clip_factor
+
+  def preprocess_record(self, params, record):
+    return super().preprocess_record(self._clip_factor * params, record)
+
+
+class NoiseReuseQuery(seeded_query.SeededGaussianSumQuery):
+  """Every tensor's noise is a prefix of one draw (module docstring)."""
+
+  def get_noised_result(self, sample_state, global_state):
+    flat = tf.nest.flatten(sample_state)
+    sizes = [v.shape.num_elements() for v in flat]
+    if any(size is None for size in sizes):
+      raise ValueError("NoiseReuseQuery needs fully defined tensor shapes, "
+                       f"got {[v.shape for v in flat]}.")
+    # pylint: disable=protected-access
+    key = seeded_query._noise_key(self.noise_seed, self.stream,
+                                  global_state.draw, 0)
+    shared = tf.random.stateless_normal(
+        [max(sizes)], seed=key, stddev=global_state.stddev, dtype=tf.float32,
+        alg="philox")
+    noised = [v + tf.cast(tf.reshape(shared[:size], tf.shape(v)), v.dtype)
+              for v, size in zip(flat, sizes)]
+    event = dp_accounting.GaussianDpEvent(
+        global_state.stddev / global_state.l2_norm_clip)
+    return (tf.nest.pack_sequence_as(sample_state, noised),
+            global_state._replace(draw=global_state.draw + 1), event)
+
+
+class ShareReuseSkellamQuery(tfp.DistributedSkellamSumQuery):
+  """Each client's Skellam share for the second half of its (rotated,
+  integer) vector repeats the share of the first half: the reuse defect
+  planted after the rotation, where the distributed-DP chain adds noise."""
+
+  def add_noise_to_sample(self, local_stddev, record):
+    parent = super()
+
+    def add(v):
+      flat = tf.reshape(v, [-1])
+      half = tf.size(flat) // 2
+      noise = parent.add_noise_to_sample(local_stddev, tf.zeros_like(
+          flat[:half]))
+      pad = tf.zeros([tf.size(flat) - 2 * half], v.dtype)
+      return v + tf.reshape(tf.concat([noise, noise, pad], 0), tf.shape(v))
+
+    return tf.nest.map_structure(add, record)
+
+
+def ddp_query(parameters: ddp_parameters.DdpParameters, *,
+              share_reuse: bool = False,
+              clip_factor: float = 1.0) -> tfp.DPQuery:
+  """TFF's distributed query for `parameters` (integer domain;
+  `ddp_chain.ddp_query` without a bug).
+
+  `share_reuse`: `ShareReuseSkellamQuery` instead (Skellam only).
+  `clip_factor`: the query's norm bounds are those of a clip at
+  `clip_factor` x C (TFF's formulas, `ddp_parameters`), the noise that of C.
+  """
+  factor = validation.as_positive(clip_factor, "clip_factor")
+  if factor == 1.0 and not share_reuse:
+    return ddp_chain.ddp_query(parameters)
+  l2 = parameters.l2_sensitivity
+  l1 = parameters.l1_sensitivity
+  if factor != 1.0:
+    inflated = ddp_parameters.inflated_l2_bound(
+        factor * parameters.l2_clip, parameters.gamma, parameters.beta,
+        parameters.padded_dim)
+    l2 = (inflated + ddp_parameters.NORM_LEEWAY) * parameters.scale
+    l1 = math.ceil(l2 * min(math.sqrt(parameters.padded_dim), l2))
+  if share_reuse:
+    if parameters.mechanism != "distributed_skellam":
+      raise ValueError("share_reuse needs mechanism 'distributed_skellam', "
+                       f"got {parameters.mechanism!r}.")
+    return ShareReuseSkellamQuery(l1_norm_bound=l1, l2_norm_bound=l2,
+                                  local_stddev=parameters.scaled_local_std)
+  if parameters.mechanism == "distributed_dgauss":
+    return tfp.DistributedDiscreteGaussianSumQuery(
+        l2_norm_bound=l2, local_stddev=parameters.scaled_local_std)
+  return tfp.DistributedSkellamSumQuery(
+      l1_norm_bound=l1, l2_norm_bound=l2,
+      local_stddev=parameters.scaled_local_std)
+
+
+def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
+                    share_reuse: bool = False, clip_factor: float = 1.0
+                    ) -> tff.aggregators.UnweightedAggregationFactory:
+  """`ddp_chain.ddp_sum_factory` (TFF's `DistributedDpSumFactory` chain with
+  a plain sum for SecAgg), with a bug planted.
+
+  Args:
+    parameters: `ddp_parameters.ddp_parameters(...)` for the factory as told
+      (its `clients_per_round` is `expected_clients_per_round`; a shortfall
+      bug is parameters for more clients than take part).
+    share_reuse: plant the reuse defect in the noise shares
+      (`ShareReuseSkellamQuery`).
+    clip_factor: plant the clip bug: clients clipped at `clip_factor` x C,
+      and the query's norm bounds set to match (TFF's DDP queries assert
+      them: a record over the bound fails the round), while the scale and
+      the noise, hence the claim, stay those of C.
+
+  Returns:
+    An unweighted SUM factory (wrap it in `tff.aggregators.
+    UnweightedMeanFactory(value_sum_factory=...)` for a mean). Its `create`
+    must run eagerly, as the original's.
+  """
+  if not isinstance(parameters, ddp_parameters.DdpParameters):
+    raise TypeError("parameters must be a tff_canary.stats.accounting.ddp_parameters."
+                    f"DdpParameters, got {validation.show(parameters)}.")
+  clip = validation.as_positive(clip_factor, "clip_factor") * (
+      parameters.l2_clip)
+  return ddp_chain.ddp_sum_factory(
+      parameters, clip=clip,
+      query=ddp_query(parameters, share_reuse=share_reuse,
+                      clip_factor=clip_factor))
+
+
+# The claims of the correct chain (`ddp_chain`).
+ddp_claimed_std = ddp_chain.claimed_std
+ddp_actual_std = ddp_chain.actual_std
+
+
+__all__ = ["ClipBugQuery", "NoiseReuseQuery", "ddp_actual_std",
+           "ddp_claimed_std", "ddp_query", "ddp_sum_factory"]

@@ -1,0 +1,239 @@
+"""The aggregation process of the canary DP factory: TFF computations.
+
+Per round r (0-based; see `tff_canary.stats.canaries.schedules`), with k_r canaries
+scheduled (docs/method/canaries.md; Andrew et al., ICLR 2024, arXiv 2302.03098,
+Algorithm 1):
+
+    sum_state <- sum_i clip_{C_r}(x_i) + C_r * sum_{j in round r} c_j
+    a_r = (sum_state + N(0, (z C_r)^2 I)) / clients_per_round
+
+C_r is the clip that the query's `derive_sample_params` returns for round r
+(the one clients are clipped to). With adaptive clipping the canaries are
+added to the SUM part of the sample state only: they do not vote in the
+private quantile estimate that sets C_{r+1}. A canary's norm is the clip
+itself, so its vote would carry no information: "unclipped" (+1/2) or
+"clipped" (-1/2) depending only on whether float rounding puts |C c| just
+below or above C, a constant bias on the clip that grows with the number of
+canaries per round. Without the votes the clip sequence is the one the
+clients alone produce (`test_factory` checks it).
+
+The schedule is fixed before training (`CanaryConfig.participation`); rounds
+past the schedule's `num_rounds` get no canaries (the run may go on). Its
+(round, canary id) events are an int32 [n, 2] tensor in the state and a
+constant in the `initialize` graph: 8 bytes per event, so up to ~10^7 events
+are cheap (TF graph constants are limited to 2 GB). Each round costs one
+`tf.random.stateless_normal` of d floats per scheduled canary (generated in a
+`tf.while_loop`, so the graph does not grow with the number of canaries).
+
+The state (`CanaryDPAggregatorState`) is TFF's `DPAggregatorState`
+(`query_state, agg_state, dp_event, is_init_state`, so that
+`tff.aggregators.differential_privacy.extract_dp_event_from_state` works on
+it) plus the round counter, the seed and the schedule's (round, canary id)
+events as tensors: checkpointing the learning process state and resuming gives
+the same canaries and schedule.
+
+Measurements per round (under the aggregator's key of the learning process's
+metrics, possibly nested under a zeroing wrapper's): `dp_query_metrics` and
+`dp` as TFF's factory; `canaries_inserted` (int32), `clip` (C_r used THIS
+round; note `dp_query_metrics['clip']` is the NEXT round's clip), `round_num`
+(int32, r) and, with `CanaryConfig.record_aggregates`, `noised_aggregate`: a_r,
+the round's noised aggregate exactly as the server applies it, as ONE flat
+float32 vector of length d in `tf.nest.flatten` order. Pop it with
+`tff_canary.federated.scores.aggregate_recorder.AggregateRecorder.record` to keep
+metric logs small.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+import tensorflow_privacy as tfp
+
+from tff_canary.federated.insertion import measurement_keys
+from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.structures import flat_layout
+from tff_canary.federated.runtime import worker_guard
+from tff_canary.stats.canaries import canary_config
+
+worker_guard.install()
+
+
+class CanaryDPAggregatorState(NamedTuple):
+  """State of the canary DP aggregation process.
+
+  The first four fields are TFF's `DPAggregatorState`.
+
+  Attributes:
+    query_state: The DP query's global state.
+    agg_state: The inner record aggregation's state.
+    dp_event: The last round's DpEvent as a named tuple (TFF's convention).
+    is_init_state: True only for the state from `initialize`.
+    round_num: int32, number of rounds done (the next round's index).
+    seed: int64, the canary seed.
+    schedule: int32 [n, 2], the (round, canary id) events of the run.
+  """
+  query_state: Any
+  agg_state: Any
+  dp_event: Any
+  is_init_state: Any
+  round_num: Any
+  seed: Any
+  schedule: Any
+
+
+class _SumAdapter:
+  """Where a supported query keeps the clip and the record sum."""
+
+  def __init__(self, adaptive: bool):
+    self.adaptive = adaptive
+
+  def clip(self, params):
+    return params[0] if self.adaptive else params
+
+  def sum_part(self, sample_state):
+    return sample_state[0] if self.adaptive else sample_state
+
+  def with_sum(self, sample_state, new_sum):
+    if not self.adaptive:
+      return new_sum
+    if hasattr(sample_state, "_replace"):
+      return sample_state._replace(sum_state=new_sum)
+    return (new_sum,) + tuple(sample_state[1:])
+
+
+def build(
+    query: tfp.DPQuery,
+    adaptive: bool,
+    canaries: canary_config.CanaryConfig,
+    record_aggregation_factory: tff.aggregators.UnweightedAggregationFactory,
+    value_type: tff.types.Type,
+    specs: Any,
+    dim: int,
+) -> tff.templates.AggregationProcess:
+  """The aggregation process of `CanaryDPFactory.create` (module docstring).
+
+  Args:
+    query: The DP query: a `tfp.GaussianSumQuery` or, with `adaptive`, a
+      `tfp.QuantileAdaptiveClipSumQuery`, possibly in a `tfp.NormalizedQuery`
+      (checked by the factory).
+    adaptive: Whether the sum query clips adaptively (its sample params and
+      sample state are then (sum part, quantile part) pairs).
+    canaries: The `CanaryConfig`.
+    record_aggregation_factory: Aggregates the clients' clipped records.
+    value_type: The TFF type of the aggregated value (the model weights).
+    specs: `value_type` as a structure of `tf.TensorSpec`s.
+    dim: d, the number of elements of the value.
+  """
+  adapter = _SumAdapter(adaptive)
+  seed = canaries.seed
+  events = np.asarray(canaries.participation.events, np.int32)
+  has_canaries = events.shape[0] > 0
+  record_aggregates = canaries.record_aggregates
+
+  query_initial_state_fn = tff.tensorflow.computation(
+      query.initial_global_state)
+  query_sample_state_fn = tff.tensorflow.computation(
+      lambda: query.initial_sample_state(specs))
+  query_state_type = query_initial_state_fn.type_signature.result
+  derive_sample_params = tff.tensorflow.computation(
+      query.derive_sample_params, query_state_type)
+  params_type = derive_sample_params.type_signature.result
+  get_query_record = tff.tensorflow.computation(
+      query.preprocess_record, params_type, value_type)
+  query_record_type = get_query_record.type_signature.result
+  record_agg_process = record_aggregation_factory.create(
+      query_record_type)
+  agg_output_type = record_agg_process.next.type_signature.result.result.member
+
+  @tff.tensorflow.computation
+  def canary_state_fn():
+    return (tf.constant(0, tf.int32), tf.constant(seed, tf.int64),
+            tf.constant(events, tf.int32, shape=events.shape))
+
+  round_type, seed_type, schedule_type = (
+      canary_state_fn.type_signature.result)
+
+  @tff.tensorflow.computation(params_type, agg_output_type, round_type,
+                              seed_type, schedule_type)
+  def add_canaries(params, sample_state, round_num, seed_t, schedule):
+    clip = adapter.clip(params)
+    ids = tf.boolean_mask(schedule[:, 1], tf.equal(schedule[:, 0], round_num))
+    count = tf.size(ids)
+    if has_canaries:
+      total = canary_directions.canary_sum(seed_t, ids, dim)
+      total = total * tf.cast(clip, tf.float32)
+      canary_value = flat_layout.unflatten_value(total, specs)
+      sum_state = tf.nest.map_structure(
+          lambda s, c: s + tf.cast(c, s.dtype),
+          adapter.sum_part(sample_state), canary_value)
+      sample_state = adapter.with_sum(sample_state, sum_state)
+    return sample_state, count, tf.cast(clip, tf.float32)
+
+  @tff.tensorflow.computation(agg_output_type, query_state_type)
+  def get_noised_result(sample_state, global_state):
+    return query.get_noised_result(sample_state, global_state)
+
+  derive_metrics = tff.tensorflow.computation(query.derive_metrics,
+                                              query_state_type)
+  dp_event_type = get_noised_result.type_signature.result[2]
+  convert_dp_event = tff.tensorflow.computation(
+      lambda event: event.to_named_tuple(), dp_event_type)
+  result_type = get_noised_result.type_signature.result[0]
+  flatten_result = tff.tensorflow.computation(flat_layout.flatten_value,
+                                              result_type)
+  next_round = tff.tensorflow.computation(lambda r: r + 1, round_type)
+
+  @tff.federated_computation()
+  def init_fn():
+    query_initial_state = tff.federated_eval(query_initial_state_fn,
+                                             tff.SERVER)
+    query_sample_state = tff.federated_eval(query_sample_state_fn,
+                                            tff.SERVER)
+    round_num, seed_v, schedule = tff.federated_eval(canary_state_fn,
+                                                     tff.SERVER)
+    _, _, dp_event = tff.federated_map(
+        get_noised_result, (query_sample_state, query_initial_state))
+    dp_event = tff.federated_map(convert_dp_event, dp_event)
+    is_init_state = tff.federated_value(True, tff.SERVER)
+    state = CanaryDPAggregatorState(
+        query_initial_state, record_agg_process.initialize(), dp_event,
+        is_init_state, round_num, seed_v, schedule)
+    return tff.federated_zip(state)
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(value_type, tff.CLIENTS))
+  def next_fn(state, value):
+    query_state, agg_state, _, _, round_num, seed_v, schedule = state
+    server_params = tff.federated_map(derive_sample_params, query_state)
+    params = tff.federated_broadcast(server_params)
+    record = tff.federated_map(get_query_record, (params, value))
+    record_agg_output = record_agg_process.next(agg_state, record)
+    sample_state, count, clip = tff.federated_map(
+        add_canaries, (server_params, record_agg_output.result, round_num,
+                       seed_v, schedule))
+    result, new_query_state, dp_event = tff.federated_map(
+        get_noised_result, (sample_state, query_state))
+    dp_event = tff.federated_map(convert_dp_event, dp_event)
+    is_init_state = tff.federated_value(False, tff.SERVER)
+    query_metrics = tff.federated_map(derive_metrics, new_query_state)
+    new_state = CanaryDPAggregatorState(
+        new_query_state, record_agg_output.state, dp_event, is_init_state,
+        tff.federated_map(next_round, round_num), seed_v, schedule)
+    measurements = collections.OrderedDict(
+        dp_query_metrics=query_metrics,
+        dp=record_agg_output.measurements,
+        canaries_inserted=count,
+        clip=clip,
+        round_num=round_num)
+    if record_aggregates:
+      measurements[measurement_keys.AGGREGATE_KEY] = tff.federated_map(
+          flatten_result, result)
+    return tff.templates.MeasuredProcessOutput(
+        tff.federated_zip(new_state), result,
+        tff.federated_zip(measurements))
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)

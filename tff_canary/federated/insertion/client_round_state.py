@@ -1,0 +1,99 @@
+"""What a round of the client-insertion mode leaves in TFF's process state.
+
+With canary clients (`tff_canary.federated.insertion.canary_clients`) the canaries go
+through TFF's own `DifferentiallyPrivateFactory`, which, unlike this
+package's aggregator (`factory`), reports neither the noised aggregate nor
+the clip it used. The process state tells both, and the round's DpEvent:
+
+  * `dp_aggregator_state(state)`: the factory's state (TFF's
+    `DPAggregatorState`: query_state, agg_state, dp_event, is_init_state),
+    found anywhere under `state.aggregator` (under TFF's zeroing it sits in
+    `state.aggregator['inner_agg']`);
+  * `dp_event(state)`: the round's DpEvent, by TFF's public
+    `tff.aggregators.differential_privacy.extract_dp_event_from_state`;
+  * `query_clip(state)`: the `l2_norm_clip` of the Gaussian sum query in
+    that state (tensorflow_privacy's `GaussianSumQuery` state, inside the
+    `NormalizedQuery` and, when adaptive, the quantile query). Read from
+    the state BEFORE a round it is the clip C_r that round uses: a fixed
+    query's clip, or the adaptive one TFF's measurements report only a
+    round late (`dp_query_metrics['clip']` is the next round's);
+  * `round_aggregate(before, after, server_learning_rate)`: the round's
+    aggregate from the model weights. FedAvg's server step with SGD without
+    momentum is theta_t = theta_{t-1} - eta a_t (McMahan et al. 2018, arXiv
+    1710.06963, Algorithm 1; a_t the noised mean of the clipped client
+    updates, canary clients included, with TFF's fixed denominator
+    clients_per_round), so a_t = (theta_{t-1} - theta_t) / eta: the noised
+    aggregate the server-side mode records, flattened as `flat_layout`
+    lays out the trainable weights. With momentum (or Adam) the weight
+    change mixes earlier rounds' aggregates; the experiments refuse that
+    combination (`experiment_config`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_canary.federated.structures import flat_layout
+from tff_canary.federated.structures import tree_search
+from tff_canary.stats import validation
+
+_DP_STATE_FIELDS = {"query_state", "agg_state", "dp_event", "is_init_state"}
+
+
+def dp_aggregator_state(state: Any) -> Any:
+  """TFF's `DPAggregatorState` in a learning process state (searched under
+  `state.aggregator` when there is one); ValueError if there is none."""
+  node = tree_search.find_first(
+      getattr(state, "aggregator", state),
+      lambda s: hasattr(s, "_fields") and _DP_STATE_FIELDS <= set(s._fields))
+  if node is None:
+    raise ValueError("state holds no DifferentiallyPrivateFactory state "
+                     "(TFF's DPAggregatorState); got "
+                     f"{validation.show(state)}.")
+  return node
+
+
+def dp_event(state: Any) -> Any:
+  """The DpEvent of the round that produced `state` (TFF's own)."""
+  return tff.aggregators.differential_privacy.extract_dp_event_from_state(
+      dp_aggregator_state(state))
+
+
+def query_clip(state: Any) -> float:
+  """The Gaussian sum query's `l2_norm_clip` in `state` (module docstring:
+  before a round, that round's clip); ValueError if the query has none."""
+  query_state = dp_aggregator_state(state).query_state
+  node = tree_search.find_first(
+      query_state,
+      lambda s: hasattr(s, "_fields") and "l2_norm_clip" in s._fields)
+  if node is None:
+    raise ValueError("the DP query state has no l2_norm_clip (not a Gaussian "
+                     f"sum query): {validation.show(query_state)}.")
+  return validation.as_nonnegative(float(np.asarray(node.l2_norm_clip)),
+                                   "the query's l2_norm_clip")
+
+
+def round_aggregate(before: Any, after: Any,
+                    server_learning_rate: float) -> np.ndarray:
+  """a_t = (theta_{t-1} - theta_t) / eta, flat float32 (module docstring).
+
+  Args:
+    before: theta_{t-1}: the trainable weights before the round (a
+      structure of arrays or a flat vector).
+    after: theta_t, the same layout.
+    server_learning_rate: eta > 0, of server SGD without momentum.
+  """
+  eta = validation.as_positive(server_learning_rate, "server_learning_rate")
+  before = flat_layout.flatten_numpy(before, "before")
+  after = flat_layout.flatten_numpy(after, "after")
+  if before.shape != after.shape:
+    raise ValueError(f"before and after differ in size: {before.size} and "
+                     f"{after.size}.")
+  delta = before.astype(np.float64) - after.astype(np.float64)
+  return (delta / eta).astype(np.float32)
+
+
+__all__ = ["dp_aggregator_state", "dp_event", "query_clip", "round_aggregate"]

@@ -1,0 +1,360 @@
+"""A DP-FedAvg aggregation factory that inserts random canary clients.
+
+`CanaryDPFactory` is TFF's `tff.aggregators.DifferentiallyPrivateFactory` with
+one step added: after the clients' clipped records are summed and before the
+query adds noise, the server adds this round's canaries to the query's sample
+state, each exactly at the round's clip norm C_t (docs/method/canaries.md; Andrew et al.,
+"One-shot Empirical Privacy Estimation for Federated Learning", ICLR 2024,
+arXiv 2302.03098, Algorithm 1). A canary therefore passes through the same
+path as a client record: clipping (a no-op at norm C_t), the same Gaussian
+noise, the same normalization by the fixed `clients_per_round` of
+`tfp.NormalizedQuery` (canaries do not change the denominator). The process
+itself, its state and its measurements are `tff_canary.federated.
+canary_process`.
+
+Clipping:
+  * fixed (`gaussian_fixed`, McMahan et al., ICLR 2018, https://arxiv.org/abs/
+    1710.06963): C_r = clip.
+  * adaptive (`gaussian_adaptive`, Andrew et al. 2021, https://arxiv.org/abs/
+    1905.03871, geometric update): C_r is the clip that `derive_sample_params`
+    returns for round r; the canaries do not vote in the quantile estimate
+    (`canary_process` says why).
+
+Zeroing (`canary_dp_aggregator(..., zeroing=True)`, like
+`tff.learning.dp_aggregator`): TFF's zeroing wraps OUTSIDE the DP factory and
+zeroes client values before the DP factory sees them; canaries are added
+inside, at the server, so they are never zeroed.
+
+Server-side canaries change nothing a real client sees.
+
+Noise. The noise is the query's own. With `noise_seed=None` (the default)
+the named constructors build tensorflow_privacy's queries, whose noise is
+unseeded, as in TFF: a resumed run repeats the canaries, not the noise. With
+`noise_seed=s` they build the same queries with seeded noise
+(`tff_canary.federated.insertion.seeded_query`): the same N(0, (z C)^2) noise on the sum
+(and on the adaptive clipped count), every tensor of every round from its own
+independent stream of s, with the draw counter in the query's state, so an
+interrupted and resumed run equals an uninterrupted one. Only for simulation:
+anyone who knows the seed can subtract the noise, so a deployment must leave
+`noise_seed=None`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow_federated as tff
+import tensorflow_privacy as tfp
+
+from tff_canary.federated.insertion import canary_process
+from tff_canary.federated.structures import flat_layout
+from tff_canary.federated.insertion import seeded_query
+from tff_canary.federated.runtime import worker_guard
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats import validation
+
+worker_guard.install()
+
+_tff_dp = tff.aggregators.differential_privacy
+
+# TFF's default adaptive zeroing (`tff.learning.dp_aggregator(...,
+# zeroing=True)`): zero a client value whose norm exceeds 2x the estimated
+# 0.98 quantile of the norms seen, plus 1; the estimate starts at 10 and moves
+# geometrically at rate log(10) per round, without noise. TFF 0.87 keeps these
+# numbers in a private function (`model_update_aggregator._default_zeroing`);
+# they are repeated here to build the same wrapper from public symbols, and
+# tests/test_factory.py checks the result against `tff.learning.dp_aggregator`
+# round by round.
+_ZEROING_QUANTILE = dict(initial_estimate=10.0, target_quantile=0.98,
+                         learning_rate=math.log(10.0), multiplier=2.0,
+                         increment=1.0)
+
+
+def _check_noise(noise_multiplier: Any, clients_per_round: Any):
+  return (validation.as_nonnegative(noise_multiplier, "noise_multiplier"),
+          validation.as_positive(clients_per_round, "clients_per_round"))
+
+
+def _check_config(canaries: Any) -> canary_config.CanaryConfig:
+  if not isinstance(canaries, canary_config.CanaryConfig):
+    raise TypeError("canaries must be a tff_canary.stats.canaries.canary_config."
+                    f"CanaryConfig, got {canaries!r}.")
+  return canaries
+
+
+def _is_adaptive(sum_query: Any) -> bool:
+  """Whether a supported sum query clips adaptively; TypeError otherwise."""
+  if isinstance(sum_query, tfp.QuantileAdaptiveClipSumQuery):
+    return True
+  if isinstance(sum_query, tfp.GaussianSumQuery):
+    return False
+  if isinstance(sum_query, tfp.NormalizedQuery):
+    # tensorflow_privacy gives no public access to a NormalizedQuery's
+    # numerator, whose clip and sum the canaries need: take the parts.
+    raise TypeError("sum_query must be the numerator, not a "
+                    "tfp.NormalizedQuery: pass NormalizedQuery(q, d)'s q as "
+                    f"sum_query and d as clients_per_round; got {sum_query!r}.")
+  raise TypeError(
+      "sum_query must be a tfp.GaussianSumQuery or a "
+      f"tfp.QuantileAdaptiveClipSumQuery (or a subclass); got {sum_query!r}.")
+
+
+class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
+  """`UnweightedAggregationFactory` for DP queries, with canary clients.
+
+  Wraps a tensorflow_privacy DP query like
+  `tff.aggregators.DifferentiallyPrivateFactory` and adds the canaries of a
+  `CanaryConfig` at the server, at the round's clip norm (module docstring).
+  Use the named constructors `gaussian_fixed` and `gaussian_adaptive`, or
+  `canary_dp_aggregator` for the analogue of `tff.learning.dp_aggregator`.
+  """
+
+  @classmethod
+  def gaussian_adaptive(
+      cls,
+      noise_multiplier: float,
+      clients_per_round: float,
+      initial_l2_norm_clip: float = 0.1,
+      target_unclipped_quantile: float = 0.5,
+      learning_rate: float = 0.2,
+      clipped_count_stddev: Optional[float] = None,
+      *,
+      canaries: canary_config.CanaryConfig,
+      noise_seed: Optional[int] = None,
+  ) -> CanaryDPFactory:
+    """Adaptive clipping and Gaussian noise, with canaries.
+
+    The query TFF's `DifferentiallyPrivateFactory.gaussian_adaptive` builds:
+    DP-FedAvg (McMahan et al. 2018, https://arxiv.org/abs/1710.06963) with the
+    geometric adaptive clipping of Andrew et al. 2021
+    (https://arxiv.org/abs/1905.03871); the value noise multiplier comes from
+    TFF's `adaptive_clip_noise_params`, so `noise_multiplier` is the effective
+    total one. Canaries (Andrew et al. 2024, arXiv 2302.03098) are added at
+    each round's clip and do not vote in the quantile estimate.
+
+    Args:
+      noise_multiplier: Effective noise multiplier z >= 0.
+      clients_per_round: Expected clients per round (> 0), the denominator.
+      initial_l2_norm_clip: Initial clip (> 0).
+      target_unclipped_quantile: Target quantile in [0, 1].
+      learning_rate: Clip learning rate (>= 0).
+      clipped_count_stddev: Noise stddev of the clipped count (>= 0), or None
+        for TFF's default 0.05 * clients_per_round (0 without noise).
+      canaries: The `CanaryConfig`.
+      noise_seed: None (TFF's unseeded noise) or a seed for reproducible
+        simulation noise; see the module docstring. Never in deployment.
+
+    Returns:
+      A `CanaryDPFactory`.
+
+    Raises:
+      TypeError, ValueError: for bad arguments, naming them.
+    """
+    noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
+                                                       clients_per_round)
+    initial_l2_norm_clip = validation.as_positive(initial_l2_norm_clip,
+                                                  "initial_l2_norm_clip")
+    target_unclipped_quantile = validation.as_unit_interval(
+        target_unclipped_quantile, "target_unclipped_quantile")
+    learning_rate = validation.as_nonnegative(learning_rate, "learning_rate")
+    if clipped_count_stddev is not None:
+      clipped_count_stddev = validation.as_nonnegative(
+          clipped_count_stddev, "clipped_count_stddev")
+    canaries = _check_config(canaries)
+    value_noise_multiplier, clipped_count_stddev = (
+        _tff_dp.adaptive_clip_noise_params(
+            noise_multiplier, clients_per_round, clipped_count_stddev))
+    arguments = dict(
+        initial_l2_norm_clip=initial_l2_norm_clip,
+        noise_multiplier=value_noise_multiplier,
+        target_unclipped_quantile=target_unclipped_quantile,
+        learning_rate=learning_rate,
+        clipped_count_stddev=clipped_count_stddev,
+        expected_num_records=clients_per_round,
+        geometric_update=True,
+    )
+    if noise_seed is None:
+      query = tfp.QuantileAdaptiveClipSumQuery(**arguments)
+    else:
+      query = seeded_query.SeededQuantileAdaptiveClipSumQuery(
+          **arguments, noise_seed=noise_seed)
+    return cls(query, canaries, clients_per_round=clients_per_round)
+
+  @classmethod
+  def gaussian_fixed(
+      cls,
+      noise_multiplier: float,
+      clients_per_round: float,
+      clip: float,
+      *,
+      canaries: canary_config.CanaryConfig,
+      noise_seed: Optional[int] = None,
+  ) -> CanaryDPFactory:
+    """Fixed clipping and Gaussian noise, with canaries.
+
+    The query TFF's `DifferentiallyPrivateFactory.gaussian_fixed` builds
+    (DP-FedAvg, McMahan et al. 2018, https://arxiv.org/abs/1710.06963): clip
+    each record to L2 norm `clip`, add N(0, (z * clip)^2) to the sum, divide by
+    `clients_per_round`. Canaries (Andrew et al. 2024, arXiv 2302.03098) enter
+    the sum at norm `clip`.
+
+    Args:
+      noise_multiplier: z >= 0.
+      clients_per_round: Expected clients per round (> 0), the denominator.
+      clip: The clip norm C > 0.
+      canaries: The `CanaryConfig`.
+      noise_seed: None (TFF's unseeded noise) or a seed for reproducible
+        simulation noise; see the module docstring. Never in deployment.
+
+    Returns:
+      A `CanaryDPFactory`.
+
+    Raises:
+      TypeError, ValueError: for bad arguments, naming them.
+    """
+    noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
+                                                       clients_per_round)
+    clip = validation.as_positive(clip, "clip")
+    canaries = _check_config(canaries)
+    if noise_seed is None:
+      sum_query = tfp.GaussianSumQuery(l2_norm_clip=clip,
+                                       stddev=clip * noise_multiplier)
+    else:
+      sum_query = seeded_query.SeededGaussianSumQuery(
+          l2_norm_clip=clip, stddev=clip * noise_multiplier,
+          noise_seed=noise_seed)
+    return cls(sum_query, canaries, clients_per_round=clients_per_round)
+
+  def __init__(
+      self,
+      sum_query: tfp.DPQuery,
+      canaries: canary_config.CanaryConfig,
+      *,
+      clients_per_round: Optional[float] = None,
+      record_aggregation_factory: Optional[
+          tff.aggregators.UnweightedAggregationFactory] = None,
+  ):
+    """Initializes the factory.
+
+    Args:
+      sum_query: A `tfp.GaussianSumQuery` or `tfp.QuantileAdaptiveClipSumQuery`
+        (or a subclass, such as the seeded queries of
+        `tff_canary.federated.insertion.seeded_query`). The noise is the query's.
+      canaries: The `CanaryConfig`.
+      clients_per_round: None (the aggregate is the noised sum) or the fixed
+        denominator d > 0: the factory then aggregates with
+        `tfp.NormalizedQuery(sum_query, d)`, what TFF's named constructors
+        build.
+      record_aggregation_factory: Aggregates the clients' clipped records, as
+        in TFF's factory (default `tff.aggregators.SumFactory`); it must
+        implement a sum that does not increase sensitivity.
+
+    Raises:
+      TypeError: for a query or factory of another kind (a
+        `tfp.NormalizedQuery` too: pass its numerator and denominator), or a
+        `canaries` that is not a `CanaryConfig`.
+      ValueError: for a `clients_per_round` <= 0.
+    """
+    self._adaptive = _is_adaptive(sum_query)
+    if clients_per_round is None:
+      self._query = sum_query
+    else:
+      clients_per_round = validation.as_positive(clients_per_round,
+                                                 "clients_per_round")
+      self._query = tfp.NormalizedQuery(sum_query,
+                                        denominator=clients_per_round)
+    self._canaries = _check_config(canaries)
+    if record_aggregation_factory is None:
+      record_aggregation_factory = tff.aggregators.SumFactory()
+    if not isinstance(record_aggregation_factory,
+                      tff.aggregators.UnweightedAggregationFactory):
+      raise TypeError("record_aggregation_factory must be a "
+                      "tff.aggregators.UnweightedAggregationFactory, got "
+                      f"{record_aggregation_factory!r}.")
+    self._record_aggregation_factory = record_aggregation_factory
+
+  @property
+  def canaries(self) -> canary_config.CanaryConfig:
+    return self._canaries
+
+  @property
+  def query(self) -> tfp.DPQuery:
+    """The aggregated DP query (normalized if `clients_per_round` was given)."""
+    return self._query
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    """Builds the aggregation process for `value_type` (the model weights).
+
+    Warns (`tff_canary.stats.canaries.canary_config.TooManyCanariesWarning`) when the
+    number of canaries exceeds dim / 100.
+    """
+    value_type = tff.types.to_type(value_type)
+    try:
+      specs = tff.types.type_to_tf_tensor_specs(value_type)
+    except Exception as e:  # pylint: disable=broad-except
+      raise TypeError(f"value_type must be a structure of tensors, got "
+                      f"{value_type}: {e}") from None
+    dim = flat_layout.tensor_specs_dim(specs)
+    canary_config.check_orthogonality(self._canaries.num_canaries, dim)
+    return canary_process.build(self._query, self._adaptive, self._canaries,
+                                self._record_aggregation_factory, value_type,
+                                specs, dim)
+
+
+def with_zeroing(inner_factory):
+  """Wraps a factory in TFF's default adaptive zeroing.
+
+  The zeroing of `tff.learning.dp_aggregator(..., zeroing=True)`, built from
+  `tff.aggregators.zeroing_factory` and
+  `tff.aggregators.PrivateQuantileEstimationProcess.no_noise` with TFF's
+  numbers (`_ZEROING_QUANTILE`) and TFF's default norm order. With a
+  `CanaryDPFactory` inside, it zeroes client values only, never canaries.
+  """
+  zeroing_norm = tff.aggregators.PrivateQuantileEstimationProcess.no_noise(
+      **_ZEROING_QUANTILE)
+  return tff.aggregators.zeroing_factory(zeroing_norm, inner_factory)
+
+
+def canary_dp_aggregator(
+    noise_multiplier: float,
+    clients_per_round: float,
+    canaries: canary_config.CanaryConfig,
+    zeroing: bool = True,
+    noise_seed: Optional[int] = None,
+) -> tff.aggregators.UnweightedAggregationFactory:
+  """`tff.learning.dp_aggregator` with canaries.
+
+  Adaptive clipping and Gaussian noise with TFF's defaults
+  (`CanaryDPFactory.gaussian_adaptive`; McMahan et al. 2018, Andrew et al.
+  2021), wrapped, with `zeroing`, in TFF's default adaptive zeroing. Zeroing
+  acts on client values before the DP factory; canaries are added inside it at
+  the server and are never zeroed.
+
+  Args:
+    noise_multiplier: Effective noise multiplier z >= 0.
+    clients_per_round: Expected clients per round (> 0).
+    canaries: The `CanaryConfig`.
+    zeroing: Whether to add TFF's default adaptive zeroing.
+    noise_seed: None (unseeded noise, as in TFF) or a seed of simulated noise
+      (`CanaryDPFactory.gaussian_adaptive`). Never in deployment.
+
+  Returns:
+    A `tff.aggregators.UnweightedAggregationFactory`.
+  """
+  if not isinstance(zeroing, (bool, np.bool_)):
+    raise TypeError(f"zeroing must be a bool, got {zeroing!r}.")
+  factory = CanaryDPFactory.gaussian_adaptive(noise_multiplier,
+                                              clients_per_round,
+                                              canaries=canaries,
+                                              noise_seed=noise_seed)
+  if zeroing:
+    return with_zeroing(factory)
+  return factory
+
+
+__all__ = [
+    "CanaryDPFactory",
+    "canary_dp_aggregator",
+]

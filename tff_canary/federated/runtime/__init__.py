@@ -1,0 +1,1 @@
+"""TFF's runtime: the worker guard and the multi-worker runtime."""

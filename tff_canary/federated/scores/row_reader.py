@@ -1,0 +1,137 @@
+"""The recorded aggregate rows that the cosine pass reads, with bounded memory.
+
+`RowReader` reads rows of the noised aggregates (an `AggregateRecorder`, its
+file, or an array) as float32; `row_norms` takes their norms chunk by chunk
+(`cosine_chunks.row_norms`, so a plan gives the same bits as the stream);
+`residual` forms a'_r, the rows without the inserted canaries
+(`known_canary_removal`), chunk by chunk, in memory or in a temporary file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from tff_canary.federated.scores import aggregate_recorder
+from tff_canary.federated.scores import cosine_chunks
+from tff_canary.federated.scores import known_canary_removal
+
+
+class RowReader:
+  """Reads rows of the aggregates as float32 with bounded memory.
+
+  From a file, rows are read with plain reads into fresh arrays (not through a
+  memory map, whose file pages would stay mapped and count in the process's
+  memory); from an array, by slicing.
+  """
+
+  def __init__(self, aggregates: Any):
+    self._path = None
+    self._array = None
+    self.from_file = False
+    if isinstance(aggregates, aggregate_recorder.AggregateRecorder):
+      aggregates = aggregates.path
+    if isinstance(aggregates, (str, os.PathLike)):
+      path = os.fspath(aggregates)
+      array, recorded = aggregate_recorder.load_aggregates(path)
+      self.shape = array.shape
+      self.dtype = array.dtype
+      self._offset = array.offset
+      if array.dtype.kind != "f" or not array.flags.c_contiguous:
+        raise ValueError(f"{path} must hold a C-ordered float array.")
+      del array
+      self._path = path
+      self.from_file = True
+      self.rows = np.flatnonzero(recorded)
+    else:
+      array = aggregates
+      if not isinstance(array, np.ndarray):
+        try:
+          array = np.asarray(array, np.float32)
+        except (TypeError, ValueError) as e:
+          raise TypeError("aggregates must be an AggregateRecorder, a path or "
+                          f"a [num_rounds, dim] array: {e}") from None
+      if array.dtype.kind != "f":
+        raise TypeError(f"aggregates must be floating point, got dtype "
+                        f"{array.dtype}.")
+      if array.ndim != 2:
+        raise ValueError(f"aggregates must have shape [num_rounds, dim], got "
+                         f"{array.shape}.")
+      self._array = array
+      self.shape = array.shape
+      self.dtype = array.dtype
+      self.rows = np.arange(array.shape[0])
+
+  def read(self, rows: np.ndarray, out: np.ndarray | None = None
+          ) -> np.ndarray:
+    """Rows `rows` (sorted) as a float32 [len(rows), dim] array.
+
+    From a file, into `out` (at least len(rows) rows; allocated if None), so
+    a reused buffer costs no new memory; from an array, a view when the rows
+    are contiguous and already float32.
+    """
+    dim = self.shape[1]
+    if self._array is not None:
+      if rows.size and rows[-1] - rows[0] + 1 == rows.size:
+        part = self._array[int(rows[0]):int(rows[-1]) + 1]
+      else:
+        part = self._array[rows]
+      return np.asarray(part, np.float32)
+    if out is None:
+      out = np.empty((rows.size, dim), np.float32)
+    out = out[:rows.size]
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    with open(self._path, "rb") as f:
+      for run in np.split(np.arange(rows.size), breaks):
+        if not run.size:
+          continue
+        first = int(rows[run[0]])
+        f.seek(self._offset + first * dim * self.dtype.itemsize)
+        target = out[run[0]:run[-1] + 1]
+        if self.dtype == np.float32:
+          got = f.readinto(memoryview(target).cast("B"))
+          if got != target.nbytes:
+            raise ValueError(f"{self._path} is truncated.")
+        else:
+          data = np.fromfile(f, self.dtype, count=run.size * dim)
+          if data.size != run.size * dim:
+            raise ValueError(f"{self._path} is truncated.")
+          target[...] = data.reshape(run.size, dim)
+    return out
+
+
+def row_norms(reader: RowReader, positions: np.ndarray, chunk: int,
+               buffer: np.ndarray | None) -> np.ndarray:
+  """|a_r| per row (`cosine_chunks.row_norms`), `chunk` rows at a time (the
+  chunks of the cosine loop, so a plan gives the same bits)."""
+  norms = np.empty(positions.size, np.float64)
+  for start in range(0, positions.size, chunk):
+    part = reader.read(positions[start:start + chunk], out=buffer)
+    norms[start:start + chunk] = cosine_chunks.row_norms(part)
+  return norms
+
+
+def residual(reader: RowReader, positions: np.ndarray, chunk: int,
+              removals: list[known_canary_removal.ChunkRemoval], dim: int,
+              budget: int) -> tuple[np.ndarray, Any]:
+  """a'_r of every row, chunk by chunk: in memory when it fits half the
+  budget, else a memory map in a temporary directory (the second value, for
+  the caller to clean up; None in memory)."""
+  holder = None
+  if positions.size * dim * 4 <= budget // 2:
+    out = np.empty((positions.size, dim), np.float32)
+  else:
+    holder = tempfile.TemporaryDirectory(prefix="residual_aggregates_")
+    out = np.lib.format.open_memmap(
+        os.path.join(holder.name, "residual.npy"), mode="w+",
+        dtype=np.float32, shape=(positions.size, dim))
+  for k, start in enumerate(range(0, positions.size, chunk)):
+    part = np.array(reader.read(positions[start:start + chunk]), np.float32)
+    out[start:start + part.shape[0]] = removals[k].residual(part, out=part)
+  return out, holder
+
+
+__all__ = ["RowReader", "row_norms", "residual"]

@@ -1,0 +1,2 @@
+"""Finding and flattening nodes of TFF value structures (states, metrics,
+model weights)."""

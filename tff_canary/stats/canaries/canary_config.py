@@ -1,0 +1,173 @@
+"""Which canaries a run has, and when the inserted ones take part.
+
+docs/method/canaries.md (Andrew et al., "One-shot Empirical Privacy Estimation for Federated
+Learning", ICLR 2024, arXiv 2302.03098, Section 3). Canary ids are 0..m-1
+(m = num_inserted + num_held_out); each id names a random unit direction of
+the model's parameter space, regenerated from (seed, id) by
+`tff_canary.federated.insertion.canary_directions`. This module holds only the
+configuration, NumPy only, so that tables and reports use it without
+TensorFlow.
+
+With the default `assignment="fixed"`, ids 0..k-1 are inserted and k..m-1 held
+out (never inserted). With `assignment="coin"` (for the one-run bound of
+Steinke, Nasr and Jagielski 2023, docs/method/lower-bounds.md) each of the m candidates is
+inserted by an independent fair coin drawn from the seed, so the number
+inserted is Binomial(m, 1/2) and only the total m is fixed by the two counts.
+Either way the membership is the explicit boolean array
+`CanaryConfig.inserted`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+
+from tff_canary.stats.canaries import schedules
+from tff_canary.stats import validation
+
+ASSIGNMENTS = ("fixed", "coin")
+
+# The L2 norm of a canary client's update (the client-insertion mode,
+# `tff_canary.federated.insertion.canary_clients`, explains the value); here, TF-free,
+# so that experiment configs can default to it before TensorFlow loads.
+DEFAULT_CANARY_NORM = 10.0
+
+# Warn when m = num_inserted + num_held_out exceeds dim / ORTHOGONALITY_RATIO.
+ORTHOGONALITY_RATIO = 100
+
+
+class TooManyCanariesWarning(UserWarning):
+  """More canaries than the model's dimension keeps nearly orthogonal."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CanaryConfig:
+  """Which canaries a run has, and when the inserted ones take part.
+
+  Frozen and validated at construction; the membership and the realized
+  schedule are computed then, deterministically from `seed`.
+
+  Attributes:
+    seed: Nonnegative integer seed of the canary directions, the coin and the
+      schedule.
+    num_inserted: k >= 0, inserted canaries (ids 0..k-1 with "fixed").
+    num_held_out: k' >= 0, held-out canaries (ids k..k+k'-1 with "fixed").
+    schedule: A `tff_canary.stats.canaries.schedules.Schedule`.
+    assignment: "fixed" (above) or "coin" (each of the k + k' candidates is
+      inserted by an independent fair coin from the seed).
+    record_aggregates: Whether the aggregation process reports each round's
+      noised aggregate (measurement `noised_aggregate`), needed for the
+      all-iterates cosines.
+    inserted: bool [k + k'], canary id -> inserted (derived).
+    participation: `schedules.Participation` of the inserted canaries
+      (derived).
+  """
+
+  seed: int
+  num_inserted: int
+  num_held_out: int
+  schedule: schedules.Schedule
+  assignment: str = "fixed"
+  record_aggregates: bool = True
+  inserted: np.ndarray = dataclasses.field(init=False, repr=False)
+  participation: schedules.Participation = dataclasses.field(
+      init=False, repr=False)
+
+  def __post_init__(self):
+    seed = schedules.as_seed(self.seed, "seed")
+    num_inserted = validation.as_int(self.num_inserted, "num_inserted",
+                                     minimum=0)
+    num_held_out = validation.as_int(self.num_held_out, "num_held_out",
+                                     minimum=0)
+    if num_inserted + num_held_out > np.iinfo(np.int32).max:
+      raise ValueError(f"num_inserted + num_held_out must fit in int32, got "
+                       f"{num_inserted + num_held_out}.")
+    if not isinstance(self.schedule, schedules.Schedule):
+      raise TypeError(f"schedule must be a tff_canary.stats.canaries.schedules.Schedule "
+                      f"(ShuffledEpochs, FixedPresentations, PerRoundSampling)"
+                      f", got {self.schedule!r}.")
+    assignment = validation.as_choice(self.assignment, "assignment",
+                                      ASSIGNMENTS)
+    if not isinstance(self.record_aggregates, (bool, np.bool_)):
+      raise TypeError(f"record_aggregates must be a bool, got "
+                      f"{self.record_aggregates!r}.")
+    total = num_inserted + num_held_out
+    if assignment == "fixed":
+      inserted = np.arange(total) < num_inserted
+    else:
+      rng = np.random.default_rng([seed, schedules.COIN_TAG])
+      inserted = rng.integers(0, 2, size=total).astype(bool)
+    inserted.setflags(write=False)
+    participation = self.schedule.realize(seed, np.flatnonzero(inserted))
+    object.__setattr__(self, "seed", seed)
+    object.__setattr__(self, "num_inserted", num_inserted)
+    object.__setattr__(self, "num_held_out", num_held_out)
+    object.__setattr__(self, "assignment", assignment)
+    object.__setattr__(self, "record_aggregates", bool(self.record_aggregates))
+    object.__setattr__(self, "inserted", inserted)
+    object.__setattr__(self, "participation", participation)
+
+  @property
+  def num_canaries(self) -> int:
+    """m = num_inserted + num_held_out, all canary ids."""
+    return self.num_inserted + self.num_held_out
+
+  @property
+  def num_rounds(self) -> int:
+    return self.schedule.num_rounds
+
+  @property
+  def inserted_ids(self) -> np.ndarray:
+    return np.flatnonzero(self.inserted)
+
+  @property
+  def held_out_ids(self) -> np.ndarray:
+    return np.flatnonzero(~self.inserted)
+
+  def counts(self) -> np.ndarray:
+    """Realized participation count of every canary id (0 if held out)."""
+    return self.participation.counts(self.num_canaries)
+
+  def __eq__(self, other):
+    if not isinstance(other, CanaryConfig):
+      return NotImplemented
+    return (self.seed, self.num_inserted, self.num_held_out, self.schedule,
+            self.assignment, self.record_aggregates) == (
+                other.seed, other.num_inserted, other.num_held_out,
+                other.schedule, other.assignment, other.record_aggregates)
+
+  def __hash__(self):
+    return hash((self.seed, self.num_inserted, self.num_held_out,
+                 self.schedule, self.assignment, self.record_aggregates))
+
+
+def check_orthogonality(num_canaries: int, dim: int) -> bool:
+  """Warns (`TooManyCanariesWarning`) if m > dim / 100; returns whether it did.
+
+  The statistics treat canaries as orthogonal. The cosine of two independent
+  uniform directions is ~ N(0, 1/d), so in a model delta carrying k inserted
+  canaries at norm C, canary j's inner product picks up the other canaries'
+  cross-talk, a zero-mean term of variance (k - 1) C^2 / d: the canaries act
+  as extra noise of multiplier sqrt((k - 1) / d) on top of the DP noise, and the
+  Gram matrix of m canaries has eigenvalues in (1 +- sqrt(m / d))^2
+  (Marchenko-Pastur). At m <= d / 100 that extra noise multiplier is <= 0.1,
+  ten times below the z ~ 1 of meaningful DP, and small next to the z = 0.23
+  that already gives the paper's epsilon = 30; beyond it the canaries start to
+  measure each other. The paper's settings use m / d ~ 1e-3. The warning
+  counts held-out canaries too (they do not enter the model, but the threshold
+  is meant as a plain, conservative rule).
+  """
+  num_canaries = validation.as_int(num_canaries, "num_canaries", minimum=0)
+  dim = validation.as_dim(dim)
+  if num_canaries * ORTHOGONALITY_RATIO > dim:
+    warnings.warn(
+        f"{num_canaries} canaries for a model of dim = {dim}: more than "
+        f"dim / {ORTHOGONALITY_RATIO} = {dim / ORTHOGONALITY_RATIO:g}. Random "
+        f"canaries have pairwise cosines ~ N(0, 1/dim); their cross-talk adds "
+        f"a noise multiplier of about sqrt(k/dim) = "
+        f"{np.sqrt(num_canaries / dim):.3g} to the statistics. Use fewer "
+        "canaries or a larger model.", TooManyCanariesWarning, stacklevel=3)
+    return True
+  return False

@@ -1,0 +1,414 @@
+"""The cosine table of a run: one row per canary, saved as CSV or NPZ.
+
+Columns (docs/method/null-law.md; Andrew et al., ICLR 2024, arXiv 2302.03098, Section 3):
+
+  * `id`: canary id (its direction is regenerated from (seed, id), see
+    `tff_canary.federated.insertion.canary_directions`).
+  * `group`: "inserted" or "held_out".
+  * `participation`: number of rounds the canary took part in (0 if held out).
+  * `final_cosine`: x_j = cos(c_j, theta_0 - theta_T) (final-model statistic).
+  * `max_cosine`: m_j = max over recorded rounds r of cos(c_j, a_r), a_r the
+    round's noised aggregate (all-iterates statistic); NaN if no aggregate was
+    recorded.
+  * `max_round`: the round r (0-based) of that max; -1 if none.
+  * `unrecorded`: how many of the canary's participations fall in rounds
+    whose aggregate was not recorded (0 for held-out canaries; tables saved
+    before this column existed load with 0). Any nonzero entry makes the
+    all-iterates statistics unusable: such a canary's max misses its own
+    rounds and looks held out, so `max_cosines` refuses with an error and
+    `has_max_cosines` is False.
+
+Metadata: `seed`, `dim`, `num_rounds` (the schedule's), `rounds_recorded`,
+`assignment` ("fixed" or "coin"), `schedule` (its repr) and `generator` (the
+canary generator's identifier), enough to regenerate every canary, and
+`known_canaries_removed` ("all_iterates" when each canary's round cosines
+were taken without the other inserted canaries, `known_canaries`; "none",
+also for tables saved before it existed).
+
+`CosineTable` is frozen (its arrays are read-only) and validated whenever it is
+built, including on `load`. Files are written atomically (temporary file in
+the same directory, then `os.replace`), so a crash never leaves half a table.
+NumPy only: the TF-free report command loads tables without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import typing
+from typing import Any, Literal
+
+import numpy as np
+
+from tff_canary.stats import atomic_files
+from tff_canary.stats import validation
+
+Group = Literal["inserted", "held_out"]
+GROUPS = typing.get_args(Group)
+COLUMNS = ("id", "group", "participation", "final_cosine", "max_cosine",
+           "max_round", "unrecorded")
+# Columns a saved table may lack (older files): filled with zeros.
+OPTIONAL_COLUMNS = ("unrecorded",)
+METADATA = ("seed", "dim", "num_rounds", "rounds_recorded", "assignment",
+            "schedule", "generator", "known_canaries_removed")
+# Which statistic had the other inserted canaries removed from each canary's
+# aggregates (`tff_canary.stats.estimators.known_canaries`): none, or the all-iterates one.
+KnownCanariesRemoved = Literal["none", "all_iterates"]
+KNOWN_CANARIES_REMOVED = typing.get_args(KnownCanariesRemoved)
+_FORMAT = "tff-canary cosine table v1"
+
+
+class UnrecordedRoundsWarning(UserWarning):
+  """Inserted canaries took part in rounds whose aggregate was not recorded."""
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+  array = np.array(array, copy=True)
+  array.setflags(write=False)
+  return array
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CosineTable:
+  """One row per canary; see the module docstring for the columns."""
+
+  id: np.ndarray
+  group: np.ndarray
+  participation: np.ndarray
+  final_cosine: np.ndarray
+  max_cosine: np.ndarray
+  max_round: np.ndarray
+  seed: int
+  dim: int
+  num_rounds: int
+  rounds_recorded: int
+  assignment: str = "fixed"
+  schedule: str = ""
+  generator: str = ""
+  unrecorded: Any = None
+  known_canaries_removed: KnownCanariesRemoved = "none"
+
+  def __post_init__(self):
+    seed = validation.as_int(self.seed, "seed", minimum=0)
+    dim = validation.as_dim(self.dim)
+    num_rounds = validation.as_int(self.num_rounds, "num_rounds", minimum=1)
+    rounds_recorded = validation.as_int(self.rounds_recorded,
+                                        "rounds_recorded", minimum=0)
+    for name in ("assignment", "schedule", "generator"):
+      if not isinstance(getattr(self, name), str):
+        raise TypeError(f"{name} must be a str, got "
+                        f"{getattr(self, name)!r}.")
+    validation.as_choice(self.known_canaries_removed,
+                         "known_canaries_removed", KNOWN_CANARIES_REMOVED)
+    if self.unrecorded is None:
+      object.__setattr__(self, "unrecorded", np.zeros(
+          np.asarray(self.id).shape, np.int64))
+    columns = {}
+    for name in COLUMNS:
+      try:
+        column = np.asarray(getattr(self, name))
+      except Exception as e:  # pylint: disable=broad-except
+        raise TypeError(f"column {name} is not an array: {e}") from None
+      if column.ndim != 1:
+        raise ValueError(f"column {name} must be 1-D, got shape "
+                         f"{column.shape}.")
+      columns[name] = column
+    size = columns["id"].size
+    if size == 0:
+      raise ValueError("a cosine table needs at least one canary (row).")
+    for name, column in columns.items():
+      if column.size != size:
+        raise ValueError(f"column {name} has {column.size} rows; column id "
+                         f"has {size}.")
+    for name in ("id", "participation", "max_round", "unrecorded"):
+      column = columns[name]
+      if column.dtype.kind == "f" and np.all(np.isfinite(column)) and np.all(
+          column == np.round(column)):
+        column = column.astype(np.int64)
+      if column.dtype.kind not in "iu":
+        raise TypeError(f"column {name} must hold integers, got dtype "
+                        f"{column.dtype}.")
+      columns[name] = column.astype(np.int64)
+    ids = columns["id"]
+    if ids.min() < 0 or np.unique(ids).size != size:
+      raise ValueError("column id must hold distinct nonnegative integers.")
+    group = columns["group"].astype(str)
+    bad = ~np.isin(group, GROUPS)
+    if bad.any():
+      i = int(np.flatnonzero(bad)[0])
+      raise ValueError(f"column group must hold {GROUPS}, but row {i} has "
+                       f"{group[i]!r}.")
+    columns["group"] = group.astype("<U8")
+    if columns["participation"].min() < 0:
+      raise ValueError("column participation must be nonnegative.")
+    held = group == "held_out"
+    if np.any(columns["participation"][held] != 0):
+      i = int(np.flatnonzero(held & (columns["participation"] != 0))[0])
+      raise ValueError(f"held-out canary id {ids[i]} has participation "
+                       f"{columns['participation'][i]}; held-out canaries "
+                       "never take part.")
+    unrecorded = columns["unrecorded"]
+    if unrecorded.min() < 0 or np.any(unrecorded > columns["participation"]):
+      i = int(np.flatnonzero((unrecorded < 0)
+                             | (unrecorded > columns["participation"]))[0])
+      raise ValueError(f"column unrecorded must lie in [0, participation], "
+                       f"but canary id {ids[i]} has unrecorded "
+                       f"{unrecorded[i]} and participation "
+                       f"{columns['participation'][i]}.")
+    for name in ("final_cosine", "max_cosine"):
+      column = columns[name]
+      if column.dtype.kind not in "fiu":
+        raise TypeError(f"column {name} must hold real numbers, got dtype "
+                        f"{column.dtype}.")
+      columns[name] = column.astype(np.float64)
+    validation.as_cosines(columns["final_cosine"], "column final_cosine",
+                          min_size=1)
+    max_cos, max_round = columns["max_cosine"], columns["max_round"]
+    missing = np.isnan(max_cos)
+    if np.any(missing != (max_round == -1)):
+      raise ValueError("column max_cosine is NaN exactly where max_round is "
+                       "-1 (no recorded round); the two columns disagree.")
+    if np.any(max_round < -1):
+      raise ValueError("column max_round must be >= -1.")
+    if not missing.all():
+      validation.as_cosines(max_cos[~missing], "column max_cosine",
+                            min_size=1)
+    if rounds_recorded == 0 and not missing.all():
+      raise ValueError("rounds_recorded = 0 but column max_cosine has values.")
+    for name, column in columns.items():
+      object.__setattr__(self, name, _readonly(column))
+    object.__setattr__(self, "seed", seed)
+    object.__setattr__(self, "dim", dim)
+    object.__setattr__(self, "num_rounds", num_rounds)
+    object.__setattr__(self, "rounds_recorded", rounds_recorded)
+
+  # ------------------------------------------------------------- accessors
+
+  def __len__(self) -> int:
+    return int(self.id.size)
+
+  @property
+  def metadata(self) -> dict[str, Any]:
+    return {name: getattr(self, name) for name in METADATA}
+
+  def mask(self, group: Group) -> np.ndarray:
+    """Boolean row mask of `group` ("inserted" or "held_out")."""
+    group = validation.as_choice(group, "group", GROUPS)
+    return self.group == group
+
+  def ids(self, group: Group) -> np.ndarray:
+    return self.id[self.mask(group)]
+
+  def final_cosines(self, group: Group) -> np.ndarray:
+    """The final-model cosines x_j of `group`, float64."""
+    return self.final_cosine[self.mask(group)]
+
+  @property
+  def has_max_cosines(self) -> bool:
+    """True when every canary has a usable all-iterates statistic: aggregates
+    were recorded, and in every round an inserted canary took part."""
+    return self.all_iterates_refusal is None
+
+  @property
+  def all_iterates_refusal(self) -> str | None:
+    """Why the all-iterates statistics cannot be used, or None if they can."""
+    if self.rounds_recorded == 0 or np.isnan(self.max_cosine).any():
+      return ("this table has no all-iterates cosines (no noised aggregates "
+              "were recorded).")
+    missed = self.unrecorded > 0
+    if missed.any():
+      return (f"{int(self.unrecorded.sum())} participations of "
+              f"{int(missed.sum())} inserted canaries (e.g. canary id "
+              f"{int(self.id[missed][0])}) fall in rounds whose noised "
+              f"aggregate was not recorded ({self.rounds_recorded} rounds "
+              f"recorded, the schedule has {self.num_rounds}): their max "
+              "cosines miss those rounds and would make them look held out, "
+              "so epsilon_all and the all-iterates bounds are refused. Record "
+              "the aggregate of every round.")
+    return None
+
+  def max_cosines(self, group: Group) -> np.ndarray:
+    """The all-iterates statistics m_j of `group`.
+
+    Raises:
+      ValueError: when no aggregates were recorded, or an inserted canary
+        took part in a round that was not recorded (`all_iterates_refusal`).
+    """
+    refusal = self.all_iterates_refusal
+    if refusal is not None:
+      raise ValueError(refusal)
+    return self.max_cosine[self.mask(group)]
+
+  def participations(self, group: Group) -> np.ndarray:
+    return self.participation[self.mask(group)]
+
+  def __eq__(self, other):
+    if not isinstance(other, CosineTable):
+      return NotImplemented
+    return self.metadata == other.metadata and all(
+        np.array_equal(getattr(self, c), getattr(other, c), equal_nan=(
+            c in ("final_cosine", "max_cosine"))) for c in COLUMNS)
+
+  __hash__ = None
+
+  def __repr__(self):
+    counts = {g: int(self.mask(g).sum()) for g in GROUPS}
+    return (f"CosineTable({counts['inserted']} inserted, "
+            f"{counts['held_out']} held out, seed={self.seed}, "
+            f"dim={self.dim}, num_rounds={self.num_rounds}, "
+            f"rounds_recorded={self.rounds_recorded})")
+
+  # ------------------------------------------------------------- saving
+
+  def save_csv(self, path: str | os.PathLike) -> None:
+    """Writes the table as CSV with '# key: value' metadata lines, atomically.
+
+    Floats are written with 17 significant digits, so loading gives the same
+    float64 values bitwise.
+    """
+    buffer = io.StringIO()
+    buffer.write(f"# {_FORMAT}\n")
+    for name in METADATA:
+      buffer.write(f"# {name}: {json.dumps(getattr(self, name))}\n")
+    buffer.write(",".join(COLUMNS) + "\n")
+    for i in range(len(self)):
+      buffer.write(
+          f"{self.id[i]},{self.group[i]},{self.participation[i]},"
+          f"{self.final_cosine[i]!r},{self.max_cosine[i]!r},"
+          f"{self.max_round[i]},{self.unrecorded[i]}\n")
+    atomic_files.write_bytes(path, buffer.getvalue().encode("utf-8"))
+
+  def save_npz(self, path: str | os.PathLike) -> None:
+    """Writes the table as NPZ (columns and a JSON `metadata`), atomically."""
+    buffer = io.BytesIO()
+    metadata = dict(self.metadata, format=_FORMAT)
+    np.savez(buffer, metadata=np.array(json.dumps(metadata)),
+             **{name: getattr(self, name) for name in COLUMNS})
+    atomic_files.write_bytes(path, buffer.getvalue())
+
+  def save(self, path: str | os.PathLike) -> None:
+    """`save_csv` or `save_npz`, by the extension (.csv or .npz)."""
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    if suffix == ".csv":
+      self.save_csv(path)
+    elif suffix == ".npz":
+      self.save_npz(path)
+    else:
+      raise ValueError(f"path must end in .csv or .npz, got {path!r}.")
+
+  @classmethod
+  def load(cls, path: str | os.PathLike, dim: int | None = None
+          ) -> CosineTable:
+    """Loads a table saved by `save_csv` or `save_npz` (format sniffed).
+
+    Args:
+      path: The file.
+      dim: If given, the model dimension the table must have.
+
+    Returns:
+      The validated `CosineTable`.
+
+    Raises:
+      FileNotFoundError: if there is no such file.
+      ValueError: for a corrupt file, missing columns or metadata, invalid
+        values, or a dim other than `dim`.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+      head = f.read(4)
+    try:
+      if head.startswith(b"PK"):
+        table = cls._load_npz(path)
+      else:
+        table = cls._load_csv(path)
+    except (ValueError, TypeError, KeyError) as e:
+      raise ValueError(f"{path} is not a valid cosine table: {e}") from None
+    if dim is not None:
+      dim = validation.as_dim(dim)
+      if table.dim != dim:
+        raise ValueError(f"{path} is a table for dim = {table.dim}, not dim = "
+                         f"{dim}.")
+    return table
+
+  @classmethod
+  def _load_npz(cls, path: str) -> CosineTable:
+    import zipfile  # pylint: disable=g-import-not-at-top
+    try:
+      with np.load(path, allow_pickle=False) as data:
+        names = set(data.files)
+        missing = [c for c in COLUMNS + ("metadata",)
+                   if c not in names and c not in OPTIONAL_COLUMNS]
+        if missing:
+          raise ValueError(f"missing columns {missing}")
+        columns = {name: data[name] for name in COLUMNS if name in names}
+        metadata = json.loads(str(data["metadata"]))
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+      raise ValueError(f"corrupt NPZ file ({e})") from None
+    return cls._from_parts(columns, metadata)
+
+  @classmethod
+  def _load_csv(cls, path: str) -> CosineTable:
+    try:
+      with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    except UnicodeDecodeError as e:
+      raise ValueError(f"not a text file ({e})") from None
+    metadata = {}
+    body = []
+    for line in lines:
+      if line.startswith("#"):
+        text = line[1:].strip()
+        if text == _FORMAT or ":" not in text:
+          continue
+        key, value = text.split(":", 1)
+        try:
+          metadata[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+          raise ValueError(f"bad metadata line {line!r}") from None
+      elif line.strip():
+        body.append(line)
+    if not body:
+      raise ValueError("no header line")
+    header = [h.strip() for h in body[0].split(",")]
+    missing = [c for c in COLUMNS
+               if c not in header and c not in OPTIONAL_COLUMNS]
+    if missing:
+      raise ValueError(f"missing columns {missing}")
+    rows = [line.split(",") for line in body[1:]]
+    for i, row in enumerate(rows):
+      if len(row) != len(header):
+        raise ValueError(f"data row {i} has {len(row)} fields, the header "
+                         f"{len(header)}")
+    cells = {name: [row[header.index(name)].strip() for row in rows]
+             for name in COLUMNS if name in header}
+    try:
+      columns = {
+          "id": np.array([int(v) for v in cells["id"]], np.int64),
+          "group": np.array(cells["group"], "<U8"),
+          "participation": np.array(
+              [int(v) for v in cells["participation"]], np.int64),
+          "final_cosine": np.array(
+              [float(v) for v in cells["final_cosine"]], np.float64),
+          "max_cosine": np.array(
+              [float(v) for v in cells["max_cosine"]], np.float64),
+          "max_round": np.array([int(v) for v in cells["max_round"]],
+                                np.int64),
+      }
+      if "unrecorded" in cells:
+        columns["unrecorded"] = np.array(
+            [int(v) for v in cells["unrecorded"]], np.int64)
+    except ValueError as e:
+      raise ValueError(f"bad value ({e})") from None
+    return cls._from_parts(columns, metadata)
+
+  @classmethod
+  def _from_parts(cls, columns: dict[str, np.ndarray],
+                  metadata: dict[str, Any]) -> CosineTable:
+    missing = [m for m in ("seed", "dim", "num_rounds", "rounds_recorded")
+               if m not in metadata]
+    if missing:
+      raise ValueError(f"missing metadata {missing}")
+    kwargs = {name: metadata[name] for name in METADATA if name in metadata}
+    return cls(**columns, **kwargs)

@@ -1,0 +1,2 @@
+"""The noise self-test: is the released noise the Gaussian noise that was
+claimed?"""

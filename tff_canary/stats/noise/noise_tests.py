@@ -1,0 +1,287 @@
+"""The individual tests of the noise self-test, on standardized pure noise.
+
+`noise_stats.check_noise` runs them on R rounds of the output of a DP
+aggregation on zero client values and combines them (Holm's procedure). With
+z_{t,k} = x_{t,k} / s_t the standardized noise of tensor k in round t (n_k
+values, s_t the claimed std), the tests are (each with an exact or
+stated-approximation p-value):
+
+  zero       a round claimed noise-free (s_t = 0): its number of nonzero
+             values, p = 0 if there is any and 1 otherwise.
+  variance   sum of z^2 over n values ~ chi^2(n): per tensor (all rounds), per
+             round (all tensors) and overall; two-sided (catches s/10 and 10 s).
+  mean       sum of z / sqrt(n) ~ N(0, 1): per tensor and overall.
+  prefix     tensors j, k of one round: the cosine of their first
+             m = min(n_j, n_k) values, rounds stacked (R m values). For
+             independent isotropic Gaussians it has the exact null law of
+             docs/method/null-law.md in dimension R m (`null_law.CosineNull`); reused noise
+             (one tensor's noise a prefix of another's, scaled or not, e.g.
+             one stateless seed for all tensors) gives |cosine| = 1.
+  reuse      exact reuse at ANY offset: pairs of consecutive values within a
+             tensor, as float32 bit patterns without the sign bit (so negated
+             reuse counts too), compared across all tensors and rounds. D =
+             number of pairs whose pattern was already seen. With q_t the
+             probability that two values of round t share a pattern (estimated
+             from the round's single-value collisions, plus one for a floor),
+             two independent pairs collide with probability at most
+             q = max_t q_t squared (Cauchy-Schwarz across rounds), so by chance
+             D is about Poisson(lambda), lambda = C(M, 2) q^2 for M pairs,
+             p = P[Poisson(lambda) >= D].
+             A reused slice of L >= 2 values adds L - 1 repeats.
+  rounds     tensor k in rounds s and t: cosine of z_{s,k} and z_{t,k}
+             (exact null in dimension n_k), and of whole rounds (dimension d):
+             the same noise every round, scaled or not, gives 1.
+  lag1       sum_i z_i z_{i+1} within a tensor, all rounds, divided by the
+             square root of the number of pairs: N(0, 1) by the central limit
+             theorem for 1-dependent sequences (products of neighbours are
+             uncorrelated with variance 1); only for at least
+             `MIN_LAG_PAIRS` pairs, and pooled over all tensors.
+  gaussian   Kolmogorov-Smirnov test of a seeded fixed-size subsample of the
+             z against N(0, 1) (exact KS p-value).
+
+Each test returns rows (name, family, statistic, p-value, detail); `z` is a
+list over the noisy rounds of lists of float64 arrays, one per tensor. NumPy
+and SciPy only.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from typing import Literal, Sequence
+
+import numpy as np
+from scipy import stats
+
+from tff_canary.stats.estimators import null_law
+
+# The families of tests, in the order `noise_stats.check_noise` runs them.
+Family = Literal["zero", "variance", "mean", "prefix", "reuse", "rounds",
+                 "lag1", "gaussian"]
+FAMILIES = typing.get_args(Family)
+MIN_LAG_PAIRS = 1000
+_SIGNLESS = np.uint32(0x7FFFFFFF)
+
+# (name, family, statistic, p-value, detail) of one test.
+Row = tuple[str, Family, float, float, str]
+# Rounds of tensors: round t, tensor k.
+Rounds = Sequence[Sequence[np.ndarray]]
+
+
+def zero_tests(raw_rounds: Rounds, stds: Sequence[float]) -> list[Row]:
+  """zero[round t] for every round claimed noise-free (module docstring)."""
+  rows = []
+  for t, s in enumerate(stds):
+    if s == 0.0:
+      nonzero = sum(int(np.count_nonzero(x)) for x in raw_rounds[t])
+      largest = max(float(np.max(np.abs(x))) for x in raw_rounds[t])
+      rows.append((f"zero[round {t}]", "zero", float(nonzero),
+                   0.0 if nonzero else 1.0,
+                   f"zero[round {t}]: the claimed noise is zero but {nonzero} "
+                   f"values are nonzero (largest |x| = {largest:.3g})"))
+  return rows
+
+
+def _two_sided_cosine(cosine: float, dim: int) -> float:
+  """P(|T| >= |cosine|) under the exact null law of docs/method/null-law.md."""
+  if dim < 2:
+    return 1.0
+  cosine = min(1.0, abs(float(cosine)))
+  return float(min(1.0, 2.0 * null_law.CosineNull(dim).sf(cosine)))
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+  # einsum's own loop: BLAS dot threads, and on a busy machine was 20x slower.
+  return float(np.einsum("i,i->", a, b))
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+  na, nb = float(_dot(a, a)), float(_dot(b, b))
+  if na == 0.0 or nb == 0.0:
+    return 0.0
+  return float(_dot(a, b) / math.sqrt(na * nb))
+
+
+def _normal_two_sided(z: float) -> float:
+  return float(2.0 * stats.norm.sf(abs(z)))
+
+
+def _variance_test(name, sum_sq, count, what):
+  ratio = sum_sq / count
+  p = float(min(1.0, 2.0 * min(stats.chi2.cdf(sum_sq, count),
+                               stats.chi2.sf(sum_sq, count))))
+  return (name, "variance", ratio, p,
+          f"{name}: empirical/claimed variance {ratio:.4g} (std ratio "
+          f"{math.sqrt(ratio):.4g}) over {count} values of {what}")
+
+
+def variance_tests(z: Rounds, names: Sequence[str],
+                   sizes: Sequence[int]) -> list[Row]:
+  """variance[tensor], variance[round t] and variance[all]."""
+  out = []
+  for k, name in enumerate(names):
+    s = sum(float(_dot(r[k], r[k])) for r in z)
+    out.append(_variance_test(f"variance[{name}]", s, sizes[k] * len(z),
+                              f"tensor {name}, all rounds"))
+  per_round = [sum(float(_dot(x, x)) for x in r) for r in z]
+  d = sum(sizes)
+  if len(z) > 1:
+    for t, s in enumerate(per_round):
+      out.append(_variance_test(f"variance[round {t}]", s, d,
+                                f"round {t}, all tensors"))
+  if len(z) > 1 or len(sizes) > 1:
+    out.append(_variance_test("variance[all]", sum(per_round), d * len(z),
+                              "all tensors and rounds"))
+  return out
+
+
+def mean_tests(z: Rounds, names: Sequence[str],
+               sizes: Sequence[int]) -> list[Row]:
+  """mean[tensor] and mean[all]."""
+  out, total = [], 0.0
+  for k, name in enumerate(names):
+    s = sum(float(r[k].sum()) for r in z)
+    total += s
+    score = s / math.sqrt(sizes[k] * len(z))
+    out.append((f"mean[{name}]", "mean", score, _normal_two_sided(score),
+                f"mean[{name}]: mean of the standardized noise is {score:.3g} "
+                "standard errors from 0"))
+  if len(names) > 1:
+    score = total / math.sqrt(sum(sizes) * len(z))
+    out.append(("mean[all]", "mean", score, _normal_two_sided(score),
+                f"mean[all]: mean of the standardized noise is {score:.3g} "
+                "standard errors from 0"))
+  return out
+
+
+def prefix_tests(z: Rounds, names: Sequence[str],
+                 sizes: Sequence[int]) -> list[Row]:
+  """prefix[j,k] for every pair of tensors."""
+  out = []
+  for j in range(len(names)):
+    for k in range(j + 1, len(names)):
+      m = min(sizes[j], sizes[k])
+      dim = m * len(z)
+      if dim < 2:
+        continue
+      a = np.concatenate([r[j][:m] for r in z])
+      b = np.concatenate([r[k][:m] for r in z])
+      cos = _cosine(a, b)
+      name = f"prefix[{names[j]},{names[k]}]"
+      out.append((name, "prefix", cos, _two_sided_cosine(cos, dim),
+                  f"{name}: the first {m} values of {names[j]} and "
+                  f"{names[k]} have cosine {cos:.4g} over {len(z)} rounds "
+                  "(1 means one tensor's noise is a prefix of the other's)"))
+  return out
+
+
+def rounds_tests(z: Rounds, names: Sequence[str],
+                 sizes: Sequence[int]) -> list[Row]:
+  """rounds[tensor:s,t] and rounds[all:s,t] for every pair of rounds."""
+  out = []
+  num_rounds = len(z)
+  for s in range(num_rounds):
+    for t in range(s + 1, num_rounds):
+      for k, name in enumerate(names):
+        if sizes[k] < 2:
+          continue
+        cos = _cosine(z[s][k], z[t][k])
+        test = f"rounds[{name}:{s},{t}]"
+        out.append((test, "rounds", cos, _two_sided_cosine(cos, sizes[k]),
+                    f"{test}: {name}'s noise in rounds {s} and {t} has cosine "
+                    f"{cos:.4g} (1 means the same noise)"))
+      if len(names) > 1:
+        cos = _cosine(np.concatenate(z[s]), np.concatenate(z[t]))
+        test = f"rounds[all:{s},{t}]"
+        out.append((test, "rounds", cos, _two_sided_cosine(cos, sum(sizes)),
+                    f"{test}: the whole noise of rounds {s} and {t} has "
+                    f"cosine {cos:.4g} (1 means the same noise)"))
+  return out
+
+
+def lag1_tests(z: Rounds, names: Sequence[str],
+               sizes: Sequence[int]) -> list[Row]:
+  """lag1[tensor] and lag1[all], where there are enough pairs."""
+  out, total, total_pairs = [], 0.0, 0
+  for k, name in enumerate(names):
+    pairs = (sizes[k] - 1) * len(z)
+    if pairs == 0:
+      continue
+    s = sum(float(_dot(r[k][:-1], r[k][1:])) for r in z)
+    total += s
+    total_pairs += pairs
+    if pairs >= MIN_LAG_PAIRS:
+      score = s / math.sqrt(pairs)
+      out.append((f"lag1[{name}]", "lag1", score, _normal_two_sided(score),
+                  f"lag1[{name}]: neighbouring values correlate at "
+                  f"{s / pairs:.3g} ({score:.3g} standard errors)"))
+  if total_pairs >= MIN_LAG_PAIRS and len(names) > 1:
+    score = total / math.sqrt(total_pairs)
+    out.append(("lag1[all]", "lag1", score, _normal_two_sided(score),
+                f"lag1[all]: neighbouring values correlate at "
+                f"{total / total_pairs:.3g} ({score:.3g} standard errors)"))
+  return out
+
+
+def reuse_test(raw_rounds: Rounds, names: Sequence[str],
+               round_ids: Sequence[int]) -> Row | None:
+  """Repeated (|x_i|, |x_{i+1}|) float32 bit patterns (module docstring).
+
+  On the raw (unstandardized) noise of the noisy rounds, `round_ids` their
+  indices among all rounds; None when no tensor has two values.
+  """
+  keys, locations, q_max = [], [], 0.0
+  for t, tensors in enumerate(raw_rounds):
+    bits = [np.ascontiguousarray(x, np.float32).view(np.uint32) & _SIGNLESS
+            for x in tensors]
+    flat = np.sort(np.concatenate(bits))
+    n = flat.size
+    if n >= 2:
+      repeats = np.diff(np.flatnonzero(np.r_[True, flat[1:] != flat[:-1],
+                                             True]))
+      colliding = float(np.sum(repeats * (repeats - 1) / 2.0))
+      q_max = max(q_max, (colliding + 1.0) / (n * (n - 1) / 2.0))
+    for k, b in enumerate(bits):
+      if b.size >= 2:
+        keys.append((b[:-1].astype(np.uint64) << np.uint64(32))
+                    | b[1:].astype(np.uint64))
+        locations.append((t, k, b.size - 1))
+  if not keys:
+    return None
+  all_keys = np.concatenate(keys)
+  sorted_keys = np.sort(all_keys)
+  count = int(np.count_nonzero(sorted_keys[1:] == sorted_keys[:-1]))
+  pairs = all_keys.size
+  lam = pairs * (pairs - 1) / 2.0 * q_max ** 2
+  p = float(stats.poisson.sf(count - 1, lam)) if count else 1.0
+  detail = (f"reuse: {count} pairs of consecutive values repeat an earlier "
+            f"pair's float32 bit patterns (up to sign) among {pairs} pairs; "
+            f"{lam:.2g} expected by chance")
+  if count:  # an example, for the message
+    order = np.argsort(all_keys, kind="stable")
+    dup = np.flatnonzero(all_keys[order[1:]] == all_keys[order[:-1]])
+    first, second = order[dup[0]], order[dup[0] + 1]
+    starts = np.cumsum([0] + [n for _, _, n in locations])
+
+    def where(i):
+      g = int(np.searchsorted(starts, i, side="right") - 1)
+      t, k, _ = locations[g]
+      return round_ids[t], names[k], int(i - starts[g])
+
+    detail += (" (e.g. round {}, {}[{}] and round {}, {}[{}]): noise is "
+               "reused").format(*where(first),
+                                                     *where(second))
+  return ("reuse", "reuse", float(count), p, detail)
+
+
+def gaussian_test(z: Rounds, subsample: int, seed: int) -> Row:
+  """gaussian: KS test of `subsample` values drawn with `seed`."""
+  flat = np.concatenate([np.concatenate(r) for r in z])
+  rng = np.random.default_rng([seed, 0x6A55])
+  if flat.size > subsample:
+    flat = flat[rng.choice(flat.size, size=subsample, replace=False)]
+  result = stats.kstest(flat, "norm")
+  return ("gaussian", "gaussian", float(result.statistic),
+          float(result.pvalue),
+          f"gaussian: Kolmogorov-Smirnov distance {result.statistic:.3g} of "
+          f"{flat.size} standardized values from N(0, 1)")
