@@ -16,6 +16,7 @@ so does an import under `if TYPE_CHECKING:`.
 import ast
 import collections
 import pathlib
+import re
 
 import pytest
 
@@ -50,7 +51,7 @@ def layer_modules(layer: str) -> list[pathlib.Path]:
 
 
 def module_name(path: pathlib.Path) -> str:
-  """tff_canary/stats/bounds/audit.py -> tff_canary.stats.bounds.audit; a
+  """tff_canary/stats/estimators/estimates.py -> its dotted name; a
   package's __init__.py is the package."""
   parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
   return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -99,7 +100,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def subpackage(module: str) -> str:
-  """tff_canary.stats.bounds.audit -> tff_canary.stats.bounds; a module at a
+  """A module -> its subpackage (tff_canary.stats.estimators); a module at a
   layer's top level (tff_canary.stats.results) is its own node."""
   parts = module.split(".")
   if len(parts) >= 3 and (PACKAGE / parts[1] / parts[2]).is_dir():
@@ -173,21 +174,33 @@ def test_no_module_is_over_the_size_limit():
   assert not over, f"over {MAX_LINES} lines: {over}"
 
 
-def test_the_readme_architecture_lists_every_module_in_its_layer():
-  # The README's Architecture tree is the newcomer's map: a module added,
-  # moved or renamed without it fails here.
-  readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-  section = readme[readme.index("## Architecture"):]
-  tree = section[section.index("```\n") + 4:]
-  tree = tree[:tree.index("```")]
-  listed, layer = {}, None
-  for line in tree.splitlines():
-    indent = len(line) - len(line.lstrip())
-    name = line.split()[0] if line.strip() else ""
-    if indent == 2 and name.endswith("/"):
-      layer = name.rstrip("/")
-    elif indent == 4 and layer:
-      listed.setdefault(layer, set()).add(name)
-  actual = {layer: {p.stem for p in layer_modules(layer)} - {"__init__"}
-            for layer in FORBIDDEN}
+def listed_tree(text: str) -> set[str]:
+  """The paths of a nested Markdown list of `name` / `name/` items (four
+  spaces a level), e.g. {"tff_canary/stats/results.py", ...}."""
+  paths, stack = set(), []
+  for line in text.splitlines():
+    item = re.match(r"^( *)- `([^`]+)`", line)
+    if not item:
+      continue
+    depth = len(item.group(1)) // 4
+    stack[depth:] = [item.group(2)]
+    paths.add("".join(stack).rstrip("/"))
+  return paths
+
+
+def test_the_layout_page_lists_every_module():
+  # docs/guide/layout.md is the newcomer's map: a module added, moved or
+  # renamed without it fails here (so does a listed module that is gone).
+  page = (PACKAGE.parent / "docs" / "guide" / "layout.md").read_text(
+      encoding="utf-8")
+  listed = {p for p in listed_tree(page) if p.endswith(".py")}
+  actual = {str(p.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("*.py")
+            if p.name != "__init__.py"}
+  assert len(actual) > 60
   assert listed == actual
+
+
+def test_listed_tree_reads_nesting():
+  assert listed_tree("- `a/`: x\n    - `b.py`: y\n    - `c/`: z\n"
+                     "        - `d.py`: w\n- `e.py`\n") == {
+                         "a", "a/b.py", "a/c", "a/c/d.py", "e.py"}

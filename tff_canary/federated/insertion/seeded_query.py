@@ -91,7 +91,8 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
   _GlobalState = collections.namedtuple("_GlobalState",
                                         ["l2_norm_clip", "stddev", "draw"])
 
-  def __init__(self, l2_norm_clip, stddev, noise_seed: int, stream: int = 0):
+  def __init__(self, l2_norm_clip: float, stddev: float, noise_seed: int,
+               stream: int = 0):
     """Initializes the query.
 
     Args:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -158,10 +159,11 @@ class RunningMax:
     return state
 
 
-def take_chunk(running: RunningMax, blocks, rows: np.ndarray,
-               round_ids: np.ndarray,
+def take_chunk(running: RunningMax,
+               blocks: Iterable[tuple[np.ndarray, np.ndarray]],
+               rows: np.ndarray, round_ids: np.ndarray,
                removal: known_canary_removal.ChunkRemoval | None = None,
-               canary=None) -> None:
+               canary: Callable[[int], np.ndarray] | None = None) -> None:
   """All canary blocks against one chunk of rows, into `running`.
 
   Args:

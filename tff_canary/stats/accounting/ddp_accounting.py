@@ -107,7 +107,8 @@ def ddg_rdp(orders: npt.ArrayLike, *, l2_sensitivity: float,
 
   Args:
     orders: alphas >= 1.
-    l2_sensitivity, l1_sensitivity: D2, D1 of the integer shift.
+    l2_sensitivity: D2, the L2 norm of the integer shift.
+    l1_sensitivity: D1, the L1 norm of the integer shift.
     sigma: each share's discrete-Gaussian scale, >= 1/2 (0: no noise, inf).
     num_shares: n, the shares summed.
     dim: d, the number of coordinates.

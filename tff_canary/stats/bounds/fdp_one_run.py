@@ -134,9 +134,11 @@ def fdp_one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
     strategy: how the number of guesses is chosen ("fixed" uses k_plus and
       k_minus; the others choose among `GUESS_FRACTIONS`, k+ = k-;
       "bonferroni_all" among every k+ = k-).
-    k_plus, k_minus: guesses "in" / "out" for "fixed" (default 5% of the
-      candidates each, at least 1).
-    seed, splits: for "split" and "multi_split".
+    k_plus: guesses "in" for "fixed" (default 5% of the candidates, at
+      least 1).
+    k_minus: guesses "out" for "fixed" (the same default).
+    seed: the random split's seed, for "split" and "multi_split".
+    splits: the number of splits of "multi_split".
 
   Returns:
     A `GaussianClaimBound` with method "fdp_one_run".

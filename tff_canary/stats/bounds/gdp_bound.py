@@ -111,7 +111,8 @@ def gdp_bound(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
     confidence: every Clopper-Pearson limit holds at once with this
       probability, in (0, 1).
     strategy: "bonferroni" (every threshold), "split" or "multi_split".
-    seed, splits: for "split" and "multi_split".
+    seed: the random split's seed, for "split" and "multi_split".
+    splits: the number of splits of "multi_split".
 
   Returns:
     A `GaussianClaimBound` with method "gdp".

@@ -368,9 +368,9 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
     inserted_mask: 1-D bool array of the same length: which candidates the
       fair coins inserted.
     delta: delta in [0, 1) (0 allowed: the pure-DP bound).
-    k_plus, k_minus: how many top / bottom statistics to guess "in" / "out";
-      fixed before looking at the statistics. Default `default_guesses(m)`
-      each.
+    k_plus: how many top statistics to guess "in"; fixed before looking at
+      the statistics. Default `default_guesses(m)`.
+    k_minus: how many bottom statistics to guess "out"; likewise.
     confidence: the bound holds with this probability, in (0, 1).
 
   Returns:

@@ -140,7 +140,8 @@ def tight_one_run_bound(statistics: npt.ArrayLike,
       every r in 1..n-1, each at alpha / (n - 1)).
     released: guesses released for "fixed", 1 <= r < n (default 25% of the
       candidates).
-    seed, splits: for "split" and "multi_split".
+    seed: the random split's seed, for "split" and "multi_split".
+    splits: the number of splits of "multi_split".
 
   Returns:
     A `GaussianClaimBound` with method "tight_one_run".

@@ -169,8 +169,10 @@ def delta_for_epsilon(epsilon: float, mu0: float, sigma0: float, mu1: float,
 
   Args:
     epsilon: epsilon >= 0.
-    mu0, sigma0: mean and standard deviation (> 0) of the first Gaussian.
-    mu1, sigma1: mean and standard deviation (> 0) of the second Gaussian.
+    mu0: mean of the first Gaussian.
+    sigma0: standard deviation (> 0) of the first Gaussian.
+    mu1: mean of the second Gaussian.
+    sigma1: standard deviation (> 0) of the second Gaussian.
 
   Returns:
     delta in [0, 1].
@@ -189,8 +191,10 @@ def epsilon_for_delta(delta: float, mu0: float, sigma0: float, mu1: float,
 
   Args:
     delta: target delta in (0, 1).
-    mu0, sigma0: mean and standard deviation (> 0) of the first Gaussian.
-    mu1, sigma1: mean and standard deviation (> 0) of the second Gaussian.
+    mu0: mean of the first Gaussian.
+    sigma0: standard deviation (> 0) of the first Gaussian.
+    mu1: mean of the second Gaussian.
+    sigma1: standard deviation (> 0) of the second Gaussian.
 
   Returns:
     epsilon >= 0; 0 when even the total variation distance is <= delta, inf

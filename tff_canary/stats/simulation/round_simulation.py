@@ -45,8 +45,13 @@ class RoundsRun:
   """One run of `num_rounds` Gaussian-mechanism rounds with canaries.
 
   Attributes:
-    dim, num_rounds, inserted_per_round, num_held_out, noise_std, seed,
-    remove_known_canaries: The arguments of `simulate_rounds`.
+    dim: The argument of `simulate_rounds`, as are the next six.
+    num_rounds: As in `simulate_rounds`.
+    inserted_per_round: As in `simulate_rounds`.
+    num_held_out: As in `simulate_rounds`.
+    noise_std: As in `simulate_rounds`.
+    seed: As in `simulate_rounds`.
+    remove_known_canaries: As in `simulate_rounds`.
     inserted: max over rounds of each inserted canary's cosines, round by
       round (the canaries of round 0 first), read-only.
     held_out: the same for the held-out canaries, read-only.
