@@ -7,12 +7,18 @@ The names exported here are the estimators and analytical accounting; they need
 only NumPy, SciPy and dp-accounting, so `import tff_canary` never imports
 TensorFlow. The TFF side lives in submodules that import it on demand:
 
-  tff_canary.stats.canaries.canary_config    CanaryConfig: which canaries, inserted when
-  tff_canary.stats.canaries.schedules        participation schedules of the canaries
-  tff_canary.federated.insertion.factory      CanaryDPFactory, canary_dp_aggregator
-  tff_canary.federated.scores.aggregate_recorder  AggregateRecorder (during training)
-  tff_canary.federated.scores.cosine_pass  compute_cosine_table (after training)
-  tff_canary.harness.run_writer      RunWriter: a run directory and report from any loop
+  tff_canary.stats.canaries.canary_config       CanaryConfig: which canaries,
+                                                inserted when
+  tff_canary.stats.canaries.schedules           participation schedules
+  tff_canary.federated.insertion.factory        CanaryDPFactory,
+                                                canary_dp_aggregator
+  tff_canary.federated.scores.aggregate_recorder  AggregateRecorder (training)
+  tff_canary.federated.scores.cosine_pass       compute_cosine_table (after)
+  tff_canary.harness.run_writer                 RunWriter: a run directory
+                                                and report from any loop
+
+The method these implement is in docs/method/ (start at docs/method/index.md);
+the package's layout, one line per module, is docs/guide/layout.md.
 """
 
 from tff_canary.stats.estimators.estimates import epsilon_all
