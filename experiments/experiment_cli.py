@@ -120,7 +120,7 @@ def _run(config) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   print()
-  print(report.table_text())
+  print(report.terminal_text())
   print(f"\nreport: {os.path.join(report.run_dir, run_dir.REPORT_MD)}")
   return 0
 

@@ -31,7 +31,10 @@ def test_gaussian_mechanism_notebook(monkeypatch, tmp_path):
 
 def test_analyze_run_notebook(monkeypatch, tmp_path):
   path = make_run(tmp_path / "run", shift=3.0)
+  before = sorted(os.listdir(path))
   text = _execute("analyze_run.ipynb", monkeypatch, NB_RUN_DIR=path,
                   NB_DELTA=1e-6)
   assert "epsilon_final (mean-only)" in text and "x analytical" in text
-  assert (tmp_path / "run" / "report.md").exists()
+  # Its report (at the notebook's delta) goes beside the run's, not over it.
+  assert sorted(os.listdir(path)) == sorted(before + ["notebook_report"])
+  assert (tmp_path / "run" / "notebook_report" / "report.md").exists()

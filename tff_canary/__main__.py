@@ -2,10 +2,13 @@
 
   python -m tff_canary report RUN_DIR [--delta D] [--confidence C]
                                       [--claimed_epsilon E] [--no_plots]
+                                      [--details] [--output_dir DIR]
 
 recomputes every estimate of a finished run from its saved cosines (any delta,
-any confidence), prints a table, and rewrites report.json, report.md and the
-plots of RUN_DIR. A plain `pip install .` (no TensorFlow, no matplotlib) runs
+any confidence), prints the headline (the full table with --details), and
+rewrites report.json, report.md and the plots of RUN_DIR (or writes them to
+--output_dir, leaving the run untouched). With --no_plots it removes the
+plots an earlier report drew, so report.md never embeds a stale figure. A plain `pip install .` (no TensorFlow, no matplotlib) runs
 it with --no_plots; the plots come with the `plots` extra.
 """
 
@@ -34,7 +37,12 @@ def _parser() -> argparse.ArgumentParser:
   rep.add_argument("--claimed_epsilon", type=float, default=None,
                    help="epsilon to audit (default: the run's analytical one)")
   rep.add_argument("--no_plots", action="store_true",
-                   help="do not redraw the plots")
+                   help="draw no plots (and remove the report's old ones)")
+  rep.add_argument("--details", action="store_true",
+                   help="print every epsilon, bound and note after the "
+                   "headline")
+  rep.add_argument("--output_dir", default=None,
+                   help="write the report here instead of into RUN_DIR")
   return parser
 
 
@@ -51,11 +59,12 @@ def main(argv=None) -> int:
     report = report_lib.build_report(
         args.run_dir, delta=args.delta, confidence=args.confidence,
         claimed_epsilon=args.claimed_epsilon)
-    written = report_lib.write_report(report, plots=not args.no_plots)
+    written = report_lib.write_report(report, plots=not args.no_plots,
+                                      output_dir=args.output_dir)
   except (run_dir_lib.RunDirError, ValueError, TypeError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  print(report.table_text())
+  print(report.terminal_text(details=args.details))
   print(f"wrote {', '.join(written)}")
   return 0
 

@@ -1,0 +1,128 @@
+"""The report's headline: the answer in at most 8 lines, flags that mean
+something, and the report command's --details / --output_dir / --no_plots.
+
+Fake runs (tests/fake_runs.py, seeded) are Gaussian-mechanism-like cosine
+tables, so no TensorFlow is needed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+from fake_runs import make_run
+from tff_canary.harness import headline
+from tff_canary.harness import report
+from tff_canary.stats import results
+
+
+def test_headline_answers_in_at_most_8_lines_and_in_report_json(tmp_path):
+  r = report.build_report(make_run(tmp_path / "run"))
+  lines = r.headline().lines()
+  assert len(lines) <= 8
+  assert r.terminal_text().count("\n") + 1 <= 8  # with its pointer line
+  report.write_report(r, plots=False)
+  data = json.load(open(tmp_path / "run" / "report.json"))["headline"]
+  assert data["analytical_epsilon"]["value"] == r.analytical_bound[1]
+  for key, result in (("epsilon_final", r.estimates.final_mean_only),
+                      ("epsilon_all", r.estimates.all_iterates)):
+    assert data[key]["value"] == result.epsilon
+    assert data[key]["ci"] == [result.interval.low, result.interval.high]
+  assert data["strongest_bound"]["value"] == r.verdict.largest_bound
+  assert data["strongest_bound"]["name"] in dict(report.AUDITED_AS)
+  assert data["audit"]["verdict"] == r.verdict.verdict
+  assert data["noise_check"]["verdict"] == "not run"
+  md = open(tmp_path / "run" / "report.md").read()
+  assert md.index("## The answer") < md.index("| epsilon | kind |")
+  assert lines[1] in md and lines[2] in md
+
+
+def test_a_point_above_the_analytical_epsilon_inside_its_interval_is_no_flag(
+    tmp_path):
+  # Seeded fake run (shift 0.3 null sds, claim z = 0.8): epsilon-all's point
+  # estimate lies above the analytical epsilon of one participation while its
+  # 95% interval holds it, as in the main job's epsilon-all = 88.9 against
+  # 86.12 with [80.18, 98.46]. That is no evidence: no flag anywhere.
+  r = report.build_report(make_run(tmp_path / "run", shift=0.3))
+  bound = r.analytical_bound[1]
+  est = r.estimates.all_iterates
+  assert est.epsilon > bound and est.interval.low <= bound  # the premise
+  assert r.above_analytical_bound() == []
+  text = r.terminal_text(details=True) + r.to_markdown()
+  assert "ABOVE" not in text and "flag:" not in text and "**Flag**" not in text
+  assert "consistent with the analytical ε" in r.headline().lines()[2]
+  assert not r.headline().as_dict()["epsilon_all"]["above_analytical"]
+
+
+def test_an_interval_entirely_above_is_flagged_in_the_headline(tmp_path):
+  # Shift 4 null sds is a Gaussian mechanism with z = 0.25 while the ledger
+  # claims z = 0.8: the whole interval is above the claim's epsilon.
+  r = report.build_report(make_run(tmp_path / "run", shift=4.0))
+  h = r.headline()
+  assert h.epsilon_final.above_analytical and h.epsilon_all.above_analytical
+  assert "ABOVE the analytical ε" in h.lines()[1]
+  assert h.audit_verdict == "refuted" and h.lines()[4].startswith(
+      "audit: REFUTED")
+
+
+def test_the_papers_gaussian_fit_is_in_the_details_and_never_flagged(
+    tmp_path):
+  r = report.build_report(make_run(tmp_path / "run", shift=4.0))
+  (name,) = report.PAPER_ESTIMATES
+  fit = dict((n, d) for n, _, _, d in r.rows())[name]
+  assert "paper's construction" in fit and "ABOVE" not in fit
+  assert name not in {i["name"] for i in r.above_analytical_bound()}
+  assert "Gaussian fit" not in r.headline().text()
+
+
+def test_estimate_flags_only_an_interval_entirely_above():
+  def est(low, high):  # what headline.estimate reads of an EpsilonEstimate
+    return types.SimpleNamespace(
+        epsilon=(low + high) / 2,
+        interval=results.ConfidenceInterval(low, high))
+  assert not headline.estimate("x", est(4.0, 6.0), 5.0).above_analytical
+  assert not headline.estimate("x", est(5.0, 6.0), 5.0).above_analytical
+  assert headline.estimate("x", est(5.01, 6.0), 5.0).above_analytical
+
+
+def test_noise_check_verdicts():
+  assert headline.noise_check_verdict(None)[0] == "not run"
+  assert "check_aggregation_noise" in headline.noise_check_verdict(None)[1]
+  assert headline.noise_check_verdict(
+      {"passed": True, "summary": "s"}) == ("passed", "passed")
+  assert headline.noise_check_verdict(
+      {"passed": False, "summary": "variance 0.5"}) == (
+          "failed", "failed (variance 0.5)")
+  assert headline.noise_check_verdict(
+      {"passed": True, "verdict": "passed", "notes": ["more noise"]}) == (
+          "passed", "passed (more noise)")
+
+
+def _report_cli(*args):
+  return subprocess.run([sys.executable, "-m", "tff_canary", "report", *args],
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_report_command_details_and_output_dir(tmp_path):
+  path = make_run(tmp_path / "run")
+  before = sorted(os.listdir(path))
+  out = tmp_path / "elsewhere"
+  proc = _report_cli(str(path), "--details", "--no_plots", "--output_dir",
+                     str(out))
+  assert proc.returncode == 0, proc.stderr
+  assert "epsilon_final (fitted variance)" in proc.stdout  # the details
+  assert sorted(os.listdir(path)) == before  # the run is untouched
+  assert {"report.json", "report.md"} <= set(os.listdir(out))
+
+
+def test_no_plots_removes_the_plots_a_previous_report_drew(tmp_path):
+  # report.md at new settings must never embed a figure drawn at old ones.
+  path = make_run(tmp_path / "run")
+  assert _report_cli(str(path), "--delta", "1e-6").returncode == 0
+  plots = os.path.join(path, "plots")
+  assert set(report.PLOT_FILES) <= set(os.listdir(plots))
+  assert "plots/epsilons.png" in open(os.path.join(path, "report.md")).read()
+  assert _report_cli(str(path), "--no_plots").returncode == 0
+  assert not set(report.PLOT_FILES) & set(os.listdir(plots))
+  assert "plots/" not in open(os.path.join(path, "report.md")).read()

@@ -1,0 +1,66 @@
+"""The analytical epsilons of a run, and the delta they are at (NumPy only).
+
+The analytical epsilons (docs/method/accounting.md), all from the run's
+DpEvent ledger (`ledger.Ledger`): one participation (the paper's "analytical
+epsilon"), the run's largest participation composed without amplification,
+and, with per-round sampling, Poisson sampling with the run's rate (PLD).
+`delta_source` says where the report's delta came from.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from tff_canary.harness import run_dir as run_dir_lib
+
+
+def format_delta(delta: float) -> str:
+  """delta in short scientific notation: 1.09e-4, 1e-5."""
+  return np.format_float_scientific(delta, precision=2, trim="-",
+                                    exp_digits=1)
+
+
+def delta_source(config: dict[str, Any], given: Optional[float]) -> str:
+  """Where the report's delta comes from (see `RunReport.delta_line`).
+
+  Args:
+    config: the run's config.json (its `delta` and `num_clients`).
+    given: the delta given to the report, or None for the run's.
+  """
+  run_delta = config["delta"]
+  if given is not None and given != run_delta:
+    return f"given to this report (the run's: {format_delta(run_delta)})"
+  n = config.get("num_clients")
+  if n is not None and math.isclose(run_delta, n ** -1.1, rel_tol=1e-9):
+    return f"from the run's default 1/n^1.1 for n = {n:,} clients"
+  # Set by --delta in our experiments, or by the training loop (RunWriter).
+  return "from the run's config.json (set for the run)"
+
+
+def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
+               delta: float) -> tuple[dict[str, float], int]:
+  """({name: epsilon}, largest participation of a canary) of a run."""
+  out = {"one participation": ledger.epsilon_one_participation(delta)}
+  max_participation = 0
+  if events.size:
+    ids, counts = np.unique(events[:, 1], return_counts=True)
+    worst = ids[np.argmax(counts)]
+    max_participation = int(counts.max())
+    rounds = events[events[:, 1] == worst, 0]
+    rounds = rounds[rounds < len(ledger)]
+    if rounds.size > 1:
+      out[f"{rounds.size} participations"] = ledger.epsilon_for_rounds(
+          rounds.tolist(), delta)
+  if config["sampling"] == "per_round":
+    rate = float(config["clients_per_round"]) / float(config["num_clients"])
+    if not 0.0 < rate <= 1.0:
+      raise run_dir_lib.RunDirError(
+          f"config.json has clients_per_round = {config['clients_per_round']} "
+          f"and num_clients = {config['num_clients']}: the Poisson sampling "
+          f"rate clients_per_round / num_clients = {rate:.4g} is not in "
+          "(0, 1].")
+    out["Poisson sampling (PLD)"] = ledger.epsilon_poisson(rate, delta)
+  return out, max_participation
