@@ -29,6 +29,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tff_canary.harness import preflight
 from tff_canary.harness import run_dir
 
 import experiment_flags
@@ -140,6 +141,7 @@ def main_for(task: str):
         config = experiment_flags.config_from_flags()
         if config.task != task:
           raise ValueError(f"--task={config.task} in the {task} script.")
+        preflight.check(config)  # before TensorFlow loads
       except (ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

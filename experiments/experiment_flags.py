@@ -37,6 +37,7 @@ GROUPS = (
     ("Canaries", ("insertion", "canary_norm", "num_inserted", "num_held_out",
                   "assignment",
                   "presentations", "allow_participation_mismatch",
+                  "allow_large_canary_fraction",
                   "canary_seed", "record_aggregates", "stream_cosines",
                   "keep_aggregates", "memory_budget_gb", "disk_budget_gb",
                   "cache_gb")),
@@ -94,6 +95,10 @@ _HELP = {
                                     "canary then takes part exactly that "
                                     "often, whatever the clients do, and the "
                                     "report says so prominently.",
+    "allow_large_canary_fraction": "Run even when the canaries are more "
+                                   "than 10% of the participants (the "
+                                   "paper's are about 1%): they then change "
+                                   "training itself.",
     "assignment": "coin (each of num_inserted + num_held_out candidates "
                   "inserted by a fair coin; needed for the one-run bound) or "
                   "fixed.",

@@ -79,6 +79,7 @@ def run_one(output_dir: str, noise_multiplier: float, presentations: int,
       presentations=presentations, client_learning_rate=0.1,
       eval_every=settings["num_rounds"], checkpoint_every=16,
       resume=os.path.exists(os.path.join(path, run_dir_lib.CONFIG)),
+      allow_large_canary_fraction=True,  # the reduced scale (docstring)
       **settings)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", experiment.CanaryFractionWarning)

@@ -72,7 +72,8 @@ def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
     return experiment.run_experiment(experiment_config.ExperimentConfig(
         output_dir=str(tmp_path / name), num_rounds=6, clients_per_round=10,
         examples_per_client=8, clip=1.0, noise_multiplier=1.0,
-        num_inserted=40, num_held_out=40, eval_every=0, checkpoint_every=6),
+        num_inserted=40, num_held_out=40, eval_every=0, checkpoint_every=6,
+        allow_large_canary_fraction=True),
         progress=False, log=lambda *a: None)
 
   with warnings.catch_warnings():

@@ -43,13 +43,17 @@ def test_the_config_defaults_to_server_and_derives_the_canary_norm(tmp_path):
      r"canary_norm = 3.0 is for insertion='clients'"),
     # TFF's own factory cannot take a noise seed.
     (dict(seeded_noise=True), ValueError,
-     r"cannot be seeded: got seeded_noise=True"),
-    (dict(noise_seed=3), ValueError, r"noise_seed=3"),
+     r"needs 1 more setting; add --noseeded_noise .*cannot seed their noise"),
+    (dict(noise_seed=3), ValueError, r"--noseeded_noise and no --noise_seed"),
     # The aggregate comes from the weights: only server SGD, no momentum.
     (dict(server_momentum=0.9), ValueError,
-     r"needs server SGD without momentum.*server_momentum=0.9"),
+     r"--server_optimizer=sgd --server_momentum=0 .*without momentum"),
     (dict(server_optimizer="adam"), ValueError,
-     r"server_optimizer='adam'"),
+     r"server_optimizer='sgd', server_momentum=0"),
+    # Every missing setting in one message.
+    (dict(seeded_noise=True, server_momentum=0.9), ValueError,
+     r"needs 2 more settings; add --noseeded_noise --server_optimizer=sgd "
+     r"--server_momentum=0"),
 ])
 def test_bad_client_mode_configs_are_refused(tmp_path, kwargs, error, match):
   with pytest.raises(error, match=match):
@@ -259,7 +263,7 @@ def _tiny(path, **overrides):
   args = dict(output_dir=str(path), num_rounds=4, clients_per_round=6,
               examples_per_client=8, num_inserted=10, num_held_out=10,
               noise_multiplier=0.0, eval_every=0, checkpoint_every=2,
-              eval_examples=64, **CLIENTS)
+              eval_examples=64, allow_large_canary_fraction=True, **CLIENTS)
   args.update(overrides)
   return experiment_config.ExperimentConfig(**args)
 

@@ -38,7 +38,7 @@ FLAGS = ["--num_rounds=8", "--checkpoint_every=2", "--clients_per_round=6",
          "--examples_per_client=32", "--num_inserted=20", "--num_held_out=300",
          "--assignment=fixed", "--noise_multiplier=0.3", "--eval_every=4",
          "--eval_examples=64", "--memory_budget_gb=0.1",
-         "--disk_budget_gb=0.055"]
+         "--disk_budget_gb=0.055", "--allow_large_canary_fraction"]
 
 
 def _start(out, *extra):

@@ -21,7 +21,7 @@ def tiny(output_dir, **overrides):
   args = dict(output_dir=str(output_dir), num_rounds=4, clients_per_round=6,
               examples_per_client=8, num_inserted=10, num_held_out=10,
               noise_multiplier=0.2, eval_every=2, checkpoint_every=2,
-              eval_examples=64)
+              eval_examples=64, allow_large_canary_fraction=True)
   args.update(overrides)
   return experiment_config.ExperimentConfig(**args)
 

@@ -174,7 +174,7 @@ def test_a_run_is_quiet_and_ctrl_c_says_how_to_resume(tmp_path):
   flags = [f"--output_dir={tmp_path / 'run'}", "--num_rounds=40",
            "--clients_per_round=6", "--examples_per_client=8",
            "--num_inserted=10", "--num_held_out=10", "--eval_every=0",
-           "--checkpoint_every=1"]
+           "--checkpoint_every=1", "--allow_large_canary_fraction"]
   script = os.path.join(EXPERIMENTS, "emnist.py")
   proc = subprocess.Popen([sys.executable, script, *flags],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 
-from tff_canary.harness import datasets, tasks
+from tff_canary.harness import datasets, model_sizes, tasks
 
 pytestmark = pytest.mark.tff
 
@@ -22,6 +22,8 @@ def test_emnist_cnn_is_tffs_cnn_dropout(emnist):
   assert [v.shape for v in ours.trainable_variables] == [
       v.shape for v in theirs.trainable_variables]
   assert tasks.num_parameters(emnist) == 1_206_590
+  # The TF-free count the experiments check canaries against before TF loads.
+  assert model_sizes.task_dim("emnist") == tasks.num_parameters(emnist)
   dropout = [l for l in ours.layers if isinstance(l, tasks.DeterministicDropout)]
   assert [l.rate for l in dropout] == [0.25, 0.5]
 
@@ -29,6 +31,12 @@ def test_emnist_cnn_is_tffs_cnn_dropout(emnist):
 def test_stackoverflow_lstm_has_the_papers_size():
   task = tasks.stackoverflow_task(datasets.synthetic_stackoverflow(num_clients=10))
   assert tasks.num_parameters(task) == 4_050_748
+  assert model_sizes.task_dim("stackoverflow") == tasks.num_parameters(task)
+  assert model_sizes.STACKOVERFLOW_VOCAB == datasets.SYNTHETIC_VOCAB_SIZE
+  # The formula in the vocabulary size, against the Keras model at another.
+  small = tasks.stackoverflow_task(datasets.synthetic_stackoverflow(
+      num_clients=10, vocab_size=50))
+  assert model_sizes.stackoverflow_lstm(50) == tasks.num_parameters(small)
 
 
 def test_deterministic_dropout():

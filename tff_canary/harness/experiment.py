@@ -46,7 +46,6 @@ cut back to the last checkpoint.
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -62,6 +61,7 @@ from tff_canary.harness import client_insertion
 from tff_canary.harness import datasets
 from tff_canary.harness import dp_fedavg
 from tff_canary.harness import experiment_config
+from tff_canary.harness import preflight
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import resume
 from tff_canary.harness import run_results
@@ -74,8 +74,8 @@ from tff_canary.stats.canaries import client_sampling
 worker_guard.install()
 
 
-class CanaryFractionWarning(UserWarning):
-  """Canaries are more than 1% of the run's participants (the paper's ratio)."""
+# Canaries beyond the paper's fraction (`preflight.canary_fraction`).
+CanaryFractionWarning = preflight.CanaryFractionWarning
 
 
 def load_data(config: experiment_config.ExperimentConfig
@@ -105,24 +105,12 @@ def build_task(config: experiment_config.ExperimentConfig,
                  client_epochs=config.client_epochs)
 
 
-def _warn_canary_fraction(config, canaries, num_rounds) -> None:
-  canary_slots = canaries.participation.num_events
-  fraction = canary_slots / (config.clients_per_round * num_rounds
-                             + canary_slots)
-  if fraction > 0.01:
-    warnings.warn(
-        f"canaries are {fraction:.1%} of the run's participants "
-        f"({canary_slots} canary participations, {config.clients_per_round} "
-        f"clients x {num_rounds} rounds); the paper keeps them under 1% so "
-        "that they barely change training. Use fewer inserted canaries or "
-        "more clients or rounds.", CanaryFractionWarning, stacklevel=3)
-
-
 def run_experiment(config: experiment_config.ExperimentConfig, *,
                    progress: bool = True, log=print) -> report_lib.RunReport:
   """Runs (or resumes) one experiment; returns its report (module docstring)."""
   if not isinstance(config, experiment_config.ExperimentConfig):
     raise TypeError(f"config must be an ExperimentConfig, got {config!r}.")
+  preflight.check(config)  # before anything loads or is written
   rd = run_dir_lib.RunDir(config.output_dir)
   started = rd.exists(run_dir_lib.CONFIG)
   if started and not config.resume:
@@ -154,7 +142,8 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   if started:
     experiment_config.check_resumable(rd.load_config(), values,
                                       rd.file(run_dir_lib.CONFIG))
-  _warn_canary_fraction(config, canaries, num_rounds)
+  preflight.canary_fraction(config, canaries.participation.num_events,
+                            num_rounds)
   process = dp_fedavg.build_process(config, task, canaries,
                                     values["noise_seed"])
 

@@ -72,6 +72,7 @@ _NOISE_TAG = 0x401
 
 # Keys that may differ between a run and its resumption.
 RESUMABLE_KEYS = ("resume", "eval_every", "checkpoint_every",
+                  "allow_large_canary_fraction",
                   "memory_budget_gb", "disk_budget_gb", "cache_gb",
                   "output_dir")
 
@@ -87,6 +88,8 @@ class ExperimentConfig:
   `canary_config.DEFAULT_CANARY_NORM` with `insertion="clients"` (it is
   refused with "server", where canaries enter at the clip), the `ddp_*`
   knobs = `DDP_DEFAULTS` with `aggregator="ddp"` (refused with "gaussian").
+  Canaries beyond 10% of the participants need `allow_large_canary_fraction`
+  (`preflight.canary_fraction`).
 
   Canaries take part as clients do (docs/method/canaries.md; `client_sampling`): a
   `presentations` that contradicts the client sampler is refused before any
@@ -121,6 +124,7 @@ class ExperimentConfig:
   num_held_out: int = 100
   presentations: Optional[int] = None
   allow_participation_mismatch: bool = False
+  allow_large_canary_fraction: bool = False
   assignment: str = "coin"
   seed: int = 0
   canary_seed: Optional[int] = None
@@ -230,8 +234,47 @@ class ExperimentConfig:
     if self.num_clients is not None:  # the rate, before any data is loaded
       client_sampling.ClientSampler(self.num_clients, self.clients_per_round,
                                     self.sampling)
+    self._check_requirements()
     self._check_insertion()
     self._check_aggregator()
+
+  def _check_requirements(self) -> None:
+    """Canary clients and the DDP aggregator require other settings: every
+    one missing is named in one message (flag, Python argument, why)."""
+    clients = self.insertion == "clients" or self.aggregator == "ddp"
+    if not clients:
+      return
+    missing = []
+    if self.aggregator == "ddp" and self.insertion != "clients":
+      missing.append(("--insertion=clients", "insertion='clients'",
+                      "server-side canaries cannot enter TFF's DDP chain"))
+    if self.seeded_noise or self.noise_seed is not None:
+      missing.append(("--noseeded_noise" + (" and no --noise_seed"
+                                            if self.noise_seed is not None
+                                            else ""),
+                      "seeded_noise=False, noise_seed=None",
+                      "TFF's own DP aggregators cannot seed their noise"))
+    if self.record_aggregates and (self.server_optimizer != "sgd"
+                                   or self.server_momentum != 0.0):
+      missing.append(("--server_optimizer=sgd --server_momentum=0",
+                      "server_optimizer='sgd', server_momentum=0",
+                      "each round's aggregate is read from the model "
+                      "weights, which needs server SGD without momentum"))
+    if self.aggregator == "ddp" and self.clip is None:
+      missing.append(("--clip=C (e.g. --clip=0.1)", "clip=C",
+                      "the DDP accounting models a fixed clip"))
+    if self.aggregator == "ddp" and self.zeroing:
+      missing.append(("--nozeroing", "zeroing=False",
+                      "TFF's DDP zeroing needs secure aggregation"))
+    if not missing:
+      return
+    choice = ("aggregator='ddp' (--aggregator=ddp)" if self.aggregator == "ddp"
+              else "insertion='clients' (--insertion=clients)")
+    raise ValueError(
+        f"{choice} needs {len(missing)} more setting"
+        f"{'s' if len(missing) > 1 else ''}; add "
+        + " ".join(flag for flag, _, _ in missing) + " ("
+        + "; ".join(f"{arg}: {why}" for _, arg, why in missing) + ").")
 
   def _check_insertion(self) -> None:
     """What the insertion mode cannot do is refused (module docstring)."""

@@ -4,7 +4,9 @@ Every writer puts the bytes in a temporary file in the destination's directory
 (same file system), flushes and fsyncs it, then `os.replace`s it onto the
 destination, which POSIX makes atomic: a reader sees the old file or the new
 one, never a mix, even if the process is killed with SIGKILL mid-write. The
-temporary file is removed if writing fails. NumPy only.
+temporary file is removed if writing fails. The file gets the mode a plain
+`open()` would give it (0o666 less the umask; `mkstemp` alone makes it 0o600,
+readable by its owner only). NumPy only.
 """
 
 from __future__ import annotations
@@ -35,11 +37,19 @@ def replacing(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:
     yield temp
     with open(temp, "rb") as f:
       os.fsync(f.fileno())
+    os.chmod(temp, 0o666 & ~_umask())
     os.replace(temp, path)
   except BaseException:
     with contextlib.suppress(FileNotFoundError):
       os.remove(temp)
     raise
+
+
+def _umask() -> int:
+  """The process's umask (reading it means setting it; set it straight back)."""
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:

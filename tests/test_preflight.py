@@ -1,0 +1,106 @@
+"""Refusals before training: a command that cannot work exits at once with
+the reason, writing nothing (tff_canary/harness/preflight.py)."""
+
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+
+from tff_canary.harness import experiment_config
+from tff_canary.harness import model_sizes
+from tff_canary.harness import preflight
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The refusals come before TensorFlow loads: about 1 s here on a busy 2-core
+# machine. 10 s is the issue's bound, and leaves room for a slower machine;
+# a refusal that waited for TensorFlow and the model (20+ s) fails it.
+LIMIT_S = 10.0
+
+
+def _refused(tmp_path, *flags):
+  out = tmp_path / "run"
+  start = time.monotonic()
+  proc = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "emnist.py"),
+       f"--output_dir={out}", *flags], capture_output=True, text=True,
+      timeout=300, cwd=tmp_path)
+  elapsed = time.monotonic() - start
+  assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+  assert elapsed < LIMIT_S, elapsed
+  assert not out.exists() and os.listdir(tmp_path) == []  # nothing written
+  return proc.stderr
+
+
+def test_resume_of_a_missing_run_is_refused_at_once(tmp_path):
+  err = _refused(tmp_path, "--resume")
+  assert "--resume needs an existing run" in err and "does not exist" in err
+
+
+def test_more_canaries_than_dimensions_is_refused_at_once(tmp_path):
+  err = _refused(tmp_path, "--num_inserted=2000000")
+  assert "2,000,040 canaries" in err and "d = 1,206,590" in err
+
+
+def test_ddp_names_every_missing_setting_in_one_message(tmp_path):
+  err = _refused(tmp_path, "--aggregator=ddp")
+  for flag in ("--insertion=clients", "--noseeded_noise",
+               "--server_momentum=0", "--clip="):
+    assert flag in err, err
+  assert err.count("error:") == 1
+
+
+def test_resume_of_a_directory_without_a_run(tmp_path):
+  config = experiment_config.ExperimentConfig(output_dir=str(tmp_path),
+                                              resume=True)
+  with pytest.raises(ValueError, match="holds no run"):
+    preflight.check(config)
+  (tmp_path / "config.json").write_text("{}")
+  preflight.check(config)  # a run to resume: no refusal here
+
+
+def test_canaries_up_to_the_models_dimension_pass():
+  dim = model_sizes.task_dim("emnist")
+  preflight.check(experiment_config.ExperimentConfig(
+      num_inserted=dim - 10, num_held_out=10))
+  with pytest.raises(ValueError, match="more than the emnist model"):
+    preflight.check(experiment_config.ExperimentConfig(
+        num_inserted=dim - 10, num_held_out=11))
+
+
+def _ddp(**kw):
+  return experiment_config.ExperimentConfig(
+      task="stackoverflow", aggregator="ddp", insertion="clients",
+      seeded_noise=False, server_momentum=0.0, noise_multiplier=0.1, **kw)
+
+
+def test_a_ddp_bound_beyond_int32_is_refused_with_the_bits_that_fit():
+  # StackOverflow's d = 4,050,748 at noise multiplier 0.1 and 20 bits: TFF's
+  # scale hits its cap 1e6, so the integer L1 bound is about clip x 1e6 x
+  # sqrt(d): 2.0e9 at clip 1 (inside int32), 4.0e9 at clip 2 (outside).
+  preflight.check(_ddp(clip=1.0, ddp_bits=20))
+  with pytest.raises(ValueError, match=r"int32 limit .* use --ddp_bits=\d+ "
+                     "or fewer") as refused:
+    preflight.check(_ddp(clip=2.0, ddp_bits=20))
+  bits = int(str(refused.value).split("--ddp_bits=")[-1].split()[0])
+  preflight.check(_ddp(clip=2.0, ddp_bits=bits))  # the advice works
+
+
+def test_canary_fraction_needs_a_flag_beyond_ten_percent():
+  config = experiment_config.ExperimentConfig(clients_per_round=50)
+  # The main job: 48 canary participations beside 50 clients x 80 rounds
+  # (1.2%): neither a warning nor a refusal.
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert preflight.canary_fraction(config, 48, 80) == pytest.approx(
+        48 / 4048)
+  with pytest.warns(preflight.CanaryFractionWarning, match="5.9%"):
+    preflight.canary_fraction(config, 250, 80)
+  with pytest.raises(ValueError, match="--allow_large_canary_fraction"):
+    preflight.canary_fraction(config, 2000, 80)  # 33%
+  allowed = experiment_config.ExperimentConfig(
+      clients_per_round=50, allow_large_canary_fraction=True)
+  with pytest.warns(preflight.CanaryFractionWarning):
+    preflight.canary_fraction(allowed, 2000, 80)
