@@ -110,6 +110,8 @@ def test_every_dotted_name_in_the_repository_resolves():
   files = repository_files()
   assert len(files) > 100
   for path in files:
+    if path.name == "test_api_reference.py":  # its examples of what fails
+      continue
     for name in NAME.findall(path.read_text(encoding="utf-8")):
       if not resolves(name):
         unresolved.add(f"{path.relative_to(ROOT)}: {name}")

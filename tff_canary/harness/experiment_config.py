@@ -54,6 +54,7 @@ from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
+from tff_canary.harness import preflight
 
 TASKS = ("emnist", "stackoverflow")
 SAMPLINGS = client_sampling.SAMPLINGS
@@ -234,47 +235,9 @@ class ExperimentConfig:
     if self.num_clients is not None:  # the rate, before any data is loaded
       client_sampling.ClientSampler(self.num_clients, self.clients_per_round,
                                     self.sampling)
-    self._check_requirements()
+    preflight.check_requirements(self)
     self._check_insertion()
     self._check_aggregator()
-
-  def _check_requirements(self) -> None:
-    """Canary clients and the DDP aggregator require other settings: every
-    one missing is named in one message (flag, Python argument, why)."""
-    clients = self.insertion == "clients" or self.aggregator == "ddp"
-    if not clients:
-      return
-    missing = []
-    if self.aggregator == "ddp" and self.insertion != "clients":
-      missing.append(("--insertion=clients", "insertion='clients'",
-                      "server-side canaries cannot enter TFF's DDP chain"))
-    if self.seeded_noise or self.noise_seed is not None:
-      missing.append(("--noseeded_noise" + (" and no --noise_seed"
-                                            if self.noise_seed is not None
-                                            else ""),
-                      "seeded_noise=False, noise_seed=None",
-                      "TFF's own DP aggregators cannot seed their noise"))
-    if self.record_aggregates and (self.server_optimizer != "sgd"
-                                   or self.server_momentum != 0.0):
-      missing.append(("--server_optimizer=sgd --server_momentum=0",
-                      "server_optimizer='sgd', server_momentum=0",
-                      "each round's aggregate is read from the model "
-                      "weights, which needs server SGD without momentum"))
-    if self.aggregator == "ddp" and self.clip is None:
-      missing.append(("--clip=C (e.g. --clip=0.1)", "clip=C",
-                      "the DDP accounting models a fixed clip"))
-    if self.aggregator == "ddp" and self.zeroing:
-      missing.append(("--nozeroing", "zeroing=False",
-                      "TFF's DDP zeroing needs secure aggregation"))
-    if not missing:
-      return
-    choice = ("aggregator='ddp' (--aggregator=ddp)" if self.aggregator == "ddp"
-              else "insertion='clients' (--insertion=clients)")
-    raise ValueError(
-        f"{choice} needs {len(missing)} more setting"
-        f"{'s' if len(missing) > 1 else ''}; add "
-        + " ".join(flag for flag, _, _ in missing) + " ("
-        + "; ".join(f"{arg}: {why}" for _, arg, why in missing) + ").")
 
   def _check_insertion(self) -> None:
     """What the insertion mode cannot do is refused (module docstring)."""

@@ -1,5 +1,9 @@
 """Refusals before training: what cannot work is said before TensorFlow loads.
 
+`check_requirements(config)` (run by `ExperimentConfig` itself) names, in one
+message, every setting that canary clients or the DDP aggregator need and the
+config lacks.
+
 `check(config)` raises ValueError, naming the flags and values and what to
 change, for a command that would train for minutes and then fail, or train
 something meaningless, and it writes nothing:
@@ -61,6 +65,45 @@ def check(config) -> None:
         f"most {dim:,} in all (the paper uses 1,000 or fewer).")
   if config.aggregator == "ddp":
     _check_ddp_int32(config, dim)
+
+
+def check_requirements(config) -> None:
+  """Canary clients and the DDP aggregator require other settings: every
+  one missing is named in one message (flag, Python argument, why)."""
+  clients = config.insertion == "clients" or config.aggregator == "ddp"
+  if not clients:
+    return
+  missing = []
+  if config.aggregator == "ddp" and config.insertion != "clients":
+    missing.append(("--insertion=clients", "insertion='clients'",
+                    "server-side canaries cannot enter TFF's DDP chain"))
+  if config.seeded_noise or config.noise_seed is not None:
+    missing.append(("--noseeded_noise" + (" and no --noise_seed"
+                                          if config.noise_seed is not None
+                                          else ""),
+                    "seeded_noise=False, noise_seed=None",
+                    "TFF's own DP aggregators cannot seed their noise"))
+  if config.record_aggregates and (config.server_optimizer != "sgd"
+                                 or config.server_momentum != 0.0):
+    missing.append(("--server_optimizer=sgd --server_momentum=0",
+                    "server_optimizer='sgd', server_momentum=0",
+                    "each round's aggregate is read from the model "
+                    "weights, which needs server SGD without momentum"))
+  if config.aggregator == "ddp" and config.clip is None:
+    missing.append(("--clip=C (e.g. --clip=0.1)", "clip=C",
+                    "the DDP accounting models a fixed clip"))
+  if config.aggregator == "ddp" and config.zeroing:
+    missing.append(("--nozeroing", "zeroing=False",
+                    "TFF's DDP zeroing needs secure aggregation"))
+  if not missing:
+    return
+  choice = ("aggregator='ddp' (--aggregator=ddp)" if config.aggregator == "ddp"
+            else "insertion='clients' (--insertion=clients)")
+  raise ValueError(
+      f"{choice} needs {len(missing)} more setting"
+      f"{'s' if len(missing) > 1 else ''}; add "
+      + " ".join(flag for flag, _, _ in missing) + " ("
+      + "; ".join(f"{arg}: {why}" for _, arg, why in missing) + ").")
 
 
 def _check_ddp_int32(config, dim: int) -> None:

@@ -47,7 +47,6 @@ parameters (`ddp_claim`), shown as such, and audited as the claim.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Any, Optional
@@ -394,9 +393,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
     if evaluated:
       accuracy = evaluated[-1]["eval_accuracy"]
       loss = evaluated[-1]["eval_loss"]
-  noise_check = None
-  if rd.exists(run_dir_lib.NOISE_CHECK):
-    noise_check = _load_noise_check(rd.file(run_dir_lib.NOISE_CHECK))
+  noise_check = rd.load_noise_check()
   return RunReport(run_dir=rd.path, config=config, delta=delta,
                    confidence=confidence, estimates=estimates,
                    analytical=analytical, claimed_epsilon=claimed_epsilon,
@@ -406,19 +403,6 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                    noise_check=noise_check,
                    delta_source=source,
                    insertion=insertion_notes.load(rd, config), ddp=ddp)
-
-
-def _load_noise_check(path: str) -> dict[str, Any]:
-  """noise_check.json as written by the experiment; RunDirError if corrupt."""
-  try:
-    with open(path, encoding="utf-8") as f:
-      data = json.load(f)
-  except (ValueError, UnicodeDecodeError) as e:
-    raise run_dir_lib.RunDirError(f"{path} is not valid JSON: {e}") from None
-  if not isinstance(data, dict) or not isinstance(data.get("passed"), bool):
-    raise run_dir_lib.RunDirError(f"{path} is not a noise check result (no "
-                                  "boolean 'passed').")
-  return data
 
 
 def write_report(report: RunReport, plots: bool = True,

@@ -103,6 +103,22 @@ class RunDir:
     return path
 
   # Config ------------------------------------------------------------------
+  def load_noise_check(self) -> dict[str, Any] | None:
+    """noise_check.json as the experiment wrote it (None if the run has
+    none); RunDirError if it is corrupt."""
+    if not self.exists(NOISE_CHECK):
+      return None
+    path = self.file(NOISE_CHECK)
+    try:
+      with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+      raise RunDirError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("passed"), bool):
+      raise RunDirError(f"{path} is not a noise check result (no boolean "
+                        "'passed').")
+    return data
+
   def load_config(self) -> dict[str, Any]:
     path = self._require(CONFIG)
     try:
