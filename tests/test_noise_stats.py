@@ -148,6 +148,34 @@ def test_wrong_std_fails(factor):
   assert result.test("variance[all]").rejected
 
 
+@pytest.mark.parametrize("factor, passed", [(0.1, False), (0.99, False),
+                                            (1.02, True), (10.0, True)])
+def test_only_less_noise_than_claimed_fails(factor, passed):
+  # More noise than claimed costs utility, not privacy (distributed DP's
+  # rounding adds some): its variance test is still rejected, but it is a
+  # note, not a failure. Less noise fails. 1.02 on 404,500 values is 9
+  # standard errors of the pooled variance, far beyond the resolution.
+  noise = [[x * np.float32(factor) for x in r] for r in clean(6)]
+  result = check(noise)
+  assert result.test("variance[all]").rejected
+  assert result.passed == passed and result.verdict == (
+      "passed" if passed else "failed")
+  if passed:
+    assert result.notes[0].startswith("more noise than claimed")
+    assert "costs utility, not privacy" in str(result)
+    assert result.as_dict()["verdict"] == "passed"
+  else:
+    assert not result.notes and "FAILED" in str(result)
+
+
+def test_more_noise_does_not_hide_reuse():
+  noise = [[x * np.float32(3.0) for x in r] for r in clean(2)]
+  for r in noise:
+    r[1] = r[0][:r[1].size].copy()
+  result = check(noise)
+  assert not result.passed and "prefix" in rejected(result)
+
+
 def test_one_round_with_wrong_std_fails():
   noise = clean(7)
   noise[2] = [x * np.float32(1.2) for x in noise[2]]

@@ -1,4 +1,6 @@
-"""The README's code blocks run as written (with a small model and sizes)."""
+"""The README's code blocks run as written (with a small model and sizes),
+and so do the two the README sends to the guide (multi-worker runtime,
+canary clients); the guide's drop-in page shows the README's blocks."""
 
 import asyncio
 import os
@@ -11,8 +13,21 @@ from tff_canary.harness import run_dir
 
 pytestmark = pytest.mark.tff
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), "README.md")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+GUIDE = os.path.join(ROOT, "docs", "guide")
+
+
+def python_blocks(path: str) -> list[str]:
+  text = open(path, encoding="utf-8").read()
+  return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def guide_block(page: str, marker: str) -> str:
+  """The one python block of a guide page that contains `marker`."""
+  (block,) = [b for b in python_blocks(os.path.join(GUIDE, page))
+              if marker in b]
+  return block
 
 
 
@@ -44,12 +59,14 @@ def _toy_loop():
 
 def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
 
-  text = open(README, encoding="utf-8").read()
-  blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-  assert len(blocks) == 5 and "build_unweighted_fed_avg" in blocks[0]
+  blocks = python_blocks(README)
+  assert len(blocks) == 3 and "build_unweighted_fed_avg" in blocks[0]
   assert "RunWriter" in blocks[1] and "run_training_process" in blocks[2]
-  assert "multi_worker.local_workers" in blocks[3]
-  code = "\n".join(blocks[:3])
+  assert 'assignment="coin"' in blocks[0]
+  assert "record_noise_check" in blocks[1]
+  # The guide's page on your own loop shows the same code, never an older one.
+  assert python_blocks(os.path.join(GUIDE, "drop-in.md"))[:3] == blocks
+  code = "\n".join(blocks)
   # The README's sizes, shrunk for a test: 3 rounds, 6 + 6 canaries, 4 clients.
   for old, new in [("num_rounds = 500", "num_rounds = 3"),
                    ("num_inserted=1000, num_held_out=1000",
@@ -71,7 +88,8 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
     loop.close()
   assert namespace["writer"].dim == 20 * 10 + 10
   printed = capsys.readouterr().out
-  assert "analytical: one participation" in printed and "audit" in printed
+  assert "analytical ε (one participation)" in printed and "audit" in printed
+  assert "noise self-test: passed" in printed  # the loop ran it
   for run in ("runs/mine", "runs/program"):
     rd = run_dir.RunDir(tmp_path / run)
     table = rd.load_table()
@@ -79,7 +97,8 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
     assert rd.exists(run_dir.AGGREGATES) and rd.exists(run_dir.REPORT_JSON)
     assert len(rd.load_ledger()) == 3
   trained_locally = namespace["state"]
-  exec(compile(blocks[3], "README.md", "exec"), namespace)  # pylint: disable=exec-used
+  multi_worker = guide_block("scaling.md", "multi_worker.local_workers")
+  exec(compile(multi_worker, "scaling.md", "exec"), namespace)  # pylint: disable=exec-used
   # The multi-worker block trained a new state (the model starts at zero) on
   # workers that are stopped and reaped once its `with` block ends.
   assert namespace["state"] is not trained_locally
@@ -94,17 +113,14 @@ def test_readme_canary_clients_block_runs(capsys):
   from tff_canary.stats.canaries import canary_config  # pylint: disable=g-import-not-at-top
   from tff_canary.stats.canaries import schedules  # pylint: disable=g-import-not-at-top
 
-  text = open(README, encoding="utf-8").read()
-  blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-  assert len(blocks) == 5 and "build_canary_client_fedavg" in blocks[4]
-  code = blocks[4]
+  code = guide_block("insertion-modes.md", "build_canary_client_fedavg")
   assert "clients_per_round=100" in code
   code = code.replace("clients_per_round=100", "clients_per_round=4")
   config = canary_config.CanaryConfig(
       seed=3, num_inserted=4, num_held_out=2,
       schedule=schedules.FixedPresentations(2, 1))
   namespace = dict(_toy_loop(), np=np, config=config, num_rounds=2)
-  exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
+  exec(compile(code, "insertion-modes.md", "exec"), namespace)  # pylint: disable=exec-used
   outcomes = namespace["outcomes"]
   assert namespace["dim"] == 20 * 10 + 10
   # Every scheduled (round, inserted canary) once, each through

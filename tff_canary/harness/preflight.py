@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import warnings
 
+from tff_canary.stats import call_site
 from tff_canary.harness import model_sizes
 from tff_canary.stats.accounting import ddp_parameters
 
@@ -154,6 +155,7 @@ def canary_fraction(config, canary_participations: int,
         "pass --allow_large_canary_fraction to run it anyway.")
   if fraction > WARN_CANARY_FRACTION:
     warnings.warn(f"{what}. Use fewer inserted canaries or more clients or "
-                  "rounds.", CanaryFractionWarning, stacklevel=3)
+                  "rounds.", CanaryFractionWarning,
+                  stacklevel=call_site.user_stacklevel())
   return fraction
 

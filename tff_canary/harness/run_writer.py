@@ -176,6 +176,20 @@ class RunWriter:
   def rounds_recorded(self) -> list[int]:
     return sorted(self._rows)
 
+  def record_noise_check(self, result: Any) -> None:
+    """Saves a noise self-test's result as the run's noise_check.json.
+
+    `result` is what `tff_canary.federated.audit.noise_check.
+    check_aggregation_noise` returns for the loop's aggregator; the report's
+    headline then shows its verdict instead of "not run".
+    """
+    self._check_open()
+    if not callable(getattr(result, "as_dict", None)):
+      raise TypeError(f"result must be a noise check result (as_dict()), got "
+                      f"{type(result).__name__}.")
+    atomic_files.write_json(self.run_dir.file(run_dir_lib.NOISE_CHECK),
+                            result.as_dict())
+
   def _check_open(self) -> None:
     if self._finished:
       raise ValueError(f"this RunWriter has finished {self.run_dir.path}; "

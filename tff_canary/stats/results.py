@@ -12,6 +12,9 @@ import math
 from typing import Any, Literal, NamedTuple, Optional
 import warnings
 
+import numpy as np
+
+from tff_canary.stats import call_site
 from tff_canary.stats import options
 
 
@@ -25,16 +28,44 @@ class SignConventionWarning(UserWarning):
   """
 
 
+# The one-sided level at which an inserted mean below its reference is
+# evidence of a sign error rather than chance (canaries drowned by noise in a
+# correct run sit below it half the time).
+SIGN_TEST_LEVEL = 1e-3
+_SIGN_Z = 3.090232306167813  # Phi^-1(1 - SIGN_TEST_LEVEL)
+
+
+def standard_error(x: Any, y: Any = None) -> float:
+  """The standard error of mean(x), or of mean(x) - mean(y)."""
+  x = np.asarray(x, dtype=np.float64)
+  var = x.var(ddof=1) / x.size if x.size > 1 else 0.0
+  if y is not None:
+    y = np.asarray(y, dtype=np.float64)
+    var += y.var(ddof=1) / y.size if y.size > 1 else 0.0
+  return math.sqrt(var)
+
+
 def warn_sign_convention(mean: float, reference: str, ref_mean: float,
-                         what: str = "inserted canaries'") -> None:
-  """Raises `SignConventionWarning` from a public estimator (for its caller)."""
+                         what: str = "inserted canaries'", *,
+                         se: float) -> bool:
+  """Warns (`SignConventionWarning`, at the user's call) when the inserted
+  mean is significantly below the reference: more than `_SIGN_Z` standard
+  errors `se` (one-sided, level `SIGN_TEST_LEVEL`). Returns whether it did."""
+  z = (ref_mean - mean) / se if se > 0.0 else (
+      math.inf if mean < ref_mean else 0.0)
+  if not z > _SIGN_Z:
+    return False
   warnings.warn(
-      f"The {what} mean statistic ({mean:.4g}) is below the {reference} "
-      f"({ref_mean:.4g}). Inserted canaries should have a positive mean with "
-      "u = theta_0 - theta_T (or the round's noised aggregate); this is "
-      "almost always a sign-convention bug (docs/method/sign-convention.md), and the epsilon "
-      "reported for it is not meaningful.", SignConventionWarning,
-      stacklevel=3)
+      f"The {what} mean statistic ({mean:.4g}) is {z:.1f} standard errors "
+      f"below the {reference} ({ref_mean:.4g}); by chance that happens with "
+      f"probability below {SIGN_TEST_LEVEL:g} (the threshold, "
+      f"{_SIGN_Z:.2f} standard errors). Inserted canaries should have a "
+      "positive mean with u = theta_0 - theta_T (or the round's noised "
+      "aggregate): check that the model delta is initial minus final and "
+      "that the aggregates are not negated (docs/method/sign-convention.md). "
+      "The epsilon reported for it is not meaningful.",
+      SignConventionWarning, stacklevel=call_site.user_stacklevel())
+  return True
 
 
 class VarianceMismatchWarning(UserWarning):

@@ -40,6 +40,7 @@ from tff_canary.stats.estimators import estimates
 from tff_canary.stats.bounds import fdp_one_run
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.estimators import max_of_rounds
+from tff_canary.stats import call_site
 from tff_canary.stats import results
 from tff_canary.stats import validation
 from tff_canary.stats.canaries.cosine_table import CosineTable
@@ -206,7 +207,7 @@ def estimate_table(table: CosineTable, *, delta: float,
       and not have_all):  # recorded, but refused: unrecorded participations
     notes.append(table.all_iterates_refusal)
     warnings.warn(table.all_iterates_refusal, UnrecordedRoundsWarning,
-                  stacklevel=2)
+                  stacklevel=call_site.user_stacklevel())
   ours = (results.SignConventionWarning, results.VarianceMismatchWarning)
   for w in caught:
     text = str(w.message)
@@ -214,7 +215,7 @@ def estimate_table(table: CosineTable, *, delta: float,
       warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     elif text not in notes:
       notes.append(text)
-      warnings.warn(w.message, stacklevel=2)
+      warnings.warn(w.message, stacklevel=call_site.user_stacklevel())
   return TableEstimates(
       delta=delta, confidence=confidence, dim=dim, seed=table.seed,
       num_inserted=int(final_in.size), num_held_out=int(final_out.size),

@@ -131,7 +131,8 @@ def gdp_bound(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
   below = bool(x.mean() < y.mean())
   if below:
     results.warn_sign_convention(float(x.mean()), "held-out canaries' mean",
-                                 float(y.mean()))
+                                 float(y.mean()),
+                                 se=results.standard_error(x, y))
   if strategy == "bonferroni":
     mu = gdp_mu_lower(x, y, alpha, delta)
   else:

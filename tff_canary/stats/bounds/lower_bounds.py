@@ -215,7 +215,9 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
     null, null_dist, null_mean = "held_out", None, float(y.mean())
   below = float(x.mean()) < null_mean
   if below:
-    results.warn_sign_convention(float(x.mean()), "null's mean", null_mean)
+    results.warn_sign_convention(
+        float(x.mean()), "null's mean", null_mean,
+        se=results.standard_error(x, None if null == "exact" else y))
   search = {"none": _paper_search, "simultaneous": _simultaneous_search,
             "bonferroni": _all_ranks_search, "split": _split_search,
             "multi_split": _multi_split_search}[correction]
@@ -401,7 +403,8 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
   if below:
     results.warn_sign_convention(float(s[mask].mean()), "other candidates'",
                                  float(s[~mask].mean()),
-                                 what="inserted candidates'")
+                                 what="inserted candidates'",
+                                 se=results.standard_error(s[mask], s[~mask]))
 
   epsilon = _largest_rejected_epsilon(guesses, correct, m, delta, alpha)
   ceiling = _largest_rejected_epsilon(guesses, guesses, m, delta, alpha)

@@ -108,7 +108,8 @@ def sign_check(s: np.ndarray, mask: np.ndarray) -> bool:
   if below:
     results.warn_sign_convention(float(s[mask].mean()), "other candidates'",
                                  float(s[~mask].mean()),
-                                 what="inserted candidates'")
+                                 what="inserted candidates'",
+                                 se=results.standard_error(s[mask], s[~mask]))
   return below
 
 

@@ -24,6 +24,7 @@ import warnings
 
 import numpy as np
 
+from tff_canary.stats import call_site
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 
@@ -168,6 +169,7 @@ def check_orthogonality(num_canaries: int, dim: int) -> bool:
         f"canaries have pairwise cosines ~ N(0, 1/dim); their cross-talk adds "
         f"a noise multiplier of about sqrt(k/dim) = "
         f"{np.sqrt(num_canaries / dim):.3g} to the statistics. Use fewer "
-        "canaries or a larger model.", TooManyCanariesWarning, stacklevel=3)
+        "canaries or a larger model.", TooManyCanariesWarning,
+        stacklevel=call_site.user_stacklevel())
     return True
   return False

@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
+from tff_canary.stats import call_site
 from tff_canary.stats import options
 from tff_canary.stats import results
 from tff_canary.stats.estimators import two_gaussians
@@ -157,7 +158,8 @@ def epsilon_final(inserted: npt.ArrayLike, *, dim: int, delta: float,
   mean, sample_std = float(x.mean()), float(x.std(ddof=1))
   below = mean < 0.0
   if below:
-    results.warn_sign_convention(mean, "null mean", 0.0)
+    results.warn_sign_convention(mean, "null mean", 0.0,
+                                 se=sample_std / np.sqrt(n))
 
   if method == "mean_only":
     fitted_std = null_std
@@ -170,7 +172,8 @@ def epsilon_final(inserted: npt.ArrayLike, *, dim: int, delta: float,
           f"1/dim (two-sided chi-square p = {p_value:.2g}, n = {n}); the "
           "mean-only epsilon-final assumes they are equal. Read the "
           "fitted-variance estimate too.",
-          results.VarianceMismatchWarning, stacklevel=2)
+          results.VarianceMismatchWarning,
+          stacklevel=call_site.user_stacklevel())
     epsilon = two_gaussians.epsilon_for_delta(delta, 0.0, null_std, mean,
                                               null_std)
     # epsilon grows with |mu|: map the t-interval of the mean through it.
@@ -225,7 +228,8 @@ def epsilon_all(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
   mean0, std0 = float(y.mean()), float(y.std(ddof=1))
   below = mean1 < mean0
   if below:
-    results.warn_sign_convention(mean1, "held-out canaries' mean", mean0)
+    results.warn_sign_convention(mean1, "held-out canaries' mean", mean0,
+                                 se=results.standard_error(x, y))
   epsilon = two_gaussians.epsilon_for_delta(delta, mean0, std0, mean1, std1)
 
   level = confidence ** 0.25  # four parameters

@@ -233,7 +233,8 @@ def epsilon_all_max_model(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
   below = negative is not None
   if below:
     results.warn_sign_convention(negative * s, "null mean", 0.0,
-                                 what="max model's per-round inserted")
+                                 what="max model's per-round inserted",
+                                 se=s / math.sqrt(x.size))
   drop = 0.5 * float(stats.chi2.ppf(confidence, 1))
   low, high = _profile_interval(lik, theta, log_s, l_max, drop)
   big = int(counts.max())

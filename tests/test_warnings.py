@@ -1,0 +1,73 @@
+"""Warnings that suspect a bug fire only on significant evidence, say what
+to do, and point at the user's line (tff_canary/stats/call_site.py)."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from tff_canary.stats import call_site
+from tff_canary.stats import results
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
+from tff_canary.stats.estimators import estimates
+
+DIM = 10_000
+
+
+def _final_cosines(shift, n=40, seed=0):
+  # Inserted final-model cosines: the null's N(0, 1/d) shifted by `shift`
+  # null standard deviations.
+  rng = np.random.default_rng(seed)
+  return (shift + rng.standard_normal(n)) / np.sqrt(DIM)
+
+
+def test_a_drowned_correct_run_gets_no_sign_warning():
+  # Canaries drowned by noise: a true mean of 0 sits below the null's mean
+  # about half the time (seed 3 puts it 1.3 standard errors below). Only
+  # 3.09 standard errors (one-sided 1e-3) is evidence of a sign error.
+  x = _final_cosines(0.0, seed=3)
+  assert x.mean() < 0
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", results.SignConventionWarning)
+    result = estimates.epsilon_final(x, dim=DIM, delta=1e-5)
+  assert result.inserted_below_null  # still recorded in the result
+
+
+def test_a_sign_error_warns_at_the_callers_line_with_what_to_do():
+  x = -_final_cosines(3.0)  # a real signal, negated: u = theta_T - theta_0
+  with pytest.warns(results.SignConventionWarning) as caught:
+    estimates.epsilon_final(x, dim=DIM, delta=1e-5)
+  (w,) = [w for w in caught.list
+          if issubclass(w.category, results.SignConventionWarning)]
+  assert w.filename == __file__  # this line, not the estimator's
+  text = str(w.message)
+  assert "standard errors below" in text and "3.09 standard errors" in text
+  assert "initial minus final" in text
+
+
+def test_too_many_canaries_warns_at_the_callers_line():
+  with pytest.warns(canary_config.TooManyCanariesWarning) as caught:
+    canary_config.check_orthogonality(40, dim=100)
+  assert caught.list and all(w.filename == __file__ for w in caught.list)
+
+
+@pytest.mark.tff
+def test_too_many_canaries_through_the_tff_factory_warns_at_the_callers_line():
+  # The check runs when TFF builds the aggregation process: the warning used
+  # to point at a TFF file.
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import factory  # pylint: disable=g-import-not-at-top
+  config = canary_config.CanaryConfig(
+      seed=0, num_inserted=20, num_held_out=20,
+      schedule=schedules.FixedPresentations(num_rounds=2, presentations=1))
+  aggregator = factory.CanaryDPFactory.gaussian_fixed(
+      noise_multiplier=1.0, clients_per_round=4, clip=1.0, canaries=config)
+  with pytest.warns(canary_config.TooManyCanariesWarning) as caught:
+    aggregator.create(tff.types.TensorType(np.float32, [100]))
+  assert caught.list and all(w.filename == __file__ for w in caught.list)
+
+
+def test_user_stacklevel_skips_the_package_frames():
+  # Called from outside the package, the caller itself is the user's frame.
+  assert call_site.user_stacklevel() == 1
