@@ -76,6 +76,8 @@ def test_every_cited_docs_page_exists():
   for path in repository_files():
     if path.suffix not in (".py", ".md", ".ipynb", ".ini", ".sh", ".yml"):
       continue
+    if path.name == "test_docs.py":  # its examples of what fails
+      continue
     for page in cited_pages(path.read_text(encoding="utf-8")):
       cited += 1
       if not (ROOT / page).is_file():

@@ -126,3 +126,21 @@ def test_no_plots_removes_the_plots_a_previous_report_drew(tmp_path):
   assert _report_cli(str(path), "--no_plots").returncode == 0
   assert not set(report.PLOT_FILES) & set(os.listdir(plots))
   assert "plots/" not in open(os.path.join(path, "report.md")).read()
+
+
+def test_the_readme_and_docs_show_the_current_headline_format(tmp_path):
+  # The README's and the docs' example headline is a real run's, pasted; a
+  # change of the headline's format must be pasted again (numbers may differ
+  # by machine, the format may not).
+  r = report.build_report(make_run(tmp_path / "run", shift=0.3))
+  labels = [line[:16] for line in r.headline().lines()]
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  for page, indent in (("README.md", ""), ("docs/index.md", "    "),
+                       ("docs/getting-started.md", "    ")):
+    lines = open(os.path.join(root, page), encoding="utf-8").read().split(
+        "\n")
+    start = lines.index(next(l for l in lines
+                             if l.startswith(indent + "analytical ε ")))
+    shown = [l[len(indent):] for l in lines[start:start + len(labels)]]
+    assert [l[:16] for l in shown] == labels, page
+    assert shown[-1] == headline.MEANING, page

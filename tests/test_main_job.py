@@ -1,8 +1,8 @@
-"""The README's main job, run as written: its accuracy band and its table.
+"""The README's main job, run as written: its accuracy band and its headline.
 
 Opt-in (`TFF_CANARY_MAIN_JOB=1 .venv/bin/python -m pytest
 tests/test_main_job.py`): the job trains TFF's EMNIST CNN for 80 rounds of 50
-clients, about 6-7 minutes on 2 cores, which does not fit the CI budget next to
+clients, about 6 minutes on 2 cores, which does not fit the CI budget next to
 the rest of the suite. Run it after any change to the data, model, training or
 estimators, and before changing a number in the README.
 
@@ -10,12 +10,20 @@ It checks the two claims the README makes about the job:
   * the built-in data is learnable but not trivial: the final accuracy lies in
     [0.60, 0.90] (a realistic band for a small CNN on non-IID data with 10%
     label noise; the old synthetic data reached 1.0000 and fails here);
-  * the example table in the README is what the command prints: runs are
-    reproducible (tests/test_reproducible.py), so every line from the table
-    header to the accuracy must match exactly, and a README number that was not
-    re-measured after a change fails here.
+  * the README's example headline is what the command gives, number by
+    number, at a relative tolerance: a run is bitwise reproducible on one
+    machine (tests/test_reproducible.py), but TensorFlow's float32 kernels
+    differ between CPU types (oneDNN and Eigen pick them by CPU features), so
+    the trained model, and every number after it, differs in the last digits
+    across machines. Two machines of this project's CI gave ε-final 4.278 and
+    4.293 (0.35%), ε-all 88.9 and 88.37 (0.6%) and accuracy 0.7144 and 0.7075
+    from the same command and seed; 3% is five times the largest difference
+    seen, and far below what a changed estimator or data moves (a README
+    number that was not re-measured after such a change fails here). The
+    analytical ε depends on no training and must agree to 1e-3.
 """
 
+import json
 import os
 import pathlib
 import re
@@ -26,27 +34,42 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 COMMAND = ".venv/bin/python experiments/emnist.py --output_dir runs/emnist"
-
-pytestmark = [
-    # pytest.ini's 600 s is for the suite; this job alone takes 6-7 minutes
-    # on idle cores and twice that beside other work (its own limit: 3600 s).
-    pytest.mark.slow, pytest.mark.tff, pytest.mark.timeout(3600),
-    pytest.mark.skipif(os.environ.get("TFF_CANARY_MAIN_JOB") != "1",
-                       reason="opt-in: TFF_CANARY_MAIN_JOB=1 runs the README's "
-                       "6-minute main job"),
-]
+# Relative tolerances (module docstring).
+TRAINED_RTOL = 0.03
+ANALYTICAL_RTOL = 1e-3
 
 
-def table_lines(text: str) -> list[str]:
-  """The lines from the table header to the accuracy line, right-stripped."""
-  lines = [line.strip() for line in text.splitlines()]
+
+def readme_headline(text: str) -> dict[str, float]:
+  """The numbers of the README's example headline, by its line labels."""
+  lines = text.splitlines()
   start = next(i for i, line in enumerate(lines)
-               if re.match(r"epsilon\s+kind\s+value\s+detail$", line))
-  end = next(i for i, line in enumerate(lines)
-             if line.startswith("final model accuracy:"))
-  return lines[start:end + 1]
+               if line.startswith("analytical ε "))
+  numbers = {}
+  for key, line in zip(("analytical", "final", "all", "bound"),
+                       lines[start:start + 4]):
+    numbers[key] = float(line[16:].split()[0]) if key != "analytical" else (
+        float(line.split()[2]))
+  return numbers
 
 
+def test_readme_headline_parses():
+  # Runs by default: the README's example headline must stay parseable.
+  shown = readme_headline((REPO / "README.md").read_text(encoding="utf-8"))
+  assert set(shown) == {"analytical", "final", "all", "bound"}
+  text = ("analytical ε     86.12  one participation\n"
+          "ε-final          4.293  95% CI\nε-all            88.37  95% CI\n"
+          "lower bound      1.923  x\n")
+  assert readme_headline(text) == dict(analytical=86.12, final=4.293,
+                                       all=88.37, bound=1.923)
+
+
+@pytest.mark.slow
+@pytest.mark.tff
+@pytest.mark.timeout(3600)
+@pytest.mark.skipif(os.environ.get("TFF_CANARY_MAIN_JOB") != "1",
+                    reason="opt-in: TFF_CANARY_MAIN_JOB=1 runs the README's "
+                    "6-minute main job")
 def test_main_job_as_the_readme_says(tmp_path):
   readme = (REPO / "README.md").read_text(encoding="utf-8")
   assert COMMAND in readme, "the README no longer gives the main job command"
@@ -55,7 +78,14 @@ def test_main_job_as_the_readme_says(tmp_path):
   proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True,
                         timeout=3600)
   assert proc.returncode == 0, proc.stderr[-4000:]
-  printed = table_lines(proc.stdout)
-  accuracy = float(printed[-1].split(":")[1])
-  assert 0.60 <= accuracy <= 0.90, accuracy
-  assert table_lines(readme) == printed
+  report = json.loads((tmp_path / "emnist" / "report.json").read_text())
+  assert 0.60 <= report["accuracy"] <= 0.90, report["accuracy"]
+  got = report["headline"]
+  shown = readme_headline(readme)
+  assert got["analytical_epsilon"]["value"] == pytest.approx(
+      shown["analytical"], rel=ANALYTICAL_RTOL)
+  for key, value in (("final", got["epsilon_final"]["value"]),
+                     ("all", got["epsilon_all"]["value"]),
+                     ("bound", got["strongest_bound"]["value"])):
+    assert value == pytest.approx(shown[key], rel=TRAINED_RTOL), key
+  assert re.search(r"audit: consistent", proc.stdout)

@@ -29,13 +29,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+from tff_canary.harness import analytical_epsilons
 from tff_canary.stats import results
 from tff_canary.stats.audit import table_estimates
 
-MEANING = ("Estimates are what the canary attack achieves: evidence against "
-           "the analytical ε only if the whole interval is above it. Bounds "
-           "hold with {confidence:.0%} confidence: one above the analytical ε "
-           "refutes it.")
+MEANING = ("An estimate counts only if its whole interval is above the "
+           "analytical ε; a bound above it refutes it.")
+
 # The table's bound rows -> the same bounds in the audit (`audit.table_bounds`).
 _F, _A = table_estimates.FINAL_MODEL, table_estimates.ALL_ITERATES
 AUDITED_AS = {
@@ -85,35 +85,33 @@ class Headline:
 
   def _estimate_line(self, label: str, est: Optional[Estimate]) -> str:
     if est is None:
-      return f"{label:34s}{'-':>9s}  {self.epsilon_all_missing}"
+      return f"{label:14s}{'-':>8s}  {self.epsilon_all_missing}"
     if est.above_analytical:
-      status = "ABOVE the analytical ε: its whole interval is above it"
+      status = "ABOVE the analytical ε (the whole interval)"
     elif est.ci[1] < self.analytical_epsilon:
       status = "below the analytical ε"
     else:
-      status = "consistent with the analytical ε (its interval holds it)"
-    return (f"{label:34s}{results.format_number(est.value):>9s}  "
+      status = "consistent with the analytical ε"
+    return (f"{label:14s}{results.format_number(est.value):>8s}  "
             f"{self.confidence:.0%} CI [{est.ci[0]:.4g}, {est.ci[1]:.4g}]; "
             f"{status}")
 
   def lines(self) -> list[str]:
     """At most 8 lines: the answer, then how to read it."""
     return [
-        f"{'analytical ε (' + self.analytical_name + ')':34s}"
-        f"{results.format_number(self.analytical_epsilon):>9s}  at δ = "
-        f"{results.format_number(self.delta)}: what the DP accounting "
-        "guarantees",
-        self._estimate_line("ε-final, final model (estimate)",
-                            self.epsilon_final),
-        self._estimate_line("ε-all, all iterates (estimate)",
-                            self.epsilon_all),
-        f"{'strongest lower bound':34s}"
-        f"{results.format_number(self.strongest_bound):>9s}  "
-        f"{self.strongest_bound_name}, holds with {self.confidence:.0%} "
-        "confidence",
+        f"{'analytical ε':14s}"
+        f"{results.format_number(self.analytical_epsilon):>8s}  "
+        f"{self.analytical_name}, δ = "
+        f"{analytical_epsilons.format_delta(self.delta)}: what the "
+        "accounting guarantees",
+        self._estimate_line("ε-final", self.epsilon_final),
+        self._estimate_line("ε-all", self.epsilon_all),
+        f"{'lower bound':14s}"
+        f"{results.format_number(self.strongest_bound):>8s}  "
+        f"{self.strongest_bound_name} ({self.confidence:.0%}, the strongest)",
         f"audit: {self.audit_text}",
         f"noise self-test: {self.noise_check_text}",
-        MEANING.format(confidence=self.confidence),
+        MEANING,
     ]
 
   def text(self) -> str:
@@ -132,7 +130,7 @@ class Headline:
         audit=dict(verdict=self.audit_verdict, text=self.audit_text),
         noise_check=dict(verdict=self.noise_check_verdict,
                          text=self.noise_check_text),
-        meaning=MEANING.format(confidence=self.confidence),
+        meaning=MEANING,
         lines=self.lines())
 
 
@@ -177,16 +175,16 @@ def of_report(report: Any) -> Headline:
                                                          verdict.strongest)
   audit_text = (
       f"{verdict.verdict} with the {report.claim} = "
-      f"{report.claimed_epsilon:.4g} ({len(verdict.bounds)} bounds, each at "
-      f"{verdict.per_bound_confidence:.2%}: {report.confidence:.0%} together)")
+      f"{report.claimed_epsilon:.4g} ({len(verdict.bounds)} bounds, "
+      f"{report.confidence:.0%} together)")
   if verdict.refuted:
     audit_text = (f"REFUTED: {strongest} = "
                   f"{verdict.largest_bound:.4g} > {report.claim} = "
                   f"{report.claimed_epsilon:.4g} at {report.confidence:.0%} "
                   "confidence")
   if est.one_run_final is None:  # no fair-coin assignment
-    audit_text += ("; canaries were not assigned by coins, so no one-run "
-                   "bound: use CanaryConfig(assignment=\"coin\")")
+    audit_text += ("; no one-run bounds without CanaryConfig("
+                   "assignment=\"coin\")")
   noise_verdict, noise_text = noise_check_verdict(report.noise_check)
   return Headline(
       delta=report.delta, confidence=report.confidence, analytical_name=name,

@@ -151,6 +151,16 @@ class RunReport:
             "not what it claims (check the clip, the noise and the "
             "accounting)")
 
+  def canary_counts(self) -> str:
+    """How many canaries were inserted and held out, and why under coins
+    these differ from config.json's num_inserted / num_held_out."""
+    inserted, held_out = (self.estimates.num_inserted,
+                          self.estimates.num_held_out)
+    if self.config.get("assignment") == "coin":
+      return (f"{inserted + held_out} canary candidates, each inserted by a "
+              f"fair coin: {inserted} inserted and {held_out} held out")
+    return f"{inserted} inserted and {held_out} held-out canaries"
+
   def participation_line(self) -> Optional[str]:
     """Client and canary participation in one line (None if not recorded)."""
     if self.participation is None:
@@ -297,9 +307,8 @@ class RunReport:
         f"{c['num_rounds']} rounds, "
         + ("" if c["num_clients"] is None  # unknown to a RunWriter's loop
            else f"{c['num_clients']} clients, ")
-        + f"{self.estimates.num_inserted} inserted and "
-        f"{self.estimates.num_held_out} held-out canaries (d = {c['dim']}, "
-        f"canary seed {c['canary_seed']}).", ""]
+        + self.canary_counts() + f" (d = {c['dim']}, canary seed "
+        f"{c['canary_seed']}).", ""]
     lines += ["## The answer", "", "```text", self.headline().text(), "```",
               "", "## Details", ""]
     line = self.participation_line()
