@@ -32,6 +32,8 @@ from tff_canary.stats.canaries.cosine_table import CosineTable
 from tff_canary.stats.estimators.null_law import CosineNull
 
 _COLORS = {"inserted": "C3", "held_out": "C0"}
+# Group names in words, for legends.
+_WORDS = {"inserted": "inserted", "held_out": "held out"}
 MIN_BINS, MAX_BINS = 5, 50
 # Bins over the two groups' pooled range at most (groups far apart).
 _MAX_EDGES = 1000
@@ -88,10 +90,10 @@ def cosines_figure(table: CosineTable):
   grid = np.linspace(edges[0] - 1, edges[-1] + 1, 400)
   for group, v in values.items():
     ax.hist(v, bins=edges, density=True, alpha=0.3, color=_COLORS[group],
-            label=f"{group} ({v.size}; mean {v.mean():.2f})")
+            label=f"{_WORDS[group]} ({v.size}; mean {v.mean():.2f})")
     if v.size > 1 and np.ptp(v) > 0:
       ax.plot(grid, stats.gaussian_kde(v)(grid), color=_COLORS[group],
-              label=f"{group}: kernel density")
+              label=f"{_WORDS[group]}: kernel density")
   null = CosineNull(table.dim)
   ax.plot(grid, null.pdf(grid / scale) / scale, "k--", lw=1,
           label="null law (exact)")
@@ -116,7 +118,13 @@ def max_cosine_by_round(table: CosineTable, path: str) -> str:
     for group in ("held_out", "inserted"):
       mask = table.mask(group)
       ax.scatter(table.max_round[mask], table.max_cosine[mask] * scale, s=6,
-                 alpha=0.5, color=_COLORS[group], label=group)
+                 alpha=0.5, color=_COLORS[group], label=_WORDS[group])
+    # The null's reference: where the max of R null cosines (× √d, in the
+    # null's Gaussian limit N(0, 1)) lies with 95% probability.
+    rounds = max(1, int(table.rounds_recorded))
+    ax.axhline(stats.norm.ppf(0.95 ** (1.0 / rounds)), color="k", ls="--",
+               lw=1, label=f"null: 95% of the max of {rounds} null cosines "
+               "lies below")
     ax.set_xlabel("round of the max")
     ax.set_ylabel("max cosine × √d")
     fig.legend(**_LEGEND)
