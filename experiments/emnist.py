@@ -2,7 +2,7 @@
 
 The CNN of TFF's baselines (1,206,590 parameters) on EMNIST-62, trained with
 DP-FedAvg and the canary aggregator; writes a run directory with every epsilon
-of the method beside the analytical one (see README). Defaults: the built-in
+of the method beside the analytical one (see docs/getting-started.md). Defaults: the built-in
 synthetic data, sized to finish in minutes on 2 CPU cores. The paper's setting
 is --data=tff --clients_per_round=101 --epochs=15 --client_learning_rate=0.031
 --server_learning_rate=1.0 --server_momentum=0.9 --batch_size=16.

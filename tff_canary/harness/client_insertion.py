@@ -35,7 +35,7 @@ clients_per_round (a_r x participants / clients_per_round), the same
 quantity as the Gaussian modes record, so the removal below holds; a
 round's cosines do not change with its scale.
 
-Known-canary removal (README "Other canaries are noise") assumes a canary
+Known-canary removal (docs/method/estimates.md) assumes a canary
 enters a_r as (its norm in the sum / clients_per_round) c_j. A canary client
 enters TFF's Gaussian sum query at min(canary_norm, C_r) (the query clips in
 L2; with adaptive clipping C_r is the state's clip before the round), so

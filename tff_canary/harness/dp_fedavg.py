@@ -9,7 +9,7 @@ without canaries and tests its noise on zero client values
 
 With `insertion="clients"` the process is
 `canary_clients.build_canary_client_fedavg` (canary clients of norm
-`canary_norm`, README "Two insertion modes") over TFF's OWN aggregator,
+`canary_norm`, docs/guide/insertion-modes.md) over TFF's OWN aggregator,
 `tff_aggregator`: `tff.aggregators.DifferentiallyPrivateFactory.
 gaussian_fixed` or `gaussian_adaptive` with the same arguments, wrapped in
 the same TFF zeroing (`factory.with_zeroing`, TFF's default adaptive

@@ -8,7 +8,7 @@ before any training, a client sampler or a canary participation that cannot
 work (docs/method/canaries.md); `check_resumable` refuses to resume a run directory with
 other settings.
 
-Two insertion modes (README "Two insertion modes"): `insertion="server"`
+Two insertion modes (docs/guide/insertion-modes.md): `insertion="server"`
 (the default) adds the canaries inside this package's DP aggregator
 (`tff_canary.federated.insertion.factory`); `insertion="clients"` makes them canary
 clients of norm `canary_norm` (`tff_canary.federated.insertion.canary_clients`) that
@@ -21,7 +21,7 @@ server_learning_rate x a_t, which needs exactly that optimizer).
 `insertion_of(values)` reads the mode of a config.json (older files
 without the key are server-side runs).
 
-Two DP aggregators (README "Auditing distributed DP"): `aggregator=
+Two DP aggregators (docs/guide/distributed-dp.md): `aggregator=
 "gaussian"` (the default: central Gaussian noise, TFF's
 `DifferentiallyPrivateFactory` or this package's) and `aggregator="ddp"`:
 TFF's distributed-DP chain (`DistributedDpSumFactory`'s parts,

@@ -169,7 +169,7 @@ class RunReport:
 
   def known_canaries_line(self) -> str:
     """Which statistics had the other inserted canaries removed (the cosine
-    table's `known_canaries_removed`; README "Other canaries are noise")."""
+    table's `known_canaries_removed`; docs/method/estimates.md)."""
     line = self.insertion.known_canaries_line(self.table.known_canaries_removed)
     if line is not None:
       return line

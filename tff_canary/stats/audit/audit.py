@@ -17,7 +17,7 @@ epsilon-all), which are estimates with no guarantee:
     DP-FedAvg ledger is, and it replaced the one-run bound of Steinke, Nasr &
     Jagielski (2023) here because on the same coin-flipped runs it measured
     stronger at every epsilon (`bench/power.py`) and stayed valid
-    (`bench/validity.py`; README "What is estimated" has the figures).
+    (`bench/validity.py`; docs/method/lower-bounds.md has the figures).
 
 With m such bounds, each is computed at confidence 1 - alpha/m (Bonferroni),
 so the chance that ANY of them exceeds the true epsilon, and hence of refuting a

@@ -12,7 +12,7 @@ cosine pass, or a table loaded from a run directory) to the estimators:
       canary's participation count and the number of recorded rounds);
     the paper's epsilon-all, Gaussians fitted to the maxima (Algorithm 3;
       `estimates.epsilon_all`), which over several rounds targets neither the
-      mechanism's epsilon nor a bound on it (README, "ε-all");
+      mechanism's epsilon nor a bound on it (docs/method/estimates.md);
     epsilon_lo with the held-out null, simultaneous and the paper's;
   one-run bound (Steinke et al. 2023) and the f-DP one-run bound for a
     Gaussian claim (Mahloujifar et al. 2024, `fdp_one_run`; the one the audit

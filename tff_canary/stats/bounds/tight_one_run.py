@@ -40,7 +40,7 @@ canaries share one noise vector, so they are not independent, and the paper
 gives no guarantee for that. `bench/validity.py` measures its exceedance rate
 on our simulator of exactly that setting (`gaussian_mechanism.simulate_coin`);
 there it exceeded the true epsilon in more than 5% of the runs of most
-settings (README, "Stronger bounds for Gaussian claims"), so `audit` does not
+settings (docs/method/lower-bounds.md), so `audit` does not
 use it: it is reported for comparison only.
 
 NumPy/SciPy only.
