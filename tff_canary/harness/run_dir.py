@@ -102,6 +102,14 @@ class RunDir:
                         "finish an interrupted one.)")
     return path
 
+  @staticmethod
+  def _json(path: str) -> Any:
+    try:
+      with open(path, encoding="utf-8") as f:
+        return json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+      raise RunDirError(f"{path} is not valid JSON: {e}") from None
+
   # Config ------------------------------------------------------------------
   def load_noise_check(self) -> dict[str, Any] | None:
     """noise_check.json as the experiment wrote it (None if the run has
@@ -109,11 +117,7 @@ class RunDir:
     if not self.exists(NOISE_CHECK):
       return None
     path = self.file(NOISE_CHECK)
-    try:
-      with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    except (ValueError, UnicodeDecodeError) as e:
-      raise RunDirError(f"{path} is not valid JSON: {e}") from None
+    data = self._json(path)
     if not isinstance(data, dict) or not isinstance(data.get("passed"), bool):
       raise RunDirError(f"{path} is not a noise check result (no boolean "
                         "'passed').")
@@ -121,11 +125,7 @@ class RunDir:
 
   def load_config(self) -> dict[str, Any]:
     path = self._require(CONFIG)
-    try:
-      with open(path, encoding="utf-8") as f:
-        config = json.load(f)
-    except (ValueError, UnicodeDecodeError) as e:
-      raise RunDirError(f"{path} is not valid JSON: {e}") from None
+    config = self._json(path)
     if not isinstance(config, dict):
       raise RunDirError(f"{path} must hold a JSON object, got "
                         f"{type(config).__name__}.")

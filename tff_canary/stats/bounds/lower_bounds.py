@@ -398,13 +398,7 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
   correct = int(mask[order[m - k_plus:]].sum() + (~mask[order[:k_minus]]).sum())
   guesses = k_plus + k_minus
   alpha = 1.0 - confidence
-  below = bool(mask.any() and (~mask).any()
-               and s[mask].mean() < s[~mask].mean())
-  if below:
-    results.warn_sign_convention(float(s[mask].mean()), "other candidates'",
-                                 float(s[~mask].mean()),
-                                 what="inserted candidates'",
-                                 se=results.standard_error(s[mask], s[~mask]))
+  below = threshold_strategies.sign_check(s, mask)
 
   epsilon = _largest_rejected_epsilon(guesses, correct, m, delta, alpha)
   ceiling = _largest_rejected_epsilon(guesses, guesses, m, delta, alpha)
