@@ -105,8 +105,9 @@ def test_report_command_without_tensorflow(stats_only_python, tmp_path):
   assert not (run / "report.json").exists()
 
   proc = _run(stats_only_python, "-m", "tff_canary", "report", str(run),
-              "--no_plots", cwd=tmp_path)
+              "--no_plots", "--details", cwd=tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "epsilon_final" in proc.stdout
+  assert proc.stdout.startswith("analytical ε ")  # the headline first
+  assert "epsilon_final" in proc.stdout  # then, with --details, the table
   got = json.loads((run / "report.json").read_text())
   assert got == json.loads(json.dumps(expected))

@@ -95,8 +95,12 @@ def test_a_given_process_is_initialized_afresh():
 
 def test_overrides_of_the_claim():
   aggregator = DP.gaussian_fixed(1.0, 10.0, 0.5)
-  # The truth is 0.05; a claim 10x too small fails, the right one passes.
-  assert not check(aggregator, claimed_std=0.005).passed
+  # The truth is 0.05. A claim 10x too small means 10x more noise than
+  # claimed: a note, not a failure (it costs utility, not privacy); a claim
+  # 10x too large (less noise than claimed) fails; the right one passes.
+  more = check(aggregator, claimed_std=0.005)
+  assert more.passed and more.notes[0].startswith("more noise than claimed")
+  assert not check(aggregator, claimed_std=0.5).passed
   result = check(aggregator, claimed_std=[0.05] * 4)
   assert result.passed and result.claim == "claimed_std given by the caller"
   wrong = check(aggregator, clients_per_round=1.0)
