@@ -29,7 +29,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from tff_canary.harness import preflight
+from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir
 
 import experiment_flags
@@ -141,8 +141,11 @@ def main_for(task: str):
         config = experiment_flags.config_from_flags()
         if config.task != task:
           raise ValueError(f"--task={config.task} in the {task} script.")
-        preflight.check(config)  # before TensorFlow loads
-      except (ValueError, TypeError) as e:
+        # Before TensorFlow loads, writing nothing: --resume without a run
+        # (or a run without --resume), more canaries than dimensions or
+        # beyond 10% of the participants, a DDP bound beyond int32.
+        experiment_config.check_before_tensorflow(config)
+      except (ValueError, TypeError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
       quiet_logs()

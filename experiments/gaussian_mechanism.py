@@ -27,9 +27,12 @@ targets 1, 3 and 10 at delta = 1e-6, d = 1e6, 1000 canaries, 50 runs.
 epsilon_lo and the one-run bound are lower bounds that saturate with the number
 of canaries (epsilon_lo near 6.2 with 1000 canaries), not estimates.
 
+Writes the results to runs/gm.json and a figure to runs/gm.png (runs/ is
+git-ignored); --output_json and --plot choose other paths, an empty value
+skips the file.
+
 Usage:
-  .venv/bin/python experiments/gaussian_mechanism.py \
-      --output_json /tmp/gm.json --plot /tmp/gm.png
+  .venv/bin/python experiments/gaussian_mechanism.py
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ PAPER_EPSILON_FINAL = {1.0: (0.99, 0.14), 3.0: (2.96, 0.15),
 
 _FLAGS = flags.FLAGS
 
+# The outputs, under the git-ignored runs/ like every experiment's.
+DEFAULT_JSON = "runs/gm.json"
+DEFAULT_PLOT = "runs/gm.png"
+
 
 def define_flags() -> None:
   """Defines the script's flags.
@@ -86,8 +93,10 @@ def define_flags() -> None:
                     "Take each canary's cosine without the other inserted "
                     "canaries (exact for this mechanism); false: the paper's "
                     "plain cosines.")
-  flags.DEFINE_string("output_json", None, "Where to write the results (JSON).")
-  flags.DEFINE_string("plot", None, "Where to write a PNG of the spread.")
+  flags.DEFINE_string("output_json", DEFAULT_JSON,
+                      "Where to write the results (JSON); empty: nowhere.")
+  flags.DEFINE_string("plot", DEFAULT_PLOT,
+                      "Where to write a PNG of the spread; empty: nowhere.")
 
 
 def trial_seed(seed: int, target_index: int, trial: int, run: int) -> int:

@@ -41,3 +41,55 @@ def test_a_failed_write_leaves_nothing(tmp_path):
         f.write(b"half")
       raise RuntimeError("killed mid-write")
   assert os.listdir(tmp_path) == []
+
+
+def _replacing(path):
+  # A writer that opens the temporary path itself (matplotlib's savefig).
+  with atomic_files.replacing(path, suffix=".png") as temp:
+    with open(temp, "wb") as f:
+      f.write(b"png")
+
+
+WRITERS = {
+    "write_text": lambda p: atomic_files.write_text(p, "text"),
+    "write_json": lambda p: atomic_files.write_json(p, {"a": 1}),
+    "save_npy": lambda p: atomic_files.save_npy(p, np.zeros(3)),
+    "save_npz": lambda p: atomic_files.save_npz(p, a=np.zeros(3)),
+    "replacing": _replacing,
+}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+@pytest.mark.parametrize("mask", [0o027, 0o077])
+def test_every_writer_gets_the_plain_mode(tmp_path, umask, writer, mask):
+  umask(mask)
+  with open(tmp_path / "plain", "w") as f:
+    f.write("x")
+  WRITERS[writer](tmp_path / "atomic")
+  assert (stat.S_IMODE(os.stat(tmp_path / "atomic").st_mode)
+          == stat.S_IMODE(os.stat(tmp_path / "plain").st_mode)
+          == 0o666 & ~mask)
+  assert sorted(os.listdir(tmp_path)) == ["atomic", "plain"]  # no temp left
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_replaced_file_keeps_its_mode(tmp_path, umask, writer):
+  # As a plain open() of an existing file does (read-only ones too: the
+  # rename needs the directory's permission only).
+  umask(0o022)
+  for mode in (0o640, 0o600, 0o444):
+    path = tmp_path / f"file{mode:o}"
+    path.write_text("old")
+    os.chmod(path, mode)
+    WRITERS[writer](path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == mode
+    assert path.read_bytes() != b"old"
+
+
+def test_the_umask_is_never_changed(tmp_path, umask, monkeypatch):
+  # Reading the umask means setting it, for every thread of the process
+  # (TensorFlow's and TFF's write files too): the writes never do.
+  umask(0o027)
+  monkeypatch.setattr(os, "umask", lambda mask: pytest.fail("os.umask"))
+  atomic_files.write_text(tmp_path / "a.txt", "x")
+  assert stat.S_IMODE(os.stat(tmp_path / "a.txt").st_mode) == 0o640

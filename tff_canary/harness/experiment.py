@@ -110,13 +110,11 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   """Runs (or resumes) one experiment; returns its report (module docstring)."""
   if not isinstance(config, experiment_config.ExperimentConfig):
     raise TypeError(f"config must be an ExperimentConfig, got {config!r}.")
-  preflight.check(config)  # before anything loads or is written
+  # Before anything loads or is written: --resume without a run, a run
+  # without --resume, more canaries than dimensions, a DDP bound too large.
+  preflight.check(config)
   rd = run_dir_lib.RunDir(config.output_dir)
   started = rd.exists(run_dir_lib.CONFIG)
-  if started and not config.resume:
-    raise FileExistsError(
-        f"{rd.file(run_dir_lib.CONFIG)} exists: pass --resume to finish that "
-        "run, or choose another --output_dir.")
 
   data = load_data(config)  # before anything is written
   task = build_task(config, data)
@@ -128,6 +126,10 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
                 "tff_canary": tff_canary.__version__})
   values, sampler = resolved.values, resolved.sampler
   num_rounds = resolved.num_rounds
+  # Refused beyond 10% (the scripts refuse it before TensorFlow loads with
+  # synthetic data; TFF's data are counted here), a warning beyond 5%.
+  preflight.canary_fraction(config, preflight.expected_canary_participations(
+      config, resolved.canary_schedule), num_rounds)
 
   canaries = canary_config.CanaryConfig(
       seed=values["canary_seed"], num_inserted=config.num_inserted,
@@ -142,8 +144,6 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   if started:
     experiment_config.check_resumable(rd.load_config(), values,
                                       rd.file(run_dir_lib.CONFIG))
-  preflight.canary_fraction(config, canaries.participation.num_events,
-                            num_rounds)
   process = dp_fedavg.build_process(config, task, canaries,
                                     values["noise_seed"])
 

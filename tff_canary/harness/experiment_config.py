@@ -54,6 +54,7 @@ from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
+from tff_canary.harness import model_sizes
 from tff_canary.harness import preflight
 
 TASKS = ("emnist", "stackoverflow")
@@ -422,3 +423,20 @@ def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
                         for k in differ)
     raise ValueError(f"--resume: {path} was started with other settings "
                      f"({details}); use a new --output_dir or the same flags.")
+
+
+def check_before_tensorflow(config: ExperimentConfig) -> None:
+  """Every refusal the scripts can make before TensorFlow loads, writing
+  nothing: `preflight.check` and, with synthetic data (whose clients the
+  config gives), the canary fraction of the resolved run
+  (`preflight.canary_fraction`, without its warning, which the experiment
+  gives). With TFF's data the experiment checks the fraction once the data
+  are loaded, still before it writes anything."""
+  preflight.check(config)
+  if config.data != "synthetic":
+    return
+  resolved = resolve(config, config.num_clients or default_num_clients(config),
+                     model_sizes.task_dim(config.task))
+  preflight.canary_fraction(
+      config, preflight.expected_canary_participations(
+          config, resolved.canary_schedule), resolved.num_rounds, warn=False)

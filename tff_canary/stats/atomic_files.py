@@ -4,9 +4,13 @@ Every writer puts the bytes in a temporary file in the destination's directory
 (same file system), flushes and fsyncs it, then `os.replace`s it onto the
 destination, which POSIX makes atomic: a reader sees the old file or the new
 one, never a mix, even if the process is killed with SIGKILL mid-write. The
-temporary file is removed if writing fails. The file gets the mode a plain
-`open()` would give it (0o666 less the umask; `mkstemp` alone makes it 0o600,
-readable by its owner only). NumPy only.
+temporary file is removed if writing fails. NumPy only.
+
+File modes are a plain `open()`'s: the temporary file is created with mode
+0o666 less the process's umask, which the kernel applies as for `open()`
+(`tempfile.mkstemp` makes it 0o600, readable by its owner only; reading the
+umask means setting it, which is not thread-safe), and a file that is
+replaced keeps its mode, as a file rewritten in place does.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import contextlib
 import io
 import json
 import os
-import tempfile
+import secrets
+import stat
 from typing import Any, Iterator
 
 import numpy as np
@@ -31,13 +36,13 @@ def replacing(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:
   path = os.fspath(path)
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
-  fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
-  os.close(fd)
+  temp = _create_temp(directory, suffix)
   try:
     yield temp
     with open(temp, "rb") as f:
       os.fsync(f.fileno())
-    os.chmod(temp, 0o666 & ~_umask())
+    with contextlib.suppress(FileNotFoundError):  # keep a replaced file's mode
+      os.chmod(temp, stat.S_IMODE(os.stat(path).st_mode))
     os.replace(temp, path)
   except BaseException:
     with contextlib.suppress(FileNotFoundError):
@@ -45,11 +50,18 @@ def replacing(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:
     raise
 
 
-def _umask() -> int:
-  """The process's umask (reading it means setting it; set it straight back)."""
-  mask = os.umask(0o022)
-  os.umask(mask)
-  return mask
+def _create_temp(directory: str, suffix: str) -> str:
+  """A new empty file `.tmp-<random><suffix>` in `directory`, created with
+  mode 0o666 and so the umask's permissions (module docstring)."""
+  for _ in range(100):
+    temp = os.path.join(directory, f".tmp-{secrets.token_hex(8)}{suffix}")
+    try:
+      fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+      continue
+    os.close(fd)
+    return temp
+  raise FileExistsError(f"no free temporary name in {directory}.")
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
