@@ -41,6 +41,7 @@ import warnings
 
 from absl import app
 from absl import flags
+from absl import logging
 
 import experiment_cli  # pylint: disable=unused-import  (quiet TF logs: first)
 from tff_canary.harness import experiment_config
@@ -104,7 +105,9 @@ def run_one(config: experiment_config.ExperimentConfig
   """One run of the sweep (reread if it finished)."""
   if finished(config):
     return report_lib.build_report(config.output_dir)
-  # TensorFlow loads here, after every run's settings were checked.
+  # TensorFlow loads here, once every run's settings were checked (the
+  # script does not use app.run, after which TensorFlow 2.14 breaks Keras's
+  # Sequential: experiment_cli.run says why).
   from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", experiment.CanaryFractionWarning)
@@ -214,7 +217,9 @@ def figure(rows: list[dict]):
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    print(f"error: unexpected arguments {argv[1:]}; flags are --name=value "
+          "(--help lists them).", file=sys.stderr)
+    return 2
   try:
     noises = [float(v) for v in FLAGS.noise_multipliers]
     presentations = [int(v) for v in FLAGS.presentations]
@@ -260,4 +265,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  # As experiment_cli.run: absl's parser and help flags, not app.run.
+  app.define_help_flags()
+  logging.use_absl_handler()
+  sys.exit(main(app.parse_flags_with_usage(sys.argv)))
