@@ -42,6 +42,7 @@ amortized ratio for a 500-round run,
 (500 t_canary_round + t_end) / (500 t_plain_round) = R (target <= 1.02).
 
 Usage: .venv/bin/python bench/round_overhead.py [--rounds 320] [--warmup 2]
+       [--directions orthogonal]  (bench/orthogonal_rounds.py)
        [--quick]   (--quick: a smoke run with small numbers, not the
        benchmark.)
 """
@@ -315,10 +316,20 @@ def main(argv=None) -> int:
   parser.add_argument("--workdir", default=None,
                       help="directory for the stream's files (default: a "
                            "temporary directory, removed at the end)")
+  parser.add_argument("--directions", choices=("gaussian", "orthogonal"),
+                      default="gaussian",
+                      help="orthogonal: bench/orthogonal_rounds.py (plain vs "
+                           "2000 and 20000 orthogonal canaries, scored in "
+                           "the round)")
   parser.add_argument("--quick", action="store_true",
                       help="smoke run: 4 timed rounds, 100 + 100 canaries, "
                            "chunks of 2 rounds (not the benchmark)")
   args = parser.parse_args(argv)
+  if args.directions == "orthogonal":
+    import orthogonal_rounds  # pylint: disable=g-import-not-at-top
+    if args.quick:
+      args.rounds, args.warmup = 3, 1
+    return orthogonal_rounds.run(args)
   if args.quick:
     args.rounds, args.warmup = 4, 1
     args.inserted, args.held_out = 100, 100

@@ -35,7 +35,7 @@ GROUPS = (
             "delta", "aggregator", "ddp_mechanism", "ddp_bits", "ddp_beta",
             "ddp_rotation")),
     ("Canaries", ("insertion", "canary_norm", "num_inserted", "num_held_out",
-                  "assignment",
+                  "assignment", "directions",
                   "presentations", "allow_participation_mismatch",
                   "allow_large_canary_fraction",
                   "canary_seed", "record_aggregates", "stream_cosines",
@@ -102,6 +102,10 @@ _HELP = {
     "assignment": "coin (each of num_inserted + num_held_out candidates "
                   "inserted by a fair coin; needed for the one-run bound) or "
                   "fixed.",
+    "directions": "orthogonal (rows of one seeded random orthogonal matrix, "
+                  "scored inside each round: no recorded aggregates, no "
+                  "pass after training) or gaussian (independent uniform "
+                  "directions, the paper's).",
     "seed": "Seed of the data, initial weights, client sampling.",
     "canary_seed": "Seed of the canaries (default seed + 1).",
     "noise_seed": "Seed of the simulated DP noise (default derived from "

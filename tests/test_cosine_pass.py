@@ -167,7 +167,7 @@ def test_state_must_carry_the_configs_seed_and_schedule(run):
     aggregator = canary_process.CanaryDPAggregatorState(
         query_state=(), agg_state=(), dp_event=(), is_init_state=False,
         round_num=np.int32(9), seed=np.int64(cfg.seed),
-        schedule=np.asarray(cfg.participation.events, np.int32))
+        schedule=np.asarray(cfg.participation.events, np.int32), scores=())
     wrapped = collections.OrderedDict(zeroing_norm=1.0, inner=aggregator)
     return tff.learning.templates.LearningAlgorithmState(
         global_model_weights=(), distributor=(), client_work=(),

@@ -133,7 +133,7 @@ def _cut_last_columns(path, count):
 def test_load_missing_column_csv(tmp_path):
   path = tmp_path / "t.csv"
   _table().save(path)
-  _cut_last_columns(path, 2)  # max_round and unrecorded
+  _cut_last_columns(path, 4)  # max_round .. scheduled_rounds
   with pytest.raises(ValueError, match=r"missing columns \['max_round'\]"):
     CosineTable.load(path)
 
@@ -146,12 +146,36 @@ def test_a_table_saved_before_the_unrecorded_column_loads(tmp_path, suffix):
   path = tmp_path / f"t{suffix}"
   if suffix == ".csv":
     table.save(path)
-    _cut_last_columns(path, 1)
+    _cut_last_columns(path, 3)
   else:
     np.savez(path, metadata=np.array(json.dumps(table.metadata)),
-             **{c: getattr(table, c) for c in COLUMNS if c != "unrecorded"})
+             **{c: getattr(table, c) for c in COLUMNS[:6]})
   loaded = CosineTable.load(path)
   assert loaded == table and not loaded.unrecorded.any()
+  assert not loaded.has_scheduled_sums
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".npz"])
+def test_scheduled_sums_round_trip(tmp_path, suffix):
+  # The schedule-aware columns survive saving bitwise, and T_j scales each
+  # sum by sqrt(dim / P_j).
+  base = _table()
+  n = len(base)
+  sums = np.random.default_rng(3).normal(size=n) / 30.0
+  rounds = np.arange(n) % 3 + 1
+  table = CosineTable(**{c: getattr(base, c) for c in COLUMNS[:7]},
+                      **base.metadata | {"scheduled_sum": sums,
+                                         "scheduled_rounds": rounds})
+  path = tmp_path / f"t{suffix}"
+  table.save(path)
+  loaded = CosineTable.load(path)
+  assert loaded == table and loaded.has_scheduled_sums
+  mask = loaded.mask("held_out")
+  np.testing.assert_array_equal(
+      loaded.scheduled_statistics("held_out"),
+      np.sqrt(base.dim / rounds[mask]) * sums[mask])
+  with pytest.raises(ValueError, match="no schedule-aware sums"):
+    base.scheduled_statistics("inserted")
 
 
 def test_load_missing_column_npz(tmp_path):

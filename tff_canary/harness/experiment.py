@@ -134,7 +134,8 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   canaries = canary_config.CanaryConfig(
       seed=values["canary_seed"], num_inserted=config.num_inserted,
       num_held_out=config.num_held_out, schedule=resolved.canary_schedule,
-      assignment=config.assignment, record_aggregates=config.record_aggregates)
+      assignment=config.assignment, record_aggregates=config.record_aggregates,
+      directions=config.directions)
   client_counts = sampler.counts(num_rounds)
   values["participation"] = client_sampling.participation_summary(
       sampler, num_rounds, canaries.counts()[canaries.inserted],
@@ -190,7 +191,7 @@ def _recorder(config, canaries, rd, dim, num_rounds, done):
   """Where the rounds' aggregates go: a `CosineStream` (with an
   `AggregateRecorder` keeping them in float16 if `keep_aggregates`), an
   `AggregateRecorder` (`stream_cosines=False`), or None."""
-  if not config.record_aggregates:
+  if not canaries.record_aggregates:  # off, or orthogonal canaries
     return None
   path = rd.file(run_dir_lib.AGGREGATES)
   keep = None
@@ -229,7 +230,10 @@ def _after_training(config, canaries, process, state, rd, log,
   atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final)
   log("computing the canary cosines ...")
   initial = np.load(rd.file(run_dir_lib.INITIAL_WEIGHTS))
-  if isinstance(recorder, cosine_stream.CosineStream):
+  if canaries.directions == "orthogonal":  # scored in the rounds
+    table = cosine_pass.compute_cosine_table(canaries, initial, final,
+                                             state=state)
+  elif isinstance(recorder, cosine_stream.CosineStream):
     table = recorder.finish(initial, final, progress=progress, state=state)
   else:
     known = (client_insertion.known_canary_inputs(rd, config)

@@ -128,6 +128,7 @@ class ExperimentConfig:
   allow_participation_mismatch: bool = False
   allow_large_canary_fraction: bool = False
   assignment: str = "coin"
+  directions: str = "gaussian"
   seed: int = 0
   canary_seed: Optional[int] = None
   noise_seed: Optional[int] = None
@@ -163,6 +164,8 @@ class ExperimentConfig:
                                                   OPTIMIZERS),
         "assignment": lambda x: v.as_choice(x, "assignment",
                                             canary_config.ASSIGNMENTS),
+        "directions": lambda x: v.as_choice(x, "directions",
+                                            canary_config.DIRECTIONS),
         "insertion": lambda x: v.as_choice(x, "insertion", INSERTIONS),
         "aggregator": lambda x: v.as_choice(x, "aggregator", AGGREGATORS),
         "examples_per_client": lambda x: v.as_int(x, "examples_per_client", 1),
@@ -248,6 +251,11 @@ class ExperimentConfig:
             f"canary_norm = {self.canary_norm} is for insertion='clients'; "
             "server-side canaries enter at the round's clip.")
       return
+    if self.directions == "orthogonal":
+      raise ValueError(
+          "directions='orthogonal' is for insertion='server' so far: they are "
+          "scored inside this package's aggregator, which canary clients do "
+          "not go through; got insertion='clients'. Pass --directions=gaussian.")
     if self.canary_norm is None:
       object.__setattr__(self, "canary_norm",
                          canary_config.DEFAULT_CANARY_NORM)

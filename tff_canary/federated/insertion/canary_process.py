@@ -55,6 +55,8 @@ import tensorflow_privacy as tfp
 
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.insertion import orthogonal_transform
+from tff_canary.federated.insertion import round_scores
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
@@ -75,6 +77,9 @@ class CanaryDPAggregatorState(NamedTuple):
     round_num: int32, number of rounds done (the next round's index).
     seed: int64, the canary seed.
     schedule: int32 [n, 2], the (round, canary id) events of the run.
+    scores: `round_scores.CanaryScores`, every canary's running statistics
+      (orthogonal canaries; arrays of length 0 for gaussian canaries, which
+      are scored after training).
   """
   query_state: Any
   agg_state: Any
@@ -83,6 +88,7 @@ class CanaryDPAggregatorState(NamedTuple):
   round_num: Any
   seed: Any
   schedule: Any
+  scores: Any
 
 
 class _SumAdapter:
@@ -133,6 +139,11 @@ def build(
   events = np.asarray(canaries.participation.events, np.int32)
   has_canaries = events.shape[0] > 0
   record_aggregates = canaries.record_aggregates
+  orthogonal = canaries.directions == "orthogonal"
+  num_scored = canaries.num_canaries if orthogonal else 0
+  if orthogonal:
+    rows = orthogonal_transform.rows(seed, dim, canaries.num_canaries)
+    scheduled = canaries.scheduled_events()
 
   query_initial_state_fn = tff.tensorflow.computation(
       query.initial_global_state)
@@ -152,9 +163,10 @@ def build(
   @tff.tensorflow.computation
   def canary_state_fn():
     return (tf.constant(0, tf.int32), tf.constant(seed, tf.int64),
-            tf.constant(events, tf.int32, shape=events.shape))
+            tf.constant(events, tf.int32, shape=events.shape),
+            round_scores.initial(num_scored))
 
-  round_type, seed_type, schedule_type = (
+  round_type, seed_type, schedule_type, scores_type = (
       canary_state_fn.type_signature.result)
 
   @tff.tensorflow.computation(params_type, agg_output_type, round_type,
@@ -164,7 +176,10 @@ def build(
     ids = tf.boolean_mask(schedule[:, 1], tf.equal(schedule[:, 0], round_num))
     count = tf.size(ids)
     if has_canaries:
-      total = canary_directions.canary_sum(seed_t, ids, dim)
+      if orthogonal:
+        total = orthogonal_transform.canary_sum(seed_t, ids, dim, rows)
+      else:
+        total = canary_directions.canary_sum(seed_t, ids, dim)
       total = total * tf.cast(clip, tf.float32)
       canary_value = flat_layout.unflatten_value(total, specs)
       sum_state = tf.nest.map_structure(
@@ -187,27 +202,37 @@ def build(
                                               result_type)
   next_round = tff.tensorflow.computation(lambda r: r + 1, round_type)
 
+  @tff.tensorflow.computation(scores_type, result_type, round_type, seed_type,
+                              schedule_type)
+  def score_round(scores, result, round_num, seed_t, schedule):
+    if not orthogonal:
+      return scores
+    return round_scores.update(
+        round_scores.CanaryScores(*scores), seed_t,
+        flat_layout.flatten_value(result), dim, tf.constant(rows), round_num,
+        schedule, tf.constant(scheduled, tf.int32, shape=scheduled.shape))
+
   @tff.federated_computation()
   def init_fn():
     query_initial_state = tff.federated_eval(query_initial_state_fn,
                                              tff.SERVER)
     query_sample_state = tff.federated_eval(query_sample_state_fn,
                                             tff.SERVER)
-    round_num, seed_v, schedule = tff.federated_eval(canary_state_fn,
-                                                     tff.SERVER)
+    round_num, seed_v, schedule, scores = tff.federated_eval(
+        canary_state_fn, tff.SERVER)
     _, _, dp_event = tff.federated_map(
         get_noised_result, (query_sample_state, query_initial_state))
     dp_event = tff.federated_map(convert_dp_event, dp_event)
     is_init_state = tff.federated_value(True, tff.SERVER)
     state = CanaryDPAggregatorState(
         query_initial_state, record_agg_process.initialize(), dp_event,
-        is_init_state, round_num, seed_v, schedule)
+        is_init_state, round_num, seed_v, schedule, scores)
     return tff.federated_zip(state)
 
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(value_type, tff.CLIENTS))
   def next_fn(state, value):
-    query_state, agg_state, _, _, round_num, seed_v, schedule = state
+    query_state, agg_state, _, _, round_num, seed_v, schedule, scores = state
     server_params = tff.federated_map(derive_sample_params, query_state)
     params = tff.federated_broadcast(server_params)
     record = tff.federated_map(get_query_record, (params, value))
@@ -220,9 +245,11 @@ def build(
     dp_event = tff.federated_map(convert_dp_event, dp_event)
     is_init_state = tff.federated_value(False, tff.SERVER)
     query_metrics = tff.federated_map(derive_metrics, new_query_state)
+    scores = tff.federated_map(
+        score_round, (scores, result, round_num, seed_v, schedule))
     new_state = CanaryDPAggregatorState(
         new_query_state, record_agg_output.state, dp_event, is_init_state,
-        tff.federated_map(next_round, round_num), seed_v, schedule)
+        tff.federated_map(next_round, round_num), seed_v, schedule, scores)
     measurements = collections.OrderedDict(
         dp_query_metrics=query_metrics,
         dp=record_agg_output.measurements,

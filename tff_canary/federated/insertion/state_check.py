@@ -19,7 +19,7 @@ from tff_canary.federated.structures import tree_search
 from tff_canary.stats.canaries import canary_config
 
 
-def _find_canary_state(tree: Any) -> Any:
+def find_canary_state(tree: Any) -> Any:
   """The node of a state structure with `seed` and `schedule` fields."""
   return tree_search.find_first(
       tree, lambda node: hasattr(node, "_fields")
@@ -45,7 +45,7 @@ def check_state(canaries: canary_config.CanaryConfig, state: Any) -> None:
   if not isinstance(canaries, canary_config.CanaryConfig):
     raise TypeError("canaries must be a tff_canary.stats.canaries.canary_config."
                     f"CanaryConfig, got {canaries!r}.")
-  node = _find_canary_state(getattr(state, "aggregator", state))
+  node = find_canary_state(getattr(state, "aggregator", state))
   if node is None:
     raise ValueError("state holds no canary aggregator state (a named tuple "
                      "with seed and schedule fields, canary_process."

@@ -67,6 +67,7 @@ import tqdm
 
 from tff_canary.federated.insertion import canary_directions
 from tff_canary.federated.scores import cosine_chunks
+from tff_canary.federated.scores import orthogonal_table
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.scores import known_canary_removal
 from tff_canary.federated.scores import row_reader
@@ -200,6 +201,13 @@ def compute_cosine_table(
   if not isinstance(canaries, canary_config.CanaryConfig):
     raise TypeError("canaries must be a tff_canary.stats.canaries.canary_config."
                     f"CanaryConfig, got {canaries!r}.")
+  if canaries.directions == "orthogonal":
+    if state is None:
+      raise ValueError("orthogonal canaries are scored in the round: pass "
+                       "state (the learning process state after the last "
+                       "round), which holds their scores.")
+    return orthogonal_table.table_from_state(canaries, initial_weights,
+                                             final_weights, state)
   if state is not None:
     state_check.check_state(canaries, state)
   if canaries.num_canaries == 0:

@@ -15,12 +15,24 @@ inserted by an independent fair coin drawn from the seed, so the number
 inserted is Binomial(m, 1/2) and only the total m is fixed by the two counts.
 Either way the membership is the explicit boolean array
 `CanaryConfig.inserted`.
+
+Directions (docs/method/orthogonal-canaries.md). `directions="gaussian"`
+(the paper's construction) makes each canary an independent uniform
+direction, `tff_canary.federated.insertion.canary_directions`;
+`directions="orthogonal"` makes the canaries rows of one seeded random
+orthogonal matrix, `tff_canary.federated.insertion.orthogonal_transform`:
+exactly orthogonal, scored inside each round by one transform. Orthogonal
+canaries also have schedules for the held-out ones
+(`held_out_participation`, drawn like the inserted ones' but never used to
+insert), for the schedule-aware statistic.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 import warnings
+from typing import Literal
 
 import numpy as np
 
@@ -29,6 +41,10 @@ from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 
 ASSIGNMENTS = ("fixed", "coin")
+# "gaussian": i.i.d. uniform directions (the paper's); "orthogonal": rows of a
+# seeded structured orthogonal matrix.
+Directions = Literal["gaussian", "orthogonal"]
+DIRECTIONS = typing.get_args(Directions)
 
 # The L2 norm of a canary client's update (the client-insertion mode,
 # `tff_canary.federated.insertion.canary_clients`, explains the value); here, TF-free,
@@ -60,10 +76,15 @@ class CanaryConfig:
       inserted by an independent fair coin from the seed).
     record_aggregates: Whether the aggregation process reports each round's
       noised aggregate (measurement `noised_aggregate`), needed for the
-      all-iterates cosines.
+      all-iterates cosines of gaussian canaries (orthogonal canaries are
+      scored in the round: they never record aggregates).
+    directions: "gaussian" or "orthogonal" (module docstring).
     inserted: bool [k + k'], canary id -> inserted (derived).
     participation: `schedules.Participation` of the inserted canaries
       (derived).
+    held_out_participation: `schedules.Participation` of the held-out
+      canaries, drawn from the same schedule on its own stream (derived;
+      never inserted: the reference of the schedule-aware statistic).
   """
 
   seed: int
@@ -72,8 +93,11 @@ class CanaryConfig:
   schedule: schedules.Schedule
   assignment: str = "fixed"
   record_aggregates: bool = True
+  directions: Directions = "gaussian"
   inserted: np.ndarray = dataclasses.field(init=False, repr=False)
   participation: schedules.Participation = dataclasses.field(
+      init=False, repr=False)
+  held_out_participation: schedules.Participation = dataclasses.field(
       init=False, repr=False)
 
   def __post_init__(self):
@@ -91,6 +115,8 @@ class CanaryConfig:
                       f", got {self.schedule!r}.")
     assignment = validation.as_choice(self.assignment, "assignment",
                                       ASSIGNMENTS)
+    directions = validation.as_choice(self.directions, "directions",
+                                      DIRECTIONS)
     if not isinstance(self.record_aggregates, (bool, np.bool_)):
       raise TypeError(f"record_aggregates must be a bool, got "
                       f"{self.record_aggregates!r}.")
@@ -102,13 +128,18 @@ class CanaryConfig:
       inserted = rng.integers(0, 2, size=total).astype(bool)
     inserted.setflags(write=False)
     participation = self.schedule.realize(seed, np.flatnonzero(inserted))
+    held_out_participation = self.schedule.realize(
+        seed, np.flatnonzero(~inserted), tag=schedules.HELD_OUT_SCHEDULE_TAG)
     object.__setattr__(self, "seed", seed)
     object.__setattr__(self, "num_inserted", num_inserted)
     object.__setattr__(self, "num_held_out", num_held_out)
     object.__setattr__(self, "assignment", assignment)
-    object.__setattr__(self, "record_aggregates", bool(self.record_aggregates))
+    object.__setattr__(self, "record_aggregates",
+                       bool(self.record_aggregates) and directions == "gaussian")
+    object.__setattr__(self, "directions", directions)
     object.__setattr__(self, "inserted", inserted)
     object.__setattr__(self, "participation", participation)
+    object.__setattr__(self, "held_out_participation", held_out_participation)
 
   @property
   def num_canaries(self) -> int:
@@ -131,17 +162,35 @@ class CanaryConfig:
     """Realized participation count of every canary id (0 if held out)."""
     return self.participation.counts(self.num_canaries)
 
+  def scheduled_events(self) -> np.ndarray:
+    """(round, canary id) events of every canary's schedule, int32 [n, 2].
+
+    The inserted canaries' events and the held-out canaries' (never
+    inserted), sorted by round then id.
+    """
+    events = np.concatenate([self.participation.events,
+                             self.held_out_participation.events])
+    order = np.lexsort((events[:, 1], events[:, 0]))
+    return np.ascontiguousarray(events[order], np.int32)
+
+  def scheduled_counts(self) -> np.ndarray:
+    """Rounds in every canary's schedule (inserted or held out), int64."""
+    return (self.participation.counts(self.num_canaries)
+            + self.held_out_participation.counts(self.num_canaries))
+
   def __eq__(self, other):
     if not isinstance(other, CanaryConfig):
       return NotImplemented
     return (self.seed, self.num_inserted, self.num_held_out, self.schedule,
-            self.assignment, self.record_aggregates) == (
+            self.assignment, self.record_aggregates, self.directions) == (
                 other.seed, other.num_inserted, other.num_held_out,
-                other.schedule, other.assignment, other.record_aggregates)
+                other.schedule, other.assignment, other.record_aggregates,
+                other.directions)
 
   def __hash__(self):
     return hash((self.seed, self.num_inserted, self.num_held_out,
-                 self.schedule, self.assignment, self.record_aggregates))
+                 self.schedule, self.assignment, self.record_aggregates,
+                 self.directions))
 
 
 def check_orthogonality(num_canaries: int, dim: int) -> bool:

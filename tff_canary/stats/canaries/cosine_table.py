@@ -18,6 +18,12 @@ Columns (docs/method/null-law.md; Andrew et al., ICLR 2024, arXiv 2302.03098, Se
     rounds and looks held out, so `max_cosines` refuses with an error and
     `has_max_cosines` is False.
 
+  * `scheduled_sum`, `scheduled_rounds` (orthogonal canaries, scored in the
+    round, `tff_canary.federated.insertion.round_scores`): the sum of the
+    canary's round cosines over the rounds of its schedule (held-out
+    canaries have schedules too, never inserted) and how many rounds that
+    is; NaN and 0 when not taken (gaussian canaries, older tables).
+
 Metadata: `seed`, `dim`, `num_rounds` (the schedule's), `rounds_recorded`,
 `assignment` ("fixed" or "coin"), `schedule` (its repr) and `generator` (the
 canary generator's identifier), enough to regenerate every canary, and
@@ -48,14 +54,17 @@ from tff_canary.stats import validation
 Group = Literal["inserted", "held_out"]
 GROUPS = typing.get_args(Group)
 COLUMNS = ("id", "group", "participation", "final_cosine", "max_cosine",
-           "max_round", "unrecorded")
-# Columns a saved table may lack (older files): filled with zeros.
-OPTIONAL_COLUMNS = ("unrecorded",)
+           "max_round", "unrecorded", "scheduled_sum", "scheduled_rounds")
+# Columns a saved table may lack (older files): filled with their defaults.
+OPTIONAL_COLUMNS = ("unrecorded", "scheduled_sum", "scheduled_rounds")
+_INT_COLUMNS = ("id", "participation", "max_round", "unrecorded",
+                "scheduled_rounds")
 METADATA = ("seed", "dim", "num_rounds", "rounds_recorded", "assignment",
             "schedule", "generator", "known_canaries_removed")
 # Which statistic had the other inserted canaries removed from each canary's
 # aggregates (`tff_canary.stats.estimators.known_canaries`): none, or the all-iterates one.
-KnownCanariesRemoved = Literal["none", "all_iterates"]
+KnownCanariesRemoved = Literal["none", "all_iterates",
+                               "final_and_all_iterates"]
 KNOWN_CANARIES_REMOVED = typing.get_args(KnownCanariesRemoved)
 _FORMAT = "tff-canary cosine table v1"
 
@@ -89,6 +98,8 @@ class CosineTable:
   generator: str = ""
   unrecorded: Any = None
   known_canaries_removed: KnownCanariesRemoved = "none"
+  scheduled_sum: Any = None
+  scheduled_rounds: Any = None
 
   def __post_init__(self):
     seed = validation.as_int(self.seed, "seed", minimum=0)
@@ -102,9 +113,12 @@ class CosineTable:
                         f"{getattr(self, name)!r}.")
     validation.as_choice(self.known_canaries_removed,
                          "known_canaries_removed", KNOWN_CANARIES_REMOVED)
-    if self.unrecorded is None:
-      object.__setattr__(self, "unrecorded", np.zeros(
-          np.asarray(self.id).shape, np.int64))
+    shape = np.asarray(self.id).shape
+    for name, fill in (("unrecorded", 0), ("scheduled_sum", np.nan),
+                       ("scheduled_rounds", 0)):
+      if getattr(self, name) is None:
+        object.__setattr__(self, name, np.full(
+            shape, fill, np.float64 if name == "scheduled_sum" else np.int64))
     columns = {}
     for name in COLUMNS:
       try:
@@ -122,7 +136,7 @@ class CosineTable:
       if column.size != size:
         raise ValueError(f"column {name} has {column.size} rows; column id "
                          f"has {size}.")
-    for name in ("id", "participation", "max_round", "unrecorded"):
+    for name in _INT_COLUMNS:
       column = columns[name]
       if column.dtype.kind == "f" and np.all(np.isfinite(column)) and np.all(
           column == np.round(column)):
@@ -157,7 +171,9 @@ class CosineTable:
                        f"but canary id {ids[i]} has unrecorded "
                        f"{unrecorded[i]} and participation "
                        f"{columns['participation'][i]}.")
-    for name in ("final_cosine", "max_cosine"):
+    if columns["scheduled_rounds"].min() < 0:
+      raise ValueError("column scheduled_rounds must be nonnegative.")
+    for name in ("final_cosine", "max_cosine", "scheduled_sum"):
       column = columns[name]
       if column.dtype.kind not in "fiu":
         raise TypeError(f"column {name} must hold real numbers, got dtype "
@@ -244,12 +260,35 @@ class CosineTable:
   def participations(self, group: Group) -> np.ndarray:
     return self.participation[self.mask(group)]
 
+  @property
+  def has_scheduled_sums(self) -> bool:
+    """True when every canary has a schedule-aware statistic."""
+    return bool(np.all(np.isfinite(self.scheduled_sum))
+                and np.all(self.scheduled_rounds > 0))
+
+  def scheduled_statistics(self, group: Group) -> np.ndarray:
+    """T_j = sqrt(dim / P_j) * scheduled_sum_j of `group` (P_j its rounds).
+
+    Under the null each round cosine has variance 1/dim, so a held-out
+    canary's T_j is close to N(0, 1) (docs/method/orthogonal-canaries.md).
+
+    Raises:
+      ValueError: when the table has no schedule-aware sums.
+    """
+    if not self.has_scheduled_sums:
+      raise ValueError("this table has no schedule-aware sums (they are "
+                       "taken in the round for orthogonal canaries only).")
+    mask = self.mask(group)
+    return (np.sqrt(self.dim / self.scheduled_rounds[mask])
+            * self.scheduled_sum[mask])
+
   def __eq__(self, other):
     if not isinstance(other, CosineTable):
       return NotImplemented
     return self.metadata == other.metadata and all(
         np.array_equal(getattr(self, c), getattr(other, c), equal_nan=(
-            c in ("final_cosine", "max_cosine"))) for c in COLUMNS)
+            c in ("final_cosine", "max_cosine", "scheduled_sum")))
+        for c in COLUMNS)
 
   __hash__ = None
 
@@ -277,7 +316,8 @@ class CosineTable:
       buffer.write(
           f"{self.id[i]},{self.group[i]},{self.participation[i]},"
           f"{self.final_cosine[i]!r},{self.max_cosine[i]!r},"
-          f"{self.max_round[i]},{self.unrecorded[i]}\n")
+          f"{self.max_round[i]},{self.unrecorded[i]},"
+          f"{self.scheduled_sum[i]!r},{self.scheduled_rounds[i]}\n")
     atomic_files.write_bytes(path, buffer.getvalue().encode("utf-8"))
 
   def save_npz(self, path: str | os.PathLike) -> None:
@@ -384,21 +424,10 @@ class CosineTable:
     cells = {name: [row[header.index(name)].strip() for row in rows]
              for name in COLUMNS if name in header}
     try:
-      columns = {
-          "id": np.array([int(v) for v in cells["id"]], np.int64),
-          "group": np.array(cells["group"], "<U8"),
-          "participation": np.array(
-              [int(v) for v in cells["participation"]], np.int64),
-          "final_cosine": np.array(
-              [float(v) for v in cells["final_cosine"]], np.float64),
-          "max_cosine": np.array(
-              [float(v) for v in cells["max_cosine"]], np.float64),
-          "max_round": np.array([int(v) for v in cells["max_round"]],
-                                np.int64),
-      }
-      if "unrecorded" in cells:
-        columns["unrecorded"] = np.array(
-            [int(v) for v in cells["unrecorded"]], np.int64)
+      columns = {name: np.array(cells[name], "<U8") if name == "group" else
+                 np.array([(int if name in _INT_COLUMNS else float)(v)
+                           for v in cells[name]])
+                 for name in COLUMNS if name in cells}
     except ValueError as e:
       raise ValueError(f"bad value ({e})") from None
     return cls._from_parts(columns, metadata)

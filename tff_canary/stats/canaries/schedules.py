@@ -45,6 +45,9 @@ from tff_canary.stats import validation
 # (seed, tag).
 SCHEDULE_TAG = 0x5C4ED
 COIN_TAG = 0xC014
+# The held-out canaries' schedules (`CanaryConfig.held_out_participation`):
+# drawn like the inserted ones' from their own stream, never used to insert.
+HELD_OUT_SCHEDULE_TAG = 0x4E1D0
 
 _MAX_SEED = 2**63 - 1
 
@@ -132,7 +135,8 @@ class Schedule(abc.ABC):
 
   num_rounds: int
 
-  def realize(self, seed: int, canary_ids: npt.ArrayLike) -> Participation:
+  def realize(self, seed: int, canary_ids: npt.ArrayLike,
+              tag: int = SCHEDULE_TAG) -> Participation:
     """Draws the events of the canaries `canary_ids` from `seed`.
 
     Deterministic: the same (schedule, seed, canary_ids) always gives the same
@@ -142,6 +146,8 @@ class Schedule(abc.ABC):
       seed: Nonnegative integer seed.
       canary_ids: 1-D array of distinct nonnegative canary ids (the inserted
         ones).
+      tag: The stream of `seed` (`SCHEDULE_TAG`; `HELD_OUT_SCHEDULE_TAG` for
+        the held-out canaries' schedules).
 
     Returns:
       The `Participation`.
@@ -155,7 +161,7 @@ class Schedule(abc.ABC):
                       f"{ids.dtype} of shape {ids.shape}.")
     if ids.size and (ids.min() < 0 or len(np.unique(ids)) != ids.size):
       raise ValueError("canary_ids must be distinct and nonnegative.")
-    rng = np.random.default_rng([seed, SCHEDULE_TAG])
+    rng = np.random.default_rng([seed, tag])
     # The canary matrix of rounds: row i belongs to ids[i].
     rounds = self._draw(rng, ids.size)
     events = [np.stack([r, np.full(r.shape, cid, np.int64)], axis=1)

@@ -1,0 +1,108 @@
+"""The cosine table of orthogonal canaries: from the process state, no pass.
+
+docs/method/orthogonal-canaries.md. Orthogonal canaries are scored inside
+each round (`tff_canary.federated.insertion.round_scores`): the trained
+aggregator state already holds every canary's max over rounds, its round and
+its schedule-aware sum. What is left after training is the final model's
+cosines, one transform of theta_0 - theta_T (with the inserted canaries'
+projections removed, as in the rounds). No aggregate is recorded, no canary
+is generated, nothing is written to disk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tff_canary.federated.insertion import orthogonal_transform
+from tff_canary.federated.insertion import round_scores
+from tff_canary.federated.insertion import state_check
+from tff_canary.federated.structures import flat_layout
+from tff_canary.stats import validation
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import cosine_table
+
+
+def _weights_vector(weights: Any, name: str) -> np.ndarray:
+  # tff.learning.models.ModelWeights: the aggregated value is `trainable`.
+  if hasattr(weights, "trainable") and hasattr(weights, "non_trainable"):
+    weights = weights.trainable
+  return flat_layout.flatten_numpy(weights, name).astype(np.float64)
+
+
+def _scores_of(state: Any, num_canaries: int) -> round_scores.CanaryScores:
+  node = state_check.find_canary_state(getattr(state, "aggregator", state))
+  scores = getattr(node, "scores", None)
+  if scores is None:
+    raise ValueError("state holds no canary scores (canary_process."
+                     "CanaryDPAggregatorState.scores): pass the learning "
+                     "process state after the last round.")
+  scores = round_scores.CanaryScores(*[np.asarray(x) for x in scores])
+  if scores.max_cosine.shape != (num_canaries,):
+    raise ValueError(f"the state's canary scores have "
+                     f"{scores.max_cosine.shape[0]} canaries, the config "
+                     f"{num_canaries}: these are not orthogonal canaries of "
+                     "this run.")
+  return scores
+
+
+def table_from_state(canaries: canary_config.CanaryConfig,
+                     initial_weights: Any, final_weights: Any,
+                     state: Any) -> cosine_table.CosineTable:
+  """The run's `CosineTable` from the trained state and theta_0, theta_T.
+
+  Args:
+    canaries: The run's `CanaryConfig`, with directions="orthogonal".
+    initial_weights: theta_0 (`ModelWeights`, a structure of arrays, or a
+      flat vector).
+    final_weights: theta_T, the same way.
+    state: The learning process state after the last round (or its
+      aggregator state); its seed and schedule are checked against
+      `canaries` (`state_check.check_state`).
+
+  Raises:
+    ValueError: for gaussian canaries, a state of other canaries, or
+      weights of different sizes.
+  """
+  if canaries.directions != "orthogonal":
+    raise ValueError(f"canaries.directions must be 'orthogonal' for a table "
+                     f"from the state, got {canaries.directions!r}.")
+  state_check.check_state(canaries, state)
+  theta0 = _weights_vector(initial_weights, "initial_weights")
+  theta_t = _weights_vector(final_weights, "final_weights")
+  if theta0.shape != theta_t.shape:
+    raise ValueError(f"initial_weights has {theta0.size} parameters but "
+                     f"final_weights has {theta_t.size}.")
+  dim = validation.as_dim(theta0.size, "dim (of the model weights)")
+  m = canaries.num_canaries
+  scores = _scores_of(state, m)
+  rows = orthogonal_transform.rows(canaries.seed, dim, m)
+  final = round_scores.final_cosines(
+      canaries.seed, theta0 - theta_t, dim, rows,
+      canaries.inserted_ids)
+  scored = int(scores.rounds_scored)
+  if scored:
+    max_cosine = scores.max_cosine.astype(np.float64)
+    max_round = scores.max_round.astype(np.int64)
+  else:
+    max_cosine = np.full(m, np.nan)
+    max_round = np.full(m, -1, np.int64)
+  counts = canaries.counts()
+  # Rounds of the schedule that were never run count as unrecorded.
+  missed = np.zeros(m, np.int64)
+  late = canaries.participation.events[
+      canaries.participation.events[:, 0] >= scored]
+  np.add.at(missed, late[:, 1], 1)
+  return cosine_table.CosineTable(
+      id=np.arange(m), group=np.where(canaries.inserted, "inserted",
+                                      "held_out"),
+      participation=counts, final_cosine=np.clip(final, -1.0, 1.0),
+      max_cosine=np.clip(max_cosine, -1.0, 1.0), max_round=max_round,
+      seed=canaries.seed, dim=dim, num_rounds=canaries.num_rounds,
+      rounds_recorded=scored, assignment=canaries.assignment,
+      schedule=repr(canaries.schedule),
+      generator=orthogonal_transform.GENERATOR, unrecorded=missed,
+      known_canaries_removed="final_and_all_iterates",
+      scheduled_sum=scores.scheduled_sum.astype(np.float64),
+      scheduled_rounds=scores.scheduled_rounds.astype(np.int64))
