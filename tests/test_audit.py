@@ -87,3 +87,35 @@ def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
   assert bug.claimed_epsilon == pytest.approx(correct.claimed_epsilon)
   assert bug.verdict.refuted, str(bug.verdict)
   assert not correct.verdict.refuted, str(correct.verdict)
+
+
+def test_a_claim_that_is_not_gaussian_gets_bounds_valid_for_any_claim():
+  # The f-DP one-run bound tests a claim as a Gaussian mechanism; a Poisson
+  # or DDP claim is audited with Steinke et al.'s bound, which holds for any
+  # (epsilon, delta) claim, and the verdict says which.
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.bounds import lower_bounds  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.canaries.cosine_table import CosineTable  # pylint: disable=g-import-not-at-top
+  coin = gaussian_mechanism.simulate_coin(
+      dim=100_000, num_candidates=400, noise_std=0.3, seed=3)
+  mask = np.asarray(coin.inserted_mask)
+  n = mask.size
+  table = CosineTable(
+      id=np.arange(n), group=np.where(mask, "inserted", "held_out"),
+      participation=mask.astype(int), final_cosine=coin.statistics,
+      max_cosine=np.full(n, np.nan), max_round=np.full(n, -1), seed=1,
+      dim=100_000, num_rounds=1, rounds_recorded=0, assignment="coin")
+  gaussian = audit.table_bounds(table, 1e-5)
+  general = audit.table_bounds(table, 1e-5, gaussian_claim=False)
+  assert set(gaussian) == {"epsilon_lo final", "f-DP one-run bound final"}
+  assert set(general) == {"epsilon_lo final", "one-run bound final"}
+  assert general["one-run bound final"](0.95).epsilon == (
+      lower_bounds.one_run_bound(table.final_cosine, mask, delta=1e-5,
+                                 confidence=0.95).epsilon)
+  verdict = audit.audit_table(table, claimed_epsilon=1.0, delta=1e-5,
+                              gaussian_claim=False)
+  assert verdict.claim_kind == "any" and "Steinke" in str(verdict)
+  assert "f-DP" in str(audit.audit_table(table, claimed_epsilon=1.0,
+                                         delta=1e-5))
+  with pytest.raises(TypeError, match="gaussian_claim"):
+    audit.table_bounds(table, 1e-5, gaussian_claim="no")

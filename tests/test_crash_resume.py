@@ -114,3 +114,35 @@ def test_kill_during_the_cosine_work_then_resume(uninterrupted, tmp_path):
   assert not os.path.exists(os.path.join(out, "cosines.npz"))
   _finish(out, "--resume")
   _assert_same_results(out, uninterrupted)
+
+
+# Orthogonal canaries are scored inside each round: their running statistics
+# are in the aggregator state, so they are checkpointed with it. No stream, no
+# cosine pass; a kill in training loses the rounds since the last checkpoint
+# and the resumed run must redo them to the same bits.
+ORTHOGONAL = ("--directions=orthogonal",)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_orthogonal(tmp_path_factory):
+  out = str(tmp_path_factory.mktemp("straight_orthogonal") / "run")
+  _finish(out, *ORTHOGONAL)
+  return out
+
+
+def test_kill_orthogonal_run_during_training_then_resume(
+    uninterrupted_orthogonal, tmp_path):
+  out = str(tmp_path / "run")
+  proc = _start(out, *ORTHOGONAL)
+  _kill_when(proc, lambda line: "3/8" in line or "4/8" in line)
+  assert not os.path.exists(os.path.join(out, "report.json"))
+  _finish(out, "--resume", *ORTHOGONAL)
+  reference = uninterrupted_orthogonal
+  assert _estimates(out) == _estimates(reference)
+  assert metrics_without_timing(out) == metrics_without_timing(reference)
+  table = CosineTable.load(os.path.join(out, "cosines.npz"))
+  assert table == CosineTable.load(os.path.join(reference, "cosines.npz"))
+  assert table.has_max_cosines and table.has_scheduled_sums
+  assert table.rounds_recorded == 8
+  assert not os.path.exists(os.path.join(out, "stream"))
+  assert not os.path.exists(os.path.join(out, "aggregates.npy"))

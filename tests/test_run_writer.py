@@ -492,3 +492,39 @@ def test_a_finished_writer_takes_no_more(loop_run, tmp_path):
     writer.round(_metrics(loop_run, 0))
   with pytest.raises(ValueError, match="has finished"):
     writer.finish(loop_run.state)
+
+
+# ------------------------------------------------ orthogonal canaries
+
+
+def test_orthogonal_canaries_need_no_recorded_aggregates(tmp_path):
+  # A user loop with orthogonal canaries: the aggregator scores every canary
+  # inside the round, so the writer records no aggregate and the report's
+  # all-iterates estimate comes from the state's own scores; the release
+  # manager path (metrics only) gives the same table.
+  config = _config(directions="orthogonal")
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      _model_fn, *_optimizers(), model_aggregator=_aggregator(config))
+  state = initial = process.initialize()
+  writer = run_writer.RunWriter(tmp_path / "loop", config,
+                                process.get_model_weights(initial),
+                                delta=DELTA)
+  for round_num in range(NUM_ROUNDS):
+    output = process.next(state, client_data(round_num))
+    assert aggregate_recorder.AGGREGATE_KEY not in json.dumps(
+        output.metrics, default=str)
+    state = output.state
+    writer.round(output)
+  report = writer.finish(state, plots=False)
+  rd = run_dir_lib.RunDir(tmp_path / "loop")
+  assert not rd.exists(run_dir_lib.AGGREGATES)
+  assert rd.load_config()["directions"] == "orthogonal"
+  table = rd.load_table()
+  assert table.has_max_cosines and table.has_scheduled_sums
+  assert table.rounds_recorded == NUM_ROUNDS
+  assert report.estimates.all_iterates is not None
+  # The same run from the state alone (what CanaryReleaseManager.finish does).
+  again = cosine_pass.compute_cosine_table(
+      config, process.get_model_weights(initial),
+      process.get_model_weights(state), state=state)
+  assert again == table

@@ -41,8 +41,10 @@ _F, _A = table_estimates.FINAL_MODEL, table_estimates.ALL_ITERATES
 AUDITED_AS = {
     f"{_F}: epsilon_lo (exact null)": "epsilon_lo final",
     f"{_F}: f-DP one-run bound": "f-DP one-run bound final",
+    f"{_F}: one-run bound": "one-run bound final",
     f"{_A}: epsilon_lo (held-out null)": "epsilon_lo all",
     f"{_A}: f-DP one-run bound": "f-DP one-run bound all",
+    f"{_A}: one-run bound": "one-run bound all",
 }
 # What a headline says when a user's loop ran no noise self-test.
 NOISE_CHECK_NOT_RUN = (

@@ -107,6 +107,7 @@ class LoopSettings:
         clients_per_round=clients_per_round,
         num_rounds=canaries.num_rounds, num_inserted=canaries.num_inserted,
         num_held_out=canaries.num_held_out, assignment=canaries.assignment,
+        directions=canaries.directions,
         schedule=repr(canaries.schedule),
         record_aggregates=canaries.record_aggregates, output_dir=output_dir,
         versions={"tensorflow": tf.__version__,

@@ -393,8 +393,12 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
     claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
                                                 "claimed_epsilon")
     claim = "claimed ε"
+  # A Poisson or DDP claim is not a Gaussian mechanism without
+  # amplification: its one-run bound is Steinke et al.'s (`audit`).
+  gaussian_claim = (ddp is None and config["sampling"] != "per_round")
   verdict = audit.audit_table(table, claimed_epsilon=claimed_epsilon,
-                              delta=delta, confidence=confidence)
+                              delta=delta, confidence=confidence,
+                              gaussian_claim=gaussian_claim)
   accuracy = loss = None
   if rd.exists(run_dir_lib.METRICS):
     evaluated = [r for r in rd.load_metrics()

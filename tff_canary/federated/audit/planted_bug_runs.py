@@ -75,7 +75,6 @@ from tff_canary.stats.canaries import cosine_table
 from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.noise import noise_stats
 from tff_canary.stats import results
 from tff_canary.stats.canaries import schedules
@@ -88,7 +87,6 @@ Mode = Literal["client", "server"]
 MODES = typing.get_args(Mode)
 Aggregator = Literal["gaussian", "ddp"]
 AGGREGATORS = typing.get_args(Aggregator)
-_ONE_RUN_NAMES = ("f-DP one-run bound final", "f-DP one-run bound all")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,16 +309,9 @@ def claimed_epsilon(config: BugRunConfig) -> tuple[float, str]:
 
 
 def _bound_fns(table, config: BugRunConfig):
-  fns = audit_lib.table_bounds(table, config.delta)
-  if config.aggregator == "ddp":  # not a Gaussian claim (module docstring)
-    mask = table.mask("inserted")
-    for name, stat in zip(_ONE_RUN_NAMES, (table.final_cosine,
-                                           table.max_cosine)):
-      del fns[name]
-      fns[name.replace("f-DP ", "")] = (
-          lambda c, s=stat: lower_bounds.one_run_bound(
-              s, mask, delta=config.delta, confidence=c))
-  return fns
+  # A DDP claim is not a Gaussian one (module docstring).
+  return audit_lib.table_bounds(table, config.delta,
+                                gaussian_claim=config.aggregator != "ddp")
 
 
 def _train(config, canaries, training_aggregator) -> np.ndarray:

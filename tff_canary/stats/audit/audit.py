@@ -19,6 +19,15 @@ epsilon-all), which are estimates with no guarantee:
     stronger at every epsilon (`bench/power.py`) and stayed valid
     (`bench/validity.py`; docs/method/lower-bounds.md has the figures).
 
+The f-DP one-run bound tests the claim AS a Gaussian mechanism: it is a valid
+refutation only of a claim that is a Gaussian mechanism without
+amplification (a DP-FedAvg ledger audited for its participations). A claim
+that is not (a Poisson-subsampled one, whose trade-off curve is not
+Gaussian; a distributed-DP bound; a claimed (epsilon, delta) of unknown
+shape) is audited with Steinke, Nasr & Jagielski's one-run bound instead
+(`lower_bounds.one_run_bound`), which holds for any (epsilon, delta) claim:
+`table_bounds(..., gaussian_claim=False)`.
+
 With m such bounds, each is computed at confidence 1 - alpha/m (Bonferroni),
 so the chance that ANY of them exceeds the true epsilon, and hence of refuting a
 true claim, is at most alpha. A claim consistent with every bound is
@@ -60,6 +69,9 @@ class AuditVerdict:
     bounds: {name: bound result}, each computed at `per_bound_confidence`.
     per_bound_confidence: 1 - (1 - confidence) / len(bounds).
     strongest: name of the largest bound.
+    claim_kind: "gaussian" (bounds of a Gaussian-mechanism claim), "any"
+      (bounds valid for any (epsilon, delta) claim), or "" when the caller
+      chose the bounds itself (`audit`).
   """
 
   claimed_epsilon: float
@@ -69,6 +81,14 @@ class AuditVerdict:
   bounds: dict[str, Any]
   per_bound_confidence: float
   strongest: str
+  claim_kind: str = ""
+
+  @property
+  def claim_kind_text(self) -> str:
+    """What the one-run bounds assume of the claim, for reports."""
+    return {"gaussian": "one-run bounds of a Gaussian-mechanism claim (f-DP)",
+            "any": "one-run bounds valid for any (ε, δ) claim (Steinke et "
+                   "al.)"}.get(self.claim_kind, "")
 
   @property
   def refuted(self) -> bool:
@@ -84,17 +104,19 @@ class AuditVerdict:
       return (f"REFUTED at {self.confidence:.0%} confidence: {self.strongest} "
               f"= {bound:.4g} > claimed ε = {self.claimed_epsilon:.4g} "
               f"(δ={self.delta:g}; {len(self.bounds)} bounds, each at "
-              f"{self.per_bound_confidence:.2%})")
+              f"{self.per_bound_confidence:.2%}"
+              + (f"; {self.claim_kind_text}" if self.claim_kind else "") + ")")
     return (f"consistent with claimed ε = {self.claimed_epsilon:.4g} at "
             f"{self.confidence:.0%} confidence: largest bound {self.strongest}"
             f" = {bound:.4g} (δ={self.delta:g}; {len(self.bounds)} bounds, "
-            f"each at {self.per_bound_confidence:.2%})")
+            f"each at {self.per_bound_confidence:.2%}"
+            + (f"; {self.claim_kind_text}" if self.claim_kind else "") + ")")
 
   def as_dict(self) -> dict[str, Any]:
     return dict(claimed_epsilon=self.claimed_epsilon, delta=self.delta,
                 confidence=self.confidence, verdict=self.verdict,
                 per_bound_confidence=self.per_bound_confidence,
-                strongest=self.strongest,
+                strongest=self.strongest, claim_kind=self.claim_kind,
                 bounds={k: v.as_dict() for k, v in self.bounds.items()})
 
 
@@ -129,8 +151,21 @@ def audit(bound_fns: dict[str, BoundFn], *, claimed_epsilon: float,
                       per_bound_confidence=per, strongest=strongest)
 
 
-def table_bounds(table: CosineTable, delta: float) -> dict[str, BoundFn]:
-  """The valid bounds a cosine table supports (module docstring)."""
+def table_bounds(table: CosineTable, delta: float, *,
+                 gaussian_claim: bool = True) -> dict[str, BoundFn]:
+  """The valid bounds a cosine table supports (module docstring).
+
+  Args:
+    table: The cosine table.
+    delta: The claim's delta.
+    gaussian_claim: Whether the claim is a Gaussian mechanism without
+      amplification: then the one-run bounds are the f-DP ones (named
+      "f-DP one-run bound final/all"); else Steinke et al.'s, valid for any
+      (epsilon, delta) claim ("one-run bound final/all").
+  """
+  if not isinstance(gaussian_claim, (bool, np.bool_)):
+    raise TypeError(f"gaussian_claim must be a bool, got "
+                    f"{validation.show(gaussian_claim)}.")
   fns: dict[str, BoundFn] = {}
   final_in = table.final_cosines("inserted")
   fns["epsilon_lo final"] = lambda c: lower_bounds.epsilon_lo(
@@ -145,10 +180,12 @@ def table_bounds(table: CosineTable, delta: float) -> dict[str, BoundFn]:
         correction="simultaneous")
   if table.assignment == "coin":
     mask = table.mask("inserted")
-    fns["f-DP one-run bound final"] = lambda c: one_run_bound(
+    bound, prefix = ((one_run_bound, "f-DP one-run bound") if gaussian_claim
+                     else (lower_bounds.one_run_bound, "one-run bound"))
+    fns[f"{prefix} final"] = lambda c: bound(
         table.final_cosine, mask, delta=delta, confidence=c)
     if recorded:
-      fns["f-DP one-run bound all"] = lambda c: one_run_bound(
+      fns[f"{prefix} all"] = lambda c: bound(
           table.max_cosine, mask, delta=delta, confidence=c)
   return fns
 
@@ -161,14 +198,22 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
 
 
 def audit_table(table: CosineTable, *, claimed_epsilon: float, delta: float,
-                confidence: float = 0.95) -> AuditVerdict:
-  """Audits a claimed epsilon with every valid bound of a cosine table."""
+                confidence: float = 0.95,
+                gaussian_claim: bool = True) -> AuditVerdict:
+  """Audits a claimed epsilon with every valid bound of a cosine table.
+
+  `gaussian_claim`: whether the claim is a Gaussian mechanism without
+  amplification (`table_bounds`).
+  """
   if not isinstance(table, CosineTable):
     raise TypeError(f"table must be a CosineTable, got "
                     f"{type(table).__name__}.")
   delta = validation.as_open_unit(delta, "delta")
-  return audit(table_bounds(table, delta), claimed_epsilon=claimed_epsilon,
-               delta=delta, confidence=confidence)
+  verdict = audit(table_bounds(table, delta, gaussian_claim=gaussian_claim),
+                  claimed_epsilon=claimed_epsilon, delta=delta,
+                  confidence=confidence)
+  return dataclasses.replace(
+      verdict, claim_kind="gaussian" if gaussian_claim else "any")
 
 
 def audit_coin_statistics(statistics: npt.ArrayLike,
