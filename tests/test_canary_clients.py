@@ -316,3 +316,43 @@ def test_a_clipping_stage_is_recorded_as_clipping():
 def test_bad_input_names_the_argument(clients, call, error, match):
   with pytest.raises(error, match=match):
     call(clients)
+
+
+def test_orthogonal_canary_clients_are_scored_in_the_round(clients):
+  # Canary clients with orthogonal canaries: each emits its row of R at
+  # canary_norm, TFF's DP aggregator clips it to CLIP like any client, and the
+  # CanaryScoringFactory around it scores every canary in the round's result.
+  # With zero noise and no real clients the round's mean is the clipped
+  # canaries / n, so an inserted canary alone in its residual has cosine 1
+  # and a held-out one 0 (float32 transforms: 1e-5).
+  from tff_canary.federated.insertion import orthogonal_transform  # pylint: disable=g-import-not-at-top
+  config = canary_config.CanaryConfig(
+      seed=SEED, num_inserted=4, num_held_out=4,
+      schedule=schedules.FixedPresentations(2, 1), assignment="fixed",
+      directions="orthogonal")
+  process = canary_clients.build_canary_client_fedavg(
+      _model_fn, _client_optimizer(), model_aggregator=_fixed(),
+      canary_seed=SEED, canaries=config)
+  state = process.initialize()
+  empty = [c.take(0) for c in clients[:1]]
+  rows = orthogonal_transform.canary_block(SEED, np.arange(8), DIM)
+  for r in range(2):
+    before = flat_layout.flatten_numpy(
+        process.get_model_weights(state).trainable)
+    ids = canary_clients.scheduled_canary_ids(config, r)
+    output = process.next(state, canary_clients.with_canary_clients(
+        empty, ids, config))
+    state = output.state
+    after = flat_layout.flatten_numpy(
+        process.get_model_weights(state).trainable)
+    # Server SGD at 1.0: theta_{r} - theta_{r+1} = clipped canaries / n.
+    want = CLIP * rows[ids].astype(np.float64).sum(axis=0) / CLIENTS_PER_ROUND
+    np.testing.assert_allclose(before - after, want, atol=ATOL)
+  scores = state.aggregator.scores
+  np.testing.assert_allclose(scores.max_cosine[:4], 1.0, atol=1e-5)
+  assert np.abs(scores.max_cosine[4:]).max() < 1e-3
+  assert int(state.aggregator.round_num) == 2
+  with pytest.raises(ValueError, match="canary_seed"):
+    canary_clients.build_canary_client_fedavg(
+        _model_fn, _client_optimizer(), model_aggregator=_fixed(),
+        canary_seed=SEED + 1, canaries=config)

@@ -297,3 +297,38 @@ def test_gaussian_canaries_keep_an_empty_score_state():
 def test_directions_are_validated():
   with pytest.raises(ValueError, match="directions"):
     _config(directions="hadamard")
+
+
+# ------------------------------------------------------ the experiments
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [
+    ("--insertion=clients", "--noseeded_noise", "--clip=0.5"),
+    ("--insertion=clients", "--noseeded_noise", "--aggregator=ddp",
+     "--clip=0.5", "--nozeroing"),
+], ids=["canary clients", "distributed DP"])
+def test_canary_clients_and_ddp_runs_score_orthogonal_canaries(tmp_path,
+                                                               extra):
+  # Canary clients through TFF's DP aggregator and through its DDP chain,
+  # with the default server optimizer (momentum: no aggregate is read from
+  # the weights): the table comes from the scoring wrapper's state.
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.canaries.cosine_table import CosineTable  # pylint: disable=g-import-not-at-top
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = str(tmp_path / "run")
+  proc = subprocess.run(
+      [sys.executable, os.path.join(repo, "experiments", "emnist.py"),
+       f"--output_dir={out}", "--num_rounds=3", "--clients_per_round=4",
+       "--examples_per_client=16", "--num_inserted=6", "--num_held_out=6",
+       "--noise_multiplier=0.5", "--eval_every=0",
+       "--allow_large_canary_fraction", "--directions=orthogonal", *extra],
+      capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  table = CosineTable.load(os.path.join(out, "cosines.npz"))
+  assert table.generator == ot.GENERATOR and table.rounds_recorded == 3
+  assert table.has_max_cosines and table.has_scheduled_sums
+  assert not os.path.exists(os.path.join(out, "aggregates.npy"))
+  assert not os.path.exists(os.path.join(out, "stream"))

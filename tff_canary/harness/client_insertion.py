@@ -141,7 +141,8 @@ class ClientRounds:
         recorder.write(round_num, aggregate)
     norm = self.config.canary_norm
     for outcome in canary_client_outcomes.canary_client_outcomes(
-        output.metrics, round_num, ids, self.canaries.seed, norm, self.dim):
+        output.metrics, round_num, ids, self.canaries.seed, norm, self.dim,
+        canaries=self.canaries):
       self.outcomes.append(dict(outcome.as_dict(), dp_clip=clip,
                                 dp_clipped=bool(norm > clip)))
     event = None if ddp else client_round_state.dp_event(output.state)

@@ -115,7 +115,7 @@ def build_process(config: experiment_config.ExperimentConfig,
         task.model_fn, client_optimizer, server_optimizer,
         model_aggregator=tff_aggregator(config, tasks.num_parameters(task)),
         canary_seed=canaries.seed,
-        canary_norm=config.canary_norm)
+        canary_norm=config.canary_norm, canaries=canaries)
   return tff.learning.algorithms.build_unweighted_fed_avg(
       task.model_fn, client_optimizer_fn=client_optimizer,
       server_optimizer_fn=server_optimizer,

@@ -225,7 +225,7 @@ def _after_training(config, canaries, process, state, rd, log,
   aggregator state, its canaries come from the same CanaryConfig) and the
   report."""
   final = tasks.flat_trainable(process.get_model_weights(state))
-  if config.insertion == "clients":
+  if config.insertion == "clients" and canaries.directions == "gaussian":
     state = None  # nothing to check it against
   atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final)
   log("computing the canary cosines ...")

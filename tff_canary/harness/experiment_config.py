@@ -251,11 +251,6 @@ class ExperimentConfig:
             f"canary_norm = {self.canary_norm} is for insertion='clients'; "
             "server-side canaries enter at the round's clip.")
       return
-    if self.directions == "orthogonal":
-      raise ValueError(
-          "directions='orthogonal' is for insertion='server' so far: they are "
-          "scored inside this package's aggregator, which canary clients do "
-          "not go through; got insertion='clients'. Pass --directions=gaussian.")
     if self.canary_norm is None:
       object.__setattr__(self, "canary_norm",
                          canary_config.DEFAULT_CANARY_NORM)
@@ -266,7 +261,8 @@ class ExperimentConfig:
           f"{self.seeded_noise}, noise_seed={self.noise_seed}; pass "
           "seeded_noise=False (--noseeded_noise) and no noise_seed.")
     momentum = self.server_momentum if self.server_optimizer == "sgd" else None
-    if self.record_aggregates and momentum != 0.0:
+    if (self.record_aggregates and self.directions == "gaussian"
+        and momentum != 0.0):
       raise ValueError(
           "insertion='clients' reads each round's aggregate from the model "
           "weights (theta_{t-1} - theta_t = server_learning_rate x the "

@@ -101,8 +101,8 @@ def check_requirements(config) -> None:
                                           else ""),
                     "seeded_noise=False, noise_seed=None",
                     "TFF's own DP aggregators cannot seed their noise"))
-  if config.record_aggregates and (config.server_optimizer != "sgd"
-                                 or config.server_momentum != 0.0):
+  if (config.record_aggregates and config.directions == "gaussian"
+      and (config.server_optimizer != "sgd" or config.server_momentum != 0.0)):
     missing.append(("--server_optimizer=sgd --server_momentum=0",
                     "server_optimizer='sgd', server_momentum=0",
                     "each round's aggregate is read from the model "

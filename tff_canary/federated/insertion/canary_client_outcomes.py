@@ -39,6 +39,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 
 from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.insertion import orthogonal_transform
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 
@@ -138,6 +139,8 @@ def canary_client_outcomes(
     canary_norm: float,
     dim: int,
     zeroing_norm_order: float = math.inf,
+    *,
+    canaries: Any = None,
 ) -> tuple[CanaryOutcome, ...]:
   """What each measured stage did to each canary client of a round.
 
@@ -151,6 +154,8 @@ def canary_client_outcomes(
     dim: d, the number of trainable parameters.
     zeroing_norm_order: The norm order of the zeroing stages: 1, 2 or inf
       (TFF's default for `zeroing_factory` and `dp_aggregator`).
+    canaries: Optional `CanaryConfig` of seed `canary_seed`: with
+      directions="orthogonal" the canaries' norms are the orthogonal ones'.
 
   Returns:
     One `CanaryOutcome` per canary id, in the order given.
@@ -171,7 +176,13 @@ def canary_client_outcomes(
   ids = [validation.as_int(j, f"canary_ids[{i}]", minimum=0)
          for i, j in enumerate(np.asarray(canary_ids).reshape(-1).tolist())]
   stages = measured_stages(metrics)
-  block = canary_directions.canary_block(canary_seed, ids, dim)
+  if canaries is not None and canaries.directions == "orthogonal":
+    if canaries.seed != canary_seed:
+      raise ValueError(f"canaries.seed = {canaries.seed} but canary_seed = "
+                       f"{canary_seed}: pass the same seed.")
+    block = orthogonal_transform.canary_block(canary_seed, ids, dim)
+  else:
+    block = canary_directions.canary_block(canary_seed, ids, dim)
   outcomes = []
   for j, direction in zip(ids, block):
     scale = canary_norm  # the canary's L2 norm as it stands after each stage

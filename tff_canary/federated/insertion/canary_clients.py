@@ -69,6 +69,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.insertion import orthogonal_transform
+from tff_canary.federated.insertion import scoring_factory
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
@@ -194,6 +196,19 @@ def _keep_latest(unused_state, canary_id):
   return canary_id
 
 
+def _orthogonal(canaries: Any, seed: int) -> bool:
+  """Whether `canaries` (None or a CanaryConfig of `seed`) are orthogonal."""
+  if canaries is None:
+    return False
+  if not isinstance(canaries, canary_config.CanaryConfig):
+    raise TypeError("canaries must be a CanaryConfig or None, got "
+                    f"{validation.show(canaries)}.")
+  if canaries.seed != seed:
+    raise ValueError(f"canaries.seed = {canaries.seed} but canary_seed = "
+                     f"{seed}: pass the same seed.")
+  return canaries.directions == "orthogonal"
+
+
 def _first_id(ids):
   """The id in a client's one-element id sequence (-1 if it is empty)."""
   return ids.take(1).reduce(tf.constant(REAL_CLIENT, tf.int32), _keep_latest)
@@ -203,6 +218,8 @@ def build_canary_client_work(
     client_work: tff.learning.templates.ClientWorkProcess,
     canary_seed: int,
     canary_norm: float = DEFAULT_CANARY_NORM,
+    *,
+    canaries: Optional[canary_config.CanaryConfig] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Wraps `client_work` so that canary clients return their canary.
 
@@ -211,6 +228,9 @@ def build_canary_client_work(
     canary_seed: The canary seed s (canary j is `canary_direction(s, j, d)`).
     canary_norm: The L2 norm of a canary client's update (> 0); see the
       module docstring for the default.
+    canaries: Optional `CanaryConfig` with seed s: with
+      directions="orthogonal", canary j is its orthogonal canary
+      (`orthogonal_transform`, one inverse transform per canary client).
 
   Returns:
     A `ClientWorkProcess` with the inner state, whose data is the
@@ -225,6 +245,7 @@ def build_canary_client_work(
                     f"ClientWorkProcess, got {validation.show(client_work)}.")
   seed = schedules.as_seed(canary_seed, "canary_seed")
   norm = validation.as_positive(canary_norm, "canary_norm")
+  orthogonal = _orthogonal(canaries, seed)
   signature = client_work.next.type_signature
   state_type, weights_type, data_type = signature.parameter
   if not isinstance(data_type.member, tff.SequenceType):
@@ -233,6 +254,8 @@ def build_canary_client_work(
   result_type = signature.result.result.member
   specs = tff.types.type_to_tf_tensor_specs(result_type.update)
   dim = flat_layout.tensor_specs_dim(specs)
+  if orthogonal:
+    rows = orthogonal_transform.rows(seed, dim, canaries.num_canaries)
   wrapped_type = tff.StructWithPythonType(
       [(CANARY_ID, tff.SequenceType(np.int32)), (DATA, data_type.member)],
       collections.OrderedDict)
@@ -244,7 +267,11 @@ def build_canary_client_work(
     canary_id = _first_id(ids)
 
     def canary():
-      flat = norm * canary_directions.canary_direction(seed, canary_id, dim)
+      if orthogonal:
+        flat = norm * orthogonal_transform.canary_sum(
+            tf.constant(seed, tf.int64), canary_id, dim, rows)
+      else:
+        flat = norm * canary_directions.canary_direction(seed, canary_id, dim)
       leaves = tf.nest.flatten(flat_layout.unflatten_value(flat, specs))
       return tf.nest.pack_sequence_as(result.update, leaves)
 
@@ -287,6 +314,7 @@ def build_canary_client_fedavg(
     *,
     canary_seed: int,
     canary_norm: float = DEFAULT_CANARY_NORM,
+    canaries: Optional[canary_config.CanaryConfig] = None,
     metrics_aggregator: Any = None,
     loop_implementation: Any = None,
 ) -> tff.learning.templates.LearningProcess:
@@ -302,10 +330,17 @@ def build_canary_client_fedavg(
   callable; the default server optimizer is SGD at 1.0 as in TFF) plus the
   canary seed and norm; `next` takes `with_canary_clients(...)`'s data.
 
+  With `canaries` (a `CanaryConfig` of seed `canary_seed`) whose directions
+  are "orthogonal", canary clients return orthogonal canaries and the
+  aggregator is wrapped in `scoring_factory.CanaryScoringFactory`, which
+  scores every canary in each round's result and keeps the statistics in
+  the aggregator state (docs/method/orthogonal-canaries.md).
+
   Raises:
     TypeError, ValueError: for bad arguments, naming them.
   """
-  schedules.as_seed(canary_seed, "canary_seed")
+  orthogonal = _orthogonal(canaries,
+                           schedules.as_seed(canary_seed, "canary_seed"))
   validation.as_positive(canary_norm, "canary_norm")
   if not callable(model_fn):
     raise TypeError("model_fn must be a callable that returns a "
@@ -329,6 +364,9 @@ def build_canary_client_fedavg(
   if model_distributor is None:
     model_distributor = tff.learning.templates.build_broadcast_process(
         weights_type)
+  if orthogonal:
+    model_aggregator = scoring_factory.CanaryScoringFactory(model_aggregator,
+                                                            canaries)
   aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator).create(
       weights_type.trainable, tff.TensorType(np.float32))
   options = {}
@@ -339,7 +377,8 @@ def build_canary_client_fedavg(
   inner = tff.learning.templates.build_model_delta_client_work(
       model_fn, client_optimizer_fn,
       client_weighting=tff.learning.ClientWeighting.UNIFORM, **options)
-  client_work = build_canary_client_work(inner, canary_seed, canary_norm)
+  client_work = build_canary_client_work(inner, canary_seed, canary_norm,
+                                         canaries=canaries)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer_fn, weights_type)
   return tff.learning.templates.compose_learning_process(
