@@ -38,7 +38,8 @@ FLAGS = ["--num_rounds=8", "--checkpoint_every=2", "--clients_per_round=6",
          "--examples_per_client=32", "--num_inserted=20", "--num_held_out=300",
          "--assignment=fixed", "--noise_multiplier=0.3", "--eval_every=4",
          "--eval_examples=64", "--memory_budget_gb=0.1",
-         "--disk_budget_gb=0.055", "--allow_large_canary_fraction"]
+         "--disk_budget_gb=0.055", "--allow_large_canary_fraction",
+         "--directions=gaussian"]
 
 
 def _start(out, *extra):
@@ -120,7 +121,7 @@ def test_kill_during_the_cosine_work_then_resume(uninterrupted, tmp_path):
 # are in the aggregator state, so they are checkpointed with it. No stream, no
 # cosine pass; a kill in training loses the rounds since the last checkpoint
 # and the resumed run must redo them to the same bits.
-ORTHOGONAL = ("--directions=orthogonal",)
+ORTHOGONAL = ("--directions=orthogonal",)  # the last flag given wins
 
 
 @pytest.fixture(scope="module")

@@ -158,13 +158,13 @@ def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
   for name in (run_dir.CONFIG, run_dir.METRICS, run_dir.LEDGER,
                run_dir.PARTICIPATION, run_dir.COSINES_CSV, run_dir.COSINES_NPZ,
                run_dir.REPORT_JSON, run_dir.REPORT_MD, run_dir.INITIAL_WEIGHTS,
-               run_dir.FINAL_WEIGHTS, "stream/plan.json",
+               run_dir.FINAL_WEIGHTS,
                "plots/cosines.png", "plots/epsilons.png"):
     assert os.path.exists(tmp_path / "run" / name), name
-  # Streamed (the default): no file of every round, no chunk left.
+  # Orthogonal canaries (the default) are scored in the rounds: no file of
+  # every round, no stream.
   assert not os.path.exists(tmp_path / "run" / run_dir.AGGREGATES)
-  assert not [n for n in os.listdir(tmp_path / "run" / run_dir.STREAM)
-              if n.startswith("rounds-")]
+  assert not os.path.exists(tmp_path / "run" / run_dir.STREAM)
   saved = json.load(open(tmp_path / "run" / run_dir.CONFIG))
   assert saved["dim"] == 1_206_590 and saved["num_rounds"] == 4
   assert saved["canary_seed"] == 1 and saved["noise_seed"] is not None

@@ -31,7 +31,8 @@ SCRIPT = os.path.join(REPO, "experiments", "emnist.py")
 # by side: about 70 s on 2 idle cores, 4 min on a busy one.
 FLAGS = ["--num_rounds=16", "--clients_per_round=10", "--num_inserted=4",
          "--num_held_out=4", "--checkpoint_every=2", "--disk_budget_gb=0.05",
-         "--keep_aggregates", "--allow_large_canary_fraction"]
+         "--keep_aggregates", "--allow_large_canary_fraction",
+         "--directions=gaussian"]
 # Streamed in chunks of 3 rounds (0.05 GB / (3 x 4.8 MB)) by the background
 # worker, whose timing must not matter; --keep_aggregates keeps every round
 # (float16) so that the aggregates are compared too.

@@ -128,7 +128,7 @@ class ExperimentConfig:
   allow_participation_mismatch: bool = False
   allow_large_canary_fraction: bool = False
   assignment: str = "coin"
-  directions: str = "gaussian"
+  directions: str = "orthogonal"
   seed: int = 0
   canary_seed: Optional[int] = None
   noise_seed: Optional[int] = None
