@@ -313,3 +313,27 @@ def test_inserted_t_has_mean_sqrt_p_over_sigma(scheduled_runs):
   df = ins.size - 1
   low, high = stats.chi2.ppf([1e-4, 1 - 1e-4], df) / df
   assert low < ins.var(ddof=1) < high
+
+
+# ----------------------------------- experiments/gaussian_mechanism.py option
+
+
+def test_study_with_orthogonal_canaries_at_ten_percent_of_d():
+  import experiment_scripts  # pylint: disable=g-import-not-at-top
+  study = experiment_scripts.load("gaussian_mechanism",
+                                  "gaussian_mechanism_orthogonal")
+  with pytest.raises(ValueError, match="orthogonal"):
+    study.check_args(dim=100, num_canaries=51, target_epsilons=[1.0],
+                     delta=1e-6, trials=2, seed=0, simulator="orthogonal")
+  # d = 2e4 with 2000 inserted canaries (10% of d) at epsilon 10: mu-hat
+  # has sd 1/sqrt(2000) = 0.022 around 1/sigma = 1.85 per run (1.2%), so
+  # one run's epsilon-final has sd ~0.15 and the mean of 10 runs ~0.05; 0.25
+  # is 5 of those. Estimated at dim d (no effective dim) it would be ~+6%,
+  # 10.6, outside.
+  got = study.run_study(dim=20000, num_canaries=2000, target_epsilons=[10.0],
+                        delta=1e-6, trials=10, seed=0,
+                        simulator="orthogonal")
+  result = got["results"][0]
+  assert got["config"]["simulator"] == "orthogonal"
+  assert result["statistic_dim"] == 20000 - 2000 + 1
+  assert abs(result["epsilon_final_mean"] - 10.0) < 0.25
