@@ -19,6 +19,12 @@ The last line gives the medians (one run) of the strongest one-run bound that
 `bench/validity.py` found valid (Steinke et al.'s, and those of
 `gaussian_bounds.IN_AUDIT`, which the audit uses): the one with the largest
 median at epsilon = 10.
+
+With `--directions orthogonal` the "one run" setting has orthonormal canaries
+(`orthogonal_mechanism.simulate_coin`, statistic = the removal cosine), the
+valid bounds are those of `gaussian_bounds.IN_AUDIT_ORTHOGONAL`
+(`bench/validity.py --directions orthogonal`), and the last line is for
+orthogonal canaries (the line before it says which).
 """
 
 from __future__ import annotations
@@ -32,20 +38,25 @@ import numpy as np
 import gaussian_bounds
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.simulation import gaussian_mechanism
+from tff_canary.stats.simulation import orthogonal_mechanism
 
 EPSILONS = (1.0, 3.0, 10.0)
 DELTA = 1e-6
 
 
-def medians(*, setting, trials, dim, candidates, bounds):
-  """{bound name: [median at each epsilon]}."""
+def medians(*, setting, trials, dim, candidates, bounds, directions="iid"):
+  """{bound name: [median at each epsilon]}; `directions` "iid" or
+  "orthogonal" chooses the canaries of the "one run" setting."""
+  simulate_coin = (orthogonal_mechanism.simulate_coin
+                   if directions == "orthogonal"
+                   else gaussian_mechanism.simulate_coin)
   values = {name: [[] for _ in EPSILONS] for name in bounds}
   for e, epsilon in enumerate(EPSILONS):
     z = gaussian_accounting.gaussian_noise_multiplier(epsilon, DELTA)
     for trial in range(trials):
       seed = 1000 * e + trial
       if setting == "one run":
-        run = gaussian_mechanism.simulate_coin(
+        run = simulate_coin(
             dim=dim, num_candidates=candidates, noise_std=z, seed=seed)
         s, mask = np.asarray(run.statistics), np.asarray(run.inserted_mask)
       else:
@@ -64,6 +75,12 @@ def main():
   parser.add_argument("--candidates", type=int, default=2000)
   parser.add_argument("--only", default=None,
                       help="only the bounds whose name has this")
+  parser.add_argument("--directions", choices=("iid", "orthogonal"),
+                      default="iid",
+                      help="canaries of the one-run setting: i.i.d. uniform "
+                           "or orthonormal (orthogonal_mechanism)")
+  parser.add_argument("--skip_independent", action="store_true",
+                      help="only the one-run setting")
   args = parser.parse_args()
   warnings.simplefilter("ignore")
   start = time.perf_counter()
@@ -71,22 +88,27 @@ def main():
         f"{args.candidates} coin-flipped canaries, delta = {DELTA:g} "
         f"(true epsilon 1 / 3 / 10).")
   found = {}
-  for setting in ("one run", "independent"):
+  settings = ("one run",) if args.skip_independent else ("one run",
+                                                         "independent")
+  for setting in settings:
     found[setting] = medians(setting=setting, trials=args.trials,
                              dim=args.dim, candidates=args.candidates,
-                             bounds=gaussian_bounds.selected(args.only))
-    print(f"\n{setting}" + (f" (d = {args.dim})" if setting == "one run"
+                             bounds=gaussian_bounds.selected(args.only),
+                             directions=args.directions)
+    print(f"\n{setting}" + (f" (d = {args.dim}, {args.directions} canaries)"
+                           if setting == "one run"
                            else " (N(mu, 1) vs N(0, 1) scores)"))
     for name, row in found[setting].items():
       print(f"  {name:40s} " + " ".join(f"{v:7.3f}" for v in row))
   one_run = found["one run"]
-  valid = [n for n in ("Steinke et al. one-run",) + gaussian_bounds.IN_AUDIT
-           if n in one_run]
+  in_audit = (gaussian_bounds.IN_AUDIT_ORTHOGONAL
+              if args.directions == "orthogonal" else gaussian_bounds.IN_AUDIT)
+  valid = [n for n in ("Steinke et al. one-run",) + in_audit if n in one_run]
   if not valid:
     return
   best = max(valid, key=lambda n: one_run[n][-1])
   print(f"\n({time.perf_counter() - start:.0f} s in all; strongest valid "
-        f"one-run bound: {best})")
+        f"one-run bound: {best}; {args.directions} canaries)")
   print("one-run power at epsilon 1/3/10: " + " ".join(
       f"{v:.3f}" for v in one_run[best]))
 

@@ -24,6 +24,17 @@ A second table does the same for the bounds of `bench/gaussian_bounds.py`
 docs/method/lower-bounds.md) on the coin-flipped runs of the first `--new_trials` trials of
 each setting (they cost about 1 s a run together).
 
+With `--directions orthogonal` every run has orthonormal canaries instead
+(`tff_canary.stats.simulation.orthogonal_mechanism`: the coin-flipped runs'
+statistics are the removal cosines, each candidate's cosine with the other
+inserted canaries' projections removed; run A's are the plain cosines, as in
+the iid setting). Each bound of the second table is then marked valid when
+its rate is at most 5% + 2 standard errors of a 5% rate over its trials, the
+criterion for entering the audit with orthogonal canaries. The measured run:
+
+  .venv/bin/python bench/validity.py --directions orthogonal --deltas 1e-6 \
+      --trials 500 --new_trials 500
+
 The last line is the largest exceedance rate over every setting of the valid
 bounds: the simultaneous epsilon_lo, Steinke et al.'s one-run bound and the
 new ones the audit uses (`gaussian_bounds.IN_AUDIT`); the paper's
@@ -42,6 +53,7 @@ import gaussian_bounds
 from tff_canary.stats.audit import audit
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.simulation import gaussian_mechanism
+from tff_canary.stats.simulation import orthogonal_mechanism
 from tff_canary.stats.bounds import lower_bounds
 
 BOUNDS = ("epsilon_lo exact (simultaneous)", "epsilon_lo held-out (simultaneous)",
@@ -63,13 +75,22 @@ def _bounds(run, coin, dim, delta):
   }
 
 
+def _simulators(directions):
+  """(simulate, simulate_coin) of i.i.d. or orthogonal canaries."""
+  if directions == "orthogonal":
+    return orthogonal_mechanism.simulate, orthogonal_mechanism.simulate_coin
+  return gaussian_mechanism.simulate, gaussian_mechanism.simulate_coin
+
+
 def exceedance(*, epsilon, delta, trials, dim, canaries, seed, new_trials=0,
-               new_bounds=None):
+               new_bounds=None, directions="iid"):
   """Fraction of trials each bound exceeded the true epsilon (0: no canary).
 
   The bounds of `gaussian_bounds.BOUNDS` are computed in the first
-  `new_trials` trials and their rates are over those.
+  `new_trials` trials and their rates are over those. `directions`: "iid"
+  (uniform canaries) or "orthogonal" (orthonormal canaries).
   """
+  simulate, simulate_coin = _simulators(directions)
   if epsilon > 0:
     noise = gaussian_accounting.gaussian_noise_multiplier(epsilon, delta)
     inserted, candidates = canaries, 2 * canaries
@@ -81,16 +102,16 @@ def exceedance(*, epsilon, delta, trials, dim, canaries, seed, new_trials=0,
   new_trials = min(new_trials, trials)
   for trial in range(trials):
     if inserted:
-      run = gaussian_mechanism.simulate(
+      run = simulate(
           dim=dim, num_inserted=inserted, num_held_out=canaries,
           noise_std=noise, seed=seed + 2 * trial,
           # The paper's plain cosines, as the README's numbers were measured.
           remove_known_canaries=False)
-      coin = gaussian_mechanism.simulate_coin(
+      coin = simulate_coin(
           dim=dim, num_candidates=candidates, noise_std=noise,
           seed=seed + 2 * trial + 1)
     else:
-      run = gaussian_mechanism.simulate(
+      run = simulate(
           dim=dim, num_inserted=0, num_held_out=2 * canaries, noise_std=noise,
           seed=seed + 2 * trial)
       # "Inserted" canaries that were never inserted: the null on both sides.
@@ -128,7 +149,7 @@ def planted_bug(*, claimed_epsilon, delta, clients_per_round, trials, dim,
   for noise in (z / clients_per_round, z):  # buggy, then correct
     refuted = 0
     for trial in range(trials):
-      coin = gaussian_mechanism.simulate_coin(
+      coin = simulate_coin(
           dim=dim, num_candidates=candidates, noise_std=noise,
           seed=seed + trial)
       verdict = audit.audit_coin_statistics(
@@ -147,47 +168,68 @@ def main():
   parser.add_argument("--new_trials", type=int, default=100)
   parser.add_argument("--only", default=None,
                       help="only the docs/method/lower-bounds.md bounds whose name has this")
+  parser.add_argument("--directions", choices=("iid", "orthogonal"),
+                      default="iid",
+                      help="i.i.d. uniform canaries, or orthonormal ones "
+                           "(orthogonal_mechanism; removal cosines for the "
+                           "coin-flipped runs)")
+  parser.add_argument("--deltas", default="1e-6,1e-4",
+                      help="comma-separated deltas of the settings")
+  parser.add_argument("--skip_planted_bug", action="store_true")
   args = parser.parse_args()
   warnings.simplefilter("ignore")
-  settings = [(0.0, 1e-6)] + [(e, d) for d in (1e-6, 1e-4) for e in (1, 3, 10)]
+  deltas = [float(d) for d in args.deltas.split(",")]
+  settings = [(0.0, 1e-6)] + [(e, d) for d in deltas for e in (1, 3, 10)]
   start = time.perf_counter()
   print(f"Exceedance rates over {args.trials} seeded trials (d = {args.dim}, "
         f"{args.canaries} inserted canaries; one-run: {2 * args.canaries} "
-        "coin-flipped candidates). Valid bounds must stay at or below 0.05.")
+        f"coin-flipped candidates; {args.directions} canaries). Valid bounds "
+        "must stay at or below 0.05.")
   header = f"{'true epsilon':>12} {'delta':>7} " + " ".join(
       f"{name:>36}" for name in BOUNDS)
   print(header)
   worst_valid, worst_paper = 0.0, 0.0
   all_rates = []
   new_bounds = gaussian_bounds.selected(args.only)
+  in_audit = (gaussian_bounds.IN_AUDIT_ORTHOGONAL
+              if args.directions == "orthogonal" else gaussian_bounds.IN_AUDIT)
   for index, (epsilon, delta) in enumerate(settings):
     rates = exceedance(epsilon=epsilon, delta=delta, trials=args.trials,
                        dim=args.dim, canaries=args.canaries,
                        seed=1_000_000 * index, new_trials=args.new_trials,
-                       new_bounds=new_bounds)
+                       new_bounds=new_bounds, directions=args.directions)
     all_rates.append(rates)
     label = "no canary" if epsilon == 0 else f"{epsilon:g}"
     print(f"{label:>12} {delta:7.0e} " + " ".join(
         f"{rates[name]:36.3f}" for name in BOUNDS), flush=True)
     worst_valid = max(worst_valid, *(rates[n] for n in VALID),
-                      *(rates[n] for n in gaussian_bounds.IN_AUDIT
-                        if n in rates))
+                      *(rates[n] for n in in_audit if n in rates))
     worst_paper = max(worst_paper, *(rates[n] for n in BOUNDS[3:]))
   print()
   print(f"docs/method/lower-bounds.md bounds on the same coin-flipped runs ({2 * args.canaries}"
         f" candidates), exceedance over the first "
         f"{min(args.new_trials, args.trials)} trials of each setting; worst "
         "over the settings last:")
+  new_trials = min(args.new_trials, args.trials)
+  # A 5% rate over n trials has standard error sqrt(0.05 * 0.95 / n).
+  limit = 0.05 + 2.0 * (0.05 * 0.95 / new_trials) ** 0.5
   for name in new_bounds:
     row = [r[name] for r in all_rates]
-    mark = " (audit)" if name in gaussian_bounds.IN_AUDIT else ""
+    mark = " (audit)" if name in in_audit else ""
+    verdict = "valid" if max(row) <= limit else "EXCEEDS"
     print(f"  {name + mark:48s} " + " ".join(f"{v:6.3f}" for v in row)
-          + f"   worst {max(row):.3f}", flush=True)
+          + f"   worst {max(row):.3f} {verdict}", flush=True)
+  print(f"  (valid: worst rate at most 0.05 + 2 SE = {limit:.3f} over "
+        f"{new_trials} trials)")
   print()
+  if args.skip_planted_bug:
+    print(f"  ({time.perf_counter() - start:.0f} s in all)")
+    return
   trials = max(100, args.trials // 2)
   detection, false_refutation = planted_bug(
       claimed_epsilon=1.0, delta=1e-6, clients_per_round=20, trials=trials,
-      dim=args.dim, candidates=2 * args.canaries, seed=7)
+      dim=args.dim, candidates=2 * args.canaries, seed=7,
+      directions=args.directions)
   noise = gaussian_accounting.gaussian_noise_multiplier(1.0, 1e-6)
   print(f"Planted bug (Tramèr et al. 2022): claimed epsilon 1 at delta 1e-6 "
         f"(noise multiplier {noise:.3f}"

@@ -22,6 +22,14 @@ exact for this mechanism): the mean-only epsilon-final then estimates the
 epsilon of the noise std sigma, not sqrt(sigma^2 + k / d). Run B (coin flips)
 always uses the plain statistics, as the one-run bound assumes.
 
+With `--simulator orthogonal` the canaries are orthonormal
+(`tff_canary.stats.simulation.orthogonal_mechanism`, exact in O(m) per run)
+and removal projects the other inserted canaries' directions out of rho.
+That leaves a canary (inserted, or its counterfactual with the other k - 1
+inserted) in dimension d - k + 1 (`orthogonal_mechanism.effective_dim`), the
+dim given to run A's estimators and exact-null bounds (recorded as
+`statistic_dim`). Run B's statistics are then the removal cosines.
+
 The paper reports epsilon-final 0.99 +- 0.14, 2.96 +- 0.15 and 10.00 +- 0.23 for
 targets 1, 3 and 10 at delta = 1e-6, d = 1e6, 1000 canaries, 50 runs.
 epsilon_lo and the one-run bound are lower bounds that saturate with the number
@@ -51,6 +59,7 @@ from tff_canary.stats import atomic_files
 from tff_canary.stats.estimators import estimates
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.simulation import gaussian_mechanism
+from tff_canary.stats.simulation import orthogonal_mechanism
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats import validation
 
@@ -65,6 +74,10 @@ PAPER_EPSILON_FINAL = {1.0: (0.99, 0.14), 3.0: (2.96, 0.15),
                        10.0: (10.00, 0.23)}
 
 _FLAGS = flags.FLAGS
+
+# The simulators: gaussian_mechanism's ("fast", "brute"; i.i.d. canaries) and
+# orthogonal_mechanism's ("orthogonal"; orthonormal canaries).
+SIMULATORS = gaussian_mechanism.SIMULATORS + (orthogonal_mechanism.SIMULATOR,)
 
 # The outputs, under the git-ignored runs/ like every experiment's.
 DEFAULT_JSON = "runs/gm.json"
@@ -86,9 +99,10 @@ def define_flags() -> None:
   flags.DEFINE_float("delta", 1e-6, "Delta of every epsilon.")
   flags.DEFINE_integer("trials", 50, "Runs per target epsilon.")
   flags.DEFINE_integer("seed", 0, "Seed every run's seed derives from.")
-  flags.DEFINE_enum("simulator", "fast", list(gaussian_mechanism.SIMULATORS),
+  flags.DEFINE_enum("simulator", "fast", list(SIMULATORS),
                     "fast: exact in distribution via the Bartlett "
-                    "decomposition; brute: materializes d-dim vectors (slow).")
+                    "decomposition; brute: materializes d-dim vectors (slow); "
+                    "orthogonal: orthonormal canaries (exact, O(m)).")
   flags.DEFINE_bool("remove_known_canaries", True,
                     "Take each canary's cosine without the other inserted "
                     "canaries (exact for this mechanism); false: the paper's "
@@ -120,8 +134,12 @@ def check_args(*, dim, num_canaries, target_epsilons, delta, trials, seed,
   delta = validation.as_open_unit(delta, "delta")
   trials = validation.as_int(trials, "trials", minimum=2)
   seed = validation.as_int(seed, "seed", minimum=0)
-  simulator = validation.as_choice(simulator, "simulator",
-                                   gaussian_mechanism.SIMULATORS)
+  simulator = validation.as_choice(simulator, "simulator", SIMULATORS)
+  if simulator == "orthogonal" and dim < 2 * num_canaries:
+    raise ValueError(
+        f"dim={dim} is too small for orthogonal canaries with num_canaries="
+        f"{num_canaries}: runs A and B have 2 * num_canaries orthonormal "
+        f"canaries, which needs dim >= {2 * num_canaries}.")
   if simulator == "fast" and dim < 2 * num_canaries + 1:
     raise ValueError(
         f"dim={dim} is too small for the fast simulator with num_canaries="
@@ -152,7 +170,7 @@ def run_study(*,
     delta: Delta in (0, 1).
     trials: Runs per target, at least 2 (a std needs two).
     seed: Nonnegative seed.
-    simulator: "fast" or "brute".
+    simulator: "fast" or "brute" (i.i.d. canaries) or "orthogonal".
     remove_known_canaries: Run A's statistics without the other inserted
       canaries (module docstring); recorded in the config.
     progress: Called with a short status string after every trial.
@@ -166,7 +184,9 @@ def run_study(*,
     value the one-run bound could have reached), `epsilon_final_coverage` and
     `epsilon_final_fitted_coverage` (the fraction of runs whose confidence
     interval contains the target), `warnings` (counts of the estimators'
-    warnings by class), and the per-trial values (`<name>_trials`).
+    warnings by class), `statistic_dim` (the dim given to run A's estimators:
+    d, or d - k + 1 for orthogonal canaries with removal), and the per-trial
+    values (`<name>_trials`).
   """
   dim, num_canaries, targets, delta, trials, seed, simulator = check_args(
       dim=dim, num_canaries=num_canaries, target_epsilons=target_epsilons,
@@ -179,6 +199,10 @@ def run_study(*,
                 remove_known_canaries=bool(remove_known_canaries),
                 trial_seeds="numpy SeedSequence([seed, target_index, trial, "
                             "run]).generate_state(1)[0]; run 0 = A, 1 = B")
+  orthogonal = simulator == orthogonal_mechanism.SIMULATOR
+  # The dimension of run A's statistics (module docstring).
+  stat_dim = (orthogonal_mechanism.effective_dim(dim, num_canaries)
+              if orthogonal and remove_known_canaries else dim)
   results = []
   for index, target in enumerate(targets):
     start = time.perf_counter()
@@ -196,28 +220,39 @@ def run_study(*,
         warnings.simplefilter("always")
         # SciPy 1.9 on NumPy 1.25 deprecation noise, not about the estimates.
         warnings.simplefilter("ignore", DeprecationWarning)
-        run_a = gaussian_mechanism.simulate(
-            dim=dim, num_inserted=num_canaries, num_held_out=num_canaries,
-            noise_std=noise_std, seed=trial_seed(seed, index, trial, 0),
-            simulator=simulator,
-            remove_known_canaries=bool(remove_known_canaries))
+        if orthogonal:
+          run_a = orthogonal_mechanism.simulate(
+              dim=dim, num_inserted=num_canaries, num_held_out=num_canaries,
+              noise_std=noise_std, seed=trial_seed(seed, index, trial, 0),
+              remove_known_canaries=bool(remove_known_canaries))
+        else:
+          run_a = gaussian_mechanism.simulate(
+              dim=dim, num_inserted=num_canaries, num_held_out=num_canaries,
+              noise_std=noise_std, seed=trial_seed(seed, index, trial, 0),
+              simulator=simulator,
+              remove_known_canaries=bool(remove_known_canaries))
         for name, method in (("epsilon_final", "mean_only"),
                              ("epsilon_final_fitted", "fitted_variance")):
-          estimate = estimates.epsilon_final(run_a.inserted, dim=dim,
+          estimate = estimates.epsilon_final(run_a.inserted, dim=stat_dim,
                                              delta=delta, method=method)
           values[name].append(estimate.epsilon)
           low, high = estimate.interval
           covered[name] += int(low <= target <= high)
         values["epsilon_lo"].append(lower_bounds.epsilon_lo(
-            run_a.inserted, delta=delta, dim=dim).epsilon)
+            run_a.inserted, delta=delta, dim=stat_dim).epsilon)
         values["epsilon_lo_held_out"].append(lower_bounds.epsilon_lo(
             run_a.inserted, delta=delta, held_out=run_a.held_out).epsilon)
         values["epsilon_lo_simultaneous"].append(lower_bounds.epsilon_lo(
-            run_a.inserted, delta=delta, dim=dim,
+            run_a.inserted, delta=delta, dim=stat_dim,
             correction="simultaneous").epsilon)
-        run_b = gaussian_mechanism.simulate_coin(
-            dim=dim, num_candidates=2 * num_canaries, noise_std=noise_std,
-            seed=trial_seed(seed, index, trial, 1), simulator=simulator)
+        if orthogonal:
+          run_b = orthogonal_mechanism.simulate_coin(
+              dim=dim, num_candidates=2 * num_canaries, noise_std=noise_std,
+              seed=trial_seed(seed, index, trial, 1))
+        else:
+          run_b = gaussian_mechanism.simulate_coin(
+              dim=dim, num_candidates=2 * num_canaries, noise_std=noise_std,
+              seed=trial_seed(seed, index, trial, 1), simulator=simulator)
         bound = lower_bounds.one_run_bound(run_b.statistics,
                                            run_b.inserted_mask, delta=delta)
         values["one_run_bound"].append(bound.epsilon)
@@ -247,6 +282,7 @@ def run_study(*,
         epsilon_final_coverage=covered["epsilon_final"] / trials,
         epsilon_final_fitted_coverage=covered["epsilon_final_fitted"] / trials,
         warnings=dict(sorted(warned.items())),
+        statistic_dim=stat_dim,
     )
     assert set(_RESULT_KEYS) <= set(result)
     for name, array in arrays.items():

@@ -1,0 +1,300 @@
+"""epsilon of a multi-round mechanism from schedule-aware sums of cosines.
+
+The statistic (Agrawal et al. 2026, "Let's Ask Gauss: Improved One-Run Privacy
+Auditing", arXiv 2606.12733). Over R rounds, each round r an independent
+Gaussian mechanism rho_r = sum_{j in I_r} c_j + sigma z_r of sensitivity 1
+(DP-FedAvg's aggregate, the canaries scaled to the clip), canary j has a
+schedule S_j of P_j rounds: an inserted canary takes part in them, a held-out
+one has a schedule drawn the same way but is never inserted. With x_{j,r}
+canary j's cosine with round r's output, the round's other inserted canaries
+removed (`tff_canary.stats.simulation.orthogonal_mechanism`, equation (1):
+with orthonormal canaries, x_{j,r} = s_{j,r} / sqrt(|rho_r|^2 - sum_{i in I_r,
+i != j} s_{i,r}^2), s_{i,r} = <c_i, rho_r>),
+
+  T_j = sqrt(d / P_j) * sum_{r in S_j} x_{j,r}                 (`scheduled_statistic`).
+
+Its law. In dimension d, x_{j,r} is about N(0, 1/d) when j is not in round r
+(the null law of docs/method/null-law.md) and N(1 / (sigma sqrt(d)), 1/d) when
+it is (Theorem 3.3 of Andrew et al., ICLR 2024, arXiv 2302.03098); the rounds
+are independent. So a held-out T_j is about N(0, 1) and an inserted one about
+N(sqrt(P_j) mu_round, 1) with mu_round = 1/sigma, both exact as d -> inf (at
+finite d the null variance is d / (d - |I_r|), 1 + |I_r| / d, and the
+inserted mean is low by a relative O(1 / (sigma^2 d))).
+
+What epsilon it estimates. One round is the Gaussian mechanism, mu_round-GDP
+(Dong, Roth & Su 2019, arXiv 1905.02383, §2); the P rounds a canary takes part
+in compose to (sqrt(P) mu_round)-GDP (ibid., Cor. 3.3). So mean(T) over the
+inserted canaries estimates the composed mechanism's mu (with equal P_j; with
+unequal ones, the mean of sqrt(P_j) mu_round), and epsilon is that of the
+Gaussian mechanism with this mu at delta (Balle & Wang 2018, Thm 8;
+`gaussian_accounting.gaussian_epsilon_of_mu`):
+
+  delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2).
+
+Unlike the all-iterates statistic (the max over rounds, Algorithm 3 of Andrew
+et al.; `max_of_rounds`), T_j adds up the evidence of all P rounds instead of
+keeping the largest cosine, and it is a linear statistic with a Gaussian
+law, so the estimate needs no likelihood model of a maximum.
+
+The estimate and its interval.
+
+* Exact null (`held_out_T` None): T_out ~ N(0, 1) taken as known; mu =
+  mean(T_in), with the t-interval of the mean at `confidence` (exact for a
+  Gaussian T_in of any variance).
+* Held-out null: mu = (mean(T_in) - mean(T_out)) / std(T_out), the mean gap
+  in units of the null's spread (which corrects the finite-d variance). The
+  interval is a projection, as in `estimates.epsilon_all`: Welch's
+  t-interval of the mean gap and the chi-square interval of std(T_out), each
+  at level sqrt(confidence) (the gap and the held-out std are independent for
+  Gaussian samples, so the box has the joint level), and mu's range over the
+  box. Slightly conservative.
+
+epsilon grows with mu >= 0, so each mu interval maps to an epsilon interval
+(a negative mu gives epsilon 0; a significantly negative one warns
+`results.SignConventionWarning`).
+
+These are estimates, not bounds: they assume the Gaussian laws above (a
+Gaussian mechanism in every round, large d), which the result checks where
+the data can: the inserted T's variance against the null's, and with held-out
+canaries their mean and variance against N(0, 1).
+
+NumPy/SciPy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Literal, Optional
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats
+
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats import results
+from tff_canary.stats import validation
+
+# A check of the Gaussian model this improbable (two-sided) is reported.
+_CHECK_LEVEL = 1e-3
+
+ScheduledNull = Literal["exact", "held_out"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduledEstimate:
+  """epsilon of the composed mechanism from schedule-aware sums (module docstring).
+
+  An estimate, not a bound: read it beside the lower bounds.
+
+  Attributes:
+    epsilon: the estimate, epsilon at `delta` of mu-GDP.
+    interval: its confidence interval (`confidence` level).
+    mu: the estimated GDP mu of the composition of a canary's rounds.
+    mu_interval: the interval of mu that `interval` maps.
+    delta, confidence: as given.
+    null: "exact" (T ~ N(0, 1) known) or "held_out" (held-out T's mean and
+      std).
+    num_inserted, num_held_out: sample sizes (num_held_out 0 for "exact").
+    null_mean, null_std: the null used (0 and 1 for "exact").
+    inserted_mean, inserted_std: the inserted T's sample mean and std.
+    interval_method: "t" (exact null) or "projection" (held-out null).
+    inserted_below_null: True if inserted_mean < null_mean.
+    variance_p_value: two-sided chi-square p-value of the inserted T's
+      variance against the null's (1, or null_std^2).
+    null_p_value: with held-out T, the smaller two-sided p-value of their
+      mean against 0 (t) and variance against 1 (chi-square); None for the
+      exact null.
+  """
+
+  epsilon: float
+  interval: results.ConfidenceInterval
+  mu: float
+  mu_interval: results.ConfidenceInterval
+  delta: float
+  confidence: float
+  null: ScheduledNull
+  num_inserted: int
+  num_held_out: int
+  null_mean: float
+  null_std: float
+  inserted_mean: float
+  inserted_std: float
+  interval_method: Literal["t", "projection"]
+  inserted_below_null: bool
+  variance_p_value: float
+  null_p_value: Optional[float]
+
+  @property
+  def trust(self) -> str:
+    """How far the estimate can be trusted, in words."""
+    notes = []
+    if self.inserted_below_null:
+      notes.append("inserted mean below the null's: check the sign "
+                   "convention (docs/method/sign-convention.md)")
+    if self.variance_p_value < _CHECK_LEVEL:
+      notes.append(
+          f"inserted T have std {results.format_number(self.inserted_std)} "
+          f"against the null's {results.format_number(self.null_std)} "
+          f"(p = {self.variance_p_value:.2g}): not the Gaussian mechanism's "
+          "mean shift, so the GDP reading of mu is doubtful")
+    if self.null_p_value is not None and self.null_p_value < _CHECK_LEVEL:
+      notes.append(
+          f"held-out T are not N(0, 1) (mean "
+          f"{results.format_number(self.null_mean)}, std "
+          f"{results.format_number(self.null_std)}, p = "
+          f"{self.null_p_value:.2g}): the statistic is off (schedules, "
+          "removal or scaling); the estimate uses the held-out null")
+    if not notes:
+      base = ("Gaussian model consistent with the data"
+              if self.null == "held_out" else
+              "inserted variance consistent with the null; the N(0, 1) null "
+              "is assumed (give held-out T to check it)")
+      return base + "; an estimate, not a bound"
+    return "; ".join(notes) + "; an estimate, not a bound"
+
+  def __str__(self) -> str:
+    null = ("exact N(0, 1) null" if self.null == "exact" else
+            f"held-out null, {self.num_held_out} held out")
+    return (f"ε-scheduled = {results.format_number(self.epsilon)} "
+            f"[{results.format_number(self.interval.low)}, "
+            f"{results.format_number(self.interval.high)}] "
+            f"({self.confidence:.0%} CI, {self.interval_method}; composed "
+            f"μ = {results.format_number(self.mu)}; δ={self.delta:g}; "
+            f"{null}; {self.num_inserted} inserted). {self.trust}.")
+
+  def as_dict(self) -> dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out["interval"] = list(self.interval)
+    out["mu_interval"] = list(self.mu_interval)
+    out["trust"] = self.trust
+    return out
+
+
+def scheduled_statistic(cosines: npt.ArrayLike, schedule: npt.ArrayLike, *,
+                        dim: int) -> np.ndarray:
+  """T_j = sqrt(d / P_j) * sum_{r in S_j} x_{j,r} (module docstring).
+
+  Args:
+    cosines: [canaries, rounds] per-round cosines x_{j,r}, finite, in
+      [-1, 1] (entries outside a canary's schedule are ignored).
+    schedule: [canaries, rounds] Boolean, True where round r is in canary j's
+      schedule; every canary at least one round.
+    dim: the dimension d, at least 2.
+
+  Returns:
+    float64 T_j, one per canary.
+
+  Raises:
+    TypeError, ValueError: for a bad argument, naming it.
+  """
+  dim = validation.as_dim(dim, "dim")
+  x = np.asarray(cosines)
+  if x.ndim != 2 or not (np.issubdtype(x.dtype, np.floating)
+                         or np.issubdtype(x.dtype, np.integer)):
+    raise ValueError(f"cosines must be a 2-D array of numbers [canaries, "
+                     f"rounds], got shape {x.shape} and dtype {x.dtype}.")
+  validation.as_cosines(x.ravel(), "cosines", min_size=1)
+  mask = np.asarray(schedule)
+  if mask.dtype != bool:
+    raise TypeError(f"schedule must be a Boolean array, got dtype "
+                    f"{mask.dtype}.")
+  if mask.shape != x.shape:
+    raise ValueError(f"schedule has shape {mask.shape} but cosines has "
+                     f"{x.shape}; give one flag per canary and round.")
+  counts = mask.sum(axis=1)
+  if (counts == 0).any():
+    index = int(np.flatnonzero(counts == 0)[0])
+    raise ValueError(f"schedule[{index}] has no round: every canary needs at "
+                     "least one scheduled round.")
+  total = np.where(mask, x.astype(np.float64), 0.0).sum(axis=1)
+  return np.sqrt(dim / counts) * total
+
+
+def _epsilon(mu: float, delta: float) -> float:
+  return gaussian_accounting.gaussian_epsilon_of_mu(max(mu, 0.0), delta)
+
+
+def _p_two_sided_variance(sample: np.ndarray, variance: float) -> float:
+  df = sample.size - 1
+  chi = df * sample.var(ddof=1) / variance
+  law = stats.chi2(df)
+  return float(min(1.0, 2.0 * min(law.cdf(chi), law.sf(chi))))
+
+
+def epsilon_scheduled(inserted_T: npt.ArrayLike,
+                      held_out_T: npt.ArrayLike | None = None, *,
+                      delta: float,
+                      confidence: float = 0.95) -> ScheduledEstimate:
+  """epsilon of the composed mechanism from the schedule-aware T_j.
+
+  Args:
+    inserted_T: 1-D array of T_j for the inserted canaries
+      (`scheduled_statistic`), at least 2, finite.
+    held_out_T: the same for held-out canaries (at least 2), or None to take
+      the null N(0, 1) as exact.
+    delta: the delta at which epsilon is computed, in (0, 1).
+    confidence: level of the interval, in (0, 1).
+
+  Returns:
+    A `ScheduledEstimate` (module docstring). Warns
+    `results.SignConventionWarning` if the inserted mean is significantly
+    below the null's.
+
+  Raises:
+    TypeError, ValueError: for a bad argument, naming it.
+  """
+  x = validation.as_sample(inserted_T, "inserted_T")
+  y = (None if held_out_T is None else
+       validation.as_sample(held_out_T, "held_out_T"))
+  delta = validation.as_open_unit(delta, "delta")
+  confidence = validation.as_open_unit(confidence, "confidence")
+  validation.check_spread(x, "inserted_T")
+  mean1, std1 = float(x.mean()), float(x.std(ddof=1))
+  if y is None:
+    null, mean0, std0, null_p = "exact", 0.0, 1.0, None
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, x.size - 1)) * std1 / (
+        math.sqrt(x.size))
+    mu = mean1
+    mu_low, mu_high = mean1 - half, mean1 + half
+    se = std1 / math.sqrt(x.size)
+    method = "t"
+  else:
+    validation.check_spread(y, "held_out_T")
+    null, mean0, std0 = "held_out", float(y.mean()), float(y.std(ddof=1))
+    p_mean = float(stats.ttest_1samp(y, 0.0).pvalue)
+    null_p = min(p_mean, _p_two_sided_variance(y, 1.0))
+    level = math.sqrt(confidence)
+    gap = mean1 - mean0
+    v1, v0 = std1**2 / x.size, std0**2 / y.size
+    se = math.sqrt(v1 + v0)
+    # Welch-Satterthwaite degrees of freedom.
+    df = (v1 + v0)**2 / (v1**2 / (x.size - 1) + v0**2 / (y.size - 1))
+    half = float(stats.t.ppf(0.5 + level / 2.0, df)) * se
+    chi2 = stats.chi2(y.size - 1)
+    tail = (1.0 - level) / 2.0
+    s_low = std0 * math.sqrt((y.size - 1) / chi2.isf(tail))
+    s_high = std0 * math.sqrt((y.size - 1) / chi2.ppf(tail))
+    low_gap, high_gap = gap - half, gap + half
+    mu = gap / std0
+    mu_low = low_gap / (s_high if low_gap > 0.0 else s_low)
+    mu_high = high_gap / (s_low if high_gap > 0.0 else s_high)
+    method = "projection"
+  below = mean1 < mean0
+  if below:
+    results.warn_sign_convention(mean1, "null mean", mean0, se=se)
+  return ScheduledEstimate(
+      epsilon=_epsilon(mu, delta),
+      interval=results.ConfidenceInterval(_epsilon(mu_low, delta),
+                                          _epsilon(mu_high, delta)),
+      mu=float(mu),
+      mu_interval=results.ConfidenceInterval(float(mu_low), float(mu_high)),
+      delta=delta, confidence=confidence, null=null, num_inserted=x.size,
+      num_held_out=0 if y is None else y.size, null_mean=mean0,
+      null_std=std0, inserted_mean=mean1, inserted_std=std1,
+      interval_method=method, inserted_below_null=below,
+      variance_p_value=_p_two_sided_variance(x, std0**2),
+      null_p_value=null_p)
+
+
+__all__ = ["ScheduledEstimate", "epsilon_scheduled", "scheduled_statistic"]
