@@ -168,8 +168,11 @@ class RunReport:
     return client_sampling.describe(self.participation)
 
   def known_canaries_line(self) -> str:
-    """Which statistics had the other inserted canaries removed (the cosine
-    table's `known_canaries_removed`; docs/method/estimates.md)."""
+    """Which statistics had the other inserted canaries removed."""
+    if self.table.known_canaries_removed == "final_and_all_iterates":
+      return ("other inserted canaries: their projections removed from every "
+              "round's aggregate and from the final model, exactly "
+              "(orthogonal canaries)")
     line = self.insertion.known_canaries_line(self.table.known_canaries_removed)
     if line is not None:
       return line
@@ -393,8 +396,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
     claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
                                                 "claimed_epsilon")
     claim = "claimed ε"
-  # A Poisson or DDP claim is not a Gaussian mechanism without
-  # amplification: its one-run bound is Steinke et al.'s (`audit`).
+  # Poisson and DDP claims are not Gaussian: Steinke et al.'s bound (`audit`).
   gaussian_claim = (ddp is None and config["sampling"] != "per_round")
   verdict = audit.audit_table(table, claimed_epsilon=claimed_epsilon,
                               delta=delta, confidence=confidence,

@@ -40,6 +40,7 @@ from tff_canary.stats.estimators import estimates
 from tff_canary.stats.bounds import fdp_one_run
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.estimators import max_of_rounds
+from tff_canary.stats.estimators import scheduled_sums
 from tff_canary.stats import call_site
 from tff_canary.stats import results
 from tff_canary.stats import validation
@@ -85,6 +86,7 @@ class TableEstimates:
   fdp_final: Optional[results.GaussianClaimBound] = None
   fdp_all: Optional[results.GaussianClaimBound] = None
   all_iterates_gaussian_fit: Optional[results.EpsilonEstimate] = None
+  scheduled: Optional[scheduled_sums.ScheduledEstimate] = None
 
   def rows(self) -> list[tuple[str, str, Any]]:
     """(name, kind, result) for every estimate present, in report order.
@@ -109,6 +111,8 @@ class TableEstimates:
         (f"{ALL_ITERATES}: epsilon_all", "estimate", self.all_iterates),
         (f"{ALL_ITERATES}: epsilon_all (Gaussian fit to maxima, paper)",
          "estimate", self.all_iterates_gaussian_fit),
+        (f"{ALL_ITERATES}: epsilon_scheduled (sums over each canary's "
+         "schedule)", "estimate", self.scheduled),
         (f"{ALL_ITERATES}: epsilon_lo (held-out null)", "bound", self.lo_all),
         (f"{ALL_ITERATES}: epsilon_lo (paper)", "nominal bound",
          self.lo_all_paper),
@@ -130,7 +134,7 @@ class TableEstimates:
     for field in ("final_mean_only", "final_fitted", "lo_final",
                   "lo_final_paper", "all_iterates", "all_iterates_gaussian_fit",
                   "lo_all", "lo_all_paper", "one_run_final", "one_run_all",
-                  "fdp_final", "fdp_all"):
+                  "fdp_final", "fdp_all", "scheduled"):
       value = getattr(self, field)
       out[field] = None if value is None else value.as_dict()
     out["warnings"] = list(self.warnings)
@@ -194,6 +198,12 @@ def estimate_table(table: CosineTable, *, delta: float,
                                        correction="simultaneous", **kw)
       lo_all_paper = lower_bounds.epsilon_lo(max_in, held_out=max_out, **kw)
 
+    scheduled = None
+    if table.has_scheduled_sums:  # orthogonal canaries, scored in the round
+      scheduled = scheduled_sums.epsilon_scheduled(
+          table.scheduled_statistics("inserted"),
+          table.scheduled_statistics("held_out"), **kw)
+
     one_run_final = one_run_all = fdp_final = fdp_all = None
     if table.assignment == "coin":
       mask = table.mask("inserted")
@@ -224,4 +234,5 @@ def estimate_table(table: CosineTable, *, delta: float,
       all_iterates=all_iterates, lo_all=lo_all, lo_all_paper=lo_all_paper,
       all_iterates_gaussian_fit=all_iterates_gaussian_fit,
       one_run_final=one_run_final, one_run_all=one_run_all,
-      warnings=tuple(notes), fdp_final=fdp_final, fdp_all=fdp_all)
+      warnings=tuple(notes), fdp_final=fdp_final, fdp_all=fdp_all,
+      scheduled=scheduled)
