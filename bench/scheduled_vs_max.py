@@ -24,6 +24,12 @@ Per setting and seed, two estimates of that epsilon:
 
 The table gives the mean +- std over seeds of each, the mean relative error
 against the analytical epsilon, and how often its 95% interval covers it.
+
+Measured (`--trials 20`, defaults otherwise; 68 s): at analytical epsilon
+10 / 30 / 100 the scheduled estimate with the held-out null was 10.21 +- 0.38
+/ 29.68 +- 0.98 / 99.3 +- 4.0 and with the exact null 10.07 +- 0.15 / 29.98
++- 0.31 / 100.08 +- 0.35; the max model 8.2 +- 6.9 / 30.5 +- 2.2 / 100.4 +-
+1.7; Algorithm 3's fitted Gaussians 0.84 / 3.1 / 42.
 """
 
 from __future__ import annotations
