@@ -115,7 +115,20 @@ def test_a_claim_that_is_not_gaussian_gets_bounds_valid_for_any_claim():
   verdict = audit.audit_table(table, claimed_epsilon=1.0, delta=1e-5,
                               gaussian_claim=False)
   assert verdict.claim_kind == "any" and "Steinke" in str(verdict)
-  assert "f-DP" in str(audit.audit_table(table, claimed_epsilon=1.0,
-                                         delta=1e-5))
+  assert "Gaussian-mechanism claim" in str(audit.audit_table(
+      table, claimed_epsilon=1.0, delta=1e-5))
+  # Orthogonal canaries (independent noise scores): the tight one-run bound
+  # (bonferroni) takes the f-DP one's place for a Gaussian claim.
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  orthogonal = dataclasses.replace(
+      table, generator="randomized-hadamard/3-layers/two-windows/float32/v1")
+  assert orthogonal.orthogonal and not table.orthogonal
+  fns = audit.table_bounds(orthogonal, 1e-5)
+  assert set(fns) == {"epsilon_lo final", "tight one-run bound final"}
+  assert fns["tight one-run bound final"](0.95).epsilon == (
+      audit.tight_bound(table.final_cosine, mask, delta=1e-5,
+                        confidence=0.95).epsilon)
+  assert set(audit.table_bounds(orthogonal, 1e-5, gaussian_claim=False)) == {
+      "epsilon_lo final", "one-run bound final"}
   with pytest.raises(TypeError, match="gaussian_claim"):
     audit.table_bounds(table, 1e-5, gaussian_claim="no")

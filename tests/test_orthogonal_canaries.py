@@ -332,3 +332,8 @@ def test_canary_clients_and_ddp_runs_score_orthogonal_canaries(tmp_path,
   assert table.has_max_cosines and table.has_scheduled_sums
   assert not os.path.exists(os.path.join(out, "aggregates.npy"))
   assert not os.path.exists(os.path.join(out, "stream"))
+
+
+def test_the_generator_marks_tables_as_orthogonal():
+  from tff_canary.stats.canaries import cosine_table  # pylint: disable=g-import-not-at-top
+  assert ot.GENERATOR.startswith(cosine_table.ORTHOGONAL_GENERATOR_PREFIX)

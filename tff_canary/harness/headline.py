@@ -42,9 +42,11 @@ AUDITED_AS = {
     f"{_F}: epsilon_lo (exact null)": "epsilon_lo final",
     f"{_F}: f-DP one-run bound": "f-DP one-run bound final",
     f"{_F}: one-run bound": "one-run bound final",
+    f"{_F}: tight one-run bound": "tight one-run bound final",
     f"{_A}: epsilon_lo (held-out null)": "epsilon_lo all",
     f"{_A}: f-DP one-run bound": "f-DP one-run bound all",
     f"{_A}: one-run bound": "one-run bound all",
+    f"{_A}: tight one-run bound": "tight one-run bound all",
 }
 # What a headline says when a user's loop ran no noise self-test.
 NOISE_CHECK_NOT_RUN = (

@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tff_canary.stats.audit import audit
 from tff_canary.stats.estimators import estimates
 from tff_canary.stats.bounds import fdp_one_run
 from tff_canary.stats.bounds import lower_bounds
@@ -87,6 +88,8 @@ class TableEstimates:
   fdp_all: Optional[results.GaussianClaimBound] = None
   all_iterates_gaussian_fit: Optional[results.EpsilonEstimate] = None
   scheduled: Optional[scheduled_sums.ScheduledEstimate] = None
+  tight_final: Optional[results.GaussianClaimBound] = None
+  tight_all: Optional[results.GaussianClaimBound] = None
 
   def rows(self) -> list[tuple[str, str, Any]]:
     """(name, kind, result) for every estimate present, in report order.
@@ -108,6 +111,7 @@ class TableEstimates:
          self.lo_final_paper),
         (f"{FINAL_MODEL}: one-run bound", "bound", self.one_run_final),
         (f"{FINAL_MODEL}: f-DP one-run bound", "bound", self.fdp_final),
+        (f"{FINAL_MODEL}: tight one-run bound", "bound", self.tight_final),
         (f"{ALL_ITERATES}: epsilon_all", "estimate", self.all_iterates),
         (f"{ALL_ITERATES}: epsilon_all (Gaussian fit to maxima, paper)",
          "estimate", self.all_iterates_gaussian_fit),
@@ -118,6 +122,7 @@ class TableEstimates:
          self.lo_all_paper),
         (f"{ALL_ITERATES}: one-run bound", "bound", self.one_run_all),
         (f"{ALL_ITERATES}: f-DP one-run bound", "bound", self.fdp_all),
+        (f"{ALL_ITERATES}: tight one-run bound", "bound", self.tight_all),
     ]
     return [row for row in rows if row[2] is not None]
 
@@ -134,7 +139,8 @@ class TableEstimates:
     for field in ("final_mean_only", "final_fitted", "lo_final",
                   "lo_final_paper", "all_iterates", "all_iterates_gaussian_fit",
                   "lo_all", "lo_all_paper", "one_run_final", "one_run_all",
-                  "fdp_final", "fdp_all", "scheduled"):
+                  "fdp_final", "fdp_all", "scheduled", "tight_final",
+                  "tight_all"):
       value = getattr(self, field)
       out[field] = None if value is None else value.as_dict()
     out["warnings"] = list(self.warnings)
@@ -205,13 +211,18 @@ def estimate_table(table: CosineTable, *, delta: float,
           table.scheduled_statistics("held_out"), **kw)
 
     one_run_final = one_run_all = fdp_final = fdp_all = None
+    tight_final = tight_all = None
     if table.assignment == "coin":
       mask = table.mask("inserted")
       one_run_final = lower_bounds.one_run_bound(table.final_cosine, mask, **kw)
       fdp_final = fdp_one_run.fdp_one_run_bound(table.final_cosine, mask, **kw)
+      if table.orthogonal:  # independent scores (`audit`)
+        tight_final = audit.tight_bound(table.final_cosine, mask, **kw)
       if have_all:
         one_run_all = lower_bounds.one_run_bound(table.max_cosine, mask, **kw)
         fdp_all = fdp_one_run.fdp_one_run_bound(table.max_cosine, mask, **kw)
+        if table.orthogonal:
+          tight_all = audit.tight_bound(table.max_cosine, mask, **kw)
 
   if (table.rounds_recorded and not np.isnan(table.max_cosine).any()
       and not have_all):  # recorded, but refused: unrecorded participations
@@ -235,4 +246,4 @@ def estimate_table(table: CosineTable, *, delta: float,
       all_iterates_gaussian_fit=all_iterates_gaussian_fit,
       one_run_final=one_run_final, one_run_all=one_run_all,
       warnings=tuple(notes), fdp_final=fdp_final, fdp_all=fdp_all,
-      scheduled=scheduled)
+      scheduled=scheduled, tight_final=tight_final, tight_all=tight_all)

@@ -67,6 +67,8 @@ KnownCanariesRemoved = Literal["none", "all_iterates",
                                "final_and_all_iterates"]
 KNOWN_CANARIES_REMOVED = typing.get_args(KnownCanariesRemoved)
 _FORMAT = "tff-canary cosine table v1"
+# The generator of orthogonal canaries starts so (`orthogonal_transform`).
+ORTHOGONAL_GENERATOR_PREFIX = "randomized-hadamard/"
 
 
 class UnrecordedRoundsWarning(UserWarning):
@@ -259,6 +261,11 @@ class CosineTable:
 
   def participations(self, group: Group) -> np.ndarray:
     return self.participation[self.mask(group)]
+
+  @property
+  def orthogonal(self) -> bool:
+    """Whether the canaries are orthogonal (independent noise scores)."""
+    return self.generator.startswith(ORTHOGONAL_GENERATOR_PREFIX)
 
   @property
   def has_scheduled_sums(self) -> bool:
