@@ -12,7 +12,10 @@ from tff_canary.harness import run_dir
 from tff_canary.stats.canaries import canary_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLIENTS = dict(insertion="clients", seeded_noise=False, server_momentum=0.0)
+# The paper's canaries, whose all-iterates aggregates come from the weights
+# (orthogonal canaries: tests/test_orthogonal_canaries.py).
+CLIENTS = dict(insertion="clients", seeded_noise=False, server_momentum=0.0,
+               directions="gaussian")
 
 
 def _config(tmp_path, **overrides):

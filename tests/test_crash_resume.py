@@ -118,7 +118,9 @@ def test_kill_during_the_cosine_work_then_resume(uninterrupted, tmp_path):
 
 
 # Orthogonal canaries are scored inside each round: their running statistics
-# are in the aggregator state, so they are checkpointed with it. No stream, no
+# are in the aggregator state, so they are checkpointed with it. (The resumed
+# and the uninterrupted run being the same bits also stands for two runs of
+# one command: no second pair of runs is spent on it.) No stream, no
 # cosine pass; a kill in training loses the rounds since the last checkpoint
 # and the resumed run must redo them to the same bits.
 ORTHOGONAL = ("--directions=orthogonal",)  # the last flag given wins

@@ -24,7 +24,8 @@ from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLIENTS = dict(insertion="clients", seeded_noise=False, server_momentum=0.0)
+CLIENTS = dict(insertion="clients", seeded_noise=False, server_momentum=0.0,
+               directions="gaussian")  # orthogonal: test_orthogonal_canaries
 DDP = dict(aggregator="ddp", clip=1.0, **CLIENTS)
 
 
@@ -107,6 +108,10 @@ def test_config_json_round_trip_and_old_files(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     # One message names every missing flag (it used to take four tries).
     (["--aggregator=ddp"],
+     "error: aggregator='ddp' (--aggregator=ddp) needs 3 more settings; add "
+     "--insertion=clients --noseeded_noise --clip=C"),
+    # The paper's canaries read each round's aggregate from the weights.
+    (["--aggregator=ddp", "--directions=gaussian"],
      "error: aggregator='ddp' (--aggregator=ddp) needs 4 more settings; add "
      "--insertion=clients --noseeded_noise --server_optimizer=sgd "
      "--server_momentum=0 --clip=C"),

@@ -175,9 +175,13 @@ def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
   assert sum(r["canaries_inserted"] for r in rows) == report.estimates.num_inserted
   assert len(run_dir.RunDir(tmp_path / "run").load_ledger()) == 4
   assert report.estimates.one_run_final is not None  # coin assignment
-  # The round cosines were taken without the other inserted canaries.
-  assert run_dir.RunDir(tmp_path / "run").load_table(
-      ).known_canaries_removed == "all_iterates"
+  # The cosines were taken without the other inserted canaries, in the
+  # rounds and in the final model (orthogonal canaries).
+  table = run_dir.RunDir(tmp_path / "run").load_table()
+  assert table.known_canaries_removed == "final_and_all_iterates"
+  assert table.orthogonal and table.has_scheduled_sums
+  assert report.estimates.scheduled is not None
+  assert report.estimates.tight_final is not None
   # The noise self-test ran before training on the run's aggregator (the
   # verdict depends on the noise implementation, so only its presence here;
   # tests/test_noise_check.py tests the verdicts).
@@ -233,8 +237,9 @@ def test_resume_after_a_crash_before_the_first_checkpoint(tmp_path, monkeypatch)
   def crash(*args, **kwargs):
     raise RuntimeError("killed before the first checkpoint")
 
+  # The paper's canaries: their stream leaves a chunk behind.
   config = tiny(tmp_path / "run", num_rounds=2, eval_every=0,
-                checkpoint_every=2)
+                checkpoint_every=2, directions="gaussian")
   monkeypatch.setattr(training, "_checkpoint", crash)
   with pytest.raises(RuntimeError, match="first checkpoint"):
     experiment.run_experiment(config, progress=False, log=lambda *a: None)
@@ -244,6 +249,7 @@ def test_resume_after_a_crash_before_the_first_checkpoint(tmp_path, monkeypatch)
   moved = tmp_path / "moved"
   os.rename(tmp_path / "run", moved)  # a run directory may move between runs
   report = experiment.run_experiment(
-      tiny(moved, num_rounds=2, eval_every=0, checkpoint_every=2, resume=True),
+      tiny(moved, num_rounds=2, eval_every=0, checkpoint_every=2, resume=True,
+           directions="gaussian"),
       progress=False, log=lambda *a: None)
   assert report.estimates.num_inserted + report.estimates.num_held_out == 20

@@ -46,10 +46,14 @@ def test_more_canaries_than_dimensions_is_refused_at_once(tmp_path):
 
 def test_ddp_names_every_missing_setting_in_one_message(tmp_path):
   err = _refused(tmp_path, "--aggregator=ddp")
-  for flag in ("--insertion=clients", "--noseeded_noise",
-               "--server_momentum=0", "--clip="):
+  for flag in ("--insertion=clients", "--noseeded_noise", "--clip="):
     assert flag in err, err
   assert err.count("error:") == 1
+  # Orthogonal canaries (the default) need no aggregate from the weights;
+  # the paper's do, so server SGD without momentum is named for them.
+  assert "--server_momentum=0" not in err
+  err = _refused(tmp_path, "--aggregator=ddp", "--directions=gaussian")
+  assert "--server_momentum=0" in err and err.count("error:") == 1
 
 
 def test_resume_of_a_directory_without_a_run(tmp_path):

@@ -56,11 +56,10 @@ REFUSALS = {
         r"inserted by --assignment=coin, beside 50 clients x 80 rounds\); "
         r".* above 10% .* pass --allow_large_canary_fraction to run it "
         r"anyway\.$"),
-    "ddp_needs_four_flags": (
+    "ddp_needs_three_flags": (
         "emnist.py", ["--aggregator=ddp"],
-        r"^error: aggregator='ddp' \(--aggregator=ddp\) needs 4 more settings;"
-        r" add --insertion=clients --noseeded_noise .*--server_momentum=0 "
-        r"--clip=C"),
+        r"^error: aggregator='ddp' \(--aggregator=ddp\) needs 3 more settings;"
+        r" add --insertion=clients --noseeded_noise --clip=C"),
     # Scale at TFF's 1e6 cap (noise 0.01): L1 = 1e6 C sqrt(d) overflows int32
     # above C ~ 1.07 on the StackOverflow LSTM.
     "ddp_int32_overflow_stackoverflow": (

@@ -150,24 +150,3 @@ def test_two_runs_of_the_same_command_are_bitwise_identical(tmp_path):
       assert za[key].tobytes() == zb[key].tobytes(), key
   assert _report_numbers(a) == _report_numbers(b)
 
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_two_orthogonal_runs_are_bitwise_identical(tmp_path):
-  # Orthogonal canaries are scored in the round, in float32 TF ops: the
-  # table (from the trained state) must be the same bits in both runs.
-  outs = [str(tmp_path / "a"), str(tmp_path / "b")]
-  _run_side_by_side(outs, extra=(("--directions=orthogonal",),) * 2)
-  a, b = outs
-  for row_a, row_b in zip(metrics_without_timing(a), metrics_without_timing(b),
-                          strict=True):
-    assert row_a == row_b, f"round {row_a['round']} differs"
-  for name in ("initial_weights.npy", "final_weights.npy"):
-    assert _bits(os.path.join(a, name)) == _bits(os.path.join(b, name)), name
-  with np.load(os.path.join(a, "cosines.npz")) as za, np.load(
-      os.path.join(b, "cosines.npz")) as zb:
-    assert sorted(za.files) == sorted(zb.files)
-    for key in za.files:
-      assert za[key].tobytes() == zb[key].tobytes(), key
-  assert _report_numbers(a) == _report_numbers(b)
-  assert CosineTable.load(os.path.join(a, "cosines.npz")).has_scheduled_sums
