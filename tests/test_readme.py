@@ -94,7 +94,9 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
     rd = run_dir.RunDir(tmp_path / run)
     table = rd.load_table()
     assert len(table) == 12 and table.dim == 210
-    assert rd.exists(run_dir.AGGREGATES) and rd.exists(run_dir.REPORT_JSON)
+    # Orthogonal canaries: scored in the round, nothing recorded.
+    assert not rd.exists(run_dir.AGGREGATES) and rd.exists(run_dir.REPORT_JSON)
+    assert table.orthogonal and table.has_max_cosines
     assert len(rd.load_ledger()) == 3
   trained_locally = namespace["state"]
   multi_worker = guide_block("scaling.md", "multi_worker.local_workers")
