@@ -3,32 +3,36 @@
 docs/method/orthogonal-canaries.md. For a model of d parameters and a canary
 seed s, R is the d x d orthogonal matrix
 
-    R = L_3 L_2 L_1,    L_l = H_B H_A D_l,
+    R = L_3 L_2 L_1,    L_l = H_{W_2} D_{l,2} H_{W_1} D_{l,1} P_l,
 
-where D_l = diag(+-1) has independent fair signs drawn from (s, layer l),
-H_A applies the normalized Sylvester-Hadamard matrix of size n (the largest
-power of two <= d) to the coordinates [0, n) and H_B the same matrix to
-[d - n, d) (one window when d is a power of two). Each factor is orthogonal,
-so R is, exactly, for any d: no padding or truncation. Canary j is row j of
-R (j < d), a unit vector; distinct canaries are orthogonal.
+where P_l is the stride permutation k -> a_l k mod d (`multiplier`), each
+D_{l,w} = diag(+-1) has independent fair signs drawn from (s, its tag), and
+H_W applies the normalized Sylvester-Hadamard matrix to the coordinates of
+window W (`windows`: [0, n) with n the largest power of two <= d, and, when
+d is not a power of two, [d - b, d) with b the smallest power of two >=
+d - n). Each factor is orthogonal, so R is, exactly, for any d: no padding
+or truncation. Canary j is row rho(j) of R (`rows`: a prefix of a seeded
+random permutation of [0, d)), a unit vector; distinct canaries are
+orthogonal.
 
 Three randomized Hadamard layers follow Yu et al., "Orthogonal Random
 Features" (NeurIPS 2016), who use three HD blocks as a surrogate of a
-Haar-random orthogonal matrix. The surrogate is not exactly Haar: one layer
-gives cos(c_j, e_1) = +-1/sqrt(n) exactly. tests/test_orthogonal_canaries.py
+Haar-random orthogonal matrix. The surrogate is not exactly Haar (one layer
+maps e_0 to +-1/sqrt(n) on a window); tests/test_orthogonal_canaries.py
 compares canary scores with the exact null law for adversarial vectors, and
 shows that one layer fails it.
 
 Everything a round needs is one transform of cost O(d log d), whatever the
 number of canaries:
 
-  * scores: (<c_0, v>, ..., <c_{m-1}, v>) = (R v)[:m];
-  * the round's inserted canaries: sum_j w_j c_j = R^T u with u_j = w_j.
+  * scores: (<c_0, v>, ..., <c_{m-1}, v>) = (R v)[rho];
+  * the round's inserted canaries: sum_j w_j c_j = R^T u, u = w_j at rho(j).
 
-Each Hadamard transform is computed as a product of small Hadamard factors
-(H_n = H_{f_1} (x) ... (x) H_{f_k}, f_i <= 32), one matrix product per factor:
-dense, vectorized kernels that TFF's C++ runtime runs like any TF op
-(bench/transform.py compares it with a butterfly).
+Each Hadamard transform is a product of small Hadamard factors (H_n =
+H_{f_1} (x) ... (x) H_{f_k}, f_i <= 32), one matrix product and one
+transpose per factor: dense kernels that TFF's C++ runtime runs like any TF
+op (faster here than einsums or a butterfly; `bench/round_overhead.py
+--directions orthogonal` prints the transform's unit cost).
 """
 
 from __future__ import annotations
@@ -48,12 +52,13 @@ GENERATOR = "randomized-hadamard/3-layers/two-windows/float32/v1"
 # The number of randomized Hadamard layers L.
 LAYERS = 3
 
-# The largest Hadamard factor of the Kronecker decomposition (2^5: fastest of
-# 2^4..2^8 here, bench/transform.py).
+# The largest Hadamard factor of the Kronecker decomposition (2^5 was the
+# fastest of 2^4..2^8 on this project's machine).
 _MAX_FACTOR_LOG2 = 5
 
-# The sign vector of layer l is drawn from the stateless seed (s, _SIGN_TAG - l):
-# negative, so it never equals a Gaussian canary's (s, j), j >= 0.
+# The sign vector of window w of layer l is drawn from the stateless seed
+# (s, _SIGN_TAG - (l * _MAX_WINDOWS + w)): negative, so it never equals a
+# Gaussian canary's (s, j), j >= 0.
 _SIGN_TAG = -1
 # At most two windows per layer (`windows`): sign vector l * 2 + w.
 _MAX_WINDOWS = 2
@@ -198,15 +203,12 @@ def _inverse_permutation(layer: int, dim: int) -> tf.Tensor:
   return _stride_permutation(dim, pow(a, -1, dim) if dim > 1 else 0)
 
 
-PERMUTE = True
-
 
 def forward(seed: Any, v: tf.Tensor, dim: int) -> tf.Tensor:
   """R v for v of shape [dim] or [batch, dim], float32. Graph-safe."""
   x = tf.convert_to_tensor(v, tf.float32)
   for layer in range(LAYERS):
-    if PERMUTE:
-      x = tf.gather(x, _permutation(layer, dim), axis=-1)
+    x = tf.gather(x, _permutation(layer, dim), axis=-1)
     x = _mix(x, seed, layer, dim, reverse=False)
   return x
 
@@ -216,8 +218,7 @@ def inverse(seed: Any, u: tf.Tensor, dim: int) -> tf.Tensor:
   x = tf.convert_to_tensor(u, tf.float32)
   for layer in reversed(range(LAYERS)):
     x = _mix(x, seed, layer, dim, reverse=True)
-    if PERMUTE:
-      x = tf.gather(x, _inverse_permutation(layer, dim), axis=-1)
+    x = tf.gather(x, _inverse_permutation(layer, dim), axis=-1)
   return x
 
 
