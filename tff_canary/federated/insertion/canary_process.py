@@ -143,7 +143,7 @@ def build(
   num_scored = canaries.num_canaries if orthogonal else 0
   if orthogonal:
     rows = orthogonal_transform.rows(seed, dim, canaries.num_canaries)
-    scheduled = canaries.scheduled_events()
+    score = round_scores.scorer(canaries, dim)
 
   query_initial_state_fn = tff.tensorflow.computation(
       query.initial_global_state)
@@ -162,9 +162,7 @@ def build(
 
   @tff.tensorflow.computation
   def canary_state_fn():
-    return (tf.constant(0, tf.int32), tf.constant(seed, tf.int64),
-            tf.constant(events, tf.int32, shape=events.shape),
-            round_scores.initial(num_scored))
+    return round_scores.initial_state(canaries, num_scored)
 
   round_type, seed_type, schedule_type, scores_type = (
       canary_state_fn.type_signature.result)
@@ -207,10 +205,7 @@ def build(
   def score_round(scores, result, round_num, seed_t, schedule):
     if not orthogonal:
       return scores
-    return round_scores.update(
-        round_scores.CanaryScores(*scores), seed_t,
-        flat_layout.flatten_value(result), dim, tf.constant(rows), round_num,
-        schedule, tf.constant(scheduled, tf.int32, shape=scheduled.shape))
+    return score(scores, result, round_num, seed_t, schedule)
 
   @tff.federated_computation()
   def init_fn():

@@ -297,12 +297,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
       raise TypeError(f"value_type must be a structure of tensors, got "
                       f"{value_type}: {e}") from None
     dim = flat_layout.tensor_specs_dim(specs)
-    if self._canaries.directions == "orthogonal":
-      if self._canaries.num_canaries > dim:
-        raise ValueError(
-            f"{self._canaries.num_canaries} orthogonal canaries for a model "
-            f"of dim = {dim}: at most dim orthogonal directions exist.")
-    else:
+    if self._canaries.directions == "gaussian":  # orthogonal: `rows` checks
       canary_config.check_orthogonality(self._canaries.num_canaries, dim)
     return canary_process.build(self._query, self._adaptive, self._canaries,
                                 self._record_aggregation_factory, value_type,

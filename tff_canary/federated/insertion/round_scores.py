@@ -39,6 +39,8 @@ import numpy as np
 import tensorflow as tf
 
 from tff_canary.federated.insertion import orthogonal_transform
+from tff_canary.federated.structures import flat_layout
+from tff_canary.stats.canaries import canary_config
 
 # Below every cosine: the max of no round.
 NO_MAX = -2.0
@@ -132,6 +134,36 @@ def update(scores: CanaryScores, seed: Any, flat: tf.Tensor, dim: int,
       + tf.cast(in_schedule, tf.float64) * x,
       scheduled_rounds=scores.scheduled_rounds + in_schedule,
       rounds_scored=scores.rounds_scored + 1)
+
+
+def initial_state(canaries: canary_config.CanaryConfig,
+                  num_scored: int) -> tuple[Any, Any, Any, CanaryScores]:
+  """(round 0, the seed, the inserted events, `initial(num_scored)`): the
+  canary part of a scoring process's initial state, as TF tensors."""
+  events = np.asarray(canaries.participation.events, np.int32)
+  return (tf.constant(0, tf.int32), tf.constant(canaries.seed, tf.int64),
+          tf.constant(events, tf.int32, shape=events.shape),
+          initial(num_scored))
+
+
+def scorer(canaries: canary_config.CanaryConfig, dim: int):
+  """The round's `update` for orthogonal `canaries` in a model of `dim`.
+
+  Returns f(scores, result, round_num, seed, schedule) -> CanaryScores, for
+  the state's fields and the round's released `result` (a value structure,
+  flattened by `flat_layout`); the canaries' rows and every canary's
+  schedule are constants of the graph.
+  """
+  rows = orthogonal_transform.rows(canaries.seed, dim, canaries.num_canaries)
+  scheduled = canaries.scheduled_events()
+
+  def score(scores, result, round_num, seed, schedule):
+    return update(CanaryScores(*scores), seed,
+                  flat_layout.flatten_value(result), dim, tf.constant(rows),
+                  round_num, schedule,
+                  tf.constant(scheduled, tf.int32, shape=scheduled.shape))
+
+  return score
 
 
 def final_cosines(seed: int, delta: np.ndarray, dim: int,

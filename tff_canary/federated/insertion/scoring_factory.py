@@ -22,11 +22,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_canary.federated.insertion import orthogonal_transform
 from tff_canary.federated.insertion import round_scores
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.federated.structures import flat_layout
@@ -89,20 +86,11 @@ class CanaryScoringFactory(tff.aggregators.UnweightedAggregationFactory):
     specs = tff.types.type_to_tf_tensor_specs(value_type)
     dim = flat_layout.tensor_specs_dim(specs)
     canaries = self._canaries
-    m = canaries.num_canaries
-    if m > dim:
-      raise ValueError(f"{m} orthogonal canaries for a model of dim = {dim}: "
-                       "at most dim orthogonal directions exist.")
-    rows = orthogonal_transform.rows(canaries.seed, dim, m)
-    events = np.asarray(canaries.participation.events, np.int32)
-    scheduled = canaries.scheduled_events()
-    seed = canaries.seed
+    score = round_scores.scorer(canaries, dim)  # refuses m > dim
 
     @tff.tensorflow.computation
     def initial_scores():
-      return (tf.constant(0, tf.int32), tf.constant(seed, tf.int64),
-              tf.constant(events, tf.int32, shape=events.shape),
-              round_scores.initial(m))
+      return round_scores.initial_state(canaries, canaries.num_canaries)
 
     round_type, seed_type, schedule_type, scores_type = (
         initial_scores.type_signature.result)
@@ -111,12 +99,7 @@ class CanaryScoringFactory(tff.aggregators.UnweightedAggregationFactory):
     @tff.tensorflow.computation(scores_type, result_type, round_type,
                                 seed_type, schedule_type)
     def score_round(scores, result, round_num, seed_t, schedule):
-      return (round_scores.update(
-          round_scores.CanaryScores(*scores), seed_t,
-          flat_layout.flatten_value(result), dim, tf.constant(rows),
-          round_num, schedule,
-          tf.constant(scheduled, tf.int32, shape=scheduled.shape)),
-              round_num + 1)
+      return score(scores, result, round_num, seed_t, schedule), round_num + 1
 
     @tff.federated_computation()
     def init_fn():

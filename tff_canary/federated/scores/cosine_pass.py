@@ -86,13 +86,6 @@ class ZeroVectorWarning(UserWarning):
   """A cosine with a zero vector was taken (and defined as 0)."""
 
 
-def _weights_vector(weights: Any, name: str) -> np.ndarray:
-  # tff.learning.models.ModelWeights: the aggregated value is `trainable`.
-  if hasattr(weights, "trainable") and hasattr(weights, "non_trainable"):
-    weights = weights.trainable
-  return flat_layout.flatten_numpy(weights, name).astype(np.float64)
-
-
 def plan_blocks(dim: int, num_rows: int, num_canaries: int,
                 memory_budget_bytes: int) -> tuple[int, int]:
   """(aggregate rows per chunk, canaries per block) within the budget.
@@ -215,12 +208,8 @@ def compute_cosine_table(
                      "canaries, no table to compute.")
   budget = validation.as_int(memory_budget_bytes, "memory_budget_bytes",
                              minimum=1)
-  theta0 = _weights_vector(initial_weights, "initial_weights")
-  theta_t = _weights_vector(final_weights, "final_weights")
-  if theta0.shape != theta_t.shape:
-    raise ValueError(f"initial_weights has dim = {theta0.size}, final_weights "
-                     f"dim = {theta_t.size}.")
-  dim = validation.as_dim(theta0.size, "dim (of the weights)")
+  theta0, theta_t, dim = flat_layout.weights_pair(initial_weights,
+                                                  final_weights)
   m = canaries.num_canaries
   if aggregates is None:
     reader, rows = None, np.zeros(0, np.int64)

@@ -19,16 +19,8 @@ from tff_canary.federated.insertion import orthogonal_transform
 from tff_canary.federated.insertion import round_scores
 from tff_canary.federated.insertion import state_check
 from tff_canary.federated.structures import flat_layout
-from tff_canary.stats import validation
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import cosine_table
-
-
-def _weights_vector(weights: Any, name: str) -> np.ndarray:
-  # tff.learning.models.ModelWeights: the aggregated value is `trainable`.
-  if hasattr(weights, "trainable") and hasattr(weights, "non_trainable"):
-    weights = weights.trainable
-  return flat_layout.flatten_numpy(weights, name).astype(np.float64)
 
 
 def _scores_of(state: Any, num_canaries: int) -> round_scores.CanaryScores:
@@ -69,12 +61,8 @@ def table_from_state(canaries: canary_config.CanaryConfig,
     raise ValueError(f"canaries.directions must be 'orthogonal' for a table "
                      f"from the state, got {canaries.directions!r}.")
   state_check.check_state(canaries, state)
-  theta0 = _weights_vector(initial_weights, "initial_weights")
-  theta_t = _weights_vector(final_weights, "final_weights")
-  if theta0.shape != theta_t.shape:
-    raise ValueError(f"initial_weights has {theta0.size} parameters but "
-                     f"final_weights has {theta_t.size}.")
-  dim = validation.as_dim(theta0.size, "dim (of the model weights)")
+  theta0, theta_t, dim = flat_layout.weights_pair(initial_weights,
+                                                  final_weights)
   m = canaries.num_canaries
   scores = _scores_of(state, m)
   rows = orthogonal_transform.rows(canaries.seed, dim, m)

@@ -81,3 +81,25 @@ def flatten_numpy(value: Any, name: str = "value") -> np.ndarray:
   if not np.all(np.isfinite(flat)):
     raise ValueError(f"{name} has non-finite entries.")
   return flat
+
+
+def weights_pair(initial_weights: Any, final_weights: Any
+                 ) -> tuple[np.ndarray, np.ndarray, int]:
+  """(theta_0, theta_T, dim) as float64 vectors, of the same size.
+
+  Each may be `ModelWeights` (its `trainable` part is the aggregated value),
+  a structure of arrays in the order of the aggregated value, or a flat
+  vector.
+  """
+  flat = []
+  for weights, name in ((initial_weights, "initial_weights"),
+                        (final_weights, "final_weights")):
+    if hasattr(weights, "trainable") and hasattr(weights, "non_trainable"):
+      weights = weights.trainable
+    flat.append(flatten_numpy(weights, name).astype(np.float64))
+  theta0, theta_t = flat
+  if theta0.shape != theta_t.shape:
+    raise ValueError(f"initial_weights has dim = {theta0.size}, final_weights "
+                     f"dim = {theta_t.size}.")
+  return theta0, theta_t, validation.as_dim(theta0.size,
+                                            "dim (of the weights)")

@@ -30,6 +30,7 @@ insert), for the schedule-aware statistic.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 import warnings
 from typing import Literal
@@ -83,8 +84,9 @@ class CanaryConfig:
     participation: `schedules.Participation` of the inserted canaries
       (derived).
     held_out_participation: `schedules.Participation` of the held-out
-      canaries, drawn from the same schedule on its own stream (derived;
-      never inserted: the reference of the schedule-aware statistic).
+      canaries, drawn from the same schedule on its own stream (derived when
+      first asked for; never inserted: the reference of the schedule-aware
+      statistic).
   """
 
   seed: int
@@ -96,8 +98,6 @@ class CanaryConfig:
   directions: Directions = "gaussian"
   inserted: np.ndarray = dataclasses.field(init=False, repr=False)
   participation: schedules.Participation = dataclasses.field(
-      init=False, repr=False)
-  held_out_participation: schedules.Participation = dataclasses.field(
       init=False, repr=False)
 
   def __post_init__(self):
@@ -128,8 +128,6 @@ class CanaryConfig:
       inserted = rng.integers(0, 2, size=total).astype(bool)
     inserted.setflags(write=False)
     participation = self.schedule.realize(seed, np.flatnonzero(inserted))
-    held_out_participation = self.schedule.realize(
-        seed, np.flatnonzero(~inserted), tag=schedules.HELD_OUT_SCHEDULE_TAG)
     object.__setattr__(self, "seed", seed)
     object.__setattr__(self, "num_inserted", num_inserted)
     object.__setattr__(self, "num_held_out", num_held_out)
@@ -139,7 +137,13 @@ class CanaryConfig:
     object.__setattr__(self, "directions", directions)
     object.__setattr__(self, "inserted", inserted)
     object.__setattr__(self, "participation", participation)
-    object.__setattr__(self, "held_out_participation", held_out_participation)
+
+  @functools.cached_property
+  def held_out_participation(self) -> schedules.Participation:
+    """The held-out canaries' schedules (class docstring); drawn when first
+    asked for, since only orthogonal canaries use them."""
+    return self.schedule.realize(self.seed, self.held_out_ids,
+                                 tag=schedules.HELD_OUT_SCHEDULE_TAG)
 
   @property
   def num_canaries(self) -> int:
