@@ -3,14 +3,16 @@
 docs/method/orthogonal-canaries.md. For a model of d parameters and a canary
 seed s, R is the d x d orthogonal matrix
 
-    R = L_3 L_2 L_1,    L_l = H_{W_2} D_{l,2} H_{W_1} D_{l,1} P_l,
+    R = L_3 L_2 L_1,    L_l = H_B D_{l,B} H_A D_{l,A} P_l,
 
-where P_l is the stride permutation k -> a_l k mod d (`multiplier`), each
-D_{l,w} = diag(+-1) has independent fair signs drawn from (s, its tag), and
-H_W applies the normalized Sylvester-Hadamard matrix to the coordinates of
-window W (`windows`: [0, n) with n the largest power of two <= d, and, when
-d is not a power of two, [d - b, d) with b the smallest power of two >=
-d - n). Each factor is orthogonal, so R is, exactly, for any d: no padding
+where H_W applies the normalized Sylvester-Hadamard matrix to the
+coordinates of window W (`windows`: A = [0, n) with n the largest power of
+two <= d, and, when d is not a power of two, B = [d - b, d) with b the
+smallest power of two >= d - n), each D_{l,W} flips the signs of window W's
+coordinates by independent fair bits drawn from (s, its tag), and P_l is a
+fixed permutation that moves each window's coordinates across all of
+[0, d) (a blocked transpose, `_transpose_shape`; none before the first
+layer). Each factor is orthogonal, so R is, exactly, for any d: no padding
 or truncation. Canary j is row rho(j) of R (`rows`: a prefix of a seeded
 random permutation of [0, d)), a unit vector; distinct canaries are
 orthogonal.
@@ -29,7 +31,7 @@ number of canaries:
   * the round's inserted canaries: sum_j w_j c_j = R^T u, u = w_j at rho(j).
 
 Each Hadamard transform is a product of small Hadamard factors (H_n =
-H_{f_1} (x) ... (x) H_{f_k}, f_i <= 32), one matrix product and one
+H_{f_1} (x) ... (x) H_{f_k}, f_i <= 16), one matrix product and one
 transpose per factor: dense kernels that TFF's C++ runtime runs like any TF
 op (faster here than einsums or a butterfly; `bench/round_overhead.py
 --directions orthogonal` prints the transform's unit cost).
@@ -47,18 +49,18 @@ from tff_canary.stats import validation
 
 # Identifies the construction above; stored with every cosine table so that a
 # table is never paired with canaries from another generator.
-GENERATOR = "randomized-hadamard/3-layers/two-windows/float32/v1"
+GENERATOR = "randomized-hadamard/3-layers/two-windows/float32/v2"
 
 # The number of randomized Hadamard layers L.
 LAYERS = 3
 
-# The largest Hadamard factor of the Kronecker decomposition (2^5 was the
-# fastest of 2^4..2^8 on this project's machine).
-_MAX_FACTOR_LOG2 = 5
+# The largest Hadamard factor of the Kronecker decomposition (2^4 was the
+# fastest of 2^3..2^7 on this project's machine).
+_MAX_FACTOR_LOG2 = 4
 
-# The sign vector of window w of layer l is drawn from the stateless seed
-# (s, _SIGN_TAG - (l * _MAX_WINDOWS + w)): negative, so it never equals a
-# Gaussian canary's (s, j), j >= 0.
+# The sign bits of window w of layer l are drawn from the stateless seed
+# (s, _SIGN_TAG - (l * _MAX_WINDOWS + w)) (`_tag`): negative, so it never
+# equals a Gaussian canary's (s, j), j >= 0.
 _SIGN_TAG = -1
 # At most two windows per layer (`windows`): sign vector l * 2 + w.
 _MAX_WINDOWS = 2
@@ -71,8 +73,9 @@ def windows(dim: int) -> list[tuple[int, int]]:
 
   n is the largest power of two <= dim and t = dim - n. With t = 0, one
   window [0, n); otherwise also [dim - b, dim), b the smallest power of two
-  >= t. Windows may be disjoint: the permutation before each layer moves
-  every coordinate across them (`multiplier`).
+  >= t. Windows may be disjoint: the permutation before each layer after
+  the first moves every window's coordinates across them
+  (`_transpose_shape`).
   """
   dim = validation.as_dim(dim)
   n = 1 << (dim.bit_length() - 1)
@@ -102,7 +105,7 @@ def rows(seed: int, dim: int, num_canaries: int) -> np.ndarray:
 
 
 def _factors(n: int) -> list[int]:
-  """Sizes of the Hadamard factors of H_n, balanced, each <= 2^7."""
+  """Sizes of the Hadamard factors of H_n, balanced, each <= 2^_MAX_FACTOR_LOG2."""
   k = n.bit_length() - 1
   if k == 0:
     return []
@@ -139,87 +142,122 @@ def fwht(x: tf.Tensor, n: int) -> tf.Tensor:
   return tf.reshape(x, [-1, n] if batched else [n])
 
 
-def _signs(seed: Any, layer: int, dim: int) -> tf.Tensor:
-  key = tf.stack([tf.cast(seed, tf.int64),
-                  tf.constant(_SIGN_TAG - layer, tf.int64)])
-  bits = tf.random.stateless_uniform([dim], seed=key, minval=0, maxval=2,
-                                     dtype=tf.int32, alg="philox")
-  return tf.cast(1 - 2 * bits, tf.float32)
+def _transpose_shape(dim: int, layer: int) -> tuple[int, int] | None:
+  """(p, q) of layer `layer`'s permutation, or None for no permutation.
 
-
-def _mix(x: tf.Tensor, seed: Any, layer: int, dim: int,
-         reverse: bool) -> tf.Tensor:
-  """The layer's window transforms, each after its own random signs.
-
-  Forward: for each window W in order, x <- H_W D_{l,W} x, where D_{l,W} is
-  a sign diagonal on the whole vector. The inverse applies the transposes in
-  reverse order: x <- D_{l,W} H_W x.
+  Layer 0 has none: a fixed permutation before the first random step
+  changes no worst case (the null law must hold for every v, and P v ranges
+  over every vector as v does). Layers 1 and 2 read the first p q
+  coordinates as a p x q matrix and transpose it (the last dim - p q < p
+  coordinates stay): consecutive coordinates land p apart, so each window
+  of the next layer takes coordinates of every window of the last one. p is
+  0.618 sqrt(dim) for layer 1 and sqrt(dim) for layer 2, so that neither
+  transpose is close to the other's inverse (q_1 = dim // p_1 is near
+  1.618 sqrt(dim)).
   """
-  spans = list(enumerate(windows(dim)))
-  for index, (start, n) in (reversed(spans) if reverse else spans):
-    signs = _signs(seed, layer * _MAX_WINDOWS + index, dim)
-    if not reverse:
-      x = x * signs
-    if n == dim:
-      x = fwht(x, n)
-    else:
-      head, body, tail = (x[..., :start], x[..., start:start + n],
-                          x[..., start + n:])
-      x = tf.concat([head, fwht(body, n), tail], axis=-1)
-    if reverse:
-      x = x * signs
-  return x
+  if layer == 0:
+    return None
+  scale = (math.sqrt(5.0) - 1.0) / 2.0 if layer == 1 else 1.0
+  p = int(round(scale * math.sqrt(dim)))
+  if p < 2 or dim // p < 2:
+    return None
+  return p, dim // p
 
 
-def multiplier(dim: int, layer: int) -> int:
-  """a_l: the layer's coordinate permutation is k -> a_l k mod dim.
+def _permute(x: tf.Tensor, dim: int, layer: int, reverse: bool) -> tf.Tensor:
+  """P_l x (or P_l^T x with `reverse`) for x of shape [batch, dim]."""
+  shape = _transpose_shape(dim, layer)
+  if shape is None:
+    return x
+  p, q = shape
+  head = x[:, :p * q]
+  grid = [-1, q, p] if reverse else [-1, p, q]
+  head = tf.reshape(tf.transpose(tf.reshape(head, grid), [0, 2, 1]),
+                    [-1, p * q])
+  if p * q == dim:
+    return head
+  return tf.concat([head, x[:, p * q:]], axis=1)
 
-  The integer coprime with dim nearest to dim times the fractional part of
-  (layer + 1) times the golden ratio, a low-discrepancy stride: any window of
-  consecutive coordinates is spread over all of [0, dim).
+
+def _flip(x: tf.Tensor, seed: Any, tag: int) -> tf.Tensor:
+  """D x: the signs of x's last axis flipped by seeded fair bits.
+
+  Coordinate k's sign is bit k mod 32 of word k // 32 of Philox uint32
+  words drawn from the stateless seed (seed, tag); flipping is an XOR on the
+  float's sign bit (exact, and cheaper than a multiply by drawn signs).
   """
-  frac = ((layer + 1) * (math.sqrt(5.0) - 1.0) / 2.0) % 1.0
-  a = max(1, int(round(dim * frac)))
-  offset = 0
-  while True:
-    for cand in (a + offset, a - offset):
-      if 1 <= cand < max(dim, 2) and math.gcd(cand, dim) == 1:
-        return cand
-    offset += 1
+  size = x.shape[-1]
+  key = tf.stack([tf.cast(seed, tf.int64), tf.constant(tag, tf.int64)])
+  words = tf.random.stateless_uniform([(size + 31) // 32], seed=key,
+                                      minval=None, maxval=None,
+                                      dtype=tf.uint32, alg="philox")
+  shifts = tf.constant(31 - np.arange(32), tf.uint32)
+  sign_bits = tf.bitwise.bitwise_and(
+      tf.bitwise.left_shift(words[:, tf.newaxis], shifts[tf.newaxis, :]),
+      tf.constant(0x80000000, tf.uint32))
+  sign_bits = tf.reshape(sign_bits, [-1])[:size]
+  flipped = tf.bitwise.bitwise_xor(tf.bitcast(x, tf.uint32), sign_bits)
+  return tf.bitcast(flipped, tf.float32)
 
 
-def _stride_permutation(dim: int, a: int) -> tf.Tensor:
-  """[(k * a) mod dim for k in range(dim)], computed in the graph (int32)."""
-  k = tf.range(dim, dtype=tf.int64)
-  return tf.cast(tf.math.floormod(k * a, dim), tf.int32)
+def _tag(layer: int, window: int) -> int:
+  return _SIGN_TAG - (layer * _MAX_WINDOWS + window)
 
 
-def _permutation(layer: int, dim: int) -> tf.Tensor:
-  return _stride_permutation(dim, multiplier(dim, layer))
+def _layer(x: tf.Tensor, seed: Any, layer: int, dim: int) -> tf.Tensor:
+  """L_l x = H_B D_B H_A D_A P_l x for x of shape [batch, dim].
+
+  D_W flips the signs of window W's coordinates only. With two windows
+  A = [0, n) and B = [dim - b, dim), window B's input is A's output on the
+  overlap [dim - b, n) followed by the untouched tail [n, dim).
+  """
+  x = _permute(x, dim, layer, reverse=False)
+  spans = windows(dim)
+  n = spans[0][1]
+  y = fwht(_flip(x[:, :n], seed, _tag(layer, 0)), n)
+  if len(spans) == 1:
+    return y
+  start, b = spans[1]
+  body = tf.concat([y[:, start:], x[:, n:]], axis=1)
+  body = fwht(_flip(body, seed, _tag(layer, 1)), b)
+  return tf.concat([y[:, :start], body], axis=1)
 
 
-def _inverse_permutation(layer: int, dim: int) -> tf.Tensor:
-  a = multiplier(dim, layer)
-  return _stride_permutation(dim, pow(a, -1, dim) if dim > 1 else 0)
+def _layer_transpose(x: tf.Tensor, seed: Any, layer: int,
+                     dim: int) -> tf.Tensor:
+  """L_l^T x = P_l^T D_A H_A D_B H_B x (H and D are symmetric)."""
+  spans = windows(dim)
+  n = spans[0][1]
+  if len(spans) == 1:
+    x = _flip(fwht(x, n), seed, _tag(layer, 0))
+  else:
+    start, b = spans[1]
+    body = _flip(fwht(x[:, start:], b), seed, _tag(layer, 1))
+    head = tf.concat([x[:, :start], body[:, :n - start]], axis=1)
+    head = _flip(fwht(head, n), seed, _tag(layer, 0))
+    x = tf.concat([head, body[:, n - start:]], axis=1)
+  return _permute(x, dim, layer, reverse=True)
 
+
+def _batched(v: Any) -> tuple[tf.Tensor, bool]:
+  x = tf.convert_to_tensor(v, tf.float32)
+  return (x, True) if x.shape.rank == 2 else (x[tf.newaxis], False)
 
 
 def forward(seed: Any, v: tf.Tensor, dim: int) -> tf.Tensor:
   """R v for v of shape [dim] or [batch, dim], float32. Graph-safe."""
-  x = tf.convert_to_tensor(v, tf.float32)
+  x, batched = _batched(v)
   for layer in range(LAYERS):
-    x = tf.gather(x, _permutation(layer, dim), axis=-1)
-    x = _mix(x, seed, layer, dim, reverse=False)
-  return x
+    x = _layer(x, seed, layer, dim)
+  return x if batched else x[0]
 
 
 def inverse(seed: Any, u: tf.Tensor, dim: int) -> tf.Tensor:
   """R^T u (= R^{-1} u) for u of shape [dim] or [batch, dim]. Graph-safe."""
-  x = tf.convert_to_tensor(u, tf.float32)
+  x, batched = _batched(u)
   for layer in reversed(range(LAYERS)):
-    x = _mix(x, seed, layer, dim, reverse=True)
-    x = tf.gather(x, _inverse_permutation(layer, dim), axis=-1)
-  return x
+    x = _layer_transpose(x, seed, layer, dim)
+  return x if batched else x[0]
 
 
 def scores(seed: Any, v: tf.Tensor, dim: int, canary_rows: Any) -> tf.Tensor:
