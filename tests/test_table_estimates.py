@@ -180,3 +180,33 @@ def test_no_participation_leaves_the_max_model_out_with_a_note():
   est = estimate_table(idle, delta=1e-6)
   assert est.all_iterates is None and est.all_iterates_gaussian_fit is not None
   assert any("no inserted canary took part" in n for n in est.warnings)
+
+
+def test_orthogonal_final_estimates_use_the_dimension_left_after_removal():
+  # Canaries at 10% of d, their projections removed from the output (the
+  # orthogonal path): each inserted canary's cosine is that of a canary alone
+  # in d - |I| + 1 dimensions, so the mean-only estimate must use that dim.
+  from tff_canary.stats.accounting import gaussian_accounting
+  from tff_canary.stats.simulation import orthogonal_mechanism
+  dim, k, delta = 20_000, 2_000, 1e-6
+  sigma = gaussian_accounting.gaussian_noise_multiplier(10.0, delta)
+  run = orthogonal_mechanism.simulate(dim=dim, num_inserted=k, num_held_out=k,
+                                      noise_std=sigma, seed=3)
+  cosines = np.r_[run.inserted, run.held_out]
+  table = CosineTable(
+      id=np.arange(2 * k), group=np.r_[["inserted"] * k, ["held_out"] * k],
+      participation=np.r_[np.ones(k, int), np.zeros(k, int)],
+      final_cosine=cosines, max_cosine=np.full(2 * k, np.nan),
+      max_round=np.full(2 * k, -1), seed=3, dim=dim, num_rounds=1,
+      rounds_recorded=0, assignment="fixed",
+      known_canaries_removed="final_and_all_iterates")
+  est = estimate_table(table, delta=delta)
+  assert est.dim == dim
+  assert est.final_mean_only == estimates.epsilon_final(
+      run.inserted, dim=dim - k + 1, delta=delta)
+  # 2000 cosines give mu to 1/sqrt(2000) = 2.2% of 1 in units where mu ~ 3.3
+  # at epsilon 10, so epsilon to about 1%: 3% is 3 SE, while the plain d
+  # overstates mu by sqrt(d / (d - k)) = 5.4% (epsilon by more).
+  assert est.final_mean_only.epsilon == pytest.approx(10.0, rel=0.03)
+  plain = estimates.epsilon_final(run.inserted, dim=dim, delta=delta)
+  assert plain.epsilon > 10.0 * 1.03
