@@ -38,9 +38,7 @@ GROUPS = (
                   "assignment", "directions",
                   "presentations", "allow_participation_mismatch",
                   "allow_large_canary_fraction",
-                  "canary_seed", "record_aggregates", "stream_cosines",
-                  "keep_aggregates", "memory_budget_gb", "disk_budget_gb",
-                  "cache_gb")),
+                  "canary_seed", "record_aggregates", "memory_budget_gb")),
     ("Output", ("output_dir", "checkpoint_every", "resume")),
 )
 
@@ -116,24 +114,15 @@ _HELP = {
     "eval_every": "Evaluate every N rounds and after the last (0: never).",
     "eval_examples": "Test examples per evaluation.",
     "checkpoint_every": "Checkpoint every N rounds.",
-    "record_aggregates": "Record every round's noised aggregate (needed for "
-                         "the all-iterates statistics).",
-    "stream_cosines": "Take the all-iterates cosines in chunks of rounds "
-                      "on a background process while training goes on "
-                      "(bounded disk); false: keep every round, one pass "
-                      "after training.",
-    "keep_aggregates": "With --stream_cosines, also keep every round's "
-                       "aggregate (float16) in aggregates.npy for "
-                       "re-analysis.",
-    "memory_budget_gb": "Memory for the cosine computation (canaries "
-                        "regenerated at a time; the stream worker's too).",
-    "disk_budget_gb": "Scratch disk for the streamed rounds: chunks of "
-                      "disk / (3 x 4 x dim bytes) rounds (a resumed run "
-                      "keeps its plan).",
-    "cache_gb": "Memory for the stream worker's canary cache (each cached "
-                "canary generated once per run, not once per chunk; it "
-                "changes no result). Default: half the memory available "
-                "when the worker starts; 0: no cache.",
+    "record_aggregates": "With --directions=gaussian, record every round's "
+                         "noised aggregate in aggregates.npy for the pass "
+                         "after training (needed for the all-iterates "
+                         "statistics). Default: on for gaussian canaries, "
+                         "off for orthogonal ones, which are scored in the "
+                         "round (--record_aggregates with them is refused).",
+    "memory_budget_gb": "Memory for the cosine pass after training of "
+                        "gaussian canaries (canaries regenerated, and "
+                        "aggregates read, at a time).",
     "resume": "Finish an interrupted run in --output_dir.",
     "insertion": "Where canaries enter: server (added to the DP sum at the "
                  "round's clip, this package's aggregator) or clients "
@@ -183,13 +172,16 @@ def define_flags(task: str, **defaults: Any) -> None:
       k: v for k, v in defaults.items() if k in ("num_rounds", "epochs")})
   for field in dataclasses.fields(experiment_config.ExperimentConfig):
     name = field.name
-    default = defaults.get(name, getattr(base, name))
+    # A field whose default is None ("derive") keeps None as the flag's
+    # default: `base` has it derived for its own settings, not the flags'.
+    default = defaults.get(name, None if field.default is None
+                           else getattr(base, name))
     help_text = _HELP[name]
     kind = field.type
     if name == "task":
       flags.DEFINE_enum(name, default, list(experiment_config.TASKS),
                         help_text)
-    elif kind in ("bool",):
+    elif kind in ("bool", "Optional[bool]"):
       flags.DEFINE_bool(name, default, help_text)
     elif kind in ("int", "Optional[int]"):
       flags.DEFINE_integer(name, default, help_text)

@@ -1,12 +1,14 @@
 """The client-insertion mode in the experiments: config, flags, a real run,
 recording, ledger and report (tff_canary.harness.client_insertion)."""
 
+import dataclasses
 import json
 import os
 
 import numpy as np
 import pytest
 
+import run_files
 from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir
 from tff_canary.stats.canaries import canary_config
@@ -149,8 +151,13 @@ def test_the_report_lists_every_zeroed_canary(tmp_path):
   assert "13 canary-client participations: 13 clipped by the DP query" in (
       report.insertion.mode_line())
   assert "12 ZEROED" in report.insertion.mode_line()
-  assert "with zeroing a canary client may be dropped" in (
+  # Gaussian canary clients: the others are not removed; a table of an older
+  # version that removed them says at which norm.
+  assert "not removed (gaussian canaries, the paper's construction)" in (
       report.known_canaries_line())
+  older = dataclasses.replace(report, table=dataclasses.replace(
+      report.table, known_canaries_removed="all_iterates"))
+  assert "at min(canary_norm, the round's clip)" in older.known_canaries_line()
 
 
 # The state readers and the aggregate from the weights (small model) -------
@@ -277,34 +284,33 @@ def _run(config):
                                    log=lambda *a: None)
 
 
+
 @pytest.mark.tff
 @pytest.mark.slow
 def test_a_client_mode_run_inserts_its_canaries_and_reports_the_mode(
     tmp_path):
   # Noise 0, fixed clip 1 below the canary norm 10: each canary client
   # enters TFF's sum at the clip. About 35 s on 2 cores.
-  report = _run(_tiny(tmp_path / "run", clip=1.0, keep_aggregates=True))
+  report = _run(_tiny(tmp_path / "run", clip=1.0))
   rd = run_dir.RunDir(tmp_path / "run")
   saved = rd.load_config()
   assert saved["insertion"] == "clients" and saved["canary_norm"] == 10.0
   assert saved["noise_seed"] is None
   table = rd.load_table()
-  # Inserted for real: at noise 0 the inserted canaries' all-iterates
-  # cosines (taken without the other canaries) are near 1 (the clients'
-  # own small updates are the rest), the held-out ones at the null's
-  # scale 1/sqrt(d) = 9e-4 (max of 4 rounds: below 5 sd = 0.005). Without
-  # canary clients both groups are at the null's scale.
+  # Inserted for real: at noise 0 each inserted canary's all-iterates
+  # cosine is near 1/sqrt(k) for the k canaries of its round (each entering
+  # at the clip; the clients' own small updates are the rest), the held-out
+  # ones at the null's scale 1/sqrt(d) = 9e-4 (max of 4 rounds: below 5 sd
+  # = 0.005). Without canary clients both groups are at the null's scale.
   inserted, held_out = (table.max_cosines(g) for g in ("inserted",
                                                        "held_out"))
-  # With the other canaries removed at the wrong norm (canary_norm 10, not
-  # the clip 1) a round of k canaries would leave about 1/sqrt(1 + 0.8 (k-1))
-  # of it (0.74 at k = 2); plain cosines are about 1/sqrt(k).
-  assert inserted.size and inserted.min() > 0.95, inserted
+  floor = run_files.lone_canary_floor(rd)
+  assert inserted.size and np.all(inserted > 0.95 * floor), (inserted, floor)
   assert np.abs(held_out).max() < 0.005, held_out
   # The aggregate from the weights: each canary enters the round's mean at
   # min(canary_norm, clip) / clients_per_round = 1/6 (least squares on the
-  # round's canaries; aggregates kept in float16, relative rounding 5e-4;
-  # the clients' updates project on c_j at the null's scale).
+  # round's canaries; the clients' updates project on c_j at the null's
+  # scale).
   from tff_canary.federated.scores import aggregate_recorder  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import canary_directions  # pylint: disable=g-import-not-at-top
   aggregates, recorded = aggregate_recorder.load_aggregates(
@@ -320,7 +326,7 @@ def test_a_client_mode_run_inserts_its_canaries_and_reports_the_mode(
     np.testing.assert_allclose(coefficients, 1 / 6, rtol=0.02)
   assert table.final_cosines("inserted").min() > 10 * np.abs(
       table.final_cosines("held_out")).max()
-  assert table.known_canaries_removed == "all_iterates"
+  assert table.known_canaries_removed == "none"  # the paper's statistics
   # The ledger: TFF's own DpEvents, one per round.
   ledger = rd.load_ledger()
   assert len(ledger) == 4
@@ -347,8 +353,8 @@ def test_a_client_mode_run_inserts_its_canaries_and_reports_the_mode(
   assert line[1:] in open(rd.file(run_dir.REPORT_MD)).read()
   saved_report = json.load(open(rd.file(run_dir.REPORT_JSON)))
   assert saved_report["insertion"]["mode"] == "clients"
-  assert "min(canary_norm, the round's clip)" in saved_report[
-      "known_canaries_line"]
+  assert "not removed (gaussian canaries, the paper's construction)" in (
+      saved_report["known_canaries_line"])
   assert report.analytical["one participation"] == float("inf")  # z = 0
 
 
@@ -377,10 +383,9 @@ def test_zeroed_canary_clients_are_findings_in_the_report(tmp_path):
     if len(zeroed) <= 10:
       assert needle in text
   assert f"{len(zeroed)} ZEROED" in report.insertion.mode_line()
-  # Removal is off with zeroing, and the report says why.
+  # Nothing is removed (gaussian canaries), and the report says so.
   assert rd.load_table().known_canaries_removed == "none"
-  assert "with zeroing a canary client may be dropped" in (
-      report.known_canaries_line())
+  assert "not removed (gaussian canaries" in report.known_canaries_line()
 
 
 @pytest.mark.tff
@@ -410,17 +415,6 @@ def test_a_killed_client_mode_run_resumes_with_its_outcomes(tmp_path,
   assert sorted((o["round_num"], o["canary_id"]) for o in outcomes) == (
       sorted(map(tuple, rd.load_participation().tolist())))
   assert len(rd.load_ledger()) == 4
-  assert report.table.max_cosines("inserted").min() > 0.95
+  assert np.all(report.table.max_cosines("inserted")
+                > 0.95 * run_files.lone_canary_floor(rd))
 
-
-@pytest.mark.tff
-def test_the_unstreamed_pass_removes_canaries_at_their_entry_norm(tmp_path):
-  from tff_canary.harness import client_insertion  # pylint: disable=g-import-not-at-top
-  rd = run_dir.RunDir(tmp_path)
-  rd.save_metrics([dict(round=r, clip=c) for r, c in
-                   enumerate((0.5, 20.0, 3.0))])
-  known = client_insertion.known_canary_inputs(rd, _config(tmp_path))
-  np.testing.assert_array_equal(known["clips"], [0.5, 10.0, 3.0])
-  assert known["clients_per_round"] == 50
-  assert client_insertion.known_canary_inputs(
-      rd, _config(tmp_path, zeroing=True)) == {}

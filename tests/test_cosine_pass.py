@@ -80,6 +80,8 @@ def test_cosines_agree_with_float64_brute_force(run):
     np.testing.assert_array_equal(table.max_round, arg)
     assert table.max_round[2] == 4 and table.max_cosine[2] > 1 - 1e-6
     assert table.rounds_recorded == 9 and table.dim == 1500
+    # The paper's statistics: the other inserted canaries are not removed.
+    assert table.known_canaries_removed == "none"
     np.testing.assert_array_equal(table.participation, config.counts())
     np.testing.assert_array_equal(table.group == "inserted", config.inserted)
 

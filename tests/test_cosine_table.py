@@ -155,6 +155,26 @@ def test_a_table_saved_before_the_unrecorded_column_loads(tmp_path, suffix):
   assert not loaded.has_scheduled_sums
 
 
+@pytest.mark.parametrize("removed", cosine_table.KNOWN_CANARIES_REMOVED)
+def test_tables_record_which_statistics_had_the_canaries_removed(tmp_path,
+                                                                 removed):
+  # "all_iterates" is what older versions' pass wrote for gaussian canaries;
+  # their tables still load and say so.
+  table = _table(known_canaries_removed=removed)
+  for suffix in ("csv", "npz"):
+    path = tmp_path / f"t.{suffix}"
+    table.save(path)
+    loaded = CosineTable.load(path)
+    assert loaded.known_canaries_removed == removed and loaded == table
+  # A table from before the field loads as "none".
+  text = (tmp_path / "t.csv").read_text()
+  line = f'# known_canaries_removed: "{removed}"\n'
+  assert line in text
+  (tmp_path / "old.csv").write_text(text.replace(line, ""))
+  assert CosineTable.load(
+      tmp_path / "old.csv").known_canaries_removed == "none"
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".npz"])
 def test_scheduled_sums_round_trip(tmp_path, suffix):
   # The schedule-aware columns survive saving bitwise, and T_j scales each

@@ -24,12 +24,11 @@ pytestmark = [pytest.mark.tff, pytest.mark.slow]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "experiments", "emnist.py")
-# 8 rounds, checkpoints every 2, streamed in chunks of 4 rounds (a 0.055 GB
-# disk budget: 3 chunks of 4 x 4.8 MB): rounds 0-3 go to the background
-# worker, 4-7 are the end pass, so a kill in round 3 or 4 finds the first
-# chunk filling or just sent; 300 held-out canaries make the cosine work
-# last several seconds (each regenerates 1.2M floats) in blocks of ~20 (a
-# 0.1 GB budget), so the progress bar shows the work half done. 32 examples
+# 8 rounds, checkpoints every 2, every round's aggregate recorded (gaussian
+# canaries), so a kill in round 3 or 4 leaves aggregates.npy written past the
+# checkpoint of round 2; 300 held-out canaries make the cosine pass after
+# training last several seconds (each regenerates 1.2M floats) in blocks of
+# ~20 (a 0.1 GB budget), so the progress bar shows the work half done. 32 examples
 # per client (the default) make two local batches, whose order TFF's
 # preprocessing left to chance, and the 64 evaluation examples are the first
 # of a test set whose client order TFF left unseeded (tff_canary.harness.tasks fixes
@@ -38,8 +37,7 @@ FLAGS = ["--num_rounds=8", "--checkpoint_every=2", "--clients_per_round=6",
          "--examples_per_client=32", "--num_inserted=20", "--num_held_out=300",
          "--assignment=fixed", "--noise_multiplier=0.3", "--eval_every=4",
          "--eval_examples=64", "--memory_budget_gb=0.1",
-         "--disk_budget_gb=0.055", "--allow_large_canary_fraction",
-         "--directions=gaussian"]
+         "--allow_large_canary_fraction", "--directions=gaussian"]
 
 
 def _start(out, *extra):
@@ -89,8 +87,8 @@ def _assert_same_results(out, reference):
   np.testing.assert_array_equal(np.load(os.path.join(out, "final_weights.npy")),
                                 np.load(os.path.join(reference,
                                                      "final_weights.npy")))
-  with open(os.path.join(out, "stream", "plan.json")) as f:
-    assert json.load(f)["chunk_rounds"] == 4  # streamed, 2 chunks
+  assert CosineTable.load(os.path.join(out, "cosines.npz")
+                          ).rounds_recorded == 8  # every round recorded
   leftovers = [os.path.join(d, n) for d, _, names in os.walk(out)
                for n in names if n.startswith(".tmp-") or "_temp" in d]
   assert not leftovers
@@ -120,7 +118,7 @@ def test_kill_during_the_cosine_work_then_resume(uninterrupted, tmp_path):
 # Orthogonal canaries are scored inside each round: their running statistics
 # are in the aggregator state, so they are checkpointed with it. (The resumed
 # and the uninterrupted run being the same bits also stands for two runs of
-# one command: no second pair of runs is spent on it.) No stream, no
+# one command: no second pair of runs is spent on it.) No aggregates, no
 # cosine pass; a kill in training loses the rounds since the last checkpoint
 # and the resumed run must redo them to the same bits.
 ORTHOGONAL = ("--directions=orthogonal",)  # the last flag given wins
@@ -147,5 +145,4 @@ def test_kill_orthogonal_run_during_training_then_resume(
   assert table == CosineTable.load(os.path.join(reference, "cosines.npz"))
   assert table.has_max_cosines and table.has_scheduled_sums
   assert table.rounds_recorded == 8
-  assert not os.path.exists(os.path.join(out, "stream"))
   assert not os.path.exists(os.path.join(out, "aggregates.npy"))

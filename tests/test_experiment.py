@@ -162,9 +162,8 @@ def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
                "plots/cosines.png", "plots/epsilons.png"):
     assert os.path.exists(tmp_path / "run" / name), name
   # Orthogonal canaries (the default) are scored in the rounds: no file of
-  # every round, no stream.
+  # every round.
   assert not os.path.exists(tmp_path / "run" / run_dir.AGGREGATES)
-  assert not os.path.exists(tmp_path / "run" / run_dir.STREAM)
   saved = json.load(open(tmp_path / "run" / run_dir.CONFIG))
   assert saved["dim"] == 1_206_590 and saved["num_rounds"] == 4
   assert saved["canary_seed"] == 1 and saved["noise_seed"] is not None
@@ -237,14 +236,14 @@ def test_resume_after_a_crash_before_the_first_checkpoint(tmp_path, monkeypatch)
   def crash(*args, **kwargs):
     raise RuntimeError("killed before the first checkpoint")
 
-  # The paper's canaries: their stream leaves a chunk behind.
+  # The paper's canaries: their recorder leaves aggregates.npy behind, which
+  # the resumed run (from round 0) starts over.
   config = tiny(tmp_path / "run", num_rounds=2, eval_every=0,
                 checkpoint_every=2, directions="gaussian")
   monkeypatch.setattr(training, "_checkpoint", crash)
   with pytest.raises(RuntimeError, match="first checkpoint"):
     experiment.run_experiment(config, progress=False, log=lambda *a: None)
-  assert os.path.exists(tmp_path / "run" / run_dir.STREAM /
-                        "rounds-0000000.npy")
+  assert os.path.exists(tmp_path / "run" / run_dir.AGGREGATES)
   monkeypatch.undo()
   moved = tmp_path / "moved"
   os.rename(tmp_path / "run", moved)  # a run directory may move between runs
@@ -253,3 +252,4 @@ def test_resume_after_a_crash_before_the_first_checkpoint(tmp_path, monkeypatch)
            directions="gaussian"),
       progress=False, log=lambda *a: None)
   assert report.estimates.num_inserted + report.estimates.num_held_out == 20
+  assert report.table.rounds_recorded == 2  # the one pass saw every round

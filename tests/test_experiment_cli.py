@@ -210,8 +210,7 @@ def test_a_run_is_quiet_and_ctrl_c_says_how_to_resume(tmp_path):
   for pattern in (r"^\S* ?I\d{4} \d\d:\d\d", r"\] Program state saved",
                   r"INFO:tensorflow", r" I tensorflow/", r"Assets written"):
     assert not re.search(pattern, text, re.M), pattern
-  # TensorFlow's start-up ERROR lines come at most once, from this process:
-  # the stream worker's start (a second TensorFlow) prints none.
+  # TensorFlow's start-up ERROR lines come at most once, from this process.
   assert text.count("Unable to register cuDNN factory") <= 1, text[-3000:]
   # The bar's updates (carriage returns) all sit on one line.
   assert len([l for l in lines if re.search(r"emnist: +\d+%", l)]) == 1

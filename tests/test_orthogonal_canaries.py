@@ -299,6 +299,22 @@ def test_directions_are_validated():
     _config(directions="hadamard")
 
 
+def test_recording_defaults_to_the_directions_and_is_refused_when_orthogonal():
+  # Gaussian canaries record each round's aggregate by default (the pass
+  # after training needs it); orthogonal ones are scored in the round and
+  # record nothing: asking for it is an error, not silently ignored.
+  assert _config(directions="gaussian").record_aggregates is True
+  assert not _config(directions="gaussian",
+                     record_aggregates=False).record_aggregates
+  assert _config().record_aggregates is False
+  assert _config(record_aggregates=False).record_aggregates is False
+  assert _config() == _config(record_aggregates=False)
+  with pytest.raises(ValueError, match=r"record_aggregates=True with "
+                     r"directions='orthogonal': orthogonal canaries are "
+                     r"scored inside each round"):
+    _config(record_aggregates=True)
+
+
 # ------------------------------------------------------ the experiments
 
 
@@ -328,7 +344,6 @@ def test_canary_clients_through_ddp_score_orthogonal_canaries(tmp_path):
   assert table.generator == ot.GENERATOR and table.rounds_recorded == 3
   assert table.has_max_cosines and table.has_scheduled_sums
   assert not os.path.exists(os.path.join(out, "aggregates.npy"))
-  assert not os.path.exists(os.path.join(out, "stream"))
 
 
 def test_the_generator_marks_tables_as_orthogonal():

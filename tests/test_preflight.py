@@ -56,6 +56,37 @@ def test_ddp_names_every_missing_setting_in_one_message(tmp_path):
   assert "--server_momentum=0" in err and err.count("error:") == 1
 
 
+def test_recording_with_orthogonal_canaries_is_refused_at_once(tmp_path):
+  # Orthogonal canaries (the default) are scored in the round: a request to
+  # record the aggregates is an error naming the flag, not silently ignored.
+  err = _refused(tmp_path, "--record_aggregates")
+  assert ("--record_aggregates (record_aggregates=True) with --directions="
+          "orthogonal: orthogonal canaries are scored inside each round") in err
+  assert err.count("error:") == 1
+  err = _refused(tmp_path, "--record_aggregates", "--directions=orthogonal")
+  assert "--record_aggregates" in err
+
+
+def test_recording_defaults_to_the_directions():
+  config = experiment_config.ExperimentConfig
+  assert config().record_aggregates is False  # orthogonal: nothing recorded
+  assert config(directions="gaussian").record_aggregates is True
+  assert config(directions="gaussian",
+                record_aggregates=False).record_aggregates is False
+  assert config(record_aggregates=False).record_aggregates is False
+  with pytest.raises(ValueError, match=r"--record_aggregates \(record_"
+                     r"aggregates=True\) with --directions=orthogonal"):
+    config(record_aggregates=True)
+  with pytest.raises(TypeError, match="record_aggregates must be a bool or "
+                     "None, got 'yes'"):
+    config(directions="gaussian", record_aggregates="yes")
+  # An orthogonal run's config.json of an older version said True (it was
+  # ignored); the run resumes under today's resolved False.
+  resolved = experiment_config.resolve(config(), 300, 10).values
+  experiment_config.check_resumable(dict(resolved, record_aggregates=True),
+                                    resolved, "run/config.json")
+
+
 def test_resume_of_a_directory_without_a_run(tmp_path):
   config = experiment_config.ExperimentConfig(output_dir=str(tmp_path),
                                               resume=True)

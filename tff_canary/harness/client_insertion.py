@@ -11,8 +11,9 @@ aggregator (`dp_fedavg`). Each round, `ClientRounds.round`:
      `canary_clients` count must equal the canaries scheduled;
   3. takes the round's aggregate from the weights, a_r = (theta_{r-1} -
      theta_r) / eta (`client_round_state.round_aggregate`, exact for server
-     SGD without momentum, which the config demands), into the same stream
-     or recorder as the server-side mode's noised aggregate;
+     SGD without momentum, which the config demands), into the same
+     recorder as the server-side mode's noised aggregate (gaussian canaries;
+     orthogonal canary clients are scored in the round by the process);
   4. records per canary what the aggregator did with it
      (`canary_client_outcomes`: zeroing and clipping stages from TFF's
      measurements; a zeroed canary is a finding) plus the DP query's own
@@ -32,17 +33,8 @@ bound of the factory's parameters (`ddp_claim`). And the chain's mean
 clients that took part, canary clients included, not by
 `clients_per_round`: the aggregate recorded is rescaled to the sum /
 clients_per_round (a_r x participants / clients_per_round), the same
-quantity as the Gaussian modes record, so the removal below holds; a
-round's cosines do not change with its scale.
-
-Known-canary removal (docs/method/estimates.md) assumes a canary
-enters a_r as (its norm in the sum / clients_per_round) c_j. A canary client
-enters TFF's Gaussian sum query at min(canary_norm, C_r) (the query clips in
-L2; with adaptive clipping C_r is the state's clip before the round), so
-`entry_norms` gives that per round, and the removal runs with it, unless
-the run has zeroing: a zeroing stage may drop a canary (a finding), and
-removing a canary that never reached the sum would plant its direction in
-a'_r and make it look inserted. With zeroing the removal is off ("none").
+quantity as the Gaussian modes record; a round's cosines do not change with
+its scale.
 """
 
 from __future__ import annotations
@@ -55,35 +47,11 @@ import numpy as np
 from tff_canary.federated.insertion import canary_client_outcomes
 from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import client_round_state
-from tff_canary.federated.scores import cosine_stream
 from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import tasks
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import canary_config
-
-
-def removes_known_canaries(config: experiment_config.ExperimentConfig
-                           ) -> bool:
-  """Whether client mode removes the other inserted canaries (module doc)."""
-  return not config.zeroing
-
-
-def entry_norms(clips: Any, canary_norm: float) -> np.ndarray:
-  """min(canary_norm, C_r) per round: a canary client's norm in the sum."""
-  return np.minimum(np.asarray(clips, np.float64), float(canary_norm))
-
-
-def known_canary_inputs(rd: run_dir_lib.RunDir,
-                        config: experiment_config.ExperimentConfig
-                        ) -> dict[str, Any]:
-  """The cosine pass's `clips` (entry norms) and `clients_per_round` for a
-  client-mode run (metrics.csv's `clip` is C_r); {} with zeroing."""
-  if not removes_known_canaries(config):
-    return {}
-  clips = [row["clip"] for row in rd.load_metrics()]
-  return dict(clips=entry_norms(clips, config.canary_norm),
-              clients_per_round=config.clients_per_round)
 
 
 def load_outcomes(rd: run_dir_lib.RunDir, done: int) -> list[dict[str, Any]]:
@@ -133,12 +101,7 @@ class ClientRounds:
       if ddp:  # the mean of all participants -> sum / clients_per_round
         aggregate = aggregate * np.float32(
             (len(client_data) + ids.size) / self.config.clients_per_round)
-      if isinstance(recorder, cosine_stream.CosineStream):
-        entry = (float(entry_norms(clip, self.config.canary_norm))
-                 if removes_known_canaries(self.config) else None)
-        recorder.write(round_num, aggregate, entry)
-      else:
-        recorder.write(round_num, aggregate)
+      recorder.write(round_num, aggregate)
     norm = self.config.canary_norm
     for outcome in canary_client_outcomes.canary_client_outcomes(
         output.metrics, round_num, ids, self.canaries.seed, norm, self.dim,
@@ -154,5 +117,4 @@ class ClientRounds:
         canary_norm=self.config.canary_norm, outcomes=self.outcomes))
 
 
-__all__ = ["ClientRounds", "entry_norms", "known_canary_inputs",
-           "load_outcomes", "removes_known_canaries"]
+__all__ = ["ClientRounds", "load_outcomes"]

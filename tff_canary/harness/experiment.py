@@ -22,16 +22,15 @@
      analytical epsilon is the DDP bound, `ddp_claim`);
   3. start fresh or from the last checkpoint (`tff_canary.harness.resume`)
      and train (`tff_canary.harness.training`: clients sampled per round
-     from (seed, round), each round's noised aggregate streamed
-     (`cosine_stream.CosineStream`: chunks of rounds taken by a background
-     process while training goes on, bounded disk; `stream_cosines=False`:
-     every round recorded for a pass after training), a progress bar,
-     evaluation every `eval_every` rounds, a checkpoint every
-     `checkpoint_every` rounds);
-  4. after training: the cosine table (the stream's last chunk and the
-     final-model cosines, or `cosine_pass.compute_cosine_table`; checked
-     against the seed and schedule in the trained aggregator state), the
-     report (`tff_canary.harness.report`), all written into the run directory
+     from (seed, round), orthogonal canaries scored inside each round
+     (nothing recorded) or, with gaussian canaries, each round's noised
+     aggregate recorded in aggregates.npy, a progress bar, evaluation every
+     `eval_every` rounds, a checkpoint every `checkpoint_every` rounds);
+  4. after training: the cosine table (`cosine_pass.compute_cosine_table`:
+     orthogonal canaries' from the trained state, gaussian canaries' in one
+     pass over the recorded aggregates; checked against the seed and
+     schedule in the trained aggregator state), the report
+     (`tff_canary.harness.report`), all written into the run directory
      (`tff_canary.harness.run_dir` lists the files).
 
 Reproducible: the data, the initial weights, the dropout masks
@@ -55,7 +54,6 @@ import tff_canary
 from tff_canary.stats.canaries import canary_config
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.scores import cosine_pass
-from tff_canary.federated.scores import cosine_stream
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.harness import client_insertion
 from tff_canary.harness import datasets
@@ -64,7 +62,6 @@ from tff_canary.harness import experiment_config
 from tff_canary.harness import preflight
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import resume
-from tff_canary.harness import run_results
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import tasks
 from tff_canary.harness import training
@@ -166,7 +163,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   state, done = resume.start_state(process, manager, task, config.seed, rd)
   history = resume.load_history(rd, done,
                                 ledger=config.aggregator != "ddp")
-  recorder = _recorder(config, canaries, rd, dim, num_rounds, done)
+  recorder = _recorder(canaries, rd, dim, num_rounds, done)
   clients = None
   if config.insertion == "clients":
     clients = client_insertion.ClientRounds(
@@ -187,35 +184,17 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
       recorder.close()
 
 
-def _recorder(config, canaries, rd, dim, num_rounds, done):
-  """Where the rounds' aggregates go: a `CosineStream` (with an
-  `AggregateRecorder` keeping them in float16 if `keep_aggregates`), an
-  `AggregateRecorder` (`stream_cosines=False`), or None."""
-  if not canaries.record_aggregates:  # off, or orthogonal canaries
+def _recorder(canaries, rd, dim, num_rounds, done):
+  """The `AggregateRecorder` of the rounds' aggregates (gaussian canaries),
+  or None (orthogonal canaries, or record_aggregates=False)."""
+  if not canaries.record_aggregates:
     return None
   path = rd.file(run_dir_lib.AGGREGATES)
-  keep = None
-  if not config.stream_cosines or config.keep_aggregates:
-    if done and os.path.exists(path):
-      keep = aggregate_recorder.AggregateRecorder.open(path)
-    else:  # a fresh start; a file here is from a run killed before round 1
-      keep = aggregate_recorder.AggregateRecorder(
-          path, dim, num_rounds, overwrite=True,
-          dtype=np.float16 if config.stream_cosines else np.float32)
-  if not config.stream_cosines:
-    return keep
-  directory = rd.file(run_dir_lib.STREAM)
-  plan = cosine_stream.load_plan(directory) or cosine_stream.plan_stream(
-      dim, canaries.num_canaries, num_rounds,
-      int(config.memory_budget_gb * 1024 ** 3),
-      int(config.disk_budget_gb * 1024 ** 3))
-  removes = (config.insertion == "server"
-             or client_insertion.removes_known_canaries(config))
-  return cosine_stream.CosineStream(
-      directory, canaries, plan, done=done, keep=keep,
-      clients_per_round=config.clients_per_round if removes else None,
-      cache_bytes=(None if config.cache_gb is None else
-                   int(config.cache_gb * 1024 ** 3)))
+  if done and os.path.exists(path):
+    return aggregate_recorder.AggregateRecorder.open(path)
+  # A fresh start; a file here is from a run killed before round 1.
+  return aggregate_recorder.AggregateRecorder(path, dim, num_rounds,
+                                              overwrite=True)
 
 
 def _after_training(config, canaries, process, state, rd, log,
@@ -230,22 +209,13 @@ def _after_training(config, canaries, process, state, rd, log,
   atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final)
   log("computing the canary cosines ...")
   initial = np.load(rd.file(run_dir_lib.INITIAL_WEIGHTS))
-  if canaries.directions == "orthogonal":  # scored in the rounds
-    table = cosine_pass.compute_cosine_table(canaries, initial, final,
-                                             state=state)
-  elif isinstance(recorder, cosine_stream.CosineStream):
-    table = recorder.finish(initial, final, progress=progress, state=state)
-  else:
-    known = (client_insertion.known_canary_inputs(rd, config)
-             if config.insertion == "clients"
-             else run_results.known_canary_inputs(rd))
-    if recorder is not None:
-      recorder.close()
-    table = cosine_pass.compute_cosine_table(
-        canaries, initial, final,
-        rd.file(run_dir_lib.AGGREGATES) if config.record_aggregates else None,
-        memory_budget_bytes=int(config.memory_budget_gb * 1024 ** 3),
-        progress=progress, state=state, **known)
+  if recorder is not None:
+    recorder.close()
+  table = cosine_pass.compute_cosine_table(
+      canaries, initial, final,
+      rd.file(run_dir_lib.AGGREGATES) if recorder is not None else None,
+      memory_budget_bytes=int(config.memory_budget_gb * 1024 ** 3),
+      progress=progress, state=state)
   table.save_npz(rd.file(run_dir_lib.COSINES_NPZ))
   table.save_csv(rd.file(run_dir_lib.COSINES_CSV))
   report = report_lib.build_report(rd.path)

@@ -74,8 +74,7 @@ _NOISE_TAG = 0x401
 
 # Keys that may differ between a run and its resumption.
 RESUMABLE_KEYS = ("resume", "eval_every", "checkpoint_every",
-                  "allow_large_canary_fraction",
-                  "memory_budget_gb", "disk_budget_gb", "cache_gb",
+                  "allow_large_canary_fraction", "memory_budget_gb",
                   "output_dir")
 
 
@@ -89,7 +88,8 @@ class ExperimentConfig:
   paper's), canary_seed and noise_seed from seed, canary_norm =
   `canary_config.DEFAULT_CANARY_NORM` with `insertion="clients"` (it is
   refused with "server", where canaries enter at the clip), the `ddp_*`
-  knobs = `DDP_DEFAULTS` with `aggregator="ddp"` (refused with "gaussian").
+  knobs = `DDP_DEFAULTS` with `aggregator="ddp"` (refused with "gaussian"),
+  record_aggregates = gaussian canaries (`preflight.record_aggregates`).
   Canaries beyond 10% of the participants need `allow_large_canary_fraction`
   (`preflight.canary_fraction`).
 
@@ -137,12 +137,8 @@ class ExperimentConfig:
   eval_every: int = 25
   eval_examples: Optional[int] = 2000
   checkpoint_every: int = 25
-  record_aggregates: bool = True
-  stream_cosines: bool = True
-  keep_aggregates: bool = False
+  record_aggregates: Optional[bool] = None
   memory_budget_gb: float = 2.0
-  disk_budget_gb: float = 0.5
-  cache_gb: Optional[float] = None
   resume: bool = False
   insertion: Insertion = "server"
   canary_norm: Optional[float] = None
@@ -188,7 +184,6 @@ class ExperimentConfig:
         "eval_every": lambda x: v.as_int(x, "eval_every", 0),
         "checkpoint_every": lambda x: v.as_int(x, "checkpoint_every", 1),
         "memory_budget_gb": lambda x: v.as_positive(x, "memory_budget_gb"),
-        "disk_budget_gb": lambda x: v.as_positive(x, "disk_budget_gb"),
     }
     optional = {
         "num_clients": lambda x: v.as_int(x, "num_clients", 2),
@@ -201,7 +196,6 @@ class ExperimentConfig:
         "delta": lambda x: v.as_open_unit(x, "delta"),
         "eval_examples": lambda x: v.as_int(x, "eval_examples", 1),
         "canary_norm": lambda x: v.as_positive(x, "canary_norm"),
-        "cache_gb": lambda x: v.as_nonnegative(x, "cache_gb"),
         "ddp_mechanism": lambda x: v.as_choice(x, "ddp_mechanism",
                                                ddp_parameters.MECHANISMS),
         "ddp_bits": lambda x: v.as_int(x, "ddp_bits", 1),
@@ -215,8 +209,7 @@ class ExperimentConfig:
     for name, fn in optional.items():
       if getattr(self, name) is not None:
         object.__setattr__(self, name, fn(getattr(self, name)))
-    for name in ("zeroing", "seeded_noise", "record_aggregates",
-                 "stream_cosines", "keep_aggregates", "resume",
+    for name in ("zeroing", "seeded_noise", "resume",
                  "allow_participation_mismatch"):
       if not isinstance(getattr(self, name), (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}.")
@@ -239,6 +232,8 @@ class ExperimentConfig:
     if self.num_clients is not None:  # the rate, before any data is loaded
       client_sampling.ClientSampler(self.num_clients, self.clients_per_round,
                                     self.sampling)
+    object.__setattr__(self, "record_aggregates",
+                       preflight.record_aggregates(self))
     preflight.check_requirements(self)
     self._check_insertion()
     self._check_aggregator()
@@ -261,8 +256,7 @@ class ExperimentConfig:
           f"{self.seeded_noise}, noise_seed={self.noise_seed}; pass "
           "seeded_noise=False (--noseeded_noise) and no noise_seed.")
     momentum = self.server_momentum if self.server_optimizer == "sgd" else None
-    if (self.record_aggregates and self.directions == "gaussian"
-        and momentum != 0.0):
+    if self.record_aggregates and momentum != 0.0:
       raise ValueError(
           "insertion='clients' reads each round's aggregate from the model "
           "weights (theta_{t-1} - theta_t = server_learning_rate x the "
@@ -412,9 +406,12 @@ def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
 
   A config.json from before the client mode (no `insertion`, no
   `canary_norm`) is a server-side run's; one from before the DDP aggregator
-  (no `aggregator`, no `ddp_*`) a Gaussian run's.
+  (no `aggregator`, no `ddp_*`) a Gaussian run's; an orthogonal run
+  recorded no aggregate, whatever an older file says.
   """
   saved = dict(saved)
+  if saved.get("directions") == "orthogonal":
+    saved["record_aggregates"] = False
   saved.setdefault("insertion", insertion_of(saved))
   saved.setdefault("canary_norm", None)
   saved.setdefault("aggregator", aggregator_of(saved))

@@ -17,8 +17,8 @@ from before the client mode, or a `RunWriter`'s, is "server"):
     members of the cohort: TFF's query divides by `clients_per_round`
     and its DpEvent (the ledger, the analytical epsilon) is that of
     `clients_per_round` real clients; the canaries are added beside them,
-    not in their place. And which statistics had the other inserted
-    canaries removed, and at what norm (`known_canaries_line`).
+    not in their place. A table of an older version that removed the other
+    inserted canaries says at what norm (`known_canaries_line`).
   * clients with the DDP aggregator (`chain`, config.json's
     `aggregator="ddp"`): the same, through TFF's distributed-DP chain
     (its mechanism, bits, rotation and clip); a canary client is clipped
@@ -53,7 +53,6 @@ class InsertionNotes:
     mode: "server" or "clients".
     canary_norm: The canary clients' norm (None for server).
     clients_per_round: The DP query's denominator.
-    zeroing: Whether the run's aggregator has a zeroing stage.
     outcomes: canary_outcomes.json's records (one per canary and round of
       participation; `client_insertion.ClientRounds`), [] for server.
     chain: With the DDP aggregator, its description
@@ -64,7 +63,6 @@ class InsertionNotes:
   mode: experiment_config.Insertion
   canary_norm: Optional[float] = None
   clients_per_round: Optional[float] = None
-  zeroing: bool = False
   outcomes: tuple[dict[str, Any], ...] = ()
   chain: Optional[str] = None
 
@@ -120,22 +118,16 @@ class InsertionNotes:
     return out
 
   def known_canaries_line(self, removed: str) -> Optional[str]:
-    """The client mode's `RunReport.known_canaries_line` (None: server's)."""
-    if self.mode == "server":
+    """The client mode's `RunReport.known_canaries_line` for a table of an
+    older version that removed the other inserted canaries (None: the
+    report's own line)."""
+    if self.mode == "server" or removed != "all_iterates":
       return None
-    if removed == "all_iterates":
-      return ("other inserted canaries: removed from each round's aggregate "
-              "(from the weights, (θ_{r-1} − θ_r) / server_learning_rate) at "
-              "min(canary_norm, the round's clip), the norm a canary client "
-              "enters TFF's sum with, for the all-iterates cosines; not from "
-              "the final model")
-    if self.zeroing:
-      return ("other inserted canaries: not removed: with zeroing a canary "
-              "client may be dropped, and removing one that never reached "
-              "the sum would make it look inserted; they add noise to every "
-              "statistic")
-    return ("other inserted canaries: not removed (no aggregates recorded); "
-            "they add noise to every statistic")
+    return ("other inserted canaries: removed from each round's aggregate "
+            "(from the weights, (θ_{r-1} − θ_r) / server_learning_rate) at "
+            "min(canary_norm, the round's clip), the norm a canary client "
+            "enters TFF's sum with, for the all-iterates cosines; not from "
+            "the final model")
 
   def lines(self, limit: Optional[int] = None) -> list[str]:
     """The mode line, then the findings (at most `limit` of them)."""
@@ -172,7 +164,7 @@ def load(rd: run_dir_lib.RunDir, config: dict[str, Any]) -> InsertionNotes:
   return InsertionNotes(
       "clients", canary_norm=float(config["canary_norm"]),
       clients_per_round=float(config["clients_per_round"]),
-      zeroing=bool(config.get("zeroing", False)), outcomes=tuple(outcomes),
+      outcomes=tuple(outcomes),
       chain=(ddp_claim.describe_chain(config)
              if experiment_config.aggregator_of(config) == "ddp" else None))
 

@@ -2,7 +2,11 @@
 
 `check_requirements(config)` (run by `ExperimentConfig` itself) names, in one
 message, every setting that canary clients or the DDP aggregator need and the
-config lacks.
+config lacks. `record_aggregates(config)` (run there too) says whether the
+run records each round's noised aggregate: by default (None) gaussian
+canaries do, for the pass after training, and orthogonal ones do not, being
+scored inside each round; `--record_aggregates` with orthogonal canaries is
+refused, since nothing would be recorded.
 
 `check(config)` raises ValueError, naming the flags and values and what to
 change, for a command that would train for minutes and then fail, or train
@@ -36,6 +40,8 @@ from __future__ import annotations
 
 import os
 import warnings
+
+import numpy as np
 
 from tff_canary.stats import call_site
 from tff_canary.harness import model_sizes
@@ -85,6 +91,24 @@ def check(config) -> None:
     _check_ddp_int32(config, dim)
 
 
+def record_aggregates(config) -> bool:
+  """`config.record_aggregates` resolved: None -> whether the canaries are
+  gaussian; True with orthogonal canaries is refused (module docstring)."""
+  if config.record_aggregates is None:
+    return config.directions == "gaussian"
+  if not isinstance(config.record_aggregates, (bool, np.bool_)):
+    raise TypeError(f"record_aggregates must be a bool or None, got "
+                    f"{config.record_aggregates!r}.")
+  if config.record_aggregates and config.directions == "orthogonal":
+    raise ValueError(
+        "--record_aggregates (record_aggregates=True) with --directions="
+        "orthogonal: orthogonal canaries are scored inside each round, so "
+        "no aggregate is recorded and there is no pass after training; drop "
+        "--record_aggregates, or pass --directions=gaussian (the paper's "
+        "canaries, recorded aggregates and one pass after training).")
+  return bool(config.record_aggregates)
+
+
 def check_requirements(config) -> None:
   """Canary clients and the DDP aggregator require other settings: every
   one missing is named in one message (flag, Python argument, why)."""
@@ -101,7 +125,7 @@ def check_requirements(config) -> None:
                                           else ""),
                     "seeded_noise=False, noise_seed=None",
                     "TFF's own DP aggregators cannot seed their noise"))
-  if (config.record_aggregates and config.directions == "gaussian"
+  if (record_aggregates(config)
       and (config.server_optimizer != "sgd" or config.server_momentum != 0.0)):
     missing.append(("--server_optimizer=sgd --server_momentum=0",
                     "server_optimizer='sgd', server_momentum=0",

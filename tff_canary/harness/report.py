@@ -176,12 +176,12 @@ class RunReport:
     line = self.insertion.known_canaries_line(self.table.known_canaries_removed)
     if line is not None:
       return line
-    if self.table.known_canaries_removed == "all_iterates":
+    if self.table.known_canaries_removed == "all_iterates":  # older tables
       return ("other inserted canaries: removed from each round's aggregate "
               "for the all-iterates cosines; not from the final model (its "
               "known part cannot be subtracted in training)")
-    return ("other inserted canaries: not removed (no clip per round "
-            "recorded); they add noise to every statistic")
+    return ("other inserted canaries: not removed (gaussian canaries, the "
+            "paper's construction); they add noise to every statistic")
 
   def noise_check_line(self) -> Optional[str]:
     """One line with the noise self-test's verdict (None if not run)."""

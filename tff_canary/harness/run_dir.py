@@ -16,10 +16,8 @@ and noise_check.json, by a `run_writer.RunWriter` from any loop) holds:
   plots/*.png          the report's figures
   aggregates.npy       each round's noised aggregate (`aggregate_recorder`;
                        with aggregates.npy.rounds.json, the rounds written),
-                       without streaming or with keep_aggregates (float16)
-  stream/              the streamed all-iterates work (`cosine_stream`):
-                       plan.json (how the work was split, peak disk),
-                       chunks of rounds and running maxima while training
+                       with gaussian canaries (orthogonal canaries record
+                       none: they are scored in the round, in the state)
   initial_weights.npy, final_weights.npy   theta_0 and theta_T, flat
   checkpoints/         learning process state (`tff.program.FileProgramStateManager`)
   noise_check.json     the noise self-test of the run's aggregator, before
@@ -57,7 +55,6 @@ REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 PLOTS = "plots"
 AGGREGATES = "aggregates.npy"
-STREAM = "stream"
 INITIAL_WEIGHTS = "initial_weights.npy"
 FINAL_WEIGHTS = "final_weights.npy"
 CHECKPOINTS = "checkpoints"

@@ -49,8 +49,7 @@ def write_results(rd: run_dir_lib.RunDir,
   atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final_weights)
   table = cosine_pass.compute_cosine_table(
       canaries, initial_weights, final_weights, aggregates,
-      memory_budget_bytes=memory_budget_bytes, progress=progress, state=state,
-      **known_canary_inputs(rd))
+      memory_budget_bytes=memory_budget_bytes, progress=progress, state=state)
   table.save_npz(rd.file(run_dir_lib.COSINES_NPZ))
   table.save_csv(rd.file(run_dir_lib.COSINES_CSV))
   report = report_lib.build_report(rd.path)
@@ -58,20 +57,4 @@ def write_results(rd: run_dir_lib.RunDir,
   return report
 
 
-def known_canary_inputs(rd: run_dir_lib.RunDir) -> dict[str, Any]:
-  """The cosine pass's `clips` and `clients_per_round`, from the run directory.
-
-  clips: the `clip` column of metrics.csv (row r = round r, C_r as the
-  aggregator reported it); clients_per_round: config.json's; {} when a
-  round has no clip. With them
-  `compute_cosine_table` removes the known inserted canaries from each
-  round's aggregate (`tff_canary.stats.estimators.known_canaries`).
-  """
-  clips = [row.get("clip") for row in rd.load_metrics()]
-  if not clips or any(clip is None or not np.isfinite(clip) for clip in clips):
-    return {}  # no clip recorded: the pass cannot remove them ("none")
-  return dict(clips=np.array(clips, np.float64),
-              clients_per_round=rd.load_config()["clients_per_round"])
-
-
-__all__ = ["write_results", "known_canary_inputs"]
+__all__ = ["write_results"]

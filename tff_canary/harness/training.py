@@ -2,9 +2,8 @@
 
 `train` runs rounds `done`..num_rounds-1 of a run: each round the sampler's
 clients (`client_sampling.ClientSampler`, a function of seed and round), the
-process's `next`, the noised aggregate streamed
-(`cosine_stream.CosineStream`) or recorded (`aggregate_recorder.AggregateRecorder`),
-the round's DpEvent taken from the aggregator state, a row of metrics.csv
+process's `next`, the noised aggregate recorded (gaussian canaries,
+`aggregate_recorder.AggregateRecorder`), the round's DpEvent taken from the aggregator state, a row of metrics.csv
 (loss, accuracy, clip norm, canaries inserted, clients, seconds, and the
 evaluation every `eval_every` rounds and after the last), and a checkpoint
 every `checkpoint_every` rounds and after the last. A progress bar on stderr
@@ -28,7 +27,6 @@ import tensorflow_federated as tff
 
 from tff_canary.federated.insertion import canary_process
 from tff_canary.federated.scores import aggregate_recorder
-from tff_canary.federated.scores import cosine_stream
 from tff_canary.federated.structures import tree_search
 from tff_canary.harness import client_insertion
 from tff_canary.harness import experiment_config
@@ -67,8 +65,8 @@ def _evaluate(keras_model, test_data, model_weights) -> tuple[float, float]:
 def train(process, state, *, task: tasks.Task,
           config: experiment_config.ExperimentConfig,
           resolved: experiment_config.Resolved, rd: run_dir_lib.RunDir,
-          manager, recorder: Optional[aggregate_recorder.AggregateRecorder
-                                      | cosine_stream.CosineStream],
+          manager,
+          recorder: Optional[aggregate_recorder.AggregateRecorder],
           history: resume.History, done: int, progress: bool,
           clients: Optional[client_insertion.ClientRounds] = None):
   """The state after the run's last round (module docstring)."""
@@ -116,8 +114,6 @@ def train(process, state, *, task: tasks.Task,
         if clients is not None:
           clients.save(rd)
         _checkpoint(rd, manager, state, round_num + 1, rows, events)
-        if isinstance(recorder, cosine_stream.CosineStream):
-          recorder.checkpointed(round_num + 1)  # its chunks may go now
       if bar is not None:
         postfix = dict(loss=f"{loss:.3f}", acc=f"{accuracy:.3f}",
                        clip=f"{row['clip']:.3g}",

@@ -3,10 +3,9 @@
 The canary aggregation process (`canary_process`) puts the round's noised
 aggregate under `AGGREGATE_KEY` in its measurements when asked to record it;
 `tff_canary.federated.scores.aggregate_recorder` finds it there (with the round
-number and the clip beside it) and writes it to disk. Plain strings, no
+number beside it) and writes it to disk. Plain strings, no
 TensorFlow, so the recorder can import them without importing TFF.
 """
 
 AGGREGATE_KEY = "noised_aggregate"
 ROUND_KEY = "round_num"
-CLIP_KEY = "clip"

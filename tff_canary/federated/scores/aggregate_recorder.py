@@ -34,7 +34,6 @@ from tff_canary.stats import validation
 # The measurement names (`measurement_keys`), re-exported for the recorder's users.
 AGGREGATE_KEY = measurement_keys.AGGREGATE_KEY
 ROUND_KEY = measurement_keys.ROUND_KEY
-CLIP_KEY = measurement_keys.CLIP_KEY
 _DTYPES = ("float16", "float32", "float64")
 
 
@@ -53,21 +52,21 @@ def _find_aggregate_dicts(metrics: Any, path: str = "metrics"
   return found
 
 
-def pop_round(metrics: Any) -> tuple[int, Any, float | None]:
-  """(round_num, noised_aggregate, clip) of a round's metrics; removes the
-  aggregate. `clip` is C_r, the clip used this round (`CLIP_KEY` beside the
-  aggregate), or None when the measurements have none.
+def pop_aggregate(metrics: Any) -> tuple[int, Any]:
+  """(round_num, noised_aggregate) of a round's metrics; removes the
+  aggregate.
 
   Raises:
     ValueError: if there is no `noised_aggregate` (a `CanaryConfig` with
-      `record_aggregates=False`?) or more than one, or no `round_num` beside
-      it.
+      `record_aggregates=False`, or orthogonal canaries?) or more than one,
+      or no `round_num` beside it.
   """
   found = _find_aggregate_dicts(metrics)
   if not found:
     raise ValueError(f"metrics has no {AGGREGATE_KEY!r}: build the "
-                     "CanaryConfig with record_aggregates=True and pass the "
-                     "round's output.metrics.")
+                     "CanaryConfig with directions='gaussian' and "
+                     "record_aggregates=True (the default for gaussian "
+                     "canaries) and pass the round's output.metrics.")
   if len(found) > 1:
     raise ValueError(f"metrics has {len(found)} {AGGREGATE_KEY!r} entries "
                      f"(at {[p for p, _ in found]}); record one factory's "
@@ -77,16 +76,7 @@ def pop_round(metrics: Any) -> tuple[int, Any, float | None]:
     raise ValueError(f"{where} has {AGGREGATE_KEY!r} but no {ROUND_KEY!r}.")
   round_num = validation.as_int(np.asarray(holder[ROUND_KEY]).item(),
                                 ROUND_KEY, minimum=0)
-  clip = holder.get(CLIP_KEY)
-  clip = None if clip is None else float(np.asarray(clip).item())
-  aggregate = holder.pop(AGGREGATE_KEY)
-  return round_num, aggregate, clip
-
-
-def pop_aggregate(metrics: Any) -> tuple[int, Any]:
-  """(round_num, noised_aggregate) of a round's metrics (`pop_round`)."""
-  round_num, aggregate, _ = pop_round(metrics)
-  return round_num, aggregate
+  return round_num, holder.pop(AGGREGATE_KEY)
 
 
 class AggregateRecorder:

@@ -1,23 +1,20 @@
 """The recorded aggregate rows that the cosine pass reads, with bounded memory.
 
 `RowReader` reads rows of the noised aggregates (an `AggregateRecorder`, its
-file, or an array) as float32; `row_norms` takes their norms chunk by chunk
-(`cosine_chunks.row_norms`, so a plan gives the same bits as the stream);
-`residual` forms a'_r, the rows without the inserted canaries
-(`known_canary_removal`), chunk by chunk, in memory or in a temporary file.
+file, or an array) as float32, and takes their norms chunk by chunk
+(`RowReader.norms`), so that the cosine pass over a long run
+(`tff_canary.federated.scores.cosine_pass`) never holds more rows than its
+memory budget allows.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 import numpy as np
 
 from tff_canary.federated.scores import aggregate_recorder
-from tff_canary.federated.scores import cosine_chunks
-from tff_canary.federated.scores import known_canary_removal
 
 
 class RowReader:
@@ -102,36 +99,22 @@ class RowReader:
           target[...] = data.reshape(run.size, dim)
     return out
 
+  def norms(self, chunk: int, buffer: np.ndarray | None = None
+            ) -> np.ndarray:
+    """float64 [len(rows)]: |a_r| of every row, the squares summed in
+    float64, read `chunk` rows at a time (into `buffer`, if given).
 
-def row_norms(reader: RowReader, positions: np.ndarray, chunk: int,
-               buffer: np.ndarray | None) -> np.ndarray:
-  """|a_r| per row (`cosine_chunks.row_norms`), `chunk` rows at a time (the
-  chunks of the cosine loop, so a plan gives the same bits)."""
-  norms = np.empty(positions.size, np.float64)
-  for start in range(0, positions.size, chunk):
-    part = reader.read(positions[start:start + chunk], out=buffer)
-    norms[start:start + chunk] = cosine_chunks.row_norms(part)
-  return norms
-
-
-def residual(reader: RowReader, positions: np.ndarray, chunk: int,
-              removals: list[known_canary_removal.ChunkRemoval], dim: int,
-              budget: int) -> tuple[np.ndarray, Any]:
-  """a'_r of every row, chunk by chunk: in memory when it fits half the
-  budget, else a memory map in a temporary directory (the second value, for
-  the caller to clean up; None in memory)."""
-  holder = None
-  if positions.size * dim * 4 <= budget // 2:
-    out = np.empty((positions.size, dim), np.float32)
-  else:
-    holder = tempfile.TemporaryDirectory(prefix="residual_aggregates_")
-    out = np.lib.format.open_memmap(
-        os.path.join(holder.name, "residual.npy"), mode="w+",
-        dtype=np.float32, shape=(positions.size, dim))
-  for k, start in enumerate(range(0, positions.size, chunk)):
-    part = np.array(reader.read(positions[start:start + chunk]), np.float32)
-    out[start:start + part.shape[0]] = removals[k].residual(part, out=part)
-  return out, holder
+    Raises:
+      ValueError: if a row holds a non-finite value.
+    """
+    norms = np.empty(self.rows.size, np.float64)
+    for start in range(0, self.rows.size, chunk):
+      part = self.read(self.rows[start:start + chunk], out=buffer)
+      squares = np.einsum("ij,ij->i", part, part, dtype=np.float64)
+      if not np.all(np.isfinite(squares)):
+        raise ValueError("aggregates hold non-finite values.")
+      norms[start:start + chunk] = np.sqrt(squares)
+    return norms
 
 
-__all__ = ["RowReader", "row_norms", "residual"]
+__all__ = ["RowReader"]

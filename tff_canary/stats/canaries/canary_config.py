@@ -77,8 +77,9 @@ class CanaryConfig:
       inserted by an independent fair coin from the seed).
     record_aggregates: Whether the aggregation process reports each round's
       noised aggregate (measurement `noised_aggregate`), needed for the
-      all-iterates cosines of gaussian canaries (orthogonal canaries are
-      scored in the round: they never record aggregates).
+      all-iterates cosines of gaussian canaries. None (the default): True
+      for gaussian canaries, False for orthogonal ones, which are scored in
+      the round and record nothing (True with them is refused).
     directions: "gaussian" or "orthogonal" (module docstring).
     inserted: bool [k + k'], canary id -> inserted (derived).
     participation: `schedules.Participation` of the inserted canaries
@@ -94,7 +95,7 @@ class CanaryConfig:
   num_held_out: int
   schedule: schedules.Schedule
   assignment: str = "fixed"
-  record_aggregates: bool = True
+  record_aggregates: bool | None = None
   directions: Directions = "gaussian"
   inserted: np.ndarray = dataclasses.field(init=False, repr=False)
   participation: schedules.Participation = dataclasses.field(
@@ -117,9 +118,18 @@ class CanaryConfig:
                                       ASSIGNMENTS)
     directions = validation.as_choice(self.directions, "directions",
                                       DIRECTIONS)
-    if not isinstance(self.record_aggregates, (bool, np.bool_)):
-      raise TypeError(f"record_aggregates must be a bool, got "
-                      f"{self.record_aggregates!r}.")
+    record_aggregates = self.record_aggregates
+    if record_aggregates is None:
+      record_aggregates = directions == "gaussian"
+    if not isinstance(record_aggregates, (bool, np.bool_)):
+      raise TypeError(f"record_aggregates must be a bool or None, got "
+                      f"{record_aggregates!r}.")
+    if record_aggregates and directions == "orthogonal":
+      raise ValueError(
+          "record_aggregates=True with directions='orthogonal': orthogonal "
+          "canaries are scored inside each round, so no aggregate is "
+          "recorded; leave record_aggregates at None (or False), or use "
+          "directions='gaussian' to record the aggregates.")
     total = num_inserted + num_held_out
     if assignment == "fixed":
       inserted = np.arange(total) < num_inserted
@@ -132,8 +142,7 @@ class CanaryConfig:
     object.__setattr__(self, "num_inserted", num_inserted)
     object.__setattr__(self, "num_held_out", num_held_out)
     object.__setattr__(self, "assignment", assignment)
-    object.__setattr__(self, "record_aggregates",
-                       bool(self.record_aggregates) and directions == "gaussian")
+    object.__setattr__(self, "record_aggregates", bool(record_aggregates))
     object.__setattr__(self, "directions", directions)
     object.__setattr__(self, "inserted", inserted)
     object.__setattr__(self, "participation", participation)

@@ -36,8 +36,14 @@ removes canary i's direct contribution to a_r, not that indirect effect (the
 paper's statistics ignore it too). The final-model vector u = theta_0 -
 theta_T is a sum of the aggregates only with server SGD without momentum
 (u = eta sum_r a_r); with any other server optimizer u is not linear in the
-a_r and the known part cannot be subtracted, so the training pass corrects
-only the all-iterates statistic.
+a_r and the known part cannot be subtracted.
+
+Where it is used: the simulators of the Gaussian mechanism
+(`tff_canary.stats.simulation`, their `remove_known_canaries`). The cosine
+table of a TFF run does not use it: gaussian canaries keep the paper's
+statistics (the other canaries are noise), and orthogonal canaries remove
+the others exactly inside each round
+(`tff_canary.federated.insertion.round_scores`).
 
 NumPy only.
 """
