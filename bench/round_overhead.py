@@ -23,14 +23,17 @@ of every round and that pass, docs/benchmarks.md.)
 Rounds are taken in triples (plain, 2000, 20000), the order rotating each
 triple, so machine noise hits all three alike; the ratio of each canary
 round to the plain round of its triple, with its paired standard error.
-Peak RSS (this process and TFF's worker_binary, sampled every 20 ms) during
-plain-only warm-up rounds and during the triples. Unit cost of the
+Peak RSS (the Python process and TFF's worker_binary, sampled every 20 ms)
+of each learning process alone, in a subprocess of its own that builds it and
+runs 4 rounds (`--rss_only`): the canary processes' excess over the plain
+one is what canaries cost in memory. Unit cost of the
 transforms at d = 1,206,590 and d = 4,050,748 and the projection for the
 paper's StackOverflow setting (2048 rounds).
 
 Last line: `orthogonal canaries, per-round ratio: A at 2000, B at 20000`.
 
 Usage: .venv/bin/python bench/round_overhead.py [--rounds 40] [--warmup 2]
+       [--rss_rounds 4]
        [--quick]   (--quick: a smoke run with small numbers, not the
        benchmark.)
 """
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -172,10 +176,47 @@ def inserted_so_far(state) -> int:
 # ---------------------------------------------------------------- main
 
 
+def rss_only(args) -> int:
+  """Builds one learning process (`args.rss_only`), runs it, prints its peak.
+
+  The last line is `peak RSS bytes: N` (python + worker_binary, sampled
+  from before the process is built to after its last round).
+  """
+  sampler = MemorySampler().start()
+  sampler.phase("alone")
+  try:
+    clients = synthetic_clients(args.clients_per_round, args.examples,
+                                args.batch)
+    if args.rss_only == "plain":
+      aggregator = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+          args.noise_multiplier, args.clients_per_round, args.clip)
+    else:
+      aggregator = factory.CanaryDPFactory.gaussian_fixed(
+          noise_multiplier=args.noise_multiplier,
+          clients_per_round=args.clients_per_round, clip=args.clip,
+          canaries=_config(int(args.rss_only), 2024))
+    process = build(aggregator)
+    state = process.initialize()
+    for _ in range(args.rss_rounds):
+      state = process.next(state, clients).state
+  finally:
+    sampler.stop()
+    worker_guard.stop_workers()
+  log(f"peak RSS bytes: {sampler.peaks['alone']}")
+  return 0
+
+
+def _rss_alone(name: str, args) -> int:
+  """Peak RSS of learning process `name` alone, from a subprocess."""
+  command = [sys.executable, os.path.abspath(__file__), "--rss_only", name,
+             "--rss_rounds", str(args.rss_rounds)]
+  out = subprocess.run(command, capture_output=True, text=True, check=True)
+  return int(out.stdout.strip().splitlines()[-1].split(":")[1])
+
+
 def run(args) -> int:
   """The benchmark (module docstring)."""
   seed = 2024
-  sampler = MemorySampler().start()
   began = time.perf_counter()
   sizes = SIZES if not args.quick else (200, 2000)
   try:
@@ -201,19 +242,15 @@ def run(args) -> int:
       states[name] = output.state
       return time.perf_counter() - start
 
-    sampler.phase("plain only")
     for r in range(args.warmup + 2):
       seconds = one_round("plain")
       log(f"plain-only round {r + 1}: {seconds:.2f} s")
-    sampler.phase(None)
     times = {name: [] for name in names}
     for r in range(args.warmup + args.rounds):
       order = names[r % 3:] + names[:r % 3]
       seconds = {}
       for name in order:
-        sampler.phase("triples")
         seconds[name] = one_round(name)
-        sampler.phase(None)
       timed = r >= args.warmup
       if timed:
         for name in names:
@@ -235,11 +272,12 @@ def run(args) -> int:
           f"{ratio.mean():.3f} +- {se:.3f} (paired SE, {ratio.size} "
           "triples)")
     gib = 2**30
-    base = sampler.peaks.get("plain only", 0)
-    peak = sampler.peaks.get("triples", 0)
-    log(f"peak RSS (python + worker_binary): plain-only rounds "
-        f"{base / gib:.2f} GiB, triples (three processes) {peak / gib:.2f} "
-        f"GiB: +{(peak - base) / gib:.2f} GiB")
+    alone = {name: _rss_alone(name, args) for name in names}
+    log(f"peak RSS, each process alone (python + worker_binary, "
+        f"{args.rss_rounds} rounds): plain {alone['plain'] / gib:.2f} GiB, "
+        + ", ".join(f"{name} canaries {alone[name] / gib:.2f} GiB "
+                    f"({(alone[name] - alone['plain']) / gib:+.2f} GiB)"
+                    for name in names[1:]))
     log("aggregate disk: 0 MiB (nothing recorded; scores in the state)")
     t_emnist = transform_seconds(dim)
     t_so = transform_seconds(4_050_748)
@@ -261,7 +299,6 @@ def run(args) -> int:
     log(f"orthogonal canaries, per-round ratio: {a[0]:.3f} ± {a[1]:.3f} at "
         f"{sizes[0]}, {b[0]:.3f} ± {b[1]:.3f} at {sizes[1]}")
   finally:
-    sampler.stop()
     worker_guard.stop_workers()
   return 0
 
@@ -284,7 +321,14 @@ def main(argv=None) -> int:
   parser.add_argument("--quick", action="store_true",
                       help="smoke run: 3 timed triples, 200 and 2000 "
                            "canaries (not the benchmark)")
+  parser.add_argument("--rss_rounds", type=int, default=4,
+                      help="rounds of each process alone for its peak RSS")
+  parser.add_argument("--rss_only", default=None,
+                      help="internal: build only this process (plain or a "
+                           "number of canaries) and print its peak RSS")
   args = parser.parse_args(argv)
+  if args.rss_only is not None:
+    return rss_only(args)
   if args.quick:
     args.rounds, args.warmup = 3, 1
   return run(args)
