@@ -229,7 +229,11 @@ def test_a_stackoverflow_run(tmp_path):
   saved = json.load(open(tmp_path / "so" / run_dir.CONFIG))
   assert saved["dim"] == 4_050_748 and saved["task"] == "stackoverflow"
   assert report.accuracy is not None and 0.0 <= report.accuracy <= 1.0
-  assert report.estimates.final_mean_only.dim == 4_050_748
+  assert report.estimates.dim == 4_050_748
+  # Orthogonal canaries (the default): the final-model estimates are taken
+  # in the d - |I| + 1 dimensions left after removing the inserted canaries.
+  num_inserted = report.estimates.num_inserted
+  assert report.estimates.final_mean_only.dim == 4_050_748 - num_inserted + 1
 
 
 def test_resume_after_a_crash_before_the_first_checkpoint(tmp_path, monkeypatch):
