@@ -314,10 +314,6 @@ def main(argv=None) -> int:
   parser.add_argument("--batch", type=int, default=16)
   parser.add_argument("--noise_multiplier", type=float, default=1.0)
   parser.add_argument("--clip", type=float, default=0.1)
-  parser.add_argument("--directions", choices=("orthogonal",),
-                      default="orthogonal",
-                      help="the only mode (accepted so that older commands "
-                           "with --directions orthogonal still run)")
   parser.add_argument("--quick", action="store_true",
                       help="smoke run: 3 timed triples, 200 and 2000 "
                            "canaries (not the benchmark)")

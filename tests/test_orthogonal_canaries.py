@@ -18,7 +18,6 @@ import tensorflow as tf
 
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import orthogonal_transform as ot
-from tff_canary.federated.insertion import round_scores
 from tff_canary.federated.scores import cosine_pass
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules

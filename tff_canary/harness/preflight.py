@@ -41,11 +41,10 @@ from __future__ import annotations
 import os
 import warnings
 
-import numpy as np
-
 from tff_canary.stats import call_site
 from tff_canary.harness import model_sizes
 from tff_canary.stats.accounting import ddp_parameters
+from tff_canary.stats.canaries import canary_config
 
 # TFF's distributed queries check each client's integer L1 norm as int32.
 INT32_MAX = 2**31 - 1
@@ -92,21 +91,20 @@ def check(config) -> None:
 
 
 def record_aggregates(config) -> bool:
-  """`config.record_aggregates` resolved: None -> whether the canaries are
-  gaussian; True with orthogonal canaries is refused (module docstring)."""
-  if config.record_aggregates is None:
-    return config.directions == "gaussian"
-  if not isinstance(config.record_aggregates, (bool, np.bool_)):
-    raise TypeError(f"record_aggregates must be a bool or None, got "
-                    f"{config.record_aggregates!r}.")
-  if config.record_aggregates and config.directions == "orthogonal":
+  """`config.record_aggregates` resolved
+  (`canary_config.resolve_record_aggregates`), the refusal worded with the
+  experiments' flags (module docstring)."""
+  try:
+    return canary_config.resolve_record_aggregates(config.record_aggregates,
+                                                   config.directions)
+  except ValueError:
     raise ValueError(
         "--record_aggregates (record_aggregates=True) with --directions="
         "orthogonal: orthogonal canaries are scored inside each round, so "
         "no aggregate is recorded and there is no pass after training; drop "
         "--record_aggregates, or pass --directions=gaussian (the paper's "
-        "canaries, recorded aggregates and one pass after training).")
-  return bool(config.record_aggregates)
+        "canaries, recorded aggregates and one pass after training)."
+    ) from None
 
 
 def check_requirements(config) -> None:

@@ -51,8 +51,6 @@ import math
 import os
 from typing import Any, Optional
 
-import numpy as np
-
 from tff_canary.stats import atomic_files
 from tff_canary.stats.audit import audit
 from tff_canary.stats.canaries import client_sampling

@@ -33,8 +33,8 @@ number of canaries:
 Each Hadamard transform is a product of small Hadamard factors (H_n =
 H_{f_1} (x) ... (x) H_{f_k}, f_i <= 16), one matrix product and one
 transpose per factor: dense kernels that TFF's C++ runtime runs like any TF
-op (faster here than einsums or a butterfly; `bench/round_overhead.py
---directions orthogonal` prints the transform's unit cost).
+op (faster here than einsums or a butterfly; `bench/round_overhead.py`
+prints the transform's unit cost).
 """
 
 from __future__ import annotations
@@ -105,7 +105,8 @@ def rows(seed: int, dim: int, num_canaries: int) -> np.ndarray:
 
 
 def _factors(n: int) -> list[int]:
-  """Sizes of the Hadamard factors of H_n, balanced, each <= 2^_MAX_FACTOR_LOG2."""
+  """Sizes of the Hadamard factors of H_n, balanced, at most 2^_MAX_FACTOR_LOG2
+  each."""
   k = n.bit_length() - 1
   if k == 0:
     return []

@@ -60,6 +60,32 @@ class TooManyCanariesWarning(UserWarning):
   """More canaries than the model's dimension keeps nearly orthogonal."""
 
 
+def resolve_record_aggregates(record_aggregates: bool | None,
+                              directions: str) -> bool:
+  """Whether a run records each round's noised aggregate.
+
+  None (the default): gaussian canaries do (their all-iterates cosines are
+  taken after training from the recorded aggregates), orthogonal ones do
+  not (they are scored inside each round).
+
+  Raises:
+    TypeError: if `record_aggregates` is not a bool or None.
+    ValueError: for True with orthogonal canaries (nothing to record).
+  """
+  if record_aggregates is None:
+    return directions == "gaussian"
+  if not isinstance(record_aggregates, (bool, np.bool_)):
+    raise TypeError(f"record_aggregates must be a bool or None, got "
+                    f"{record_aggregates!r}.")
+  if record_aggregates and directions == "orthogonal":
+    raise ValueError(
+        "record_aggregates=True with directions='orthogonal': orthogonal "
+        "canaries are scored inside each round, so no aggregate is "
+        "recorded; leave record_aggregates at None (or False), or use "
+        "directions='gaussian' to record the aggregates.")
+  return bool(record_aggregates)
+
+
 @dataclasses.dataclass(frozen=True)
 class CanaryConfig:
   """Which canaries a run has, and when the inserted ones take part.
@@ -118,18 +144,8 @@ class CanaryConfig:
                                       ASSIGNMENTS)
     directions = validation.as_choice(self.directions, "directions",
                                       DIRECTIONS)
-    record_aggregates = self.record_aggregates
-    if record_aggregates is None:
-      record_aggregates = directions == "gaussian"
-    if not isinstance(record_aggregates, (bool, np.bool_)):
-      raise TypeError(f"record_aggregates must be a bool or None, got "
-                      f"{record_aggregates!r}.")
-    if record_aggregates and directions == "orthogonal":
-      raise ValueError(
-          "record_aggregates=True with directions='orthogonal': orthogonal "
-          "canaries are scored inside each round, so no aggregate is "
-          "recorded; leave record_aggregates at None (or False), or use "
-          "directions='gaussian' to record the aggregates.")
+    record_aggregates = resolve_record_aggregates(self.record_aggregates,
+                                                  directions)
     total = num_inserted + num_held_out
     if assignment == "fixed":
       inserted = np.arange(total) < num_inserted
@@ -142,7 +158,7 @@ class CanaryConfig:
     object.__setattr__(self, "num_inserted", num_inserted)
     object.__setattr__(self, "num_held_out", num_held_out)
     object.__setattr__(self, "assignment", assignment)
-    object.__setattr__(self, "record_aggregates", bool(record_aggregates))
+    object.__setattr__(self, "record_aggregates", record_aggregates)
     object.__setattr__(self, "directions", directions)
     object.__setattr__(self, "inserted", inserted)
     object.__setattr__(self, "participation", participation)
