@@ -366,7 +366,8 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
   """The one-run lower bound of Steinke, Nasr & Jagielski (2023).
 
   Args:
-    statistics: 1-D array, one statistic per candidate canary (cosines).
+    statistics: 1-D array, one finite statistic per candidate canary
+      (cosines, or any score: only their order is used).
     inserted_mask: 1-D bool array of the same length: which candidates the
       fair coins inserted.
     delta: delta in [0, 1) (0 allowed: the pure-DP bound).
@@ -378,7 +379,7 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
   Returns:
     A `OneRunBound`.
   """
-  s = validation.as_cosines(statistics, "statistics")
+  s = validation.as_sample(statistics, "statistics")
   mask = threshold_strategies.check_inserted_mask(inserted_mask, s)
   delta = validation.as_float(delta, "delta")
   if not 0.0 <= delta < 1.0:

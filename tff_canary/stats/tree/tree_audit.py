@@ -1,0 +1,250 @@
+"""The audit of a DP-FTRL claim: three checks, and the estimates beside them.
+
+A DP-FTRL claim (`tree_accounting`) rests on three things: the noise is the
+tree's (independent N(0, sigma^2) node noises, combined as the query says),
+each client takes part at most once per epoch, and together these give the
+epsilon claimed. `audit_ftrl` checks each, at a family-wise level `level`
+split evenly (Bonferroni), so a correct mechanism raises an alarm with
+probability at most `level`:
+
+* "self-test": the mechanism run on zero values (`self_test_noise`, rounds x
+  coordinates) is whitened by the claimed round covariance, e_t -> L^-1 e
+  with K = L L^T, which makes correct noise i.i.d. N(0, 1) in every round;
+  `noise_stats.check_noise` then tests variance, mean, correlation between
+  rounds and reuse of values (Holm). Noise reused after a restart, a level
+  of nodes without noise, or node noise at the wrong scale change that law.
+* "participations": each inserted canary's participations per epoch,
+  estimated from its scores (`tree_statistics.epoch_counts`, unbiased, with
+  the known covariance z^2 E^T K E), minus its schedule's. The GLS estimate
+  of a common excess per epoch over the inserted canaries is N(0, 1) under
+  the claim; a one-sided test catches a client counted more often than its
+  schedule.
+* "bounds": one-run lower bounds on epsilon from the fair-coin canaries'
+  scheduled statistics T_j and max statistics M_j (`tree_statistics`)
+  against the claimed epsilon (`audit.audit`): Steinke, Nasr & Jagielski's
+  bound (valid for any claim) on both, and, since the node release is a
+  Gaussian mechanism and the canaries' statistics are independent, the tight
+  one-run bound on T (`audit.tight_bound`).
+
+`ftrl_estimates` gives the estimates of epsilon (not bounds) from the same
+scores: final model, and all iterates by each statistic.
+
+NumPy/SciPy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import numpy as np
+import numpy.typing as npt
+from scipy import linalg, stats
+
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.audit import audit as audit_module
+from tff_canary.stats.bounds import lower_bounds
+from tff_canary.stats.estimators import estimates, scheduled_sums
+from tff_canary.stats.noise import noise_stats
+from tff_canary.stats.tree import tree_accounting, tree_noise, tree_statistics
+from tff_canary.stats import results
+from tff_canary.stats import validation
+
+CHECKS = ("self-test", "participations", "bounds")
+
+
+@dataclasses.dataclass(frozen=True)
+class FtrlAudit:
+  """The verdict on a DP-FTRL claim (module docstring).
+
+  Attributes:
+    refuted: True when any check failed.
+    caught_by: the checks that failed, in `CHECKS` order.
+    level: family-wise false-alarm level; each check runs at level / checks.
+    claim: the analytical epsilons (`tree_accounting.TreeEpsilons`).
+    self_test: the whitened noise check, or None without self-test noise.
+    participation_excess: GLS estimate of the inserted canaries' extra
+      participations per epoch (0 under the claim).
+    participation_z, participation_p_value: its z-score and one-sided p.
+    bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks.
+  """
+
+  refuted: bool
+  caught_by: tuple[str, ...]
+  level: float
+  claim: tree_accounting.TreeEpsilons
+  self_test: Optional[noise_stats.NoiseCheck]
+  participation_excess: float
+  participation_z: float
+  participation_p_value: float
+  bounds: audit_module.AuditVerdict
+
+  def __str__(self) -> str:
+    head = ("REFUTED by " + ", ".join(self.caught_by) if self.refuted else
+            "consistent with the claim")
+    lines = [f"DP-FTRL audit: {head} (family-wise level {self.level:g}); "
+             f"{self.claim}"]
+    if self.self_test is not None:
+      lines.append("  self-test: " + ("passed" if self.self_test.passed else
+                                      self.self_test.failures[0]))
+    lines.append(f"  participations: excess {self.participation_excess:+.3g}"
+                 f" per epoch (z = {self.participation_z:.3g}, p = "
+                 f"{self.participation_p_value:.2g})")
+    lines.append(f"  bounds: {self.bounds}")
+    return "\n".join(lines)
+
+
+def _participation_test(scores, schedule, inserted, covariance, epochs, z):
+  counts = tree_statistics.epoch_counts(scores[inserted], epochs,
+                                        noise_multiplier=z)
+  expected = schedule[inserted].astype(np.float64) @ epochs
+  cov = tree_statistics.epoch_count_covariance(covariance, epochs,
+                                               noise_multiplier=z)
+  ones = np.ones(epochs.shape[1])
+  w = linalg.solve(cov, ones, assume_a="pos")
+  information = float(ones @ w) * counts.shape[0]
+  excess = float(((counts - expected) @ w).sum()) / information
+  z_score = excess * math.sqrt(information)
+  return excess, z_score, float(stats.norm.sf(z_score))
+
+
+def _whitened(noise: np.ndarray, covariance: np.ndarray) -> np.ndarray:
+  factor = np.linalg.cholesky(covariance)
+  return linalg.solve_triangular(factor, noise, lower=True)
+
+
+def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
+               inserted: npt.ArrayLike, *, noise: tree_noise.TreeNoise,
+               rounds_per_epoch: int, noise_multiplier: float, delta: float,
+               self_test_noise: Optional[npt.ArrayLike] = None,
+               level: float = 0.05) -> FtrlAudit:
+  """Audits a DP-FTRL claim from one run's canary scores (module docstring).
+
+  Args:
+    scores: [candidates, rounds] u_{j,t}, in units of the node noise.
+    schedule: [candidates, rounds] Boolean, each candidate's schedule.
+    inserted: [candidates] Boolean, the fair coins.
+    noise: the claimed tree (`tree_noise.tree_noise`).
+    rounds_per_epoch: the epoch length; the tree restarts after each epoch.
+    noise_multiplier: the claimed z.
+    delta: the claim's delta.
+    self_test_noise: [rounds, coordinates] the mechanism on zero values in
+      units of the node noise, or None to skip the self-test.
+    level: family-wise false-alarm level in (0, 1).
+  """
+  if not isinstance(noise, tree_noise.TreeNoise):
+    raise TypeError(f"noise must be a TreeNoise, got {type(noise).__name__}.")
+  covariance = noise.covariance
+  u = np.asarray(scores, dtype=np.float64)
+  a = np.asarray(schedule)
+  mask = np.asarray(inserted)
+  if mask.dtype != bool or mask.shape != (u.shape[0],):
+    raise ValueError(f"inserted must be a Boolean array of one flag per "
+                     f"candidate ({u.shape[0]}), got dtype {mask.dtype} and "
+                     f"shape {mask.shape}.")
+  z = validation.as_positive(noise_multiplier, "noise_multiplier")
+  level = validation.as_open_unit(level, "level")
+  per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
+  epochs = tree_statistics.epoch_matrix(noise.num_rounds, per)
+  claim = tree_accounting.tree_epsilons(
+      z, [int(n) for n in epochs.sum(axis=0)], delta=delta)
+  checks = len(CHECKS) if self_test_noise is not None else len(CHECKS) - 1
+  each = level / checks
+  t_stat = tree_statistics.scheduled_statistic(u, a, covariance)
+  m_stat = tree_statistics.max_statistic(u, covariance)
+  fns = {
+      "one-run bound (scheduled T)": lambda c: lower_bounds.one_run_bound(
+          t_stat, mask, delta=delta, confidence=c),
+      "one-run bound (max M)": lambda c: lower_bounds.one_run_bound(
+          m_stat, mask, delta=delta, confidence=c),
+      "tight one-run bound (scheduled T)": lambda c: audit_module.tight_bound(
+          t_stat, mask, delta=delta, confidence=c),
+  }
+  bounds = audit_module.audit(fns, claimed_epsilon=claim.epsilon, delta=delta,
+                              confidence=1.0 - each)
+  excess, z_score, p_value = _participation_test(u, a, mask, covariance,
+                                                 epochs.astype(np.float64), z)
+  self_test = None
+  if self_test_noise is not None:
+    e = np.asarray(self_test_noise, dtype=np.float64)
+    if e.ndim != 2 or e.shape[0] != noise.num_rounds:
+      raise ValueError(f"self_test_noise must be [rounds, coordinates] with "
+                       f"{noise.num_rounds} rounds, got shape {e.shape}.")
+    w = _whitened(e, covariance)
+    self_test = noise_stats.check_noise(
+        [[row] for row in w], 1.0, level=each,
+        claim="tree covariance (whitened)")
+  failed = {"self-test": self_test is not None and not self_test.passed,
+            "participations": p_value < each,
+            "bounds": bounds.refuted}
+  caught = tuple(name for name in CHECKS if failed[name])
+  return FtrlAudit(refuted=bool(caught), caught_by=caught, level=level,
+                   claim=claim, self_test=self_test,
+                   participation_excess=excess, participation_z=z_score,
+                   participation_p_value=p_value, bounds=bounds)
+
+
+@dataclasses.dataclass(frozen=True)
+class FtrlEstimates:
+  """Estimates of epsilon from one DP-FTRL run's canaries (not bounds).
+
+  Attributes:
+    final: from the final model's scores, sum_t u_{j,t} / sqrt(1^T K 1)
+      (N(0, 1) for held-out canaries), `scheduled_sums.epsilon_scheduled`.
+    scheduled: all iterates, the GLS scheduled statistic T_j.
+    max: all iterates, the max statistic M_j, two Gaussians fitted to the
+      inserted and held-out M (the paper's epsilon-all).
+    independent: all iterates, the statistic of independent rounds with an
+      N(0, 1) null (wrong when rounds are correlated; shown for contrast).
+    attack_mu: mean over inserted canaries of `tree_statistics.schedule_mu`,
+      what the released rounds reveal about their schedules.
+    attack_epsilon: epsilon at delta of `attack_mu`.
+  """
+
+  final: scheduled_sums.ScheduledEstimate
+  scheduled: scheduled_sums.ScheduledEstimate
+  max: results.EpsilonEstimate
+  independent: scheduled_sums.ScheduledEstimate
+  attack_mu: float
+  attack_epsilon: float
+
+
+def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
+                   inserted: npt.ArrayLike, *, noise: tree_noise.TreeNoise,
+                   noise_multiplier: float, delta: float,
+                   confidence: float = 0.95) -> FtrlEstimates:
+  """The estimates of `FtrlEstimates` from one run's canary scores."""
+  covariance = noise.covariance
+  u = np.asarray(scores, dtype=np.float64)
+  a = np.asarray(schedule)
+  mask = np.asarray(inserted, dtype=bool)
+  final = u.sum(axis=1) / math.sqrt(noise.final_variance())
+  t_stat = tree_statistics.scheduled_statistic(u, a, covariance)
+  m_stat = tree_statistics.max_statistic(u, covariance)
+  naive = tree_statistics.independent_scheduled_statistic(u, a, covariance)
+  mu = float(tree_statistics.schedule_mu(
+      a[mask], covariance, noise_multiplier=noise_multiplier).mean())
+
+  def gauss(values):
+    return scheduled_sums.epsilon_scheduled(values[mask], values[~mask],
+                                            delta=delta, confidence=confidence)
+
+  def exact(values):
+    return scheduled_sums.epsilon_scheduled(values[mask], delta=delta,
+                                            confidence=confidence)
+
+  # epsilon_all fits two Gaussians, whose epsilon is unchanged by one
+  # positive scale applied to both samples; it validates cosines, so M is
+  # scaled into [-1, 1] first.
+  scale = 1.01 * float(np.abs(m_stat).max())
+  return FtrlEstimates(
+      final=gauss(final), scheduled=gauss(t_stat),
+      max=estimates.epsilon_all(m_stat[mask] / scale, m_stat[~mask] / scale,
+                                delta=delta, confidence=confidence),
+      independent=exact(naive), attack_mu=mu,
+      attack_epsilon=gaussian_accounting.gaussian_epsilon_of_mu(mu, delta))
+
+
+__all__ = ["CHECKS", "FtrlAudit", "FtrlEstimates", "audit_ftrl",
+           "ftrl_estimates"]

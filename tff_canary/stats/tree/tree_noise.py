@@ -1,0 +1,246 @@
+"""The noise DP-FTRL releases, as a known linear map of independent node noises.
+
+DP-FTRL (Kairouz et al. 2021, "Practical and Private (Deep) Learning without
+Sampling or Shuffling", arXiv 2103.00039, Algorithm 1) adds noise to the
+prefix sums of the clients' clipped updates through a binary tree: every
+tree node gets its own independent noise xi_k ~ N(0, sigma^2 I_d), and the
+noise on the prefix sum up to round t is a fixed combination of the nodes
+that cover rounds 0..t. tensorflow_privacy's `TreeResidualSumQuery` (what
+`tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation` and
+`tree_adaptive` build) releases, each round, the difference of two noised
+prefix sums:
+
+    y_t = x_t + N_t - N_{t-1},    N_t = sum_k A[t, k] xi_k,
+
+with N_{-1} = 0 and N_{t-1} = 0 again in the first round after a restart of
+the tree (`tfp.RestartQuery`, `reset_state`). So the released noise is
+
+    e_t = sum_k B[t, k] xi_k,   B = the rows of A differenced within a tree,
+
+and across rounds each coordinate's noise is N(0, sigma^2 K) with the
+rounds' covariance K = B B^T, the same for every coordinate and independent
+across coordinates. Two aggregators set A:
+
+* the plain tree (`tree_aggregation.TreeAggregator`): N_t is the sum of the
+  nodes of the dyadic decomposition of rounds 0..t, one node per set bit of
+  t + 1;
+* the efficient tree (`EfficientTreeAggregator`, Honaker 2015, "Efficient Use
+  of Differentially Private Binary Trees"): a node's value is its own noise
+  plus half its two children's, and each node on the path is reweighted by
+  1 / (2 - 2^-level), which lowers the variance of N_t.
+
+`tree_noise` does not transcribe these rules: it runs tensorflow_privacy's
+algorithm step by step on symbolic values, each generator call a new basis
+vector, so A and B are exactly the implementation's (tests/test_tree_noise.py
+runs the real query on basis-vector noise and compares). The generator calls
+that a reset throws away (the node drawn for the next leaf of a finished
+tree) are columns of zeros.
+
+NumPy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from tff_canary.stats import validation
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+  """One call of the tree's noise generator: a node's own noise."""
+  tree: int    # which tree (restart segment)
+  index: int   # calls before it within its tree
+  level: int   # the node's level (0 = leaf)
+
+
+def _weight(level: int, efficient: bool) -> float:
+  return 1.0 / (2.0 - 0.5**level) if efficient else 1.0
+
+
+class _Tree:
+  """tensorflow_privacy's (Efficient)TreeAggregator on symbolic values."""
+
+  def __init__(self, efficient: bool, calls: list[_Call], tree: int):
+    self.efficient = efficient
+    self.calls = calls
+    self.tree = tree
+    self.count = 0
+    # The level buffer: (level, value) pairs, lowest level first; a value is
+    # a dict {call: coefficient}.
+    self.buffer = [(0, self._next(0))]
+
+  def _next(self, level: int) -> dict[int, float]:
+    self.calls.append(_Call(self.tree, self.count, level))
+    self.count += 1
+    return {len(self.calls) - 1: 1.0}
+
+  def cumsum_and_update(self) -> dict[int, float]:
+    total: dict[int, float] = {}
+    for level, value in self.buffer:
+      w = _weight(level, self.efficient)
+      for k, c in value.items():
+        total[k] = total.get(k, 0.0) + w * c
+    level = 0
+    new = self._next(0)
+    while level < len(self.buffer) and self.buffer[level][0] == level:
+      if self.efficient:
+        own = self._next(level + 1)
+        left = self.buffer[level][1]
+        merged = {k: 0.5 * c for k, c in left.items()}
+        for k, c in new.items():
+          merged[k] = merged.get(k, 0.0) + 0.5 * c
+        for k, c in own.items():
+          merged[k] = merged.get(k, 0.0) + c
+        new = merged
+      level += 1
+    if not self.efficient:
+      # The plain tree draws one node per step, at the level it creates.
+      self.calls[-1] = dataclasses.replace(self.calls[-1], level=level)
+    self.buffer = [(level, new)] + self.buffer[level:]
+    return total
+
+
+def restart_rounds(num_rounds: int, restart_period: Optional[int],
+                   restart_warmup: Optional[int]) -> list[int]:
+  """The rounds after which the tree restarts (`PeriodicRoundRestartIndicator`).
+
+  The indicator counts calls k = 1, 2, ... and restarts after call k when
+  k mod period == warmup (warmup None means 0): rounds k - 1, 0-based.
+  """
+  if restart_period is None:
+    if restart_warmup is not None:
+      raise ValueError(f"restart_warmup={restart_warmup!r} needs a "
+                       "restart_period.")
+    return []
+  period = validation.as_int(restart_period, "restart_period", minimum=1)
+  warmup = 0 if restart_warmup is None else validation.as_int(
+      restart_warmup, "restart_warmup", minimum=1)
+  if restart_warmup is not None and warmup >= period:
+    raise ValueError(f"restart_warmup must be below restart_period="
+                     f"{period} (tensorflow_privacy's rule), got {warmup}.")
+  return [k - 1 for k in range(1, num_rounds + 1) if k % period == warmup]
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeNoise:
+  """The released noise of a DP-FTRL run, in units of the node noise sigma.
+
+  Attributes:
+    num_rounds: T, rounds released.
+    efficient: True for Honaker's efficient tree.
+    restart_period, restart_warmup: the restarts, as given (None: no restart).
+    released: [T, K] float64, B: round t's released noise is
+      sum_k released[t, k] xi_k, xi_k iid node noises (module docstring).
+    prefix: [T, K] float64, A: the noise on the prefix sum of round t within
+      its tree.
+    call_tree, call_index, call_level: [K] int, for each generator call its
+      tree, its position among its tree's calls, and its node's level.
+    round_tree: [T] int, the tree each round belongs to.
+  """
+
+  num_rounds: int
+  efficient: bool
+  restart_period: Optional[int]
+  restart_warmup: Optional[int]
+  released: np.ndarray
+  prefix: np.ndarray
+  call_tree: np.ndarray
+  call_index: np.ndarray
+  call_level: np.ndarray
+  round_tree: np.ndarray
+
+  @property
+  def covariance(self) -> np.ndarray:
+    """K = B B^T, [T, T]: the rounds' noise covariance over sigma^2."""
+    return self.released @ self.released.T
+
+  @property
+  def correlation(self) -> np.ndarray:
+    """K scaled to unit diagonal: the covariance of per-round z-scores."""
+    k = self.covariance
+    s = 1.0 / np.sqrt(np.diag(k))
+    return k * s[:, None] * s[None, :]
+
+  @property
+  def num_trees(self) -> int:
+    return int(self.round_tree[-1]) + 1
+
+  def final_variance(self) -> float:
+    """1^T K 1: the variance over sigma^2 of the noise on the sum of all rounds."""
+    total = self.released.sum(axis=0)
+    return float(total @ total)
+
+  def with_coefficients(self, released: np.ndarray) -> "TreeNoise":
+    """The same structure with other released coefficients (a planted bug)."""
+    return dataclasses.replace(self, released=np.asarray(released, float))
+
+
+def tree_noise(num_rounds: int, *, efficient: bool = True,
+               restart_period: Optional[int] = None,
+               restart_warmup: Optional[int] = None) -> TreeNoise:
+  """The released noise of `TreeResidualSumQuery` over `num_rounds` rounds.
+
+  Args:
+    num_rounds: T >= 1.
+    efficient: `use_efficient` of `build_l2_gaussian_query` (TFF's
+      `tree_aggregation` default True; `tree_adaptive` uses the efficient
+      tree).
+    restart_period, restart_warmup: `tfp.restart_query.
+      PeriodicRoundRestartIndicator(period, warmup)` of a `tfp.RestartQuery`
+      around the tree query (TFF's `tree_adaptive`: 1024 and 128), or None
+      for no restart (TFF's `tree_aggregation`).
+
+  Returns:
+    A `TreeNoise`.
+
+  Raises:
+    TypeError, ValueError: for a bad argument, naming it.
+  """
+  num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
+  if not isinstance(efficient, bool):
+    raise TypeError(f"efficient must be a bool, got "
+                    f"{validation.show(efficient)}.")
+  restarts = set(restart_rounds(num_rounds, restart_period, restart_warmup))
+  calls: list[_Call] = []
+  trees = 0
+  tree = _Tree(efficient, calls, trees)
+  prefix_rows: list[dict[int, float]] = []
+  released_rows: list[dict[int, float]] = []
+  round_tree = np.zeros(num_rounds, dtype=np.int64)
+  previous: dict[int, float] = {}
+  for t in range(num_rounds):
+    round_tree[t] = trees
+    cumsum = tree.cumsum_and_update()
+    row = dict(cumsum)
+    for k, c in previous.items():
+      row[k] = row.get(k, 0.0) - c
+    prefix_rows.append(cumsum)
+    released_rows.append(row)
+    previous = cumsum
+    if t in restarts:
+      trees += 1
+      tree = _Tree(efficient, calls, trees)
+      previous = {}
+  num_calls = len(calls)
+  prefix = np.zeros((num_rounds, num_calls))
+  released = np.zeros((num_rounds, num_calls))
+  for t in range(num_rounds):
+    for k, c in prefix_rows[t].items():
+      prefix[t, k] = c
+    for k, c in released_rows[t].items():
+      released[t, k] = c
+  return TreeNoise(
+      num_rounds=num_rounds, efficient=efficient,
+      restart_period=restart_period, restart_warmup=restart_warmup,
+      released=released, prefix=prefix,
+      call_tree=np.array([c.tree for c in calls], dtype=np.int64),
+      call_index=np.array([c.index for c in calls], dtype=np.int64),
+      call_level=np.array([c.level for c in calls], dtype=np.int64),
+      round_tree=round_tree)
+
+
+__all__ = ["TreeNoise", "restart_rounds", "tree_noise"]

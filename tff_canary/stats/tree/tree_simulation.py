@@ -1,0 +1,191 @@
+"""A DP-FTRL run with orthogonal canaries, simulated in the canaries' scores.
+
+What is simulated exactly. With orthonormal canary directions c_j and
+isotropic Gaussian node noise, canary j's scores over the rounds
+(`tree_statistics`, u_{j,t} = <c_j, noised sum_t> / sigma) are
+
+    u_j = a_j / z + B xi_j,     xi_j ~ N(0, I) independent across canaries,
+
+B the tree's released-noise coefficients (`tree_noise.TreeNoise.released`)
+and a_j the rounds canary j took part in, at the clip norm. That is the law
+of the scores in a real run, without the d-dimensional vectors, when the
+clients' data has no component along the canaries (its part is O(1/sqrt(d))
+per round; the TFF runs have it). The noise self-test's input, the
+mechanism run on zero values, is B Xi for `self_test_dim` coordinates.
+
+The setting is DP-FTRL's (Kairouz et al. 2021, arXiv 2103.00039): epochs of
+`rounds_per_epoch` rounds, the tree restarted after each epoch, and each
+client, so each inserted canary, in one uniformly drawn round of every
+epoch. Canaries are fair-coin candidates (Steinke, Nasr & Jagielski 2023):
+each is inserted with probability 1/2, and every candidate gets a schedule,
+so the held-out ones have the schedules they would have had.
+
+Planted bugs (`Bug`), each the failure of one assumption of the accounting:
+
+* "restart_reuse": each restarted tree draws the first tree's node noises
+  again (its generator state reset to the initial seed), so the noise of
+  every epoch repeats the first epoch's;
+* "double_participation": each inserted canary takes part in a second,
+  uniformly drawn other round of every epoch (a client counted twice in an
+  epoch); the noise is correct;
+* "missing_level": the nodes of one level (`MISSING_LEVEL`) get no noise;
+* "efficient_scale": in the efficient tree, internal nodes' own noise is
+  drawn with std sigma / sqrt(2), as if the efficient tree's variance
+  reduction (`EfficientTreeAggregator`'s docstring: node std "roughly sigma
+  sqrt(2^{d-1} / (2^d - 1))") were applied a second time.
+
+NumPy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+import numpy as np
+
+from tff_canary.stats.tree import tree_noise
+from tff_canary.stats import validation
+
+Bug = Literal["none", "restart_reuse", "double_participation",
+              "missing_level", "efficient_scale"]
+BUGS: tuple[str, ...] = ("none", "restart_reuse", "double_participation",
+                         "missing_level", "efficient_scale")
+# The level whose nodes lose their noise in "missing_level": the lowest
+# internal level, which covers half the rounds of every tree.
+MISSING_LEVEL = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class FtrlSetting:
+  """A DP-FTRL run to simulate (module docstring).
+
+  Attributes:
+    epochs: number of epochs, each its own tree.
+    rounds_per_epoch: rounds in an epoch (the tree's steps).
+    noise_multiplier: z, the node noise over the clip.
+    num_candidates: fair-coin canary candidates.
+    efficient: Honaker's efficient tree (TFF's default) or the plain one.
+    self_test_dim: coordinates of the zero-value self-test run.
+  """
+
+  epochs: int
+  rounds_per_epoch: int
+  noise_multiplier: float
+  num_candidates: int = 2000
+  efficient: bool = True
+  self_test_dim: int = 2000
+
+  def __post_init__(self):
+    validation.as_int(self.epochs, "epochs", minimum=1)
+    validation.as_int(self.rounds_per_epoch, "rounds_per_epoch", minimum=2)
+    validation.as_positive(self.noise_multiplier, "noise_multiplier")
+    validation.as_int(self.num_candidates, "num_candidates", minimum=4)
+    validation.as_int(self.self_test_dim, "self_test_dim", minimum=2)
+    if not isinstance(self.efficient, bool):
+      raise TypeError(f"efficient must be a bool, got "
+                      f"{validation.show(self.efficient)}.")
+
+  @property
+  def num_rounds(self) -> int:
+    return self.epochs * self.rounds_per_epoch
+
+  def claimed_noise(self) -> tree_noise.TreeNoise:
+    """The tree as claimed: restarted after every epoch."""
+    return tree_noise.tree_noise(self.num_rounds, efficient=self.efficient,
+                                 restart_period=self.rounds_per_epoch)
+
+
+def planted_noise(noise: tree_noise.TreeNoise, bug: Bug) -> tree_noise.TreeNoise:
+  """The released-noise coefficients of the mechanism with `bug` planted."""
+  bug = validation.as_choice(bug, "bug", BUGS)
+  b = noise.released.copy()
+  if bug == "restart_reuse":
+    first = {int(i): k for k, i in enumerate(noise.call_index)
+             if noise.call_tree[k] == 0}
+    for k in range(b.shape[1]):
+      if noise.call_tree[k] > 0:
+        target = first[int(noise.call_index[k])]
+        b[:, target] += b[:, k]
+        b[:, k] = 0.0
+  elif bug == "missing_level":
+    b[:, noise.call_level == MISSING_LEVEL] = 0.0
+  elif bug == "efficient_scale":
+    if not noise.efficient:
+      raise ValueError("bug 'efficient_scale' plants a bug of the efficient "
+                       "tree; give a setting with efficient=True.")
+    b[:, noise.call_level >= 1] /= math.sqrt(2.0)
+  return noise.with_coefficients(b)
+
+
+@dataclasses.dataclass(frozen=True)
+class FtrlRun:
+  """One simulated run: what the auditor sees, and the truth.
+
+  Attributes:
+    setting, bug, seed: as given.
+    scores: [candidates, rounds] float64 u_{j,t} (module docstring).
+    schedule: [candidates, rounds] Boolean, the auditor's schedule of every
+      candidate (one round per epoch).
+    inserted: [candidates] Boolean, the coins.
+    participations: [candidates, rounds] Boolean, the rounds each candidate
+      really took part in (the schedule for inserted ones, plus the second
+      rounds of "double_participation").
+    self_test_noise: [rounds, self_test_dim] float64, the mechanism on zero
+      values, in units of sigma.
+  """
+
+  setting: FtrlSetting
+  bug: str
+  seed: int
+  scores: np.ndarray
+  schedule: np.ndarray
+  inserted: np.ndarray
+  participations: np.ndarray
+  self_test_noise: np.ndarray
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+  array.setflags(write=False)
+  return array
+
+
+def simulate(setting: FtrlSetting, *, bug: Bug = "none",
+             seed: int = 0) -> FtrlRun:
+  """One seeded DP-FTRL run with fair-coin orthogonal canaries."""
+  if not isinstance(setting, FtrlSetting):
+    raise TypeError(f"setting must be an FtrlSetting, got "
+                    f"{type(setting).__name__}.")
+  bug = validation.as_choice(bug, "bug", BUGS)
+  seed = validation.as_int(seed, "seed", minimum=0)
+  rng = np.random.default_rng([seed, BUGS.index(bug)])
+  m, per, epochs = (setting.num_candidates, setting.rounds_per_epoch,
+                    setting.epochs)
+  true_noise = planted_noise(setting.claimed_noise(), bug)
+  inserted = rng.random(m) < 0.5
+  rows = np.arange(m)
+  schedule = np.zeros((m, setting.num_rounds), dtype=bool)
+  extra = np.zeros_like(schedule)
+  for e in range(epochs):
+    first = rng.integers(0, per, size=m)
+    schedule[rows, e * per + first] = True
+    # A uniformly drawn other round of the same epoch.
+    second = (first + rng.integers(1, per, size=m)) % per
+    extra[rows, e * per + second] = True
+  participations = schedule & inserted[:, None]
+  if bug == "double_participation":
+    participations = participations | (extra & inserted[:, None])
+  b = true_noise.released
+  xi = rng.standard_normal((m, b.shape[1]))
+  scores = participations / setting.noise_multiplier + xi @ b.T
+  zero_run = b @ rng.standard_normal((b.shape[1], setting.self_test_dim))
+  return FtrlRun(setting=setting, bug=bug, seed=seed,
+                 scores=_frozen(scores), schedule=_frozen(schedule),
+                 inserted=_frozen(inserted),
+                 participations=_frozen(participations),
+                 self_test_noise=_frozen(zero_run))
+
+
+__all__ = ["BUGS", "Bug", "FtrlRun", "FtrlSetting", "MISSING_LEVEL",
+           "planted_noise", "simulate"]
