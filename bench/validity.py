@@ -35,6 +35,9 @@ criterion for entering the audit with orthogonal canaries. The measured run:
   .venv/bin/python bench/validity.py --directions orthogonal --deltas 1e-6 \
       --trials 500 --new_trials 500
 
+With `--mechanism tree` the runs are DP-FTRL's instead, and the bounds those
+of its audit (bench/ftrl_validity.py says how the truth is set).
+
 The last line is the largest exceedance rate over every setting of the valid
 bounds: the simultaneous epsilon_lo, Steinke et al.'s one-run bound and the
 new ones the audit uses (`gaussian_bounds.IN_AUDIT`); the paper's
@@ -49,6 +52,7 @@ import warnings
 
 import numpy as np
 
+import ftrl_validity
 import gaussian_bounds
 from tff_canary.stats.audit import audit
 from tff_canary.stats.accounting import gaussian_accounting
@@ -176,7 +180,15 @@ def main():
   parser.add_argument("--deltas", default="1e-6,1e-4",
                       help="comma-separated deltas of the settings")
   parser.add_argument("--skip_planted_bug", action="store_true")
+  parser.add_argument("--mechanism", choices=("gaussian", "tree"),
+                      default="gaussian",
+                      help="the Gaussian sum mechanism, or DP-FTRL's tree "
+                           "(bench/ftrl_validity.py; only --trials applies)")
   args = parser.parse_args()
+  if args.mechanism == "tree":
+    warnings.simplefilter("ignore")
+    ftrl_validity.main(args.trials)
+    return
   warnings.simplefilter("ignore")
   deltas = [float(d) for d in args.deltas.split(",")]
   settings = [(0.0, 1e-6)] + [(e, d) for d in deltas for e in (1, 3, 10)]

@@ -175,27 +175,62 @@ def prefix_tests(z: Rounds, names: Sequence[str],
   return out
 
 
+def _pair_cosines(rows: list[np.ndarray]) -> np.ndarray:
+  """[R, R] cosines between every pair of the R vectors (0 for a zero vector)."""
+  stacked = np.stack(rows)
+  gram = stacked @ stacked.T
+  norms = np.sqrt(np.diag(gram))
+  with np.errstate(divide="ignore", invalid="ignore"):
+    cos = gram / np.outer(norms, norms)
+  return np.where(np.outer(norms, norms) > 0.0, cos, 0.0)
+
+
+def _two_sided_cosines(cosines: np.ndarray, dim: int) -> np.ndarray:
+  """`_two_sided_cosine` of many cosines at one dimension."""
+  if dim < 2:
+    return np.ones_like(cosines)
+  tail = null_law.CosineNull(dim).sf(np.minimum(1.0, np.abs(cosines)))
+  return np.minimum(1.0, 2.0 * np.asarray(tail, dtype=np.float64))
+
+
 def rounds_tests(z: Rounds, names: Sequence[str],
                  sizes: Sequence[int]) -> list[Row]:
-  """rounds[tensor:s,t] and rounds[all:s,t] for every pair of rounds."""
-  out = []
+  """rounds[tensor:s,t] and rounds[all:s,t] for every pair of rounds.
+
+  Each pair's cosine and its two-sided p-value under the exact null law; all
+  pairs of a tensor come from one Gram matrix.
+  """
   num_rounds = len(z)
-  for s in range(num_rounds):
-    for t in range(s + 1, num_rounds):
-      for k, name in enumerate(names):
-        if sizes[k] < 2:
-          continue
-        cos = _cosine(z[s][k], z[t][k])
-        test = f"rounds[{name}:{s},{t}]"
-        out.append((test, "rounds", cos, _two_sided_cosine(cos, sizes[k]),
-                    f"{test}: {name}'s noise in rounds {s} and {t} has cosine "
-                    f"{cos:.4g} (1 means the same noise)"))
-      if len(names) > 1:
-        cos = _cosine(np.concatenate(z[s]), np.concatenate(z[t]))
-        test = f"rounds[all:{s},{t}]"
-        out.append((test, "rounds", cos, _two_sided_cosine(cos, sum(sizes)),
-                    f"{test}: the whole noise of rounds {s} and {t} has "
-                    f"cosine {cos:.4g} (1 means the same noise)"))
+  pairs = [(s, t) for s in range(num_rounds) for t in range(s + 1, num_rounds)]
+  if not pairs:
+    return []
+  first, second = np.array(pairs).T
+  per_tensor = {}
+  for k, name in enumerate(names):
+    if sizes[k] >= 2:
+      cos = _pair_cosines([z[r][k] for r in range(num_rounds)])[first, second]
+      per_tensor[k] = (cos, _two_sided_cosines(cos, sizes[k]))
+  whole = None
+  if len(names) > 1:
+    cos = _pair_cosines([np.concatenate(z[r]) for r in range(num_rounds)])
+    cos = cos[first, second]
+    whole = (cos, _two_sided_cosines(cos, sum(sizes)))
+  out = []
+  for i, (s, t) in enumerate(pairs):
+    for k, name in enumerate(names):
+      if k not in per_tensor:
+        continue
+      cos, p = float(per_tensor[k][0][i]), float(per_tensor[k][1][i])
+      test = f"rounds[{name}:{s},{t}]"
+      out.append((test, "rounds", cos, p,
+                  f"{test}: {name}'s noise in rounds {s} and {t} has cosine "
+                  f"{cos:.4g} (1 means the same noise)"))
+    if whole is not None:
+      cos, p = float(whole[0][i]), float(whole[1][i])
+      test = f"rounds[all:{s},{t}]"
+      out.append((test, "rounds", cos, p,
+                  f"{test}: the whole noise of rounds {s} and {t} has "
+                  f"cosine {cos:.4g} (1 means the same noise)"))
   return out
 
 

@@ -109,6 +109,27 @@ def _participation_test(scores, schedule, inserted, covariance, epochs, z):
   return excess, z_score, float(stats.norm.sf(z_score))
 
 
+def _inputs(scores, schedule, inserted, noise):
+  """Checked (scores, schedule, inserted mask, covariance)."""
+  if not isinstance(noise, tree_noise.TreeNoise):
+    raise TypeError(f"noise must be a TreeNoise, got {type(noise).__name__}.")
+  covariance = noise.covariance
+  u = np.asarray(scores, dtype=np.float64)
+  if u.ndim != 2 or u.shape[1] != noise.num_rounds:
+    raise ValueError(f"scores must be [candidates, rounds] with "
+                     f"{noise.num_rounds} rounds (the tree's), got shape "
+                     f"{u.shape}.")
+  mask = np.asarray(inserted)
+  if mask.dtype != bool or mask.shape != (u.shape[0],):
+    raise ValueError(f"inserted must be a Boolean array of one flag per "
+                     f"candidate ({u.shape[0]}), got dtype {mask.dtype} and "
+                     f"shape {mask.shape}.")
+  if mask.all() or not mask.any():
+    raise ValueError("inserted must have both inserted and held-out "
+                     "candidates (fair coins).")
+  return u, np.asarray(schedule), mask, covariance
+
+
 def _whitened(noise: np.ndarray, covariance: np.ndarray) -> np.ndarray:
   factor = np.linalg.cholesky(covariance)
   return linalg.solve_triangular(factor, noise, lower=True)
@@ -133,20 +154,18 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       units of the node noise, or None to skip the self-test.
     level: family-wise false-alarm level in (0, 1).
   """
-  if not isinstance(noise, tree_noise.TreeNoise):
-    raise TypeError(f"noise must be a TreeNoise, got {type(noise).__name__}.")
-  covariance = noise.covariance
-  u = np.asarray(scores, dtype=np.float64)
-  a = np.asarray(schedule)
-  mask = np.asarray(inserted)
-  if mask.dtype != bool or mask.shape != (u.shape[0],):
-    raise ValueError(f"inserted must be a Boolean array of one flag per "
-                     f"candidate ({u.shape[0]}), got dtype {mask.dtype} and "
-                     f"shape {mask.shape}.")
+  u, a, mask, covariance = _inputs(scores, schedule, inserted, noise)
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   level = validation.as_open_unit(level, "level")
   per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
   epochs = tree_statistics.epoch_matrix(noise.num_rounds, per)
+  epoch_of_round = np.arange(noise.num_rounds) // per
+  if not np.array_equal(noise.round_tree, epoch_of_round):
+    starts = np.flatnonzero(np.diff(noise.round_tree, prepend=-1))
+    raise ValueError(
+        f"the claimed tree must restart after every epoch of "
+        f"rounds_per_epoch={per} rounds (tree_accounting assumes one tree "
+        f"per epoch); its trees start at rounds {starts.tolist()[:8]}.")
   claim = tree_accounting.tree_epsilons(
       z, [int(n) for n in epochs.sum(axis=0)], delta=delta)
   checks = len(CHECKS) if self_test_noise is not None else len(CHECKS) - 1
@@ -215,10 +234,7 @@ def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                    noise_multiplier: float, delta: float,
                    confidence: float = 0.95) -> FtrlEstimates:
   """The estimates of `FtrlEstimates` from one run's canary scores."""
-  covariance = noise.covariance
-  u = np.asarray(scores, dtype=np.float64)
-  a = np.asarray(schedule)
-  mask = np.asarray(inserted, dtype=bool)
+  u, a, mask, covariance = _inputs(scores, schedule, inserted, noise)
   final = u.sum(axis=1) / math.sqrt(noise.final_variance())
   t_stat = tree_statistics.scheduled_statistic(u, a, covariance)
   m_stat = tree_statistics.max_statistic(u, covariance)

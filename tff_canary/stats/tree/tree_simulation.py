@@ -151,14 +151,20 @@ def _frozen(array: np.ndarray) -> np.ndarray:
   return array
 
 
-def simulate(setting: FtrlSetting, *, bug: Bug = "none",
-             seed: int = 0) -> FtrlRun:
-  """One seeded DP-FTRL run with fair-coin orthogonal canaries."""
+def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
+             insert: bool = True) -> FtrlRun:
+  """One seeded DP-FTRL run with fair-coin orthogonal canaries.
+
+  `insert=False` inserts no canary whatever the coins say (the "no canary"
+  setting of the validity bench: every statistic follows its null).
+  """
   if not isinstance(setting, FtrlSetting):
     raise TypeError(f"setting must be an FtrlSetting, got "
                     f"{type(setting).__name__}.")
   bug = validation.as_choice(bug, "bug", BUGS)
   seed = validation.as_int(seed, "seed", minimum=0)
+  if not isinstance(insert, bool):
+    raise TypeError(f"insert must be a bool, got {validation.show(insert)}.")
   rng = np.random.default_rng([seed, BUGS.index(bug)])
   m, per, epochs = (setting.num_candidates, setting.rounds_per_epoch,
                     setting.epochs)
@@ -173,9 +179,9 @@ def simulate(setting: FtrlSetting, *, bug: Bug = "none",
     # A uniformly drawn other round of the same epoch.
     second = (first + rng.integers(1, per, size=m)) % per
     extra[rows, e * per + second] = True
-  participations = schedule & inserted[:, None]
+  participations = schedule & inserted[:, None] & insert
   if bug == "double_participation":
-    participations = participations | (extra & inserted[:, None])
+    participations = participations | (extra & inserted[:, None] & insert)
   b = true_noise.released
   xi = rng.standard_normal((m, b.shape[1]))
   scores = participations / setting.noise_multiplier + xi @ b.T

@@ -1,0 +1,180 @@
+"""tree_statistics and tree_accounting: null laws, signals, and the accounting.
+
+Scores are drawn from their exact law u_j = a_j / z + B xi_j
+(`tree_statistics` module docstring) with fixed seeds.
+"""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+from scipy import stats
+import tensorflow_privacy as tfp
+
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.tree import tree_accounting, tree_noise, tree_statistics
+
+_NOISE = tree_noise.tree_noise(48, efficient=True, restart_period=16)
+_K = _NOISE.covariance
+
+
+def _scores(participations, z, seed):
+  rng = np.random.default_rng(seed)
+  b = _NOISE.released
+  return participations / z + rng.standard_normal(
+      (participations.shape[0], b.shape[1])) @ b.T
+
+
+def _one_per_epoch(m, seed):
+  rng = np.random.default_rng(seed)
+  a = np.zeros((m, 48), bool)
+  for e in range(3):
+    a[np.arange(m), 16 * e + rng.integers(0, 16, m)] = True
+  return a
+
+
+def test_scheduled_statistic_null_is_standard_normal():
+  a = _one_per_epoch(20000, 1)
+  t = tree_statistics.scheduled_statistic(_scores(np.zeros_like(a), 1.0, 2),
+                                          a, _K)
+  # Exact N(0, 1) law: a KS p-value below 1e-3 would be a 1-in-1000 event.
+  assert stats.kstest(t, "norm").pvalue > 1e-3
+
+
+def test_scheduled_statistic_mean_is_schedule_mu():
+  a = _one_per_epoch(20000, 3)
+  z = 2.0
+  t = tree_statistics.scheduled_statistic(_scores(a, z, 4), a, _K)
+  mu = tree_statistics.schedule_mu(a, _K, noise_multiplier=z)
+  # T - mu_j is exactly N(0, 1): its mean over 20000 has SE 0.007; 4 SE.
+  assert abs(np.mean(t - mu)) < 4 / math.sqrt(a.shape[0])
+  assert np.std(t - mu) == pytest.approx(1.0, abs=0.03)
+
+
+def test_gls_reduces_to_independent_sums_for_independent_rounds():
+  # With K = I the GLS statistic is sum_{S} u / sqrt(P), the statistic of
+  # independent rounds (estimators.scheduled_sums), computed another way.
+  rng = np.random.default_rng(5)
+  u = rng.standard_normal((50, 12))
+  a = rng.random((50, 12)) < 0.3
+  a[:, 0] = True
+  eye = np.eye(12)
+  np.testing.assert_allclose(
+      tree_statistics.scheduled_statistic(u, a, eye),
+      (u * a).sum(axis=1) / np.sqrt(a.sum(axis=1)), rtol=1e-12)
+  np.testing.assert_allclose(
+      tree_statistics.independent_scheduled_statistic(u, a, eye),
+      (u * a).sum(axis=1) / np.sqrt(a.sum(axis=1)), rtol=1e-12)
+
+
+def test_round_statistics_are_unit_normal_per_round():
+  u = _scores(np.zeros((20000, 48)), 1.0, 6)
+  g = tree_statistics.round_statistics(u, _K)
+  # Per-round variance of 20000 N(0, 1): SE sqrt(2/20000) = 0.01; 5 SE over
+  # 48 rounds.
+  np.testing.assert_allclose(g.var(axis=0), 1.0, atol=0.05)
+  np.testing.assert_allclose(
+      tree_statistics.max_statistic(u, _K), g.max(axis=1))
+
+
+def test_independent_statistic_null_variance_is_not_one_within_a_tree():
+  # Two rounds of the same tree: the released noises are correlated, so
+  # the statistic of independent rounds has null variance 1_S^T R 1_S / 2.
+  a = np.zeros((20000, 48), bool)
+  a[:, [0, 1]] = True
+  t = tree_statistics.independent_scheduled_statistic(
+      _scores(np.zeros_like(a), 1.0, 7), a, _K)
+  claimed = tree_statistics.independent_null_variance(a, _K)[0]
+  assert abs(claimed - 1.0) > 0.2
+  # Sample variance of 20000 normals: relative SE 1%; 5%.
+  assert t.var() == pytest.approx(claimed, rel=0.05)
+
+
+def test_epoch_counts_are_unbiased_with_the_stated_covariance():
+  a = _one_per_epoch(20000, 8)
+  a[:, 20] = True  # a second participation in epoch 1
+  z = 1.5
+  e = tree_statistics.epoch_matrix(48, 16)
+  n = tree_statistics.epoch_counts(_scores(a, z, 9), e, noise_multiplier=z)
+  expected = a.astype(float) @ e
+  cov = tree_statistics.epoch_count_covariance(_K, e, noise_multiplier=z)
+  residual = n - expected
+  # Means: SE sqrt(cov_ee / 20000); 4 SE.
+  assert np.all(np.abs(residual.mean(axis=0))
+                < 4 * np.sqrt(np.diag(cov) / 20000))
+  np.testing.assert_allclose(np.cov(residual.T), cov, rtol=0.05, atol=0.05)
+
+
+def test_schedule_mu_is_below_the_node_release():
+  # The released rounds are a post-processing of the node values.
+  z = 1.3
+  a = _one_per_epoch(500, 10)
+  mu = tree_statistics.schedule_mu(a, _K, noise_multiplier=z)
+  assert np.all(mu <= tree_accounting.node_mu(z, [16, 16, 16]) + 1e-12)
+  assert np.all(mu > 0)
+
+
+def test_epoch_matrix():
+  e = tree_statistics.epoch_matrix(7, 3)
+  np.testing.assert_array_equal(e.sum(axis=0), [3, 3, 1])
+  np.testing.assert_array_equal(e.sum(axis=1), 1)
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: tree_statistics.scheduled_statistic(
+        np.zeros((2, 48)), np.ones((2, 48)), _K), TypeError, "Boolean"),
+    (lambda: tree_statistics.scheduled_statistic(
+        np.zeros((2, 47)), np.ones((2, 47), bool), _K), ValueError,
+     "48 rounds"),
+    (lambda: tree_statistics.scheduled_statistic(
+        np.zeros((2, 48)), np.zeros((2, 48), bool), _K), ValueError,
+     r"schedule\[0\] has no round"),
+    (lambda: tree_statistics.max_statistic(
+        np.zeros((2, 2)), np.ones((2, 2))), ValueError, "positive definite"),
+    (lambda: tree_statistics.max_statistic(
+        np.zeros((2, 2)), np.ones((2, 3))), ValueError, "square"),
+    (lambda: tree_statistics.schedule_mu(
+        np.ones((2, 48), bool), _K, noise_multiplier=0.0), ValueError,
+     "noise_multiplier"),
+])
+def test_bad_arguments(call, error, match):
+  with pytest.raises(error, match=match):
+    call()
+
+
+# --- tree_accounting -------------------------------------------------------
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 7, 8, 9, 1024])
+def test_tree_depth_matches_tensorflow_privacy(steps):
+  # tensorflow_privacy's worst-case count of a sample's nodes (a dynamic
+  # program, another method): one participation gives rho = depth / (2 z^2).
+  rho = tfp.compute_zcdp_single_tree(1.0, steps, 1, 0)
+  assert tree_accounting.tree_depth(steps) == pytest.approx(2 * rho)
+
+
+def test_epsilons_agree_with_independent_computations():
+  z, steps, delta = 2.5, [64, 64, 64, 32], 1e-5
+  result = tree_accounting.tree_epsilons(z, steps, delta=delta)
+  depth = 7 + 7 + 7 + 6
+  assert result.mu == pytest.approx(math.sqrt(depth) / z, rel=1e-12)
+  # The node release is a Gaussian mechanism of noise multiplier
+  # z / sqrt(depth): its exact epsilon, another way.
+  assert result.epsilon == pytest.approx(
+      gaussian_accounting.gaussian_epsilon(z / math.sqrt(depth), delta),
+      rel=1e-9)
+  # RDP: the same mechanism as one Gaussian event under dp-accounting.
+  rdp = dp_accounting.rdp.RdpAccountant()
+  rdp.compose(dp_accounting.GaussianDpEvent(z / math.sqrt(depth)))
+  assert result.rdp_epsilon == pytest.approx(rdp.get_epsilon(delta),
+                                             rel=1e-9)
+  assert result.epsilon < result.rdp_epsilon
+
+
+def test_tree_epsilons_bad_arguments():
+  with pytest.raises(TypeError, match="rounds_per_tree"):
+    tree_accounting.tree_epsilons(1.0, 64, delta=1e-5)
+  with pytest.raises(ValueError, match="noise_multiplier"):
+    tree_accounting.tree_epsilons(0.0, [64], delta=1e-5)
+  with pytest.raises(ValueError, match="delta"):
+    tree_accounting.tree_epsilons(1.0, [64], delta=1.0)
