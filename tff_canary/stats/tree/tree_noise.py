@@ -132,7 +132,8 @@ class TreeNoise:
   Attributes:
     num_rounds: T, rounds released.
     efficient: True for Honaker's efficient tree.
-    restart_period, restart_warmup: the restarts, as given (None: no restart).
+    restart_period: the restart period, as given (None: no restart).
+    restart_warmup: the restart warmup, as given.
     released: [T, K] float64, B: round t's released noise is
       sum_k released[t, k] xi_k, xi_k iid node noises (module docstring).
     prefix: [T, K] float64, A: the noise on the prefix sum of round t within
@@ -189,10 +190,11 @@ def tree_noise(num_rounds: int, *, efficient: bool = True,
     efficient: `use_efficient` of `build_l2_gaussian_query` (TFF's
       `tree_aggregation` default True; `tree_adaptive` uses the efficient
       tree).
-    restart_period, restart_warmup: `tfp.restart_query.
-      PeriodicRoundRestartIndicator(period, warmup)` of a `tfp.RestartQuery`
-      around the tree query (TFF's `tree_adaptive`: 1024 and 128), or None
-      for no restart (TFF's `tree_aggregation`).
+    restart_period: the `period` of the `tfp.restart_query.
+      PeriodicRoundRestartIndicator` of a `tfp.RestartQuery` around the tree
+      query (TFF's `tree_adaptive`: 1024), or None for no restart (TFF's
+      `tree_aggregation`).
+    restart_warmup: its `warmup` (TFF's `tree_adaptive`: 128), or None.
 
   Returns:
     A `TreeNoise`.
