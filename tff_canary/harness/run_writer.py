@@ -40,6 +40,11 @@ given another CanaryConfig than the aggregator's fails at the first round
 where the counts differ, else at `finish`), each round recorded once, the
 state after a round against that round.
 
+A DP-FTRL run (`CanaryDPFactory.tree_aggregation`, `tree_adaptive`) is
+refused at its first round: its DpEvent has no per-round accounting and its
+rounds' noises are correlated, so neither the ledger nor the report's
+statistics apply (`tff_canary.federated.insertion.tree_factory`).
+
 Without a state (a `tff.program.ReleaseManager` sees metrics only;
 `release_manager.CanaryReleaseManager`), a round's DpEvent is the trained
 state's at `finish`: exact for this package's aggregator, whose DpEvent
@@ -65,12 +70,14 @@ import numpy as np
 from tff_canary.stats.canaries import canary_config
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.scores import cosine_pass
+from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.insertion import state_check
 from tff_canary.harness import loop_settings
 from tff_canary.harness import report as report_lib
 from tff_canary.harness import round_metrics
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import run_results
+from tff_canary.stats.accounting import effective_noise
 from tff_canary.stats.accounting import ledger as ledger_lib
 from tff_canary.stats import atomic_files
 from tff_canary.stats import validation
@@ -210,7 +217,8 @@ class RunWriter:
       ValueError: if the metrics hold no canary measurements (or no
         `noised_aggregate` when `canaries.record_aggregates`), the round is
         past the schedule or was recorded already, its canaries inserted
-        differ from the schedule's, or the state is not the one after it.
+        differ from the schedule's, the state is not the one after it, or
+        the round is DP-FTRL's (module docstring).
     """
     self._check_open()
     metrics = output
@@ -241,7 +249,17 @@ class RunWriter:
           f"round {round_num} inserted {inserted} canaries but canaries' "
           f"schedule has {self._scheduled[round_num]}: canaries is not the "
           "CanaryConfig the aggregator was built with.")
+    if measurement_keys.TREE_SCORES_KEY in measurements:
+      raise ValueError(
+          f"round {round_num} reports {measurement_keys.TREE_SCORES_KEY!r}: "
+          "a DP-FTRL (tree aggregation) run, whose rounds' noises are "
+          "correlated and whose privacy is per tree. A RunWriter records "
+          "DP-FedAvg runs; keep the scores of each round and use "
+          "tff_canary.stats.tree (tree_statistics, tree_accounting).")
     event = None if state is None else self._event_after(state, round_num)
+    if event is not None:  # refused now, not at finish: a clear message
+      effective_noise.effective_noise_multiplier(
+          event, where=f"the DpEvent of round {round_num}")
     if self.canaries.record_aggregates:
       self._record_aggregate(metrics, measurements, round_num)
     loss, accuracy = round_metrics.train_loss_accuracy(metrics)

@@ -41,12 +41,19 @@ the round's noised aggregate exactly as the server applies it, as ONE flat
 float32 vector of length d in `tf.nest.flatten` order. Pop it with
 `tff_canary.federated.scores.aggregate_recorder.AggregateRecorder.record` to keep
 metric logs small.
+
+DP-FTRL (`build(..., tree_noise_multiplier=z)`, the tree queries of
+`tree_factory`): the canaries go in as above; orthogonal canaries get, instead
+of the running statistics in the state (which assume independent rounds),
+the measurement `measurement_keys.TREE_SCORES_KEY`: float64 [m], every
+canary's <c_j, S_r> / (z C_r), S_r the round's noised sum
+(`round_scores.tree_scores`; `tree_factory` says why).
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -79,7 +86,8 @@ class CanaryDPAggregatorState(NamedTuple):
     schedule: int32 [n, 2], the (round, canary id) events of the run.
     scores: `round_scores.CanaryScores`, every canary's running statistics
       (orthogonal canaries; arrays of length 0 for gaussian canaries, which
-      are scored after training).
+      are scored after training, and for DP-FTRL, whose scores are a
+      measurement).
   """
   query_state: Any
   agg_state: Any
@@ -119,13 +127,17 @@ def build(
     value_type: tff.types.Type,
     specs: Any,
     dim: int,
+    *,
+    tree_noise_multiplier: Optional[float] = None,
+    denominator: float = 1.0,
 ) -> tff.templates.AggregationProcess:
   """The aggregation process of `CanaryDPFactory.create` (module docstring).
 
   Args:
     query: The DP query: a `tfp.GaussianSumQuery` or, with `adaptive`, a
-      `tfp.QuantileAdaptiveClipSumQuery`, possibly in a `tfp.NormalizedQuery`
-      (checked by the factory).
+      `tfp.QuantileAdaptiveClipSumQuery`, or a tree query of
+      `tree_factory.TreeAggregation.sum_query`, possibly in a
+      `tfp.NormalizedQuery` (checked by the factory).
     adaptive: Whether the sum query clips adaptively (its sample params and
       sample state are then (sum part, quantile part) pairs).
     canaries: The `CanaryConfig`.
@@ -133,6 +145,10 @@ def build(
     value_type: The TFF type of the aggregated value (the model weights).
     specs: `value_type` as a structure of `tf.TensorSpec`s.
     dim: d, the number of elements of the value.
+    tree_noise_multiplier: None, or DP-FTRL's node noise multiplier z: the
+      process then reports the tree scores (module docstring).
+    denominator: The query's fixed denominator (1 without normalization):
+      the noised sum is the result times it.
   """
   adapter = _SumAdapter(adaptive)
   seed = canaries.seed
@@ -140,9 +156,11 @@ def build(
   has_canaries = events.shape[0] > 0
   record_aggregates = canaries.record_aggregates
   orthogonal = canaries.directions == "orthogonal"
-  num_scored = canaries.num_canaries if orthogonal else 0
+  tree = tree_noise_multiplier is not None
+  num_scored = canaries.num_canaries if orthogonal and not tree else 0
   if orthogonal:
     rows = orthogonal_transform.rows(seed, dim, canaries.num_canaries)
+  if num_scored:
     score = round_scores.scorer(canaries, dim)
 
   query_initial_state_fn = tff.tensorflow.computation(
@@ -203,9 +221,18 @@ def build(
   @tff.tensorflow.computation(scores_type, result_type, round_type, seed_type,
                               schedule_type)
   def score_round(scores, result, round_num, seed_t, schedule):
-    if not orthogonal:
+    if not num_scored:
       return scores
     return score(scores, result, round_num, seed_t, schedule)
+
+  if tree and orthogonal:
+
+    @tff.tensorflow.computation(result_type, tff.TensorType(np.float32),
+                                seed_type)
+    def tree_scores(result, clip, seed_t):
+      return round_scores.tree_scores(
+          seed_t, flat_layout.flatten_value(result), dim, tf.constant(rows),
+          denominator, tree_noise_multiplier, clip)
 
   @tff.federated_computation()
   def init_fn():
@@ -254,6 +281,9 @@ def build(
     if record_aggregates:
       measurements[measurement_keys.AGGREGATE_KEY] = tff.federated_map(
           flatten_result, result)
+    if tree and orthogonal:
+      measurements[measurement_keys.TREE_SCORES_KEY] = tff.federated_map(
+          tree_scores, (result, clip, seed_v))
     return tff.templates.MeasuredProcessOutput(
         tff.federated_zip(new_state), result,
         tff.federated_zip(measurements))

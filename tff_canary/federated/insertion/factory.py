@@ -20,6 +20,11 @@ Clipping:
     returns for round r; the canaries do not vote in the quantile estimate
     (`canary_process` says why).
 
+DP-FTRL's tree aggregation (`tree_aggregation`, `tree_adaptive`; Kairouz et
+al. 2021, arXiv 2103.00039): the constructors, the canaries' scores in units
+of the node noise and the accounting are in
+`tff_canary.federated.insertion.tree_factory`.
+
 Zeroing (`canary_dp_aggregator(..., zeroing=True)`, like
 `tff.learning.dp_aggregator`): TFF's zeroing wraps OUTSIDE the DP factory and
 zeroes client values before the DP factory sees them; canaries are added
@@ -51,6 +56,7 @@ import tensorflow_privacy as tfp
 from tff_canary.federated.insertion import canary_process
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.insertion import seeded_query
+from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats import validation
@@ -86,6 +92,17 @@ def _check_config(canaries: Any) -> canary_config.CanaryConfig:
 
 def _is_adaptive(sum_query: Any) -> bool:
   """Whether a supported sum query clips adaptively; TypeError otherwise."""
+  if isinstance(sum_query, (tfp.TreeResidualSumQuery,
+                            tfp.TreeCumulativeSumQuery, tfp.TreeRangeSumQuery,
+                            tfp.QAdaClipTreeResSumQuery, tfp.RestartQuery)):
+    # The canaries' scores need the node noise multiplier and the tree's
+    # shape, which tensorflow_privacy keeps private; the query needs the
+    # value's specs, which the factory learns at create.
+    raise TypeError(
+        "a tree-aggregation query (DP-FTRL) is given as a tff_canary."
+        "federated.insertion.tree_factory.TreeAggregation (or use "
+        "CanaryDPFactory.tree_aggregation / tree_adaptive), not as a "
+        f"tensorflow_privacy query; got {sum_query!r}.")
   if isinstance(sum_query, tfp.QuantileAdaptiveClipSumQuery):
     return True
   if isinstance(sum_query, tfp.GaussianSumQuery):
@@ -101,14 +118,17 @@ def _is_adaptive(sum_query: Any) -> bool:
       f"tfp.QuantileAdaptiveClipSumQuery (or a subclass); got {sum_query!r}.")
 
 
-class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
+class CanaryDPFactory(tree_factory.TreeConstructors,
+                      tff.aggregators.UnweightedAggregationFactory):
   """`UnweightedAggregationFactory` for DP queries, with canary clients.
 
   Wraps a tensorflow_privacy DP query like
   `tff.aggregators.DifferentiallyPrivateFactory` and adds the canaries of a
   `CanaryConfig` at the server, at the round's clip norm (module docstring).
   Use the named constructors `gaussian_fixed` and `gaussian_adaptive`, or
-  `canary_dp_aggregator` for the analogue of `tff.learning.dp_aggregator`.
+  `canary_dp_aggregator` for the analogue of `tff.learning.dp_aggregator`;
+  DP-FTRL's `tree_aggregation` and `tree_adaptive` are
+  `tree_factory.TreeConstructors`'.
   """
 
   @classmethod
@@ -229,7 +249,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
   def __init__(
       self,
-      sum_query: tfp.DPQuery,
+      sum_query: tfp.DPQuery | tree_factory.TreeAggregation,
       canaries: canary_config.CanaryConfig,
       *,
       clients_per_round: Optional[float] = None,
@@ -241,7 +261,9 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     Args:
       sum_query: A `tfp.GaussianSumQuery` or `tfp.QuantileAdaptiveClipSumQuery`
         (or a subclass, such as the seeded queries of
-        `tff_canary.federated.insertion.seeded_query`). The noise is the query's.
+        `tff_canary.federated.insertion.seeded_query`), or a
+        `tree_factory.TreeAggregation` (DP-FTRL; its query is built at
+        `create`). The noise is the query's.
       canaries: The `CanaryConfig`.
       clients_per_round: None (the aggregate is the noised sum) or the fixed
         denominator d > 0: the factory then aggregates with
@@ -253,19 +275,27 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
     Raises:
       TypeError: for a query or factory of another kind (a
-        `tfp.NormalizedQuery` too: pass its numerator and denominator), or a
+        `tfp.NormalizedQuery` too: pass its numerator and denominator; a
+        tensorflow_privacy tree query: pass a `TreeAggregation`), or a
         `canaries` that is not a `CanaryConfig`.
-      ValueError: for a `clients_per_round` <= 0.
+      ValueError: for a `clients_per_round` <= 0, or a tree's `noise_seed`
+        that would draw a gaussian canary (`tree_factory.check_noise_seed`).
     """
-    self._adaptive = _is_adaptive(sum_query)
-    if clients_per_round is None:
-      self._query = sum_query
-    else:
+    tree = isinstance(sum_query, tree_factory.TreeAggregation)
+    self._adaptive = (sum_query.adaptive is not None if tree
+                      else _is_adaptive(sum_query))
+    if clients_per_round is not None:
       clients_per_round = validation.as_positive(clients_per_round,
                                                  "clients_per_round")
-      self._query = tfp.NormalizedQuery(sum_query,
-                                        denominator=clients_per_round)
+    self._clients_per_round = clients_per_round
     self._canaries = _check_config(canaries)
+    if tree:
+      tree_factory.check_noise_seed(sum_query, self._canaries)
+      self._tree, self._query = sum_query, None  # the query: at create
+    else:
+      self._tree = None
+      self._query = sum_query if clients_per_round is None else (
+          tfp.NormalizedQuery(sum_query, denominator=clients_per_round))
     if record_aggregation_factory is None:
       record_aggregation_factory = tff.aggregators.SumFactory()
     if not isinstance(record_aggregation_factory,
@@ -280,9 +310,15 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     return self._canaries
 
   @property
-  def query(self) -> tfp.DPQuery:
-    """The aggregated DP query (normalized if `clients_per_round` was given)."""
+  def query(self) -> Optional[tfp.DPQuery]:
+    """The aggregated DP query (normalized if `clients_per_round` was given);
+    None for a tree aggregation, whose query `create` builds (see `tree`)."""
     return self._query
+
+  @property
+  def tree(self) -> Optional[tree_factory.TreeAggregation]:
+    """The DP-FTRL tree aggregation, or None for a Gaussian query."""
+    return self._tree
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     """Builds the aggregation process for `value_type` (the model weights).
@@ -299,9 +335,19 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     dim = flat_layout.tensor_specs_dim(specs)
     if self._canaries.directions == "gaussian":  # orthogonal: `rows` checks
       canary_config.check_orthogonality(self._canaries.num_canaries, dim)
-    return canary_process.build(self._query, self._adaptive, self._canaries,
-                                self._record_aggregation_factory, value_type,
-                                specs, dim)
+    if self._tree is None:
+      return canary_process.build(self._query, self._adaptive, self._canaries,
+                                  self._record_aggregation_factory,
+                                  value_type, specs, dim)
+    query = self._tree.sum_query(specs)
+    denominator = self._clients_per_round
+    if denominator is not None:
+      query = tfp.NormalizedQuery(query, denominator=denominator)
+    return canary_process.build(
+        query, self._adaptive, self._canaries,
+        self._record_aggregation_factory, value_type, specs, dim,
+        tree_noise_multiplier=self._tree.noise_multiplier,
+        denominator=1.0 if denominator is None else denominator)
 
 
 def with_zeroing(inner_factory):

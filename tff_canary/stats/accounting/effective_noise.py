@@ -9,7 +9,10 @@ accountant also makes (McMahan et al. 2018, arXiv:1812.06210, section 3).
 sum_i z_i^-2 = mu^2 is the event's `event_precision`: 0 for a NoOpDpEvent (no
 release), inf for a NonPrivateDpEvent or a zero multiplier (no privacy). Other
 events (Laplace, Poisson-sampled, ...) have no effective multiplier and are
-refused, naming the event.
+refused, naming the event. An `UnsupportedDpEvent` (what TFF's distributed DP
+and tensorflow_privacy's tree aggregation, DP-FTRL, report every round) and
+a `SingleEpochTreeAggregationDpEvent` (a whole tree's) are refused with what
+to use instead: their privacy is not a per-round Gaussian.
 """
 
 from __future__ import annotations
@@ -49,6 +52,23 @@ def event_precision(event: Any, where: str) -> float:
     return 0.0
   if isinstance(event, dp_accounting.NonPrivateDpEvent):
     return math.inf
+  if isinstance(event, dp_accounting.UnsupportedDpEvent):
+    raise ValueError(
+        f"{where}: {event!r} has no accounting to reduce. TFF's distributed "
+        "DP and tensorflow_privacy's tree aggregation (DP-FTRL: "
+        "TreeResidualSumQuery, TFF's DifferentiallyPrivateFactory."
+        "tree_aggregation / tree_adaptive, CanaryDPFactory.tree_aggregation "
+        "/ tree_adaptive) report it every round. DP-FTRL's privacy is per "
+        "tree, not per round, and depends on how often each client takes "
+        "part in a tree, which a per-round ledger cannot know: account it "
+        "with tff_canary.stats.tree.tree_accounting.tree_epsilons (each "
+        "client at most once per tree), distributed DP with "
+        "tff_canary.stats.accounting.ddp_accounting.")
+  if isinstance(event, dp_accounting.SingleEpochTreeAggregationDpEvent):
+    raise ValueError(
+        f"{where}: {event!r} is a whole tree's (an epoch of DP-FTRL), not a "
+        "round's Gaussian: account it with tff_canary.stats.tree."
+        "tree_accounting.tree_epsilons, not in a per-round ledger.")
   if isinstance(event, dp_accounting.DpEvent):
     raise ValueError(
         f"{where}: unsupported event {event!r}. Only GaussianDpEvent and "
