@@ -33,7 +33,9 @@ The DP state is found anywhere in the process state (e.g. under TFF's zeroing
 wrapper's `inner_agg`) as the first node with `query_state` and `dp_event`
 fields (TFF's `DPAggregatorState`, `CanaryDPAggregatorState`). For any other
 process, give `claimed_std` (one number, or one per round): it overrides the
-whole derivation.
+whole derivation. DP-FTRL's tree aggregation releases noise correlated across
+rounds, which no per-round std describes: its state is refused with a
+pointer to `tff_canary.federated.audit.tree_noise_check`, its self-test.
 """
 
 from __future__ import annotations
@@ -78,6 +80,12 @@ def clip_and_denominator(query_state: Any) -> tuple[float, float]:
   if hasattr(node, "sum_state"):
     node = node.sum_state
   if not hasattr(node, "l2_norm_clip"):
+    if tree_search.find_first(node, lambda n: hasattr(n, "tree_state")):
+      raise NoClaimError(
+          "the DP query is a DP-FTRL tree (its state has a tree_state): its "
+          "noise is correlated across rounds, which no per-round std "
+          "describes; use tff_canary.federated.audit.tree_noise_check."
+          "check_tree_noise.")
     raise NoClaimError(
         "the DP query's global state has no l2_norm_clip field (looked in "
         "numerator_state and sum_state) in "

@@ -1,0 +1,279 @@
+"""Planted DP-FTRL bugs as a user would write them: tree queries and a sampler.
+
+The TFF counterparts of `tff_canary.stats.tree.tree_simulation`'s four bugs,
+each an ordinary user-side subclass of a public tensorflow_privacy class
+(`tfp.TreeResidualSumQuery`, `tfp.tree_aggregation.TreeAggregator` /
+`EfficientTreeAggregator`) or of a canary schedule; no TFF or
+tensorflow_privacy module is patched:
+
+* `RestartReuseTreeQuery` ("restart_reuse"): its `reset_state` starts the
+  new tree from the query's initial state, `initial_global_state()`, the way
+  one restarts a stream "from scratch". That state's noise generator is
+  re-initialized: with a `noise_seed` (reproducible simulation, as in TFF's
+  `noise_seed`) every restarted tree draws the first tree's node noises again
+  (tensorflow_privacy's own `reset_state` keeps the generator state running).
+* `MissingLevelTreeQuery` ("missing_level"): its tree gives the nodes of
+  level `tree_simulation.MISSING_LEVEL` (1) no noise: their values are
+  multiplied by a per-level scale that is 0 at level 1 (as if a table of
+  per-level noise scales had lost an entry). On the plain tree each step
+  draws one node, at the level it creates; on the efficient tree a node's
+  own noise is scaled, its children's halves are kept.
+* `HalvedVarianceTreeQuery` ("efficient_scale"): an efficient tree whose
+  internal nodes' own noise is drawn with std sigma / sqrt(2), as if
+  `EfficientTreeAggregator`'s variance reduction (its docstring: node std
+  "roughly sigma sqrt(2^{d-1} / (2^d - 1))", about sigma / sqrt(2)) had to be
+  applied by hand.
+* `TwicePerEpoch` ("double_participation"): a canary schedule, the client
+  sampler's bug: each canary takes part in its once-per-epoch round of
+  `schedules.ShuffledEpochs` (same seed, same draws) and in a second,
+  uniformly drawn other round of the same epoch, while the audit is told the
+  `ShuffledEpochs` schedule. The noise is correct.
+
+`PlantedTreeAggregation` is `tree_factory.TreeAggregation` with one of the
+three noise bugs planted in the query its `sum_query` builds, for
+`CanaryDPFactory(PlantedTreeAggregation(...), canaries, clients_per_round=)`
+and for `tff.aggregators.DifferentiallyPrivateFactory(tfp.NormalizedQuery(
+aggregation.sum_query(specs), clients_per_round))`. Its `noise(T)` is the
+CLAIMED tree (the correct one). tests/test_tree_bugs_tff.py checks each
+bug's released-noise coefficients against `tree_simulation.planted_noise`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_privacy as tfp
+
+from tff_canary.federated.insertion import tree_factory
+from tff_canary.federated.runtime import worker_guard
+from tff_canary.stats.canaries import schedules
+from tff_canary.stats.tree import tree_simulation
+from tff_canary.stats import validation
+
+worker_guard.install()
+
+NOISE_BUGS = ("restart_reuse", "missing_level", "efficient_scale")
+
+LevelScale = Callable[[tf.Tensor], tf.Tensor]
+
+
+def missing_level_scale(level: tf.Tensor) -> tf.Tensor:
+  """0 at level `tree_simulation.MISSING_LEVEL`, else 1."""
+  return tf.where(tf.equal(level, tree_simulation.MISSING_LEVEL), 0.0, 1.0)
+
+
+def halved_variance_scale(level: tf.Tensor) -> tf.Tensor:
+  """1 / sqrt(2) at levels >= 1 (internal nodes), 1 at the leaves."""
+  return tf.where(level >= 1, 1.0 / math.sqrt(2.0), 1.0)
+
+
+class ScaledLevelTreeAggregator(tfp.tree_aggregation.TreeAggregator):
+  """The plain tree, each new node's noise times `level_scale(its level)`.
+
+  The plain tree draws one node per step, at the level it creates
+  (`level_buffer_idx[0]` after the update, `level_buffer[0]` its value);
+  the first leaf, drawn at (re)initialization, keeps its noise (level 0).
+  """
+
+  def __init__(self, value_generator, level_scale: LevelScale):
+    super().__init__(value_generator)
+    self.level_scale = level_scale
+
+  def get_cumsum_and_update(self, state):
+    cumsum, new_state = super().get_cumsum_and_update(state)
+    levels = new_state.level_buffer_idx
+    first = tf.cast(self.level_scale(levels[0]), tf.float32)
+    scale = tf.concat([[first], tf.ones(tf.shape(levels)[0] - 1)], axis=0)
+
+    def rescale(buffer):
+      shape = tf.concat([[-1], tf.ones(tf.rank(buffer) - 1, tf.int32)], 0)
+      return buffer * tf.reshape(scale, shape)
+
+    buffer = tf.nest.map_structure(rescale, new_state.level_buffer)
+    return cumsum, new_state._replace(level_buffer=buffer)
+
+
+class ScaledLevelEfficientTreeAggregator(
+    tfp.tree_aggregation.EfficientTreeAggregator):
+  """The efficient tree, each internal node's OWN noise times
+  `level_scale(its level)` (tensorflow_privacy 0.9's update, one line
+  changed: `node_value` is scaled)."""
+
+  def __init__(self, value_generator, level_scale: LevelScale):
+    super().__init__(value_generator)
+    self.level_scale = level_scale
+
+  @tf.function
+  def get_cumsum_and_update(self, state):
+    # pylint: disable=cell-var-from-loop
+    cumsum = self._get_cumsum(state)
+    level_buffer_idx, level_buffer, value_generator_state = (
+        state.level_buffer_idx, state.level_buffer, state.value_generator_state)
+    new_level_buffer = tf.nest.map_structure(
+        lambda x: tf.TensorArray(dtype=tf.float32, size=0, dynamic_size=True),
+        level_buffer)
+    new_level_buffer_idx = tf.TensorArray(
+        dtype=tf.int32, size=0, dynamic_size=True)
+    level_idx = 0
+    new_value, value_generator_state = self.value_generator.next(
+        value_generator_state)
+    while tf.less(level_idx, len(level_buffer_idx)) and tf.equal(
+        level_idx, level_buffer_idx[level_idx]):
+      node_value, value_generator_state = self.value_generator.next(
+          value_generator_state)
+      # The planted line: the new node (at level_idx + 1)'s own noise.
+      scale = tf.cast(self.level_scale(level_idx + 1), tf.float32)
+      node_value = tf.nest.map_structure(lambda n: scale * n, node_value)
+      new_value = tf.nest.map_structure(
+          lambda l, r, n: 0.5 * (l[level_idx] + r) + n, level_buffer,
+          new_value, node_value)
+      level_idx += 1
+    write_buffer_idx = 0
+    new_level_buffer_idx = new_level_buffer_idx.write(write_buffer_idx,
+                                                      level_idx)
+    new_level_buffer = tf.nest.map_structure(
+        lambda x, y: x.write(write_buffer_idx, y), new_level_buffer, new_value)
+    write_buffer_idx += 1
+    buffer_idx = level_idx
+    while tf.less(buffer_idx, len(level_buffer_idx)):
+      new_level_buffer_idx = new_level_buffer_idx.write(
+          write_buffer_idx, level_buffer_idx[buffer_idx])
+      new_level_buffer = tf.nest.map_structure(
+          lambda nb, b: nb.write(write_buffer_idx, b[buffer_idx]),
+          new_level_buffer, level_buffer)
+      buffer_idx += 1
+      write_buffer_idx += 1
+    new_level_buffer_idx = new_level_buffer_idx.stack()
+    new_level_buffer = tf.nest.map_structure(lambda x: x.stack(),
+                                             new_level_buffer)
+    new_state = tfp.tree_aggregation.TreeState(
+        level_buffer=new_level_buffer,
+        level_buffer_idx=new_level_buffer_idx,
+        value_generator_state=value_generator_state)
+    return cumsum, new_state
+
+
+class RestartReuseTreeQuery(tfp.TreeResidualSumQuery):
+  """A restart that starts over from the initial state (module docstring)."""
+
+  def reset_state(self, noised_results, global_state):
+    del noised_results
+    fresh = self.initial_global_state()
+    return fresh._replace(clip_value=global_state.clip_value)
+
+
+class _LevelScaledQuery(tfp.TreeResidualSumQuery):
+  """A tree query whose aggregator scales node noise by `LEVEL_SCALE`."""
+
+  LEVEL_SCALE: LevelScale = staticmethod(lambda level: 1.0)
+
+  def __init__(self, record_specs, noise_generator, clip_fn, clip_value,
+               use_efficient=True):
+    super().__init__(record_specs, noise_generator, clip_fn, clip_value,
+                     use_efficient=use_efficient)
+    aggregator = (ScaledLevelEfficientTreeAggregator if use_efficient
+                  else ScaledLevelTreeAggregator)
+    self._tree_aggregator = aggregator(noise_generator, self.LEVEL_SCALE)
+
+
+class MissingLevelTreeQuery(_LevelScaledQuery):
+  """Level-1 nodes get no noise (module docstring)."""
+
+  LEVEL_SCALE = staticmethod(missing_level_scale)
+
+
+class HalvedVarianceTreeQuery(_LevelScaledQuery):
+  """The efficient tree's internal nodes' own noise at sigma / sqrt(2)."""
+
+  LEVEL_SCALE = staticmethod(halved_variance_scale)
+
+  def __init__(self, record_specs, noise_generator, clip_fn, clip_value,
+               use_efficient=True):
+    if not use_efficient:
+      raise ValueError("HalvedVarianceTreeQuery plants a bug of the "
+                       "efficient tree; use_efficient must be True.")
+    super().__init__(record_specs, noise_generator, clip_fn, clip_value,
+                     use_efficient=True)
+
+
+QUERIES = {"restart_reuse": RestartReuseTreeQuery,
+           "missing_level": MissingLevelTreeQuery,
+           "efficient_scale": HalvedVarianceTreeQuery}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedTreeAggregation(tree_factory.TreeAggregation):
+  """`tree_factory.TreeAggregation` (fixed clip) with a noise bug planted.
+
+  Attributes:
+    bug: one of `NOISE_BUGS`, or "none" (the correct query).
+  """
+
+  bug: str = "none"
+
+  def __post_init__(self):
+    super().__post_init__()
+    validation.as_choice(self.bug, "bug", ("none",) + NOISE_BUGS)
+    if self.adaptive is not None:
+      raise ValueError("PlantedTreeAggregation plants bugs in the fixed-clip "
+                       "tree; adaptive must be None.")
+    if self.bug == "restart_reuse" and (self.restart_period is None
+                                        or self.noise_seed is None):
+      raise ValueError("bug 'restart_reuse' needs restarts (restart_period) "
+                       "and a noise_seed: an unseeded generator draws a new "
+                       "seed from the clock at every initialization.")
+    if self.bug == "efficient_scale" and not self.efficient:
+      raise ValueError("bug 'efficient_scale' plants a bug of the efficient "
+                       "tree; efficient must be True.")
+
+  def sum_query(self, record_specs: Any) -> tfp.DPQuery:
+    """`TreeAggregation.sum_query` with the bug's query class."""
+    if self.bug == "none":
+      return super().sum_query(record_specs)
+    query = QUERIES[self.bug].build_l2_gaussian_query(
+        self.clip, self.noise_multiplier, record_specs,
+        noise_seed=self.noise_seed, use_efficient=self.efficient)
+    if self.restart_period is not None:
+      query = tfp.RestartQuery(
+          query, tfp.restart_query.PeriodicRoundRestartIndicator(
+              period=self.restart_period, warmup=self.restart_warmup))
+    return query
+
+
+@dataclasses.dataclass(frozen=True)
+class TwicePerEpoch(schedules.ShuffledEpochs):
+  """`ShuffledEpochs`' round of every epoch, plus a second, uniformly drawn
+  other round of the same epoch (module docstring).
+
+  The first rounds are exactly those `ShuffledEpochs(num_rounds,
+  rounds_per_epoch).realize(seed, ids)` draws (the same stream, drawn
+  first), so a `CanaryConfig` of the same seed with `ShuffledEpochs` is the
+  schedule the audit is told. Whole epochs only.
+  """
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.partial_last_epoch or self.rounds_per_epoch < 2:
+      raise ValueError("TwicePerEpoch needs whole epochs of at least 2 "
+                       "rounds.")
+
+  def expected_participation(self) -> float:
+    return 2.0 * self.num_epochs
+
+  def _draw(self, rng, num_canaries):
+    per, epochs = self.rounds_per_epoch, self.num_epochs
+    first = rng.integers(0, per, size=(num_canaries, epochs))
+    second = (first + rng.integers(1, per, size=(num_canaries, epochs))) % per
+    starts = np.arange(epochs) * per
+    both = np.concatenate([first + starts, second + starts], axis=1)
+    return list(np.sort(both, axis=1))
+
+
+__all__ = ["HalvedVarianceTreeQuery", "MissingLevelTreeQuery", "NOISE_BUGS",
+           "PlantedTreeAggregation", "QUERIES", "RestartReuseTreeQuery",
+           "ScaledLevelEfficientTreeAggregator", "ScaledLevelTreeAggregator",
+           "TwicePerEpoch", "halved_variance_scale", "missing_level_scale"]

@@ -1,0 +1,254 @@
+"""A noise self-test for DP-FTRL's tree aggregation (the TFF side).
+
+`check_tree_noise(aggregator, value_type, noise=...)` builds a FRESH tree
+aggregation process (`CanaryDPFactory.tree_aggregation` / `tree_adaptive`
+with no canaries scheduled, TFF's own
+`tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation`, any factory
+over a tensorflow_privacy tree query, or a given unweighted
+`tff.templates.AggregationProcess`, initialized anew), runs it for
+`num_rounds` rounds on clients whose values are all ZERO, so that each
+round's result is its noise alone, and tests that noise against the claimed
+tree (`tff_canary.stats.tree.tree_noise.TreeNoise`).
+
+The claim. Round t's released noise is e_t = sum_k B[t, k] xi_k with xi_k
+iid N(0, sigma^2 I) node noises (`tree_noise`, docs/method/dp-ftrl.md), so
+over the rounds each coordinate is N(0, sigma^2 K), K = B B^T, independent
+across coordinates. Each round's result (a mean: the sum over the
+denominator) is turned into units of the node noise,
+
+    n_t = result_t * denominator / sigma_t,
+
+sigma_t = z C_t the node std of the tree that round t belongs to: the
+`stddev` of the value tree's `GaussianNoiseGenerator` state before the round
+(TFF's and tensorflow_privacy's construction sets it to
+noise_multiplier x clip, and `tree_adaptive` resets it with the clip at each
+restart), or `node_std` when given. The denominator is the
+`tfp.NormalizedQuery` state's (clients_per_round), or `clients_per_round`.
+The [T, d] array n is what `tree_audit.audit_ftrl` takes as
+`self_test_noise`; the check here is the audit's self-test on its own: n is
+whitened by the Cholesky factor of the claimed K (n -> L^-1 n, K = L L^T),
+which makes correct noise i.i.d. N(0, 1) in every round, and
+`noise_stats.check_noise` tests variance, mean, correlation between rounds
+and reuse of values (Holm) at `level`.
+
+The tree's shape (efficient or plain, restarts) is not in the process state
+in a usable form: `noise` gives it, or, for a `CanaryDPFactory` with a tree,
+its `tree.noise(num_rounds)`. By default the run spans two restarts of the
+tree when it restarts (so that noise repeated by a restarted tree shows),
+`DEFAULT_ROUNDS` rounds when it does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+from scipy import linalg
+import tensorflow as tf
+
+from tff_canary.federated.audit import noise_check
+from tff_canary.federated.insertion import factory
+from tff_canary.federated.runtime import worker_guard
+from tff_canary.federated.structures import tree_search
+from tff_canary.stats.noise import noise_stats
+from tff_canary.stats.tree import tree_noise as tree_noise_lib
+from tff_canary.stats import validation
+
+worker_guard.install()
+
+# Rounds of a tree without restarts: four levels of the tree.
+DEFAULT_ROUNDS = 16
+
+# The Gaussian self-test's process building and zero values, shared.
+# pylint: disable=protected-access
+_process_and_type = noise_check._process_and_type
+_zeros = noise_check._zeros
+# pylint: enable=protected-access
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeNoiseCheck:
+  """The tree self-test's verdict, and the noise it tested.
+
+  Attributes:
+    passed: the whitened noise passed `noise_stats.check_noise`.
+    check: that `noise_stats.NoiseCheck`.
+    noise: [T, d] float64, each round's released noise in units of its node
+      std (module docstring): `tree_audit.audit_ftrl`'s `self_test_noise`.
+    node_std: [T] the sigma_t used.
+    claimed: the claimed `TreeNoise`.
+  """
+
+  passed: bool
+  check: noise_stats.NoiseCheck
+  noise: np.ndarray
+  node_std: np.ndarray
+  claimed: tree_noise_lib.TreeNoise
+
+  def __str__(self) -> str:
+    return f"tree {self.check}"
+
+
+def default_rounds(restart_period: Optional[int] = None,
+                   restart_warmup: Optional[int] = None) -> int:
+  """Rounds that span two restarts (and one round after the second), or
+  `DEFAULT_ROUNDS` without restarts."""
+  if restart_period is None:
+    return DEFAULT_ROUNDS
+  horizon = 2 * int(restart_period) + int(restart_warmup or 0) + 2
+  restarts = tree_noise_lib.restart_rounds(horizon, restart_period,
+                                           restart_warmup)
+  return max(DEFAULT_ROUNDS, restarts[1] + 2)
+
+
+def whiten(noise: np.ndarray, covariance: np.ndarray) -> np.ndarray:
+  """L^-1 noise, K = L L^T (as `tree_audit`'s self-test): rows are rounds."""
+  factor = np.linalg.cholesky(covariance)
+  return linalg.solve_triangular(factor, noise, lower=True)
+
+
+def _tree_state(query_state: Any) -> Any:
+  """The value tree's `TreeResidualSumQuery` state (depth first: the value
+  tree comes before `tree_adaptive`'s clipped-count tree)."""
+  return tree_search.find_first(
+      query_state, lambda s: hasattr(s, "_fields")
+      and "tree_state" in s._fields and "clip_value" in s._fields)
+
+
+def _dp_query_state(state: Any) -> Any:
+  dp_state = noise_check.find_dp_state(state)
+  if dp_state is None:
+    raise noise_check.NoClaimError(
+        "the process state has no DP aggregator state (fields query_state "
+        "and dp_event); pass node_std and clients_per_round.")
+  return dp_state.query_state
+
+
+def _denominator(state: Any) -> float:
+  """The `NormalizedQuery` state's denominator (1 for a plain sum)."""
+  query_state = _dp_query_state(state)
+  if hasattr(query_state, "denominator") and hasattr(query_state,
+                                                     "numerator_state"):
+    return float(query_state.denominator)
+  return 1.0
+
+
+def _node_std(state: Any) -> float:
+  """The value tree's generator stddev: the next round's sigma."""
+  tree = _tree_state(_dp_query_state(state))
+  generator = None if tree is None else tree.tree_state.value_generator_state
+  if generator is None or not hasattr(generator, "stddev"):
+    raise noise_check.NoClaimError(
+        "the DP query state has no tree with a GaussianNoiseGenerator state "
+        "(tree_state.value_generator_state.stddev); pass node_std.")
+  return float(np.asarray(generator.stddev))
+
+
+def _claimed_noise(aggregator, noise, num_rounds):
+  tree = getattr(aggregator, "tree", None) if isinstance(
+      aggregator, factory.CanaryDPFactory) else None
+  if noise is not None:
+    if not isinstance(noise, tree_noise_lib.TreeNoise):
+      raise TypeError(f"noise must be a TreeNoise, got "
+                      f"{validation.show(noise)}.")
+    if num_rounds is not None and num_rounds != noise.num_rounds:
+      raise ValueError(f"num_rounds={num_rounds} differs from the claimed "
+                       f"tree's {noise.num_rounds} rounds.")
+    return noise
+  if tree is None:
+    raise TypeError("noise (the claimed tree_noise.TreeNoise) is required "
+                    "unless aggregator is a CanaryDPFactory with a tree.")
+  if num_rounds is None:
+    num_rounds = default_rounds(restart_period=tree.restart_period,
+                                restart_warmup=tree.restart_warmup)
+  return tree.noise(num_rounds)
+
+
+def check_tree_noise(
+    aggregator: Any,
+    value_type: Any = None,
+    *,
+    noise: Optional[tree_noise_lib.TreeNoise] = None,
+    num_rounds: Optional[int] = None,
+    num_clients: int = 1,
+    clients_per_round: Optional[float] = None,
+    node_std: Any = None,
+    level: float = noise_stats.DEFAULT_LEVEL,
+    seed: int = 0,
+) -> TreeNoiseCheck:
+  """Runs a fresh tree aggregation on zero values and tests its noise.
+
+  Args:
+    aggregator: an unweighted aggregation factory over a tree query
+      (`create(value_type)` is called) or such an unweighted
+      `tff.templates.AggregationProcess` (initialized anew). A
+      `CanaryDPFactory` must have no canary scheduled in these rounds.
+    value_type: the value's TFF type; optional for a process.
+    noise: the claimed tree, `tree_noise.tree_noise(T, ...)`; default the
+      `CanaryDPFactory`'s `tree.noise(num_rounds)`.
+    num_rounds: T; default `noise.num_rounds`, else `default_rounds`.
+    num_clients: zero-valued clients per round (>= 1).
+    clients_per_round: the denominator; default the query state's.
+    node_std: sigma, one number or one per round; default the value tree's
+      generator `stddev` before each round (module docstring).
+    level: family-wise level of `noise_stats.check_noise`.
+    seed: its subsample seed.
+
+  Returns:
+    A `TreeNoiseCheck`.
+
+  Raises:
+    TypeError, ValueError: for bad arguments, naming them.
+    noise_check.NoClaimError: when the state does not give sigma and
+      `node_std` is None.
+  """
+  if num_rounds is not None:
+    num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=2)
+  claimed = _claimed_noise(aggregator, noise, num_rounds)
+  num_rounds = claimed.num_rounds
+  num_clients = validation.as_int(num_clients, "num_clients", minimum=1)
+  if clients_per_round is not None:
+    clients_per_round = validation.as_positive(clients_per_round,
+                                               "clients_per_round")
+  given = (None if node_std is None else
+           noise_stats.as_claimed_stds(node_std, num_rounds))
+  if given is not None and min(given) <= 0.0:
+    raise ValueError(f"node_std must be positive, got {node_std!r}.")
+  process, value_type = _process_and_type(aggregator, value_type)
+  clients = [_zeros(value_type)] * num_clients
+  state = process.initialize()
+  rows, sigmas, denominators = [], [], []
+  for t in range(num_rounds):
+    sigma = _node_std(state) if given is None else given[t]
+    if sigma <= 0.0:
+      raise ValueError(f"the tree's node std before round {t} is {sigma}: "
+                       "zero noise has no tree law to test.")
+    denominator = (_denominator(state) if clients_per_round is None
+                   else clients_per_round)
+    output = process.next(state, clients)
+    state = output.state
+    flat = np.concatenate([np.asarray(x, np.float64).reshape(-1)
+                           for x in tf.nest.flatten(output.result)])
+    rows.append(flat * denominator / sigma)
+    sigmas.append(sigma)
+    denominators.append(denominator)
+  released = np.stack(rows)
+  whitened = whiten(released, claimed.covariance)
+  restarts = tree_noise_lib.restart_rounds(
+      num_rounds, claimed.restart_period, claimed.restart_warmup)
+  claim = (f"tree covariance (whitened): {num_rounds} rounds of the "
+           f"{'efficient' if claimed.efficient else 'plain'} tree, restarts "
+           f"after rounds {restarts}; sigma_t = "
+           f"{'given' if given is not None else 'generator stddev'} "
+           f"({min(sigmas):.6g}..{max(sigmas):.6g}), denominator "
+           f"{denominators[0]:g}")
+  check = noise_stats.check_noise([[row] for row in whitened], 1.0,
+                                  level=level, seed=seed, claim=claim)
+  released.setflags(write=False)
+  return TreeNoiseCheck(passed=check.passed, check=check, noise=released,
+                        node_std=np.array(sigmas), claimed=claimed)
+
+
+__all__ = ["DEFAULT_ROUNDS", "TreeNoiseCheck", "check_tree_noise",
+           "default_rounds", "whiten"]
