@@ -102,11 +102,13 @@ def planted_noise(noise: tree_noise.TreeNoise, bug: Bug) -> tree_noise.TreeNoise
   bug = validation.as_choice(bug, "bug", BUGS)
   b = noise.released.copy()
   if bug == "restart_reuse":
-    first = {int(i): k for k, i in enumerate(noise.call_index)
-             if noise.call_tree[k] == 0}
-    for k in range(b.shape[1]):
-      if noise.call_tree[k] > 0:
-        target = first[int(noise.call_index[k])]
+    # Call i of every tree draws the same noise: the first tree's call i,
+    # or, past the first tree's calls (a longer later tree), the first
+    # later tree's.
+    first: dict[int, int] = {}
+    for k, i in enumerate(noise.call_index):
+      target = first.setdefault(int(i), k)
+      if target != k:
         b[:, target] += b[:, k]
         b[:, k] = 0.0
   elif bug == "missing_level":
