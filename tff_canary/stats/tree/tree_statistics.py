@@ -102,7 +102,7 @@ def _schedule(schedule: npt.ArrayLike, shape: tuple[int, int]) -> np.ndarray:
 def _quadratic(precision: np.ndarray, a: np.ndarray) -> np.ndarray:
   """a_j^T P a_j for each row of the Boolean a."""
   w = a.astype(np.float64)
-  return np.einsum("jt,ts,js->j", w, precision, w)
+  return np.sum((w @ precision) * w, axis=1)
 
 
 def schedule_mu(schedule: npt.ArrayLike, covariance: npt.ArrayLike, *,
