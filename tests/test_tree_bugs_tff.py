@@ -122,6 +122,22 @@ VALUE = tff.types.to_type(tff.TensorType(np.float32, [512]))
 SPECS = tff.types.type_to_tf_tensor_specs(VALUE)
 
 
+def test_a_generator_std_set_wrong_fails_against_the_claimed_multiplier():
+  # TFF's factory built with z = 0.15 where the claim is z = 1.5: the
+  # generator's own stddev (0.15 x 0.5) hides the bug; the claimed z finds
+  # variance 1/100 of the claim.
+  aggregator = tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
+      0.15, 4.0, 0.5, SPECS, noise_seed=23)
+  claimed = tree_noise.tree_noise(16, efficient=True)
+  itself = tree_noise_check.check_tree_noise(aggregator, VALUE, noise=claimed)
+  assert itself.passed, itself.check.failures
+  against = tree_noise_check.check_tree_noise(aggregator, VALUE, noise=claimed,
+                                              noise_multiplier=1.5)
+  assert not against.passed
+  np.testing.assert_allclose(against.node_std, 0.75)
+  assert "claimed z = 1.5" in against.check.claim
+
+
 @pytest.mark.parametrize("efficient", [True, False])
 def test_tffs_own_tree_aggregation_passes_and_wrong_claims_fail(efficient):
   # TFF's factory (no restarts): 16 rounds x 512 values at the default

@@ -18,11 +18,14 @@ denominator) is turned into units of the node noise,
 
     n_t = result_t * denominator / sigma_t,
 
-sigma_t = z C_t the node std of the tree that round t belongs to: the
-`stddev` of the value tree's `GaussianNoiseGenerator` state before the round
-(TFF's and tensorflow_privacy's construction sets it to
-noise_multiplier x clip, and `tree_adaptive` resets it with the clip at each
-restart), or `node_std` when given. The denominator is the
+sigma_t = z C_t the claimed node std of the tree that round t belongs to:
+the claimed noise multiplier z (`noise_multiplier`; for a `CanaryDPFactory`
+with a tree, its constructor's `tree.noise_multiplier`) times the clip C_t
+in the tree query's state before the round (`clip_value`; `tree_adaptive`
+moves it at each restart), or `node_std` when given. Without a claimed z,
+the `stddev` of the value tree's `GaussianNoiseGenerator` state is used:
+the implementation's own number, so a bug that sets it wrong would be
+measured against itself (the claim says which was used). The denominator is the
 `tfp.NormalizedQuery` state's (clients_per_round), or `clients_per_round`.
 The [T, d] array n is what `tree_audit.audit_ftrl` takes as
 `self_test_noise`; the check here is the audit's self-test on its own: n is
@@ -145,6 +148,26 @@ def _node_std(state: Any) -> float:
   return float(np.asarray(generator.stddev))
 
 
+def _clip(state: Any) -> float:
+  """The value tree's clip before the next round (`clip_value`)."""
+  tree = _tree_state(_dp_query_state(state))
+  if tree is None:
+    raise noise_check.NoClaimError(
+        "the DP query state has no tree query state with a clip_value; "
+        "pass node_std.")
+  return float(np.asarray(tree.clip_value))
+
+
+def _claimed_multiplier(aggregator, noise_multiplier):
+  if noise_multiplier is not None:
+    return validation.as_positive(noise_multiplier, "noise_multiplier")
+  tree = getattr(aggregator, "tree", None) if isinstance(
+      aggregator, factory.CanaryDPFactory) else None
+  if tree is not None and tree.noise_multiplier > 0.0:
+    return float(tree.noise_multiplier)
+  return None
+
+
 def _claimed_noise(aggregator, noise, num_rounds):
   tree = getattr(aggregator, "tree", None) if isinstance(
       aggregator, factory.CanaryDPFactory) else None
@@ -174,6 +197,7 @@ def check_tree_noise(
     num_clients: int = 1,
     clients_per_round: Optional[float] = None,
     node_std: Any = None,
+    noise_multiplier: Optional[float] = None,
     level: float = noise_stats.DEFAULT_LEVEL,
     seed: int = 0,
 ) -> TreeNoiseCheck:
@@ -190,8 +214,11 @@ def check_tree_noise(
     num_rounds: T; default `noise.num_rounds`, else `default_rounds`.
     num_clients: zero-valued clients per round (>= 1).
     clients_per_round: the denominator; default the query state's.
-    node_std: sigma, one number or one per round; default the value tree's
-      generator `stddev` before each round (module docstring).
+    node_std: sigma, one number or one per round; default z C_t, or the
+      value tree's generator `stddev` without a claimed z (module
+      docstring).
+    noise_multiplier: the claimed z; default a `CanaryDPFactory`'s
+      `tree.noise_multiplier`, else None (the generator's stddev).
     level: family-wise level of `noise_stats.check_noise`.
     seed: its subsample seed.
 
@@ -213,6 +240,7 @@ def check_tree_noise(
                                                "clients_per_round")
   given = (None if node_std is None else
            noise_stats.as_claimed_stds(node_std, num_rounds))
+  z = _claimed_multiplier(aggregator, noise_multiplier)
   if given is not None and min(given) <= 0.0:
     raise ValueError(f"node_std must be positive, got {node_std!r}.")
   process, value_type = _process_and_type(aggregator, value_type)
@@ -220,7 +248,12 @@ def check_tree_noise(
   state = process.initialize()
   rows, sigmas, denominators = [], [], []
   for t in range(num_rounds):
-    sigma = _node_std(state) if given is None else given[t]
+    if given is not None:
+      sigma = given[t]
+    elif z is not None:
+      sigma = z * _clip(state)
+    else:
+      sigma = _node_std(state)
     if sigma <= 0.0:
       raise ValueError(f"the tree's node std before round {t} is {sigma}: "
                        "zero noise has no tree law to test.")
@@ -237,10 +270,16 @@ def check_tree_noise(
   whitened = whiten(released, claimed.covariance)
   restarts = tree_noise_lib.restart_rounds(
       num_rounds, claimed.restart_period, claimed.restart_warmup)
+  if given is not None:
+    source = "given"
+  elif z is not None:
+    source = f"z C_t with the claimed z = {z:g}"
+  else:
+    source = "the generator's stddev"
   claim = (f"tree covariance (whitened): {num_rounds} rounds of the "
            f"{'efficient' if claimed.efficient else 'plain'} tree, restarts "
            f"after rounds {restarts}; sigma_t = "
-           f"{'given' if given is not None else 'generator stddev'} "
+           f"{source} "
            f"({min(sigmas):.6g}..{max(sigmas):.6g}), denominator "
            f"{denominators[0]:g}")
   check = noise_stats.check_noise([[row] for row in whitened], 1.0,
