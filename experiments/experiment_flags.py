@@ -129,11 +129,14 @@ _HELP = {
                  "(canary clients of norm --canary_norm through TFF's own "
                  "DP aggregator; needs --noseeded_noise and, with recorded "
                  "aggregates, --server_momentum=0).",
-    "aggregator": "The DP aggregator: gaussian (central Gaussian noise) or "
+    "aggregator": "The DP aggregator: gaussian (central Gaussian noise), "
                   "ddp (TFF's distributed DP: DistributedDpSumFactory's "
                   "chain with plain sums for SecAgg; needs "
                   "--insertion=clients and a fixed --clip, no --zeroing; "
-                  "its analytical ε is the DDP bound of its parameters).",
+                  "its analytical ε is the DDP bound of its parameters) or "
+                  "tree (DP-FTRL: TFF's tree aggregation restarted every "
+                  "epoch; needs a fixed --clip; audited against the tree "
+                  "accounting, docs/method/dp-ftrl.md).",
     "ddp_mechanism": "With --aggregator=ddp: distributed_skellam or "
                      "distributed_dgauss (default distributed_skellam).",
     "ddp_bits": "With --aggregator=ddp: SecAgg bit width b, the sum is "

@@ -49,7 +49,7 @@ def test_ddp_defaults_are_tffs_and_gaussian_has_none(tmp_path):
   assert gaussian.aggregator == "gaussian"
   assert all(getattr(gaussian, k) is None
              for k in experiment_config.DDP_DEFAULTS)
-  assert experiment_config.AGGREGATORS == ("gaussian", "ddp")
+  assert experiment_config.AGGREGATORS == ("gaussian", "ddp", "tree")
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -68,7 +68,7 @@ def test_ddp_defaults_are_tffs_and_gaussian_has_none(tmp_path):
     (dict(ddp_rotation="fft"), r"ddp_rotation must be one of"),
     (dict(ddp_beta=1.0), r"ddp_beta"),
     (dict(aggregator="dp"), r"aggregator must be one of \('gaussian', "
-     r"'ddp'\), got 'dp'"),
+     r"'ddp', 'tree'\), got 'dp'"),
     (dict(aggregator="gaussian", ddp_bits=16),
      r"ddp_bits=16 is for aggregator='ddp'; got aggregator='gaussian'"),
 ])
@@ -409,5 +409,5 @@ def test_a_ddp_run_resumes_without_a_ledger(tmp_path):
   rd.save_metrics([dict(round=r, clip=1.0) for r in range(3)])
   history = resume.load_history(rd, 2, ledger=False)
   assert [r["round"] for r in history.rows] == [0, 1] and not history.events
-  with pytest.raises(run_dir.RunDirError, match="ledger.json 0 rounds"):
+  with pytest.raises(run_dir.RunDirError, match="ledger.json has 0 rounds"):
     resume.load_history(rd, 2)

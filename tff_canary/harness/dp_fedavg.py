@@ -25,6 +25,10 @@ clients; canary clients come on top), fixed clip and `ddp_*` knobs. Its
 noise check runs the SUM chain as configured on zero values from
 `clients_per_round` clients against the std the factory claims
 (`ddp_chain.claimed_std`), as `planted_bug_runs` does.
+
+With `aggregator="tree"` (server mode only) the aggregator is DP-FTRL,
+`CanaryDPFactory.tree_aggregation` with the fixed clip, restarted after every
+epoch of `rounds_per_epoch` rounds (the client sampler's).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import ddp_chain
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.audit import noise_check
+from tff_canary.federated.audit import tree_noise_check
 from tff_canary.harness import ddp_claim
 from tff_canary.harness import experiment_config
 from tff_canary.harness import tasks
@@ -45,12 +50,25 @@ from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import schedules
 
 _NOISE_CHECK_TAG = 0xC4EC
+# DP-FTRL's noise check spans two restarts in at most this many rounds
+# (`tree_check_period`).
+MAX_TREE_CHECK_ROUNDS = 256
 
 
 def canary_aggregator(config: experiment_config.ExperimentConfig,
                       canaries: canary_config.CanaryConfig,
-                      noise_seed: Optional[int]):
-  """The run's DP aggregator with its canaries (module docstring)."""
+                      noise_seed: Optional[int],
+                      rounds_per_epoch: Optional[int] = None):
+  """The run's DP aggregator with its canaries (module docstring);
+  `rounds_per_epoch`: the tree's restart period (DP-FTRL only)."""
+  if config.aggregator == "tree":
+    if rounds_per_epoch is None:
+      raise ValueError("aggregator='tree' needs rounds_per_epoch, the tree's "
+                       "restart period; got None.")
+    return factory.CanaryDPFactory.tree_aggregation(
+        config.noise_multiplier, config.clients_per_round, config.clip,
+        canaries=canaries, noise_seed=noise_seed,
+        restart_period=rounds_per_epoch)
   if config.clip is not None:
     aggregator = factory.CanaryDPFactory.gaussian_fixed(
         config.noise_multiplier, config.clients_per_round, config.clip,
@@ -103,7 +121,8 @@ def _optimizer(name, learning_rate, momentum=None):
 
 def build_process(config: experiment_config.ExperimentConfig,
                   task: tasks.Task, canaries: canary_config.CanaryConfig,
-                  noise_seed: Optional[int]):
+                  noise_seed: Optional[int],
+                  rounds_per_epoch: Optional[int] = None):
   """The run's DP-FedAvg learning process (module docstring)."""
   client_optimizer = _optimizer(config.client_optimizer,
                                 config.client_learning_rate)
@@ -119,18 +138,34 @@ def build_process(config: experiment_config.ExperimentConfig,
   return tff.learning.algorithms.build_unweighted_fed_avg(
       task.model_fn, client_optimizer_fn=client_optimizer,
       server_optimizer_fn=server_optimizer,
-      model_aggregator=canary_aggregator(config, canaries, noise_seed))
+      model_aggregator=canary_aggregator(config, canaries, noise_seed,
+                                         rounds_per_epoch))
+
+
+def tree_check_period(rounds_per_epoch: Optional[int]) -> int:
+  """The restart period of DP-FTRL's noise check: the run's, when two
+  restarts fit in `MAX_TREE_CHECK_ROUNDS` rounds, else the largest period
+  that fits (the same query, restarted sooner), so that the check's [rounds,
+  d] noise stays in memory at StackOverflow's epochs of thousands of rounds."""
+  if rounds_per_epoch is None:
+    raise ValueError("aggregator='tree' needs rounds_per_epoch, the tree's "
+                     "restart period; got None.")
+  return min(int(rounds_per_epoch), (MAX_TREE_CHECK_ROUNDS - 2) // 2)
 
 
 def run_noise_check(config: experiment_config.ExperimentConfig,
                     task: tasks.Task, canary_seed: int,
-                    noise_seed: Optional[int]):
+                    noise_seed: Optional[int],
+                    rounds_per_epoch: Optional[int] = None):
   """The noise check (a `NoiseCheck`) of the run's aggregator, built afresh
   without canaries, on zero client values (`tff_canary.federated.audit.noise_check`).
 
   With seeded noise the check draws from its own seed (noise_seed + a tag),
   so its result holds statistics of the same noise code path, never of the
-  run's own draws.
+  run's own draws. DP-FTRL's (`aggregator="tree"`) is the tree's
+  (`tree_noise_check.check_tree_noise`): the released noise over two
+  restarts of the run's tree (restarted at `tree_check_period`), whitened
+  by the tree's claimed covariance.
   """
   no_canaries = canary_config.CanaryConfig(
       seed=canary_seed, num_inserted=0, num_held_out=0,
@@ -149,6 +184,12 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
         ddp_chain.ddp_sum_factory(params), value_type, tensor_names=names,
         num_clients=config.clients_per_round,
         claimed_std=ddp_chain.claimed_std(params))
+  if config.aggregator == "tree":
+    period = tree_check_period(rounds_per_epoch)
+    aggregator = canary_aggregator(config, no_canaries, None if noise_seed
+                                   is None else noise_seed + _NOISE_CHECK_TAG,
+                                   period)
+    return tree_noise_check.check_tree_noise(aggregator, value_type)
   if config.insertion == "clients":
     aggregator = tff_aggregator(config)  # TFF's, unseeded
   else:

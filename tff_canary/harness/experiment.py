@@ -26,7 +26,8 @@
      (nothing recorded) or, with gaussian canaries, each round's noised
      aggregate recorded in aggregates.npy, a progress bar, evaluation every
      `eval_every` rounds, a checkpoint every `checkpoint_every` rounds);
-  4. after training: the cosine table (`cosine_pass.compute_cosine_table`:
+  4. after training (DP-FTRL, `aggregator="tree"`: the report of the
+     rounds' saved scores, `tree_report`, and no cosine table): the cosine table (`cosine_pass.compute_cosine_table`:
      orthogonal canaries' from the trained state, gaussian canaries' in one
      pass over the recorded aggregates; checked against the seed and
      schedule in the trained aggregator state), the report
@@ -103,7 +104,7 @@ def build_task(config: experiment_config.ExperimentConfig,
 
 
 def run_experiment(config: experiment_config.ExperimentConfig, *,
-                   progress: bool = True, log=print) -> report_lib.RunReport:
+                   progress: bool = True, log=print) -> report_lib.Report:
   """Runs (or resumes) one experiment; returns its report (module docstring)."""
   if not isinstance(config, experiment_config.ExperimentConfig):
     raise TypeError(f"config must be an ExperimentConfig, got {config!r}.")
@@ -143,7 +144,8 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
     experiment_config.check_resumable(rd.load_config(), values,
                                       rd.file(run_dir_lib.CONFIG))
   process = dp_fedavg.build_process(config, task, canaries,
-                                    values["noise_seed"])
+                                    values["noise_seed"],
+                                    sampler.rounds_per_epoch)
 
   os.makedirs(rd.path, exist_ok=True)
   if not started:
@@ -155,14 +157,17 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
                         client_counts=client_counts)
   if not rd.exists(run_dir_lib.NOISE_CHECK):
     result = dp_fedavg.run_noise_check(config, task, values["canary_seed"],
-                                       values["noise_seed"])
+                                       values["noise_seed"],
+                                       sampler.rounds_per_epoch)
     atomic_files.write_json(rd.file(run_dir_lib.NOISE_CHECK), result.as_dict())
     log(str(result))
   manager = tff.program.FileProgramStateManager(
       rd.file(run_dir_lib.CHECKPOINTS), keep_total=2)
   state, done = resume.start_state(process, manager, task, config.seed, rd)
-  history = resume.load_history(rd, done,
-                                ledger=config.aggregator != "ddp")
+  tree = config.aggregator == "tree"
+  history = resume.load_history(
+      rd, done, ledger=config.aggregator == "gaussian",
+      tree_candidates=canaries.num_canaries if tree else None)
   recorder = _recorder(canaries, rd, dim, num_rounds, done)
   clients = None
   if config.insertion == "clients":
@@ -198,7 +203,7 @@ def _recorder(canaries, rd, dim, num_rounds, done):
 
 
 def _after_training(config, canaries, process, state, rd, log,
-                    progress, recorder) -> report_lib.RunReport:
+                    progress, recorder) -> report_lib.Report:
   """final_weights.npy, the cosine table (checked against the seed and
   schedule in the trained aggregator state; client mode has no canary
   aggregator state, its canaries come from the same CanaryConfig) and the
@@ -207,6 +212,10 @@ def _after_training(config, canaries, process, state, rd, log,
   if config.insertion == "clients" and canaries.directions == "gaussian":
     state = None  # nothing to check it against
   atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final)
+  if config.aggregator == "tree":  # the scores are the rounds' (tree_report)
+    report = report_lib.build_report(rd.path)
+    report_lib.write_report(report)
+    return report
   log("computing the canary cosines ...")
   initial = np.load(rd.file(run_dir_lib.INITIAL_WEIGHTS))
   if recorder is not None:

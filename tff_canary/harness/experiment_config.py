@@ -21,21 +21,22 @@ server_learning_rate x a_t, which needs exactly that optimizer).
 `insertion_of(values)` reads the mode of a config.json (older files
 without the key are server-side runs).
 
-Two DP aggregators (docs/guide/distributed-dp.md): `aggregator=
+Three DP aggregators (docs/guide/distributed-dp.md): `aggregator=
 "gaussian"` (the default: central Gaussian noise, TFF's
 `DifferentiallyPrivateFactory` or this package's) and `aggregator="ddp"`:
-TFF's distributed-DP chain (`DistributedDpSumFactory`'s parts,
-`tff_canary.federated.insertion.ddp_chain`) with `ddp_mechanism`, `ddp_bits`,
-`ddp_beta` and `ddp_rotation` (None: TFF's factory defaults, 20 bits as
-`tff.learning.ddp_secure_aggregator`'s). The DDP aggregator is refused,
+TFF's distributed-DP chain (`ddp_chain`) with the `ddp_*` knobs (None:
+`DDP_DEFAULTS`). The DDP aggregator is refused,
 here, without `insertion="clients"` (server-side canaries are added inside
 this package's Gaussian aggregator, they cannot enter TFF's chain),
 without a fixed `clip` (the analytical epsilon, `ddp_accounting`, models a
 fixed clip, not adaptive clipping) and with `zeroing` (TFF's DDP
 aggregator estimates its zeroing norm with secure aggregation, which the
 simulation cannot run, and a zeroed client still adds its noise share; we
-do not model that). The `ddp_*` knobs are refused with "gaussian"; their
+do not model that). The `ddp_*` knobs are refused without "ddp"; their
 bits are checked against `clients_per_round` as TFF's factory checks them.
+`aggregator="tree"` is DP-FTRL (docs/method/dp-ftrl.md,
+`CanaryDPFactory.tree_aggregation`), its tree restarted after every epoch;
+`preflight.check_requirements` names what it needs and is missing.
 `aggregator_of(values)` reads the aggregator of a config.json (older files:
 "gaussian").
 """
@@ -64,7 +65,7 @@ OPTIMIZERS = ("sgd", "adam")
 Insertion = Literal["server", "clients"]
 INSERTIONS: tuple[str, ...] = typing.get_args(Insertion)
 # Which DP aggregator (module docstring).
-Aggregator = Literal["gaussian", "ddp"]
+Aggregator = Literal["gaussian", "ddp", "tree"]
 AGGREGATORS: tuple[str, ...] = typing.get_args(Aggregator)
 # The ddp_* fields, and their values when None with aggregator="ddp": TFF's
 # DistributedDpSumFactory defaults, bits as tff.learning's DDP aggregator.
@@ -267,12 +268,16 @@ class ExperimentConfig:
 
   def _check_aggregator(self) -> None:
     """What the DDP aggregator cannot do is refused (module docstring)."""
-    if self.aggregator == "gaussian":
+    if self.aggregator != "ddp":
       given = [f"{k}={getattr(self, k)!r}" for k in DDP_DEFAULTS
                if getattr(self, k) is not None]
       if given:
         raise ValueError(f"{', '.join(given)} is for aggregator='ddp'; got "
-                         "aggregator='gaussian'.")
+                         f"aggregator={self.aggregator!r}.")
+      if self.aggregator == "tree" and self.noise_multiplier == 0.0:
+        raise ValueError("aggregator='tree' needs noise_multiplier > 0: the "
+                         "tree's scores are in units of its node noise; got "
+                         "noise_multiplier=0.0.")
       return
     if self.insertion != "clients":
       raise ValueError(

@@ -1,8 +1,8 @@
 """Refusals before training: what cannot work is said before TensorFlow loads.
 
 `check_requirements(config)` (run by `ExperimentConfig` itself) names, in one
-message, every setting that canary clients or the DDP aggregator need and the
-config lacks. `record_aggregates(config)` (run there too) says whether the
+message, every setting that canary clients, the DDP aggregator or DP-FTRL
+(`aggregator="tree"`) need and the config lacks. `record_aggregates(config)` (run there too) says whether the
 run records each round's noised aggregate: by default (None) gaussian
 canaries do, for the pass after training, and orthogonal ones do not, being
 scored inside each round; `--record_aggregates` with orthogonal canaries is
@@ -107,9 +107,42 @@ def record_aggregates(config) -> bool:
     ) from None
 
 
+def _tree_requirements(config) -> list[tuple[str, str, str]]:
+  """What DP-FTRL (aggregator="tree") needs and the config lacks."""
+  missing = []
+  if config.insertion != "server":
+    missing.append(("--insertion=server", "insertion='server'",
+                    "the tree's canaries are scored in this package's "
+                    "aggregator; canary clients are not supported with it"))
+  if config.directions != "orthogonal":
+    missing.append(("--directions=orthogonal", "directions='orthogonal'",
+                    "the tree's per-round scores exist for orthogonal "
+                    "canaries only"))
+  if config.clip is None:
+    missing.append(("--clip=C (e.g. --clip=0.1)", "clip=C",
+                    "tree_adaptive's clipped-count tree cannot be seeded, so "
+                    "its runs would not be reproducible"))
+  if config.sampling != "shuffle":
+    missing.append(("--sampling=shuffle", "sampling='shuffle'",
+                    "DP-FTRL's accounting needs each client at most once "
+                    "per tree, one tree per shuffled epoch"))
+  if config.allow_participation_mismatch:
+    missing.append(("--noallow_participation_mismatch",
+                    "allow_participation_mismatch=False", "canaries must take "
+                    "part once per tree, as the clients do"))
+  if config.zeroing:
+    missing.append(("--nozeroing", "zeroing=False",
+                    "zeroing is not validated with the tree's scores"))
+  return missing
+
+
 def check_requirements(config) -> None:
-  """Canary clients and the DDP aggregator require other settings: every
-  one missing is named in one message (flag, Python argument, why)."""
+  """Canary clients, the DDP aggregator and DP-FTRL require other settings:
+  every one missing is named in one message (flag, Python argument, why)."""
+  if config.aggregator == "tree":
+    _refuse("aggregator='tree' (--aggregator=tree)",
+            _tree_requirements(config))
+    return
   clients = config.insertion == "clients" or config.aggregator == "ddp"
   if not clients:
     return
@@ -135,10 +168,14 @@ def check_requirements(config) -> None:
   if config.aggregator == "ddp" and config.zeroing:
     missing.append(("--nozeroing", "zeroing=False",
                     "TFF's DDP zeroing needs secure aggregation"))
+  _refuse("aggregator='ddp' (--aggregator=ddp)" if config.aggregator == "ddp"
+          else "insertion='clients' (--insertion=clients)", missing)
+
+
+def _refuse(choice: str, missing: list[tuple[str, str, str]]) -> None:
+  """The one message of `check_requirements`, if anything is missing."""
   if not missing:
     return
-  choice = ("aggregator='ddp' (--aggregator=ddp)" if config.aggregator == "ddp"
-            else "insertion='clients' (--insertion=clients)")
   raise ValueError(
       f"{choice} needs {len(missing)} more setting"
       f"{'s' if len(missing) > 1 else ''}; add "

@@ -20,16 +20,13 @@ else r participations.
 
 The analytical bound: no attack on a canary can exceed the epsilon of the
 rounds it took part in, composed without amplification, if the mechanism is
-what its ledger claims (a canary that took part once sees one Gaussian
-mechanism; by adaptive composition the other rounds add nothing). So every
-estimate or bound above the analytical epsilon of the run's largest
-participation ("one participation" when each canary took part at most once) is
-flagged, with its interval: estimator noise, or the mechanism is not what it
-claims.
+what its ledger claims (by adaptive composition the other rounds add
+nothing). So every estimate or bound above the analytical epsilon of the
+run's largest participation is flagged, with its interval: estimator noise,
+or the mechanism is not what it claims.
 
-Participation: client and canary participation side by side (config.json's
-`participation`, written by the experiment; `client_sampling.describe`), with
-an allowed mismatch shown first and prominently.
+Participation (config.json's `participation`, `client_sampling.describe`):
+an allowed mismatch of clients and canaries is shown first.
 
 The table states its delta and where it came from (`delta_line`): the run's
 default 1/n^1.1 for n clients, the run's own delta, or one given to the
@@ -37,11 +34,10 @@ report. Each bound the audit uses carries, in its row, the audit's level
 (Bonferroni over the audit's bounds, so above the table's) and its value at
 that level, since the two differ.
 
-The insertion mode (server-side canaries or canary clients) is in every
-report, and for canary clients what the aggregator did with them, zeroed
-canaries as findings (`insertion_notes`). A run with the DDP aggregator has
-no ledger: its analytical epsilons are the DDP bound of the factory's
-parameters (`ddp_claim`), shown as such, and audited as the claim.
+The insertion mode is in every report, and for canary clients what the
+aggregator did with them (`insertion_notes`). A DDP run has no ledger: its
+analytical epsilons are the DDP bound (`ddp_claim`), audited as the claim.
+A DP-FTRL run (`aggregator="tree"`) has its own report, `tree_report`.
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from tff_canary.stats import atomic_files
 from tff_canary.stats.audit import audit
@@ -61,6 +57,7 @@ from tff_canary.harness import experiment_config
 from tff_canary.harness import headline as headline_lib
 from tff_canary.harness import insertion_notes
 from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness import tree_report
 from tff_canary.stats.audit import table_estimates
 from tff_canary.stats import validation
 from tff_canary.stats.canaries.cosine_table import CosineTable
@@ -351,10 +348,15 @@ class RunReport:
     return "\n".join(lines)
 
 
+# A run's report: DP-FTRL runs have their own (`tree_report`).
+Report = Union[RunReport, tree_report.TreeRunReport]
+
+
 def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                  confidence: float = 0.95,
-                 claimed_epsilon: Optional[float] = None) -> RunReport:
-  """Recomputes every estimate of a finished run (see module docstring).
+                 claimed_epsilon: Optional[float] = None) -> Report:
+  """Recomputes every estimate of a finished run (see module docstring); a
+  DP-FTRL run's report is a `tree_report.TreeRunReport`.
 
   Args:
     path: the run directory.
@@ -370,6 +372,10 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
   delta = validation.as_open_unit(config["delta"] if delta is None else delta,
                                   "delta")
   confidence = validation.as_open_unit(confidence, "confidence")
+  if experiment_config.aggregator_of(config) == "tree":  # DP-FTRL
+    return tree_report.build_tree_report(
+        rd, config, delta=delta, confidence=confidence, delta_source=source,
+        claimed_epsilon=claimed_epsilon)
   table = rd.load_table(config)
   events = rd.load_participation()
   estimates = table_estimates.estimate_table(table, delta=delta,
@@ -399,13 +405,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
   verdict = audit.audit_table(table, claimed_epsilon=claimed_epsilon,
                               delta=delta, confidence=confidence,
                               gaussian_claim=gaussian_claim)
-  accuracy = loss = None
-  if rd.exists(run_dir_lib.METRICS):
-    evaluated = [r for r in rd.load_metrics()
-                 if r.get("eval_accuracy") is not None]
-    if evaluated:
-      accuracy = evaluated[-1]["eval_accuracy"]
-      loss = evaluated[-1]["eval_loss"]
+  accuracy, loss = rd.final_evaluation()
   noise_check = rd.load_noise_check()
   return RunReport(run_dir=rd.path, config=config, delta=delta,
                    confidence=confidence, estimates=estimates,
@@ -418,7 +418,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                    insertion=insertion_notes.load(rd, config), ddp=ddp)
 
 
-def write_report(report: RunReport, plots: bool = True,
+def write_report(report: Report, plots: bool = True,
                  output_dir: Optional[str | os.PathLike] = None) -> list[str]:
   """Writes report.json, report.md (and the plots) atomically; returns paths.
 
@@ -434,6 +434,8 @@ def write_report(report: RunReport, plots: bool = True,
   os.makedirs(out, exist_ok=True)
   plot_dir = os.path.join(out, run_dir_lib.PLOTS)
   written = []
+  if plots and isinstance(report, tree_report.TreeRunReport):
+    plots = False  # no figures (tree_report), and none of an older report
   if plots:
     from tff_canary.harness import plots as plots_lib  # pylint: disable=g-import-not-at-top
     written += plots_lib.write_report_plots(report, report.table, plot_dir)

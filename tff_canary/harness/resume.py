@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import os
 import shutil
-from typing import Any
+from typing import Any, Optional
 
 import tensorflow_federated as tff
 
@@ -27,10 +27,12 @@ from tff_canary.stats import atomic_files
 
 @dataclasses.dataclass
 class History:
-  """Per-round rows of metrics.csv and the ledger's events, up to a round."""
+  """Per-round rows of metrics.csv, the ledger's events and (DP-FTRL) the
+  canaries' tree scores, up to a round."""
 
   rows: list[dict[str, Any]]
   events: list[Any]
+  tree_scores: list[Any] = dataclasses.field(default_factory=list)
 
 
 def remove_leftovers(rd: run_dir_lib.RunDir) -> None:
@@ -67,18 +69,29 @@ def start_state(process, manager, task: tasks.Task, seed: int,
 
 
 def load_history(rd: run_dir_lib.RunDir, done: int, *,
-                 ledger: bool = True) -> History:
+                 ledger: bool = True,
+                 tree_candidates: Optional[int] = None) -> History:
   """The rows and events of the `done` rounds before the checkpoint
-  (`ledger=False`: a run without DpEvents, the DDP aggregator's, whose
-  events stay empty)."""
-  rows, events = [], []
+  (`ledger=False`: a run without DpEvents, the DDP aggregator's and
+  DP-FTRL's, whose events stay empty), and with `tree_candidates` (DP-FTRL)
+  the rows of tree_scores.npy."""
+  rows, events, scores = [], [], []
   if done and rd.exists(run_dir_lib.METRICS):
     rows = [r for r in rd.load_metrics() if r["round"] < done]
   if done and ledger and rd.exists(run_dir_lib.LEDGER):
     events = list(rd.load_ledger().events)[:done]
-  if len(rows) != done or len(events) != (done if ledger else 0):
+  if done and tree_candidates is not None and rd.exists(
+      run_dir_lib.TREE_SCORES):
+    scores = list(rd.load_tree_scores(tree_candidates)[:done])
+  counts = {"metrics.csv": len(rows)}
+  if ledger:
+    counts["ledger.json"] = len(events)
+  if tree_candidates is not None:
+    counts[run_dir_lib.TREE_SCORES] = len(scores)
+  short = {name: n for name, n in counts.items() if n != done}
+  if short:
     raise run_dir_lib.RunDirError(
-        f"{rd.path}: the checkpoint is at round {done} but metrics.csv has "
-        f"{len(rows)} and ledger.json {len(events)} rounds before it; the "
-        "run directory was changed by hand.")
-  return History(rows=rows, events=events)
+        f"{rd.path}: the checkpoint is at round {done} but "
+        + " and ".join(f"{name} has {n}" for name, n in short.items())
+        + " rounds before it; the run directory was changed by hand.")
+  return History(rows=rows, events=events, tree_scores=scores)

@@ -22,6 +22,10 @@ and noise_check.json, by a `run_writer.RunWriter` from any loop) holds:
   checkpoints/         learning process state (`tff.program.FileProgramStateManager`)
   noise_check.json     the noise self-test of the run's aggregator, before
                        training (`noise_stats.NoiseCheck.as_dict`)
+  tree_scores.npy      with aggregator="tree" (DP-FTRL): float64 [rounds,
+                       candidates], every canary's score in each round in
+                       units of the node noise (`tree_factory`), the input
+                       of the tree's report (`harness.tree_report`)
   canary_outcomes.json with insertion="clients": what the aggregator did
                        with each canary client in each round (clipped,
                        zeroed; `harness.client_insertion`)
@@ -60,6 +64,7 @@ FINAL_WEIGHTS = "final_weights.npy"
 CHECKPOINTS = "checkpoints"
 NOISE_CHECK = "noise_check.json"
 CANARY_OUTCOMES = "canary_outcomes.json"
+TREE_SCORES = "tree_scores.npy"
 
 # Columns of metrics.csv, in order.
 METRIC_COLUMNS = ("round", "loss", "accuracy", "clip", "canaries_inserted",
@@ -166,6 +171,27 @@ class RunDir:
     atomic_files.write_text(self.file(LEDGER),
                             ledger.Ledger(events).to_json())
 
+  # DP-FTRL scores ------------------------------------------------------------
+  def save_tree_scores(self, rows: list[np.ndarray]) -> None:
+    """tree_scores.npy: one row of candidate scores per round."""
+    atomic_files.save_npy(self.file(TREE_SCORES),
+                          np.asarray(rows, dtype=np.float64))
+
+  def load_tree_scores(self, num_candidates: int) -> np.ndarray:
+    """float64 [rounds, num_candidates] of tree_scores.npy, checked."""
+    path = self._require(TREE_SCORES)
+    try:
+      scores = np.load(path)
+    except Exception as e:  # pylint: disable=broad-except
+      raise RunDirError(f"{path} is not a valid .npy file: {e}") from None
+    if scores.ndim != 2 or scores.shape[1] != num_candidates:
+      raise RunDirError(f"{path}: scores must have shape [rounds, "
+                        f"{num_candidates}] (the config's candidates), got "
+                        f"{scores.shape}.")
+    if not np.isfinite(scores).all():
+      raise RunDirError(f"{path} holds non-finite scores.")
+    return scores.astype(np.float64)
+
   # Participation -----------------------------------------------------------
   def load_participation(self) -> np.ndarray:
     """int [n, 2] (round, canary id) events of the inserted canaries."""
@@ -192,6 +218,17 @@ class RunDir:
       writer.writerow({k: ("" if row.get(k) is None else row[k])
                        for k in METRIC_COLUMNS})
     atomic_files.write_text(self.file(METRICS), buffer.getvalue())
+
+  def final_evaluation(self) -> tuple[float | None, float | None]:
+    """(accuracy, loss) of metrics.csv's last evaluated round, or (None,
+    None) without metrics.csv or an evaluation."""
+    if not self.exists(METRICS):
+      return None, None
+    evaluated = [r for r in self.load_metrics()
+                 if r.get("eval_accuracy") is not None]
+    if not evaluated:
+      return None, None
+    return evaluated[-1]["eval_accuracy"], evaluated[-1]["eval_loss"]
 
   def load_metrics(self) -> list[dict[str, Any]]:
     """metrics.csv as a list of rows (numbers parsed; empty cells None).

@@ -13,7 +13,10 @@ With `clients` (a `client_insertion.ClientRounds`, `insertion="clients"`)
 the round, its aggregate, clip, canaries and DpEvent are the client mode's
 (`client_insertion`), and its canary outcomes are saved with each
 checkpoint. With the DDP aggregator a round has no DpEvent (TFF's DDP
-queries emit none): the run writes no ledger.json.
+queries emit none): the run writes no ledger.json. Neither does DP-FTRL
+(`aggregator="tree"`: its privacy is per tree, not per round,
+`tree_factory`); its rounds' canary scores (`TREE_SCORES_KEY`) are kept
+instead, and saved to tree_scores.npy with each checkpoint.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ import sys
 import time
 from typing import Any, Optional
 
+import numpy as np
 import tensorflow_federated as tff
 
 from tff_canary.federated.insertion import canary_process
+from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.structures import tree_search
 from tff_canary.harness import client_insertion
@@ -92,14 +97,19 @@ def train(process, state, *, task: tasks.Task,
         canary = _canary_measurements(output.metrics.get("aggregator", {}))
         clip = float(canary.get("clip", float("nan")))
         inserted = int(canary.get("canaries_inserted", 0))
-        event = tff.aggregators.differential_privacy.extract_dp_event_from_state(
-            _canary_state(output.state))
+        if config.aggregator == "tree":
+          event = None
+          history.tree_scores.append(np.asarray(
+              canary[measurement_keys.TREE_SCORES_KEY], np.float64))
+        else:
+          event = tff.aggregators.differential_privacy.extract_dp_event_from_state(
+              _canary_state(output.state))
       else:
         output, clip, inserted, event = clients.round(
             process, state, round_num, client_data, recorder)
       state = output.state
       loss, accuracy = _train_metrics(output.metrics)
-      if event is not None:  # None: the DDP aggregator (module docstring)
+      if event is not None:  # None: DDP and DP-FTRL (module docstring)
         events.append(event)
       row = dict(round=round_num, loss=loss, accuracy=accuracy, clip=clip,
                  canaries_inserted=inserted, clients=len(chosen),
@@ -113,7 +123,7 @@ def train(process, state, *, task: tasks.Task,
       if (round_num + 1) % config.checkpoint_every == 0 or last:
         if clients is not None:
           clients.save(rd)
-        _checkpoint(rd, manager, state, round_num + 1, rows, events)
+        _checkpoint(rd, manager, state, round_num + 1, history)
       if bar is not None:
         postfix = dict(loss=f"{loss:.3f}", acc=f"{accuracy:.3f}",
                        clip=f"{row['clip']:.3g}",
@@ -128,12 +138,14 @@ def train(process, state, *, task: tasks.Task,
   return state
 
 
-def _checkpoint(rd, manager, state, version, rows, events):
+def _checkpoint(rd, manager, state, version, history: resume.History):
   """Round files first, then the state: a checkpoint never outruns them.
 
   (The recorder flushes every aggregate as it is written.)
   """
-  rd.save_metrics(rows)
-  if events:  # none with the DDP aggregator
-    rd.save_ledger(events)
+  rd.save_metrics(history.rows)
+  if history.events:  # none with the DDP aggregator and DP-FTRL
+    rd.save_ledger(history.events)
+  if history.tree_scores:
+    rd.save_tree_scores(history.tree_scores)
   asyncio.run(manager.save(state, version))

@@ -164,14 +164,6 @@ def canary_configs(config: TreeBugRunConfig
       config.num_rounds, config.rounds_per_epoch)), told
 
 
-def schedule_matrix(canaries: canary_config.CanaryConfig) -> np.ndarray:
-  """[candidates, rounds] Boolean: every candidate's scheduled rounds."""
-  a = np.zeros((canaries.num_canaries, canaries.num_rounds), dtype=bool)
-  events = canaries.scheduled_events()
-  a[events[:, 1], events[:, 0]] = True
-  return a
-
-
 def _client_values(rng, config):
   return [rng.normal(scale=config.client_scale, size=config.dim).astype(
       np.float32) for _ in range(config.clients_per_round)]
@@ -206,7 +198,7 @@ def run(config: TreeBugRunConfig) -> TreeBugRun:
           no_canaries, clients_per_round=config.clients_per_round),
       config.value_type, num_rounds=config.num_rounds,
       num_clients=config.clients_per_round, seed=config.seed)
-  a = schedule_matrix(told)
+  a = told.schedule_matrix()
   verdict = tree_audit.audit_ftrl(
       u, a, told.inserted, noise=aggregator.tree.noise(config.num_rounds),
       rounds_per_epoch=config.rounds_per_epoch,
@@ -217,5 +209,4 @@ def run(config: TreeBugRunConfig) -> TreeBugRun:
                     seconds=time.perf_counter() - start)
 
 
-__all__ = ["BUGS", "TreeBugRun", "TreeBugRunConfig", "canary_configs", "run",
-           "schedule_matrix"]
+__all__ = ["BUGS", "TreeBugRun", "TreeBugRunConfig", "canary_configs", "run"]

@@ -92,6 +92,16 @@ class TreeNoiseCheck:
   def __str__(self) -> str:
     return f"tree {self.check}"
 
+  def as_dict(self) -> dict[str, Any]:
+    """noise_check.json: the check's `as_dict` (its verdict, summary and
+    tests) with the tree's rounds and node stds, not the noise itself."""
+    out = self.check.as_dict()
+    out.update(summary=str(self), kind="tree",
+               num_rounds=int(self.claimed.num_rounds),
+               num_trees=int(self.claimed.num_trees),
+               node_std=[float(s) for s in self.node_std])
+    return out
+
 
 def default_rounds(restart_period: Optional[int] = None,
                    restart_warmup: Optional[int] = None) -> int:

@@ -202,6 +202,15 @@ class CanaryConfig:
     order = np.lexsort((events[:, 1], events[:, 0]))
     return np.ascontiguousarray(events[order], np.int32)
 
+  def schedule_matrix(self) -> np.ndarray:
+    """Boolean [candidates, rounds]: True where a canary is scheduled
+    (inserted or held out, `scheduled_events`), the schedule matrix of the
+    DP-FTRL statistics (`tff_canary.stats.tree.tree_statistics`)."""
+    a = np.zeros((self.num_canaries, self.num_rounds), dtype=bool)
+    events = self.scheduled_events()
+    a[events[:, 1], events[:, 0]] = True
+    return a
+
   def scheduled_counts(self) -> np.ndarray:
     """Rounds in every canary's schedule (inserted or held out), int64."""
     return (self.participation.counts(self.num_canaries)

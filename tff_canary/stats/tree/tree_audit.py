@@ -139,7 +139,8 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                inserted: npt.ArrayLike, *, noise: tree_noise.TreeNoise,
                rounds_per_epoch: int, noise_multiplier: float, delta: float,
                self_test_noise: Optional[npt.ArrayLike] = None,
-               level: float = 0.05) -> FtrlAudit:
+               level: float = 0.05,
+               claimed_epsilon: Optional[float] = None) -> FtrlAudit:
   """Audits a DP-FTRL claim from one run's canary scores (module docstring).
 
   Args:
@@ -153,6 +154,8 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
     self_test_noise: [rounds, coordinates] the mechanism on zero values in
       units of the node noise, or None to skip the self-test.
     level: family-wise false-alarm level in (0, 1).
+    claimed_epsilon: the epsilon the bounds are held against; default the
+      tree's analytical one (`tree_accounting.tree_epsilons(...).epsilon`).
   """
   u, a, mask, covariance = _inputs(scores, schedule, inserted, noise)
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
@@ -180,7 +183,9 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       "tight one-run bound (scheduled T)": lambda c: audit_module.tight_bound(
           t_stat, mask, delta=delta, confidence=c),
   }
-  bounds = audit_module.audit(fns, claimed_epsilon=claim.epsilon, delta=delta,
+  claimed = (claim.epsilon if claimed_epsilon is None else
+             validation.as_nonnegative(claimed_epsilon, "claimed_epsilon"))
+  bounds = audit_module.audit(fns, claimed_epsilon=claimed, delta=delta,
                               confidence=1.0 - each)
   excess, z_score, p_value = _participation_test(u, a, mask, covariance,
                                                  epochs.astype(np.float64), z)

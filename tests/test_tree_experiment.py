@@ -1,0 +1,171 @@
+"""DP-FTRL in the experiments (`--aggregator=tree`): what it needs, a tiny
+EMNIST run through the tree aggregation with its report, and its resumption
+(tff_canary.harness: preflight, dp_fedavg, training, tree_report)."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import dp_accounting
+import numpy as np
+import pytest
+from scipy import stats
+
+from tff_canary.harness import experiment_config
+from tff_canary.harness import run_dir
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TREE = dict(aggregator="tree", clip=0.1)
+
+
+def _config(path, **overrides):
+  args = dict(output_dir=str(path), **TREE)
+  args.update(overrides)
+  return experiment_config.ExperimentConfig(**args)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(clip=None), r"aggregator='tree' \(--aggregator=tree\) needs 1 more "
+     r"setting; add --clip=C .*cannot be seeded"),
+    (dict(directions="gaussian", sampling="per_round", zeroing=True),
+     r"needs 3 more settings; add --directions=orthogonal "
+     r"--sampling=shuffle --nozeroing "),
+    (dict(insertion="clients", seeded_noise=False),
+     r"needs 1 more setting; add --insertion=server "),
+    (dict(presentations=2, allow_participation_mismatch=True),
+     r"add --noallow_participation_mismatch .*once per tree"),
+    (dict(noise_multiplier=0.0), r"aggregator='tree' needs noise_multiplier "
+     r"> 0.*got noise_multiplier=0.0"),
+    (dict(ddp_bits=16),
+     r"ddp_bits=16 is for aggregator='ddp'; got aggregator='tree'"),
+])
+def test_what_dp_ftrl_cannot_do_is_refused(tmp_path, kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    _config(tmp_path, **kwargs)
+
+
+def test_a_bad_tree_flag_is_answered_before_tensorflow_loads(tmp_path):
+  out = tmp_path / "run"
+  proc = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "emnist.py"),
+       "--aggregator=tree", f"--output_dir={out}"],
+      capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "error: aggregator='tree' (--aggregator=tree) needs 1 more setting; "
+      "add --clip=C"), proc.stderr
+  assert "tensorflow" not in proc.stderr and not out.exists()
+
+
+# A tiny run: 2 epochs of 3 rounds (18 clients, 6 per round), so 2 trees and
+# every canary candidate scheduled twice; server SGD with learning rate 1 and
+# no momentum, so theta_0 - theta_T is the sum of the rounds' noised means.
+Z, CLIP, PER_ROUND = 1.0, 0.1, 6
+
+
+def _tiny(path, **overrides):
+  args = dict(output_dir=str(path), num_rounds=6, num_clients=18,
+              clients_per_round=PER_ROUND, examples_per_client=8,
+              num_inserted=12, num_held_out=12, noise_multiplier=Z,
+              server_momentum=0.0, server_learning_rate=1.0, eval_every=0,
+              checkpoint_every=3, eval_examples=64,
+              allow_large_canary_fraction=True, **dict(TREE, clip=CLIP))
+  args.update(overrides)
+  return experiment_config.ExperimentConfig(**args)
+
+
+@pytest.fixture(scope="module")
+def tree_run(tmp_path_factory):
+  from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
+  path = tmp_path_factory.mktemp("tree") / "run"
+  report = experiment.run_experiment(_tiny(path), progress=False,
+                                     log=lambda *a: None)
+  return report, run_dir.RunDir(path)
+
+
+@pytest.mark.tff
+@pytest.mark.slow
+def test_a_tree_run_reports_the_tree_accounting_and_its_scores(tree_run):
+  report, rd = tree_run
+  config = rd.load_config()
+  assert config["aggregator"] == "tree"
+  # No per-round ledger (the tree's privacy is per tree) and no cosines.
+  assert not rd.exists(run_dir.LEDGER) and not rd.exists(run_dir.COSINES_NPZ)
+  scores = rd.load_tree_scores(24)
+  assert scores.shape == (6, 24)
+  # The analytical epsilon, independently: two trees of 3 rounds (depth
+  # ceil(log2(4)) = 2 each) give mu = sqrt(2 + 2) / z, whose exact
+  # Gaussian-DP delta at the reported epsilon must be the run's delta
+  # (Dong, Roth & Su 2019, Corollary 2.13); and dp-accounting's RDP epsilon.
+  eps = report.audit.claim.epsilon
+  mu = 2.0 / Z
+  delta = (stats.norm.cdf(-eps / mu + mu / 2)
+           - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2))
+  assert delta == pytest.approx(config["delta"], rel=1e-6)
+  accountant = dp_accounting.rdp.RdpAccountant(
+      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+  for _ in range(2):
+    accountant.compose(dp_accounting.SingleEpochTreeAggregationDpEvent(
+        Z, [3]))
+  assert report.audit.claim.rdp_epsilon == pytest.approx(
+      accountant.get_epsilon(config["delta"]), rel=1e-9)
+  text = report.terminal_text()
+  assert text.splitlines()[0].startswith("analytical ε")
+  assert "DP-FTRL, 2 trees" in text and "ε-all" in text
+  saved = json.loads(open(rd.file(run_dir.REPORT_JSON)).read())
+  assert saved["aggregator"] == "tree"
+  assert saved["analytical"] == report.analytical
+  assert "![" not in open(rd.file(run_dir.REPORT_MD)).read()  # no figures
+
+
+@pytest.mark.tff
+@pytest.mark.slow
+def test_the_rounds_scores_add_up_to_the_final_models(tree_run):
+  # Each round's score is <c_j, S_t> / (z C), S_t the noised SUM; with
+  # server SGD at learning rate 1, theta_{t-1} - theta_t = S_t / n, so the
+  # rounds' scores sum to n <c_j, theta_0 - theta_T> / (z C): an end-to-end
+  # check of the saved scores' rounds, units and canary order.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import orthogonal_transform  # pylint: disable=g-import-not-at-top
+  _, rd = tree_run
+  config = rd.load_config()
+  dim, seed = config["dim"], config["canary_seed"]
+  delta = (np.load(rd.file(run_dir.INITIAL_WEIGHTS)).astype(np.float64)
+           - np.load(rd.file(run_dir.FINAL_WEIGHTS)))
+  rows = orthogonal_transform.rows(seed, dim, 24)
+  final = orthogonal_transform.scores(
+      seed, tf.constant(delta, tf.float32), dim, rows).numpy()
+  expected = PER_ROUND * final / (Z * CLIP)
+  assert np.abs(expected).max() > 1.0  # node-noise units: O(1) per round
+  # float32 weights over 6 rounds: the sums agree to float32 rounding of
+  # scores of size ~1-10 (a wrong round, scale or order is off by O(1)).
+  np.testing.assert_allclose(rd.load_tree_scores(24).sum(axis=0), expected,
+                             atol=2e-2)
+
+
+@pytest.mark.tff
+@pytest.mark.slow
+def test_a_tree_run_resumes_from_its_checkpoint(tree_run, tmp_path):
+  # The run directory as a kill after round 3's checkpoint leaves it: the
+  # last checkpoint, the report and the final weights gone. --resume redoes
+  # rounds 4-6 from the checkpoint (tree_scores.npy cut back to 3 rows) and
+  # must give the same scores (seeded noise) and report.
+  from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
+  report, rd = tree_run
+  copy = tmp_path / "run"
+  shutil.copytree(rd.path, copy)
+  checkpoints = copy / run_dir.CHECKPOINTS
+  last = sorted(checkpoints.iterdir(), key=lambda p: int(
+      "".join(c for c in p.name if c.isdigit()) or 0))[-1]
+  assert last.name.endswith("6")
+  shutil.rmtree(last)
+  for name in (run_dir.REPORT_JSON, run_dir.REPORT_MD, run_dir.FINAL_WEIGHTS):
+    os.remove(copy / name)
+  resumed = experiment.run_experiment(
+      _tiny(copy, resume=True), progress=False, log=lambda *a: None)
+  np.testing.assert_array_equal(run_dir.RunDir(copy).load_tree_scores(24),
+                                rd.load_tree_scores(24))
+  assert resumed.terminal_text() == report.terminal_text()

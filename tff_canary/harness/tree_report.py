@@ -1,0 +1,288 @@
+"""The report of a DP-FTRL run (`aggregator="tree"`; NumPy only).
+
+A DP-FTRL run (docs/method/dp-ftrl.md) has no per-round ledger and no cosine
+table: its privacy is per tree, and its canaries' evidence is their score in
+every round, u_{j,t} (tree_scores.npy, units of the node noise), whose noise
+is correlated across the rounds of a tree. `build_tree_report` reads the run
+directory and computes, from the scores, the schedules (every candidate's,
+rebuilt from config.json's seeds, inserted or held out) and the claimed tree
+(`tree_noise.tree_noise` restarted every epoch):
+
+  * the analytical epsilon (`tree_accounting.tree_epsilons`): the exact
+    epsilon of the node release (Gaussian DP, the claim audited) and
+    dp-accounting's RDP epsilon of `SingleEpochTreeAggregationDpEvent`;
+  * the estimates (`tree_audit.ftrl_estimates`), each with its interval:
+    epsilon-final (the final model's score, sum over rounds, against the
+    held-out canaries), epsilon-all of the scheduled GLS statistic T (the
+    strongest attack, the headline's epsilon-all), of the max statistic M,
+    and of the statistic that wrongly assumes independent rounds (contrast);
+    and the ceiling no attack on these scores can pass, the epsilon of the
+    schedules' mu (`tree_statistics.schedule_mu`);
+  * the audit (`tree_audit.audit_ftrl`): participations per epoch and the
+    one-run bounds, at the report's family-wise level. The noise self-test is
+    the run's noise_check.json (`tree_noise_check`, before training).
+
+`TreeRunReport` has the interface of `report.RunReport` that the scripts and
+`python -m tff_canary report` use: `headline()`, `terminal_text()`,
+`as_dict()` (report.json) and `to_markdown()` (report.md). It draws no plots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+
+from tff_canary.harness import analytical_epsilons
+from tff_canary.harness import headline as headline_lib
+from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.stats import results
+from tff_canary.stats import validation
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import client_sampling
+from tff_canary.stats.canaries import schedules
+from tff_canary.stats.tree import tree_audit
+from tff_canary.stats.tree import tree_noise
+
+FINAL = "final model: epsilon_final (sum of the rounds' scores)"
+SCHEDULED = "all iterates: epsilon_all (scheduled GLS statistic T)"
+MAX = "all iterates: epsilon_all (max statistic M, Gaussian fit)"
+INDEPENDENT = "all iterates: independent-rounds statistic (contrast)"
+CEILING = "all iterates: ceiling of an attack on the scores (schedule's mu)"
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeRunReport:
+  """Everything a DP-FTRL run's report shows, frozen (module docstring)."""
+
+  run_dir: str
+  config: dict[str, Any]
+  delta: float
+  confidence: float
+  delta_source: str
+  claimed_epsilon: float
+  claim: str
+  estimates: tree_audit.FtrlEstimates
+  audit: tree_audit.FtrlAudit
+  num_inserted: int
+  num_held_out: int
+  accuracy: Optional[float] = None
+  loss: Optional[float] = None
+  noise_check: Optional[dict[str, Any]] = None
+  participation: Optional[dict[str, Any]] = None
+
+  @property
+  def analytical(self) -> dict[str, float]:
+    trees = len(self.audit.claim.rounds_per_tree)
+    return {f"DP-FTRL, {trees} tree{'s' if trees > 1 else ''} (exact, node "
+            "release)": self.audit.claim.epsilon,
+            "DP-FTRL (RDP, dp-accounting)": self.audit.claim.rdp_epsilon}
+
+  def _estimates(self) -> list[tuple[str, Any]]:
+    e = self.estimates
+    return [(FINAL, e.final), (SCHEDULED, e.scheduled), (MAX, e.max),
+            (INDEPENDENT, e.independent)]
+
+  def headline(self) -> headline_lib.Headline:
+    """The answer in at most 8 lines (`headline`), for DP-FTRL."""
+    name, bound = next(iter(self.analytical.items()))
+    verdict = self.audit.bounds
+    audit_text = (f"consistent with the {self.claim} = "
+                  f"{self.claimed_epsilon:.4g} (participations and "
+                  f"{len(verdict.bounds)} bounds, {self.confidence:.0%} "
+                  "together)")
+    if self.audit.refuted:
+      audit_text = (f"REFUTED by {', '.join(self.audit.caught_by)} at "
+                    f"{self.confidence:.0%} confidence")
+      if verdict.refuted:
+        audit_text += (f": {verdict.strongest} = {verdict.largest_bound:.4g}"
+                       f" > {self.claim} = {self.claimed_epsilon:.4g}")
+    noise_verdict, noise_text = headline_lib.noise_check_verdict(
+        self.noise_check)
+    return headline_lib.Headline(
+        delta=self.delta, confidence=self.confidence, analytical_name=name,
+        analytical_epsilon=bound,
+        epsilon_final=headline_lib.estimate(FINAL, self.estimates.final,
+                                            bound),
+        epsilon_all=headline_lib.estimate(SCHEDULED,
+                                          self.estimates.scheduled, bound),
+        epsilon_all_missing="", strongest_bound_name=verdict.strongest,
+        strongest_bound=verdict.largest_bound,
+        audit_verdict="refuted" if self.audit.refuted else "consistent",
+        audit_text=audit_text, noise_check_verdict=noise_verdict,
+        noise_check_text=noise_text)
+
+  def rows(self) -> list[tuple[str, str, float, str]]:
+    """(name, kind, epsilon, detail) rows of the report's table."""
+    out = [(name, "analytical", value, "what the accounting guarantees")
+           for name, value in self.analytical.items()]
+    for name, result in self._estimates():
+      detail = (f"{self.confidence:.0%} CI [{result.interval.low:.4g}, "
+                f"{result.interval.high:.4g}]")
+      if name == INDEPENDENT:
+        detail += ("; its N(0, 1) null ignores the tree's correlated noise:"
+                   " not an estimate of ε")
+      out.append((name, "estimate", result.epsilon, detail))
+    out.append((CEILING, "ceiling", self.estimates.attack_epsilon,
+                f"μ = {self.estimates.attack_mu:.4g}: no test of these "
+                "scores can reach beyond it"))
+    level = self.audit.bounds.per_bound_confidence
+    for name, result in self.audit.bounds.bounds.items():
+      out.append((name, "bound", result.epsilon,
+                  f"holds with {level:.2%} confidence (Bonferroni over the "
+                  "audit's checks and bounds)"))
+    return out
+
+  def canary_counts(self) -> str:
+    return (f"{self.num_inserted + self.num_held_out} canary candidates, "
+            f"each inserted by a fair coin: {self.num_inserted} inserted and "
+            f"{self.num_held_out} held out")
+
+  def delta_line(self) -> str:
+    return (f"δ = {analytical_epsilons.format_delta(self.delta)}, "
+            f"{self.delta_source}")
+
+  def _notes(self) -> list[str]:
+    lines = [str(self.audit)]
+    if self.participation is not None:
+      lines.append("participation: "
+                   + client_sampling.describe(self.participation))
+    if self.noise_check is not None:
+      lines.append(self.noise_check.get("summary", "noise check: no summary"))
+    if self.accuracy is not None:
+      lines.append(f"final model accuracy: {self.accuracy:.4f}")
+    return lines
+
+  def table_text(self) -> str:
+    rows = self.rows()
+    width = max([46] + [len(name) for name, _, _, _ in rows])
+    header = f"{'epsilon':{width}s} {'kind':11s} {'value':>10s}  detail"
+    lines = [f"every epsilon at {self.delta_line()}", header,
+             "-" * (len(header) + 30)]
+    lines += [f"{name:{width}s} {kind:11s} "
+              f"{results.format_number(value):>10s}  {detail}"
+              for name, kind, value, detail in rows]
+    return "\n".join(lines + self._notes())
+
+  def terminal_text(self, details: bool = False) -> str:
+    text = self.headline().text()
+    if details:
+      return text + "\n\n" + self.table_text()
+    return (text + "\n(every epsilon, bound and note: report.md, or "
+            "`python -m tff_canary report RUN_DIR --details`)")
+
+  def as_dict(self) -> dict[str, Any]:
+    return dict(
+        run_dir=self.run_dir, aggregator="tree", delta=self.delta,
+        delta_source=self.delta_source, confidence=self.confidence,
+        analytical=self.analytical, claimed_epsilon=self.claimed_epsilon,
+        claim=self.claim, headline=self.headline().as_dict(),
+        estimates={name: result.as_dict()
+                   for name, result in self._estimates()},
+        ceiling=dict(mu=self.estimates.attack_mu,
+                     epsilon=self.estimates.attack_epsilon),
+        audit=dict(refuted=self.audit.refuted,
+                   caught_by=list(self.audit.caught_by),
+                   level=self.audit.level,
+                   participation_excess=self.audit.participation_excess,
+                   participation_z=self.audit.participation_z,
+                   participation_p_value=self.audit.participation_p_value,
+                   bounds=self.audit.bounds.as_dict(), text=str(self.audit)),
+        accuracy=self.accuracy, loss=self.loss,
+        num_inserted=self.num_inserted, num_held_out=self.num_held_out,
+        participation=self.participation, noise_check=self.noise_check,
+        config={k: self.config[k] for k in sorted(self.config)})
+
+  def to_markdown(self, plots: bool = True) -> str:
+    """report.md (`plots` is accepted for `report.write_report`; a DP-FTRL
+    report has no figures)."""
+    del plots
+    c = self.config
+    lines = [f"# tff-canary report: {c['task']} with DP-FTRL "
+             f"({c.get('data', '?')} data)", "",
+             f"Run directory `{self.run_dir}`; tree aggregation restarted "
+             f"every epoch, noise multiplier {c['noise_multiplier']}, clip "
+             f"{c['clip']}, {c['clients_per_round']} clients per round, "
+             f"{c['num_rounds']} rounds, {c['num_clients']} clients, "
+             f"{self.canary_counts()} (d = {c['dim']}, canary seed "
+             f"{c['canary_seed']}).", "",
+             "## The answer", "", "```text", self.headline().text(), "```",
+             "", "## Details", "", f"Every epsilon at {self.delta_line()}.",
+             "", "| epsilon | kind | value | detail |", "|---|---|---:|---|"]
+    lines += [f"| {name} | {kind} | {results.format_number(value)} | "
+              f"{detail} |" for name, kind, value, detail in self.rows()]
+    lines += [""] + ["```text", *self._notes(), "```", "",
+                     "The statistics and their null laws: "
+                     "docs/method/dp-ftrl.md. Estimates are what the canary "
+                     "attack achieves, not bounds; only the bounds, which "
+                     "hold with their confidence, and the participation "
+                     "test decide the audit.", ""]
+    return "\n".join(lines)
+
+
+def _canaries(config: dict[str, Any]) -> canary_config.CanaryConfig:
+  """The run's canaries, rebuilt from config.json (as the experiment)."""
+  sampler = client_sampling.ClientSampler(
+      config["num_clients"], config["clients_per_round"], config["sampling"],
+      config["seed"])
+  schedule = schedules.ShuffledEpochs(config["num_rounds"],
+                                      sampler.rounds_per_epoch,
+                                      partial_last_epoch=True)
+  return canary_config.CanaryConfig(
+      seed=config["canary_seed"], num_inserted=config["num_inserted"],
+      num_held_out=config["num_held_out"], schedule=schedule,
+      assignment=config["assignment"], directions=config["directions"])
+
+
+def build_tree_report(rd: run_dir_lib.RunDir, config: dict[str, Any], *,
+                      delta: float, confidence: float, delta_source: str,
+                      claimed_epsilon: Optional[float] = None
+                      ) -> TreeRunReport:
+  """The report of a finished DP-FTRL run (module docstring); `delta` and
+  `confidence` are checked by the caller (`report.build_report`)."""
+  canaries = _canaries(config)
+  recorded = rd.load_participation()
+  if not np.array_equal(recorded, canaries.participation.events):
+    raise run_dir_lib.RunDirError(
+        f"{rd.file(run_dir_lib.PARTICIPATION)} does not hold the inserted "
+        f"canaries that {rd.file(run_dir_lib.CONFIG)}'s seeds give: the "
+        "files are from different runs.")
+  scores = rd.load_tree_scores(canaries.num_canaries)
+  num_rounds = config["num_rounds"]
+  if scores.shape[0] != num_rounds:
+    raise run_dir_lib.RunDirError(
+        f"{rd.file(run_dir_lib.TREE_SCORES)} has {scores.shape[0]} rounds "
+        f"of the run's {num_rounds}: the run has not finished (--resume).")
+  per_epoch = canaries.schedule.rounds_per_epoch
+  noise = tree_noise.tree_noise(num_rounds, efficient=True,
+                                restart_period=per_epoch)
+  z = config["noise_multiplier"]
+  u, a = scores.T, canaries.schedule_matrix()
+  level = 1.0 - confidence
+  audit = tree_audit.audit_ftrl(
+      u, a, canaries.inserted, noise=noise, rounds_per_epoch=per_epoch,
+      noise_multiplier=z, delta=delta, level=level,
+      claimed_epsilon=claimed_epsilon)
+  estimates = tree_audit.ftrl_estimates(
+      u, a, canaries.inserted, noise=noise, noise_multiplier=z, delta=delta,
+      confidence=confidence)
+  claim = "analytical ε (DP-FTRL, exact)"
+  if claimed_epsilon is not None:
+    claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
+                                                "claimed_epsilon")
+    claim = "claimed ε"
+  accuracy, loss = rd.final_evaluation()
+  return TreeRunReport(
+      run_dir=rd.path, config=config, delta=delta, confidence=confidence,
+      delta_source=delta_source,
+      claimed_epsilon=(audit.claim.epsilon if claimed_epsilon is None
+                       else claimed_epsilon),
+      claim=claim, estimates=estimates, audit=audit,
+      num_inserted=int(canaries.inserted.sum()),
+      num_held_out=int((~canaries.inserted).sum()), accuracy=accuracy,
+      loss=loss, noise_check=rd.load_noise_check(),
+      participation=config.get("participation"))
+
+
+__all__ = ["TreeRunReport", "build_tree_report"]
