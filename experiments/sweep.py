@@ -29,6 +29,19 @@ is refused before any training. Re-running with the same --output_dir
 resumes: finished runs are read back, not redone.
 
   .venv/bin/python experiments/sweep.py --output_dir runs/sweep
+
+With --aggregator=tree the runs are DP-FTRL (docs/method/dp-ftrl.md): TFF's
+tree aggregation at a fixed --clip, restarted every epoch, so a canary's
+presentations are its epochs (one participation per tree). The noise
+multipliers default to 0.5, 1, 2 and 4 (the tree refuses noise 0), and
+sweep.csv's columns are the tree report's (`TREE_COLUMNS`): both analytical
+epsilons (exact and RDP), epsilon-final, epsilon-all by the scheduled GLS
+statistic T and by the max statistic M (each with its interval), the ceiling
+of an attack on the scores, and the strongest bound; the figure has the same
+two views, with epsilon-all (T) on the right.
+
+  .venv/bin/python experiments/sweep.py --aggregator=tree \
+      --output_dir runs/ftrl_sweep --presentations=1,4
 """
 
 from __future__ import annotations
@@ -51,8 +64,14 @@ from tff_canary.stats import atomic_files
 
 flags.DEFINE_string("output_dir", "runs/sweep", "Where sweep.csv, sweep.png "
                     "and the runs go.")
-flags.DEFINE_list("noise_multipliers", ["0", "0.0487", "0.0958", "0.2207"],
-                  "Noise multipliers (the paper's EMNIST levels and 0).")
+flags.DEFINE_enum("aggregator", "gaussian", ["gaussian", "tree"],
+                  "gaussian (DP-FedAvg, the paper's table) or tree (DP-FTRL, "
+                  "restarted every epoch).")
+flags.DEFINE_list("noise_multipliers", None,
+                  "Noise multipliers (default: the paper's EMNIST levels and "
+                  "0; with --aggregator=tree 0.5, 1, 2, 4).")
+flags.DEFINE_float("clip", None, "Fixed clip (default: adaptive clipping; "
+                   "with --aggregator=tree, 0.1).")
 flags.DEFINE_list("presentations", ["1", "2", "4", "8"],
                   "Presentations per canary (Figure 2).")
 flags.DEFINE_integer("num_rounds", 64, "Rounds per run.")
@@ -68,12 +87,21 @@ flags.DEFINE_bool("allow_large_canary_fraction", True,
                   "--noallow_large_canary_fraction refuses them).")
 
 FLAGS = flags.FLAGS
+NOISE_MULTIPLIERS = {"gaussian": ["0", "0.0487", "0.0958", "0.2207"],
+                     "tree": ["0.5", "1", "2", "4"]}
 
 COLUMNS = ("noise_multiplier", "presentations", "analytical_epsilon",
            "analytical_epsilon_presentations", "epsilon_all", "epsilon_lo_all",
            "epsilon_final", "epsilon_final_fitted", "epsilon_lo_final",
            "epsilon_lo_final_paper", "one_run_bound_final", "one_run_bound_all",
            "accuracy", "delta", "num_inserted", "run_dir")
+TREE_COLUMNS = (
+    "noise_multiplier", "presentations", "analytical_epsilon",
+    "analytical_epsilon_rdp", "epsilon_final", "epsilon_final_low",
+    "epsilon_final_high", "epsilon_all_scheduled", "epsilon_all_scheduled_low",
+    "epsilon_all_scheduled_high", "epsilon_all_max", "epsilon_all_max_low",
+    "epsilon_all_max_high", "attack_ceiling", "strongest_bound",
+    "strongest_bound_name", "accuracy", "delta", "num_inserted", "run_dir")
 
 
 def run_path(output_dir: str, noise_multiplier: float,
@@ -114,7 +142,29 @@ def run_one(config: experiment_config.ExperimentConfig
     return experiment.run_experiment(config, progress=sys.stderr.isatty())
 
 
-def row_of(report: report_lib.RunReport) -> dict:
+def tree_row_of(report) -> dict:
+  """A DP-FTRL run's row (`TREE_COLUMNS`, a `tree_report.TreeRunReport`)."""
+  e, claim, bounds = report.estimates, report.audit.claim, report.audit.bounds
+  row = dict(noise_multiplier=report.config["noise_multiplier"],
+             presentations=report.config["presentations"],
+             analytical_epsilon=claim.epsilon,
+             analytical_epsilon_rdp=claim.rdp_epsilon,
+             attack_ceiling=e.attack_epsilon,
+             strongest_bound=bounds.largest_bound,
+             strongest_bound_name=bounds.strongest, accuracy=report.accuracy,
+             delta=report.delta, num_inserted=report.num_inserted,
+             run_dir=report.run_dir)
+  for key, result in (("epsilon_final", e.final),
+                      ("epsilon_all_scheduled", e.scheduled),
+                      ("epsilon_all_max", e.max)):
+    row.update({key: result.epsilon, f"{key}_low": result.interval.low,
+                f"{key}_high": result.interval.high})
+  return row
+
+
+def row_of(report: report_lib.Report) -> dict:
+  if not isinstance(report, report_lib.RunReport):
+    return tree_row_of(report)
   e = report.estimates
   analytical = report.analytical
   eps = lambda r: None if r is None else r.epsilon  # pylint: disable=unnecessary-lambda-assignment
@@ -136,12 +186,12 @@ def row_of(report: report_lib.RunReport) -> dict:
       delta=report.delta, num_inserted=e.num_inserted, run_dir=report.run_dir)
 
 
-def write_csv(path: str, rows: list[dict]) -> None:
+def write_csv(path: str, rows: list[dict], columns=COLUMNS) -> None:
   buffer = io.StringIO()
-  writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+  writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
   writer.writeheader()
   for row in rows:
-    writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
+    writer.writerow({k: "" if row[k] is None else row[k] for k in columns})
   atomic_files.write_text(path, buffer.getvalue())
 
 
@@ -164,12 +214,23 @@ def figure(rows: list[dict]):
   fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
   noises = sorted({r["noise_multiplier"] for r in rows})
   first = min(r["presentations"] for r in rows)
+  tree = "epsilon_all_scheduled" in rows[0]
   # The analytical epsilon of the row's own presentations, so that the bars
   # compare like with like when the smallest count is not 1.
   kinds = [("analytical_epsilon_presentations", "analytical", "k"),
            ("epsilon_all", "ε-all", "C3"), ("epsilon_lo_all", "ε_lo-all", "C1"),
            ("epsilon_final", "ε-final", "C0"),
            ("epsilon_lo_final", "ε_lo-final", "C2")]
+  if tree:
+    kinds = [("analytical_epsilon", "analytical (exact)", "k"),
+             ("attack_ceiling", "attack ceiling", "0.6"),
+             ("epsilon_all_scheduled", "ε-all (T)", "C3"),
+             ("epsilon_all_max", "ε-all (M)", "C1"),
+             ("epsilon_final", "ε-final", "C0"),
+             ("strongest_bound", "lower bound", "C2")]
+  right_key, right_label = (("epsilon_all_scheduled", "ε-all (scheduled T)")
+                            if tree else ("epsilon_final",
+                                          "ε-final (mean-only)"))
   width = 0.8 / len(kinds)
   labelled = set()
   infinite = []  # x of the bars whose epsilon is infinite (noise 0)
@@ -185,8 +246,11 @@ def figure(rows: list[dict]):
         infinite.append(x)
       if value is None or not np.isfinite(value):
         continue
+      low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
+      errors = (None if low is None else
+                [[max(0.0, value - max(low, 1e-3))], [high - value]])
       left.bar(x, max(value, 1e-3),
-               width, color=color,
+               width, color=color, yerr=errors, capsize=2,
                label=None if label in labelled else label)
       labelled.add(label)
   left.set_yscale("log")
@@ -197,19 +261,30 @@ def figure(rows: list[dict]):
   left.set_xticks(range(len(noises)), [f"{n:g}" for n in noises])
   left.set_xlabel("noise multiplier")
   left.set_ylabel("epsilon (0 drawn at 1e-3, ∞ as a mark)")
-  left.set_title(f"Table 3's view ({first} presentation"
-                 f"{'' if first == 1 else 's'})", fontsize=10)
-  left.legend(fontsize=8)
+  left.set_title(("DP-FTRL, " if tree else "Table 3's view (")
+                 + f"{first} presentation{'' if first == 1 else 's'}"
+                 + (", 95% CIs" if tree else ")"), fontsize=10)
+  if tree:  # six bars: the legend below the axes, not over them
+    left.legend(fontsize=8, ncol=3, loc="upper center",
+                bbox_to_anchor=(0.5, -0.18))
+  else:
+    left.legend(fontsize=8)
   for noise in noises:
-    points = sorted((r["presentations"], r["epsilon_final"]) for r in rows
+    points = sorted((r["presentations"], r[right_key]) for r in rows
                     if r["noise_multiplier"] == noise)
     if points:
-      right.plot(*zip(*points), "o-", label=f"noise {noise:g}")
+      line, = right.plot(*zip(*points), "o-", label=f"noise {noise:g}")
+    if points and tree:
+      right.plot(*zip(*sorted(
+          (r["presentations"], r["analytical_epsilon"]) for r in rows
+          if r["noise_multiplier"] == noise)), "--", color=line.get_color(),
+                 label=f"analytical, noise {noise:g}")
   right.set_xscale("log", base=2)
   right.set_yscale("log")
   right.set_xlabel("presentations per canary")
-  right.set_ylabel("ε-final (mean-only)")
-  right.set_title("Figure 2's view", fontsize=10)
+  right.set_ylabel(right_label)
+  right.set_title("epochs (one tree each)" if tree else "Figure 2's view",
+                  fontsize=10)
   right.legend(fontsize=8)
   fig.tight_layout()
   return fig
@@ -221,7 +296,8 @@ def main(argv):
           "(--help lists them).", file=sys.stderr)
     return 2
   try:
-    noises = [float(v) for v in FLAGS.noise_multipliers]
+    noises = [float(v) for v in (FLAGS.noise_multipliers
+                                 or NOISE_MULTIPLIERS[FLAGS.aggregator])]
     presentations = [int(v) for v in FLAGS.presentations]
   except ValueError as e:
     print(f"error: --noise_multipliers and --presentations must be numbers: "
@@ -233,7 +309,10 @@ def main(argv):
                   num_inserted=FLAGS.num_inserted,
                   num_held_out=FLAGS.num_held_out, seed=FLAGS.seed,
                   allow_large_canary_fraction=(
-                      FLAGS.allow_large_canary_fraction))
+                      FLAGS.allow_large_canary_fraction),
+                  aggregator=FLAGS.aggregator, clip=FLAGS.clip)
+  if FLAGS.aggregator == "tree" and FLAGS.clip is None:
+    settings["clip"] = 0.1
   try:  # every run's settings, before any of them trains
     configs = [config_of(FLAGS.output_dir, noise, count, **settings)
                for noise in noises for count in presentations]
@@ -256,7 +335,8 @@ def main(argv):
     return 2
   csv_path = os.path.join(FLAGS.output_dir, "sweep.csv")
   png_path = os.path.join(FLAGS.output_dir, "sweep.png")
-  write_csv(csv_path, rows)
+  write_csv(csv_path, rows, TREE_COLUMNS if FLAGS.aggregator == "tree"
+            else COLUMNS)
   plot(png_path, rows)
   with open(csv_path) as f:
     print(f.read())

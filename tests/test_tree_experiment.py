@@ -60,6 +60,87 @@ def test_a_bad_tree_flag_is_answered_before_tensorflow_loads(tmp_path):
   assert "tensorflow" not in proc.stderr and not out.exists()
 
 
+# The report from a run directory with simulated scores (no TensorFlow) ------
+
+
+def _simulated_run(path, *, extra_participations=0, z=1.0, seed=0):
+  """A DP-FTRL run directory whose scores are drawn here: u_j ~ N(a_j / z,
+  K), a_j canary j's realized participations (its schedule if inserted,
+  plus `extra_participations` per epoch at further rounds: a client counted
+  twice per tree), K the claimed tree's covariance; 4 epochs of 8 rounds,
+  400 candidates."""
+  from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.canaries import canary_config, schedules  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.tree import tree_noise  # pylint: disable=g-import-not-at-top
+  config = dict(task="emnist", data="synthetic", seed=seed, canary_seed=7,
+                dim=10_000, noise_multiplier=z, clip=0.1, clients_per_round=4,
+                num_rounds=32, num_inserted=200, num_held_out=200,
+                sampling="shuffle", num_clients=32, delta=1e-5,
+                presentations=4, assignment="coin", directions="orthogonal",
+                aggregator="tree")
+  canaries = canary_config.CanaryConfig(
+      seed=7, num_inserted=200, num_held_out=200,
+      schedule=schedules.ShuffledEpochs(32, 8, partial_last_epoch=True),
+      assignment="coin", directions="orthogonal")
+  a = canaries.schedule_matrix() & canaries.inserted[:, None]
+  for extra in range(extra_participations):
+    a[:, extra + 1:] |= a[:, :-extra - 1]  # and the round after (next epoch's
+    # first round for an epoch's last: at most once in 8 rounds)
+  k = tree_noise.tree_noise(32, restart_period=8).covariance
+  rng = np.random.default_rng(seed)
+  u = a / z + rng.standard_normal((400, 32)) @ np.linalg.cholesky(k).T
+  rd = run_dir.RunDir(path)
+  os.makedirs(rd.path)
+  rd.save_config(config)
+  atomic_files.save_npz(rd.file(run_dir.PARTICIPATION),
+                        events=canaries.participation.events)
+  rd.save_tree_scores(list(u.T))
+  return rd
+
+
+def test_the_report_of_simulated_scores_finds_their_signal(tmp_path):
+  from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
+  rd = _simulated_run(tmp_path / "run")
+  report = report_lib.build_report(rd.path)
+  assert not report.audit.refuted, str(report.audit)
+  # The scheduled statistic T_j ~ N(mu_j, 1) for inserted canaries: its
+  # estimate (about 200 inserted) must cover the epsilon of their mean mu,
+  # the ceiling; scores misaligned with the schedules would put it near 0.
+  ceiling = report.estimates.attack_epsilon
+  interval = report.estimates.scheduled.interval
+  assert interval.low <= ceiling <= interval.high
+  assert report.estimates.scheduled.epsilon > 0.5 * ceiling
+  # A correct mechanism: epsilon-final's interval is not above the claim.
+  assert report.estimates.final.interval.low < report.audit.claim.epsilon
+
+
+def test_the_report_refutes_a_client_counted_twice_per_tree(tmp_path):
+  from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
+  rd = _simulated_run(tmp_path / "run", extra_participations=1)
+  report = report_lib.build_report(rd.path)
+  assert report.audit.refuted and "participations" in report.audit.caught_by
+  assert "REFUTED by participations" in report.terminal_text()
+  # The sweep's row of a DP-FTRL report has every column, from the report.
+  sys.path.insert(0, os.path.join(REPO, "experiments"))
+  try:
+    import sweep  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.pop(0)
+  row = sweep.row_of(report)
+  assert set(row) == set(sweep.TREE_COLUMNS)
+  assert row["epsilon_all_scheduled"] == report.estimates.scheduled.epsilon
+  assert row["analytical_epsilon"] == report.audit.claim.epsilon
+
+
+def test_a_tree_report_needs_the_whole_run(tmp_path):
+  from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
+  rd = _simulated_run(tmp_path / "run")
+  rd.save_tree_scores(list(rd.load_tree_scores(400)[:20]))
+  with pytest.raises(run_dir.RunDirError, match=r"has 20 rounds of the "
+                     r"run's 32: the run has not finished"):
+    report_lib.build_report(rd.path)
+
+
 # A tiny run: 2 epochs of 3 rounds (18 clients, 6 per round), so 2 trees and
 # every canary candidate scheduled twice; server SGD with learning rate 1 and
 # no momentum, so theta_0 - theta_T is the sum of the rounds' noised means.
