@@ -29,7 +29,7 @@ def _config(path, **overrides):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(clip=None), r"aggregator='tree' \(--aggregator=tree\) needs 1 more "
-     r"setting; add --clip=C .*cannot be seeded"),
+     r"setting; add --clip=C .*at a fixed clip"),
     (dict(directions="gaussian", sampling="per_round", zeroing=True),
      r"needs 3 more settings; add --directions=orthogonal "
      r"--sampling=shuffle --nozeroing "),

@@ -4,8 +4,7 @@ aggregation with canaries, as real TFF aggregation processes (CPU).
 The value is two tensors, [32, 8] and [8] (d = 264), the aggregation
 processes are used directly (`factory.create(VALUE).next(state, clients)`),
 and every noisy process has a `noise_seed`, so each test is deterministic
-(the clipped-count tree of `tree_adaptive` is unseeded in tensorflow_privacy;
-no result here depends on it beyond the clip, which is read back). The
+(`tree_adaptive`'s clipped-count tree too: `seeded_tree_query`). The
 reference law of the scores is `tff_canary.stats.tree.tree_noise`'s
 covariance; the reference process is TFF's own
 `DifferentiallyPrivateFactory.tree_aggregation` / `tree_adaptive`.
@@ -122,9 +121,9 @@ def _restarted_tff_tree(noise_seed, clients_per_round, clip, noise_multiplier):
         0.8, 3, 1.0, canaries=c, noise_seed=7, restart_period=3,
         restart_warmup=2),
      lambda: _restarted_tff_tree(7, 3.0, 1.0, 0.8), 6, True),
-    # TFF's tree_adaptive: the clipped-count tree is unseeded, so only the
-    # rounds before the first restart (clip = the initial one) are
-    # determined by the seed; its state is not compared.
+    # TFF's tree_adaptive: its clipped-count tree is unseeded (ours is
+    # seeded), so only the rounds before the first restart (clip = the
+    # initial one) are equal; its state is not compared.
     (lambda c: factory.CanaryDPFactory.tree_adaptive(
         0.2, 3, initial_l2_norm_clip=1.0, restart_warmup=4, restart_period=8,
         canaries=c, noise_seed=7),
@@ -475,10 +474,42 @@ _adaptive = factory.CanaryDPFactory.tree_adaptive
      ValueError, "efficient must be True with adaptive clipping"),
     (lambda c: factory.CanaryDPFactory(tree_factory.TreeAggregation(
         0.1, 1.0, adaptive="yes"), c), TypeError, "adaptive must be None"),
+    (lambda c: _adaptive(0.1, 4, canaries=c, noise_seed=2 ** 63 - 2),
+     ValueError, "noise_seed must be at most .* with adaptive clipping"),
 ])
 def test_bad_arguments_fail_at_construction_naming_them(build, error, match):
   with pytest.raises(error, match=match):
     build(_config())
+
+
+def _adaptive_run(noise_seed, rounds=10):
+  """(results, clips) of a seeded tree_adaptive over two restarts."""
+  process = _adaptive(0.1, 3, initial_l2_norm_clip=1.0, restart_warmup=3,
+                      restart_period=4, canaries=_config(0, 4, rounds=rounds),
+                      noise_seed=noise_seed).create(VALUE)
+  state = process.initialize()
+  rng = np.random.default_rng(3)
+  results, clips = [], []
+  for _ in range(rounds):
+    out = process.next(state, _client_values(rng, 3))
+    state = out.state
+    results.append(np.concatenate([np.ravel(v) for v in out.result]))
+    clips.append(float(tree_search.find_first(
+        state.query_state, lambda s: hasattr(s, "clip_value")).clip_value))
+  return np.array(results), clips
+
+
+def test_a_seeded_tree_adaptive_is_reproducible_across_restarts():
+  # Both trees seeded (seeded_tree_query): the clip adopted at each restart
+  # comes from the clipped count's noise, so equal clips after the restarts
+  # show that tree seeded too (tensorflow_privacy's own is unseeded).
+  first, clips = _adaptive_run(21)
+  again, clips_again = _adaptive_run(21)
+  other, clips_other = _adaptive_run(22)
+  assert len(set(clips)) >= 3  # the clip moved at rounds 3 and 7
+  np.testing.assert_array_equal(first, again)
+  assert clips == clips_again
+  assert clips_other[-1] != clips[-1] and not np.array_equal(first, other)
 
 
 def test_rounds_per_tree_needs_a_run_length():

@@ -120,8 +120,9 @@ def _tree_requirements(config) -> list[tuple[str, str, str]]:
                     "canaries only"))
   if config.clip is None:
     missing.append(("--clip=C (e.g. --clip=0.1)", "clip=C",
-                    "tree_adaptive's clipped-count tree cannot be seeded, so "
-                    "its runs would not be reproducible"))
+                    "the experiments run DP-FTRL at a fixed clip; adaptive "
+                    "clipping is CanaryDPFactory.tree_adaptive, in your own "
+                    "loop"))
   if config.sampling != "shuffle":
     missing.append(("--sampling=shuffle", "sampling='shuffle'",
                     "DP-FTRL's accounting needs each client at most once "

@@ -67,9 +67,10 @@ checkpointed state resumes the stream. Gaussian canaries are
 `stateless_normal([d], seed=[canary_seed, j])`: when noise_seed <= canary_seed
 < the number of canaries, one node's key is canary j = canary_seed's and that
 node's noise lies along the canary, so the factory refuses that combination
-(`check_noise_seed`). `tree_adaptive`'s clipped-count tree is unseeded
-(tensorflow_privacy builds it without a seed, in TFF too): its clip after a
-restart differs between runs of one seed. Seeded noise is for simulation
+(`check_noise_seed`). `tree_adaptive`'s clipped-count tree, which
+tensorflow_privacy (and so TFF) builds without a seed, is seeded here from
+the same `noise_seed` (`seeded_tree_query`), so a seeded run, its clips
+after restarts included, is reproducible. Seeded noise is for simulation
 only: whoever knows the seed can subtract the noise.
 
 Canary clients (`canary_clients`, the client-insertion mode) need nothing
@@ -87,6 +88,7 @@ from typing import Any, Optional
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
+from tff_canary.federated.insertion import seeded_tree_query
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
@@ -154,7 +156,8 @@ class TreeAggregation:
     restart_period, restart_warmup: `PeriodicRoundRestartIndicator(period,
       warmup)` of a `tfp.RestartQuery` around the tree, or None (no restart).
     noise_seed: None (a seed from the clock, as in TFF) or the seed of the
-      value tree's noise (module docstring). Never in deployment.
+      value tree's noise, and with `adaptive` of the clipped count's
+      (`seeded_tree_query`; module docstring). Never in deployment.
     adaptive: None (fixed clip) or the `AdaptiveTreeClip`.
   """
 
@@ -190,6 +193,13 @@ class TreeAggregation:
         raise ValueError("efficient must be True with adaptive clipping: "
                          "tfp.QAdaClipTreeResSumQuery uses the efficient "
                          "tree only.")
+      if (self.noise_seed is not None
+          and self.noise_seed > seeded_tree_query.MAX_NOISE_SEED):
+        raise ValueError(
+            f"noise_seed must be at most {seeded_tree_query.MAX_NOISE_SEED} "
+            "with adaptive clipping (the clipped count's tree is seeded "
+            f"{seeded_tree_query.COUNT_SEED_OFFSET} above), got "
+            f"{self.noise_seed}.")
 
   def sum_query(self, record_specs: Any) -> tfp.DPQuery:
     """The tensorflow_privacy query for values of `record_specs`.
@@ -203,11 +213,12 @@ class TreeAggregation:
           noise_seed=self.noise_seed, use_efficient=self.efficient)
     else:
       a = self.adaptive
-      query = tfp.QAdaClipTreeResSumQuery(
-          self.clip, self.noise_multiplier, record_specs,
-          a.target_unclipped_quantile, a.learning_rate,
-          a.clipped_count_stddev, a.expected_num_records,
-          geometric_update=True, noise_seed=self.noise_seed)
+      args = (self.clip, self.noise_multiplier, record_specs,
+              a.target_unclipped_quantile, a.learning_rate,
+              a.clipped_count_stddev, a.expected_num_records, True)
+      query = (tfp.QAdaClipTreeResSumQuery(*args) if self.noise_seed is None
+               else seeded_tree_query.SeededQAdaClipTreeResSumQuery(
+                   *args, noise_seed=self.noise_seed))
     if self.restart_period is not None:
       query = tfp.RestartQuery(
           query, tfp.restart_query.PeriodicRoundRestartIndicator(
@@ -351,9 +362,9 @@ class TreeConstructors:
       clipped_count_stddev: Noise std of the clipped count (>= 0), or None
         for TFF's default clients_per_round / 20 (also without noise).
       canaries: The `CanaryConfig`.
-      noise_seed: None or the seed of the value tree's noise (module
-        docstring; the clipped count's tree is unseeded). Never in
-        deployment.
+      noise_seed: None or the seed of both trees' noise, the value's and
+        the clipped count's (`seeded_tree_query`; module docstring). Never
+        in deployment.
 
     Returns:
       A `CanaryDPFactory`.
