@@ -135,7 +135,9 @@ _HELP = {
                   "--insertion=clients and a fixed --clip, no --zeroing; "
                   "its analytical ε is the DDP bound of its parameters) or "
                   "tree (DP-FTRL: TFF's tree aggregation restarted every "
-                  "epoch; needs a fixed --clip; audited against the tree "
+                  "epoch; needs a fixed --clip; with --insertion=clients "
+                  "the canary clients go through TFF's own factory over the "
+                  "tree; audited against the tree "
                   "accounting, docs/method/dp-ftrl.md).",
     "ddp_mechanism": "With --aggregator=ddp: distributed_skellam or "
                      "distributed_dgauss (default distributed_skellam).",

@@ -25,7 +25,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 SLOWEST_FIRST = ("test_crash_resume.py", "test_experiment.py", "test_sweep.py",
                  "test_reproducible.py", "test_factory.py", "test_audit.py",
                  "test_client_insertion.py", "test_planted_bugs_tff.py",
-                 "test_tree_factory.py", "test_tree_experiment.py")
+                 "test_tree_factory.py", "test_tree_experiment.py",
+                 "test_tree_clients.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -33,8 +33,10 @@ def _config(path, **overrides):
     (dict(directions="gaussian", sampling="per_round", zeroing=True),
      r"needs 3 more settings; add --directions=orthogonal "
      r"--sampling=shuffle --nozeroing "),
-    (dict(insertion="clients", seeded_noise=False),
-     r"needs 1 more setting; add --insertion=server "),
+    # Canary clients take TFF's own, unseeded noise (tests/test_tree_clients.py).
+    (dict(insertion="clients"), r"aggregator='tree' with insertion='clients'"
+     r" \(--aggregator=tree --insertion=clients\) needs 1 more setting; add "
+     r"--noseeded_noise "),
     (dict(presentations=2, allow_participation_mismatch=True),
      r"add --noallow_participation_mismatch .*once per tree"),
     (dict(noise_multiplier=0.0), r"aggregator='tree' needs noise_multiplier "

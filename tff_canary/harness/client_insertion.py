@@ -35,18 +35,31 @@ clients that took part, canary clients included, not by
 clients_per_round (a_r x participants / clients_per_round), the same
 quantity as the Gaussian modes record; a round's cosines do not change with
 its scale.
+
+With `aggregator="tree"` (DP-FTRL) the DP query is a tree restarted every
+epoch (`dp_fedavg`) and the rounds are scored as the server-side mode's:
+the process (`scoring_factory`, scores="dot_products") reports every
+candidate's <c_j, a_r>, a_r the round's released mean, and `tree_scores`
+turns them into u_{j,r} = <c_j, a_r> x clients_per_round / (z C_r), the
+server-side mode's `TREE_SCORES_KEY` scores: a canary client of norm at
+least C_r is clipped to C_r c_j, so it adds exactly 1/z, and the noise is
+in units of the node noise z C_r. The round's DpEvent (tensorflow_privacy's
+`UnsupportedDpEvent`: the tree's privacy is per tree) is not taken: the
+round gives None, and its scores go to tree_scores.npy (`training`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 import numpy as np
 
 from tff_canary.federated.insertion import canary_client_outcomes
 from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import client_round_state
+from tff_canary.federated.insertion import measurement_keys
+from tff_canary.federated.structures import tree_search
 from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.harness import tasks
@@ -61,6 +74,43 @@ def load_outcomes(rd: run_dir_lib.RunDir, done: int) -> list[dict[str, Any]]:
   with open(rd.file(run_dir_lib.CANARY_OUTCOMES), encoding="utf-8") as f:
     records = json.load(f)["outcomes"]
   return [r for r in records if r["round_num"] < done]
+
+
+class ClientRound(NamedTuple):
+  """What `ClientRounds.round` gives `training.train`.
+
+  Attributes:
+    output: The process's round output.
+    clip: C_r, the clip of the round.
+    inserted: The canary clients of the round.
+    event: Its DpEvent; None with the DDP and tree aggregators.
+    tree_scores: DP-FTRL: every candidate's u_{j,r}, float64 [m]; else None.
+  """
+  output: Any
+  clip: float
+  inserted: int
+  event: Any
+  tree_scores: Optional[np.ndarray]
+
+
+def tree_scores(metrics: Any, clients_per_round: float,
+                noise_multiplier: float, clip: float) -> np.ndarray:
+  """u_j = <c_j, a_r> x clients_per_round / (z C_r), float64 [m] (module
+  docstring), from the round's metrics (the dot products the scoring
+  factory reports under `measurement_keys.DOT_PRODUCTS_KEY`)."""
+  key = measurement_keys.DOT_PRODUCTS_KEY
+  found = tree_search.find_first(
+      metrics.get("aggregator", metrics) if isinstance(metrics, Mapping)
+      else metrics, lambda m: isinstance(m, Mapping) and key in m)
+  if found is None:
+    raise ValueError(f"the round's metrics have no {key!r}: the process "
+                     "was not built with scores='dot_products'.")
+  unit = float(noise_multiplier) * float(clip)
+  if not unit > 0.0:
+    raise ValueError(f"the scores' unit z C_r must be positive, got "
+                     f"noise_multiplier={noise_multiplier}, clip={clip}.")
+  dots = np.asarray(found[key], np.float64)
+  return dots * (float(clients_per_round) / unit)
 
 
 class ClientRounds:
@@ -78,9 +128,8 @@ class ClientRounds:
     self.outcomes = list(outcomes or [])
 
   def round(self, process, state, round_num: int, client_data: list,
-            recorder) -> tuple[Any, float, int, Any]:
-    """Runs one round; returns (output, C_r, canaries inserted, DpEvent or
-    None with the DDP aggregator)."""
+            recorder) -> ClientRound:
+    """Runs one round (module docstring)."""
     ids = canary_clients.scheduled_canary_ids(self.canaries, round_num)
     ddp = self.config.aggregator == "ddp"
     clip = (float(self.config.clip) if ddp
@@ -108,8 +157,13 @@ class ClientRounds:
         canaries=self.canaries):
       self.outcomes.append(dict(outcome.as_dict(), dp_clip=clip,
                                 dp_clipped=bool(norm > clip)))
-    event = None if ddp else client_round_state.dp_event(output.state)
-    return output, clip, inserted, event
+    scores = event = None
+    if self.config.aggregator == "tree":
+      scores = tree_scores(output.metrics, self.config.clients_per_round,
+                           self.config.noise_multiplier, clip)
+    elif not ddp:
+      event = client_round_state.dp_event(output.state)
+    return ClientRound(output, clip, inserted, event, scores)
 
   def save(self, rd: run_dir_lib.RunDir) -> None:
     """canary_outcomes.json: every canary client's outcome so far."""
@@ -117,4 +171,4 @@ class ClientRounds:
         canary_norm=self.config.canary_norm, outcomes=self.outcomes))
 
 
-__all__ = ["ClientRounds", "load_outcomes"]
+__all__ = ["ClientRound", "ClientRounds", "load_outcomes", "tree_scores"]

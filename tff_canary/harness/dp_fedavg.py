@@ -26,9 +26,15 @@ noise check runs the SUM chain as configured on zero values from
 `clients_per_round` clients against the std the factory claims
 (`ddp_chain.claimed_std`), as `planted_bug_runs` does.
 
-With `aggregator="tree"` (server mode only) the aggregator is DP-FTRL,
-`CanaryDPFactory.tree_aggregation` with the fixed clip, restarted after every
-epoch of `rounds_per_epoch` rounds (the client sampler's).
+With `aggregator="tree"` the aggregator is DP-FTRL with the fixed clip,
+its tree restarted after every epoch of `rounds_per_epoch` rounds (the
+client sampler's): server-side, `CanaryDPFactory.tree_aggregation`; with
+canary clients, TFF's own public `DifferentiallyPrivateFactory` over the
+same tree query (`tree_factory.TreeAggregation.tff_factory`: TFF's
+`tree_aggregation` has no restart argument), unseeded, wrapped in
+`CanaryScoringFactory(..., scores="dot_products")`, which reports each
+round's <c_j, result> (`client_insertion` turns them into the scores). The
+noise check is the tree's (`tree_noise_check`) either way.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from tff_canary.stats.canaries import canary_config
 from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import ddp_chain
 from tff_canary.federated.insertion import factory
+from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.audit import tree_noise_check
 from tff_canary.harness import ddp_claim
@@ -92,12 +99,33 @@ def ddp_parameters_of(config: experiment_config.ExperimentConfig,
   return ddp_claim.parameters(dict(config.as_dict(), dim=dim))
 
 
+def tff_tree(config: experiment_config.ExperimentConfig,
+             restart_period: Optional[int]) -> tree_factory.TreeAggregation:
+  """DP-FTRL's tree of the run's settings restarted every `restart_period`
+  rounds, for TFF's own factory (`TreeAggregation.tff_factory`, no seed)."""
+  if restart_period is None:
+    raise ValueError("aggregator='tree' needs rounds_per_epoch, the tree's "
+                     "restart period; got None.")
+  return tree_factory.TreeAggregation(
+      noise_multiplier=config.noise_multiplier, clip=config.clip,
+      efficient=True, restart_period=restart_period)
+
+
 def tff_aggregator(config: experiment_config.ExperimentConfig,
-                   dim: Optional[int] = None):
+                   dim: Optional[int] = None, *, record_specs=None,
+                   rounds_per_epoch: Optional[int] = None):
   """TFF's own DP aggregator of the run's settings, no canaries (client
-  mode; module docstring). `dim`: the trainable parameters (DDP only)."""
+  mode; module docstring). `dim`: the trainable parameters (DDP only);
+  `record_specs` (the trainable weights' tensor specs) and
+  `rounds_per_epoch`: DP-FTRL only."""
   if config.aggregator == "ddp":
     return ddp_chain.ddp_mean_factory(ddp_parameters_of(config, dim))
+  if config.aggregator == "tree":
+    if record_specs is None:
+      raise ValueError("aggregator='tree' needs record_specs, the specs of "
+                       "the trainable weights; got None.")
+    return tff_tree(config, rounds_per_epoch).tff_factory(
+        record_specs, config.clients_per_round)
   dp = tff.aggregators.DifferentiallyPrivateFactory
   if config.clip is not None:
     aggregator = dp.gaussian_fixed(
@@ -110,6 +138,10 @@ def tff_aggregator(config: experiment_config.ExperimentConfig,
         initial_l2_norm_clip=config.initial_clip,
         target_unclipped_quantile=config.target_unclipped_quantile)
   return factory.with_zeroing(aggregator) if config.zeroing else aggregator
+
+
+def _trainable_type(task: tasks.Task):
+  return tff.learning.models.weights_type_from_model(task.model_fn).trainable
 
 
 def _optimizer(name, learning_rate, momentum=None):
@@ -130,11 +162,16 @@ def build_process(config: experiment_config.ExperimentConfig,
                                 config.server_learning_rate,
                                 config.server_momentum)
   if config.insertion == "clients":
+    tree = config.aggregator == "tree"
+    aggregator = tff_aggregator(
+        config, tasks.num_parameters(task), rounds_per_epoch=rounds_per_epoch,
+        record_specs=(tff.types.type_to_tf_tensor_specs(
+            _trainable_type(task)) if tree else None))
     return canary_clients.build_canary_client_fedavg(
         task.model_fn, client_optimizer, server_optimizer,
-        model_aggregator=tff_aggregator(config, tasks.num_parameters(task)),
-        canary_seed=canaries.seed,
-        canary_norm=config.canary_norm, canaries=canaries)
+        model_aggregator=aggregator, canary_seed=canaries.seed,
+        canary_norm=config.canary_norm, canaries=canaries,
+        scores="dot_products" if tree else "cosines")
   return tff.learning.algorithms.build_unweighted_fed_avg(
       task.model_fn, client_optimizer_fn=client_optimizer,
       server_optimizer_fn=server_optimizer,
@@ -172,8 +209,7 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
       schedule=schedules.FixedPresentations(
           num_rounds=noise_check.DEFAULT_ROUNDS, presentations=0),
       record_aggregates=False)
-  value_type = tff.learning.models.weights_type_from_model(
-      task.model_fn).trainable
+  value_type = _trainable_type(task)
   names = [w.name.split(":")[0]
            for w in task.keras_model_fn().trainable_weights]
   if len(set(names)) != len(names) or len(names) != len(value_type):
@@ -186,6 +222,13 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
         claimed_std=ddp_chain.claimed_std(params))
   if config.aggregator == "tree":
     period = tree_check_period(rounds_per_epoch)
+    if config.insertion == "clients":  # TFF's factory, unseeded
+      tree = tff_tree(config, period)
+      return tree_noise_check.check_tree_noise(
+          tree.tff_factory(tff.types.type_to_tf_tensor_specs(value_type),
+                           config.clients_per_round), value_type,
+          noise=tree.noise(tree_noise_check.default_rounds(period)),
+          noise_multiplier=config.noise_multiplier)
     aggregator = canary_aggregator(config, no_canaries, None if noise_seed
                                    is None else noise_seed + _NOISE_CHECK_TAG,
                                    period)

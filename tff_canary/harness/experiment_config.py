@@ -34,8 +34,8 @@ aggregator estimates its zeroing norm with secure aggregation, which the
 simulation cannot run, and a zeroed client still adds its noise share; we
 do not model that). The `ddp_*` knobs are refused without "ddp"; their
 bits are checked against `clients_per_round` as TFF's factory checks them.
-`aggregator="tree"` is DP-FTRL (docs/method/dp-ftrl.md,
-`CanaryDPFactory.tree_aggregation`), its tree restarted after every epoch;
+`aggregator="tree"` is DP-FTRL (docs/method/dp-ftrl.md), with either
+insertion, its tree restarted after every epoch;
 `preflight.check_requirements` names what it needs and is missing.
 `aggregator_of(values)` reads the aggregator of a config.json (older files:
 "gaussian").

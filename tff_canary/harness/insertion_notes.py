@@ -29,6 +29,10 @@ from before the client mode, or a `RunWriter`'s, is "server"):
     recorded aggregate is rescaled to sum / clients_per_round), and that
     SecAgg's sums are plain sums in the simulation (the same sum, without
     its secrecy).
+  * clients with DP-FTRL (`tree`, config.json's `aggregator="tree"`): the
+    same through TFF's `DifferentiallyPrivateFactory` over the tree query;
+    the analytical ε is the tree accounting of `clients_per_round` real
+    clients, each in at most one round per tree (there is no ledger).
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ class InsertionNotes:
     outcomes: canary_outcomes.json's records (one per canary and round of
       participation; `client_insertion.ClientRounds`), [] for server.
     chain: With the DDP aggregator, its description
-      (`ddp_claim.describe_chain`); None: TFF's Gaussian
+      (`ddp_claim.describe_chain`); None: TFF's Gaussian or tree
       `DifferentiallyPrivateFactory`.
+    tree: DP-FTRL's tree query (config.json's aggregator="tree").
   """
 
   mode: experiment_config.Insertion
@@ -65,6 +70,7 @@ class InsertionNotes:
   clients_per_round: Optional[float] = None
   outcomes: tuple[dict[str, Any], ...] = ()
   chain: Optional[str] = None
+  tree: bool = False
 
   @property
   def zeroed(self) -> list[dict[str, Any]]:
@@ -93,16 +99,20 @@ class InsertionNotes:
           "mean divides by every participant (the recorded aggregate is "
           "rescaled to sum / clients_per_round); SecAgg's sums are plain "
           "sums in this simulation (the same sum, without its secrecy)")
+    claim = ("the tree accounting (the analytical ε) is that of "
+             "clients_per_round real clients, each once per tree" if self.tree
+             else "the ledger's DpEvents (the analytical ε) are those of "
+             "clients_per_round real clients")
     return (
         f"insertion: canary clients of norm {self.canary_norm:g} through "
-        f"TFF's own DP aggregator; {len(self.outcomes)} canary-client "
+        f"TFF's own DP aggregator{' (DP-FTRL tree)' if self.tree else ''}; "
+        f"{len(self.outcomes)} canary-client "
         f"participations: {dp_clipped} clipped by the DP query (entered at "
         f"its clip), {stage_clipped} by a clipping stage, "
         f"{len(self.zeroed)} ZEROED; canary clients are extra members of the "
         f"cohort (up to {max(by_round.values(), default=0)} a round): the DP "
         f"query divides by clients_per_round = {self.clients_per_round:g} "
-        "and the ledger's DpEvents (the analytical ε) are those of "
-        "clients_per_round real clients")
+        f"and {claim}")
 
   def findings(self) -> list[str]:
     """One line per zeroed canary and round."""
@@ -166,7 +176,8 @@ def load(rd: run_dir_lib.RunDir, config: dict[str, Any]) -> InsertionNotes:
       clients_per_round=float(config["clients_per_round"]),
       outcomes=tuple(outcomes),
       chain=(ddp_claim.describe_chain(config)
-             if experiment_config.aggregator_of(config) == "ddp" else None))
+             if experiment_config.aggregator_of(config) == "ddp" else None),
+      tree=experiment_config.aggregator_of(config) == "tree")
 
 
 __all__ = ["InsertionNotes", "load"]

@@ -2,7 +2,8 @@
 
 `check_requirements(config)` (run by `ExperimentConfig` itself) names, in one
 message, every setting that canary clients, the DDP aggregator or DP-FTRL
-(`aggregator="tree"`) need and the config lacks. `record_aggregates(config)` (run there too) says whether the
+(`aggregator="tree"`, in either insertion mode) need and the config lacks,
+each once. `record_aggregates(config)` (run there too) says whether the
 run records each round's noised aggregate: by default (None) gaussian
 canaries do, for the pass after training, and orthogonal ones do not, being
 scored inside each round; `--record_aggregates` with orthogonal canaries is
@@ -107,13 +108,30 @@ def record_aggregates(config) -> bool:
     ) from None
 
 
+def _seeded_noise_requirement(config) -> list[tuple[str, str, str]]:
+  """Canary clients go through TFF's own factory: no seeded noise."""
+  if not (config.seeded_noise or config.noise_seed is not None):
+    return []
+  return [("--noseeded_noise" + (" and no --noise_seed"
+                                 if config.noise_seed is not None else ""),
+           "seeded_noise=False, noise_seed=None",
+           "TFF's own DP aggregators cannot seed their noise")]
+
+
 def _tree_requirements(config) -> list[tuple[str, str, str]]:
-  """What DP-FTRL (aggregator="tree") needs and the config lacks."""
+  """What DP-FTRL (aggregator="tree") needs and the config lacks; with
+  canary clients also what they need (unseeded noise, a norm that the
+  tree's clip reaches)."""
   missing = []
-  if config.insertion != "server":
-    missing.append(("--insertion=server", "insertion='server'",
-                    "the tree's canaries are scored in this package's "
-                    "aggregator; canary clients are not supported with it"))
+  if config.insertion == "clients":
+    missing += _seeded_noise_requirement(config)
+    norm = (canary_config.DEFAULT_CANARY_NORM if config.canary_norm is None
+            else config.canary_norm)
+    if config.clip is not None and norm < config.clip:
+      missing.append((f"--canary_norm={config.clip:g} or more (got "
+                      f"{norm:g})", f"canary_norm >= clip = {config.clip:g}",
+                      "the tree's scores count a canary client as entering "
+                      "the sum at the clip, which one below it does not"))
   if config.directions != "orthogonal":
     missing.append(("--directions=orthogonal", "directions='orthogonal'",
                     "the tree's per-round scores exist for orthogonal "
@@ -141,7 +159,9 @@ def check_requirements(config) -> None:
   """Canary clients, the DDP aggregator and DP-FTRL require other settings:
   every one missing is named in one message (flag, Python argument, why)."""
   if config.aggregator == "tree":
-    _refuse("aggregator='tree' (--aggregator=tree)",
+    _refuse("aggregator='tree' with insertion='clients' (--aggregator=tree "
+            "--insertion=clients)" if config.insertion == "clients"
+            else "aggregator='tree' (--aggregator=tree)",
             _tree_requirements(config))
     return
   clients = config.insertion == "clients" or config.aggregator == "ddp"
@@ -151,12 +171,7 @@ def check_requirements(config) -> None:
   if config.aggregator == "ddp" and config.insertion != "clients":
     missing.append(("--insertion=clients", "insertion='clients'",
                     "server-side canaries cannot enter TFF's DDP chain"))
-  if config.seeded_noise or config.noise_seed is not None:
-    missing.append(("--noseeded_noise" + (" and no --noise_seed"
-                                          if config.noise_seed is not None
-                                          else ""),
-                    "seeded_noise=False, noise_seed=None",
-                    "TFF's own DP aggregators cannot seed their noise"))
+  missing += _seeded_noise_requirement(config)
   if (record_aggregates(config)
       and (config.server_optimizer != "sgd" or config.server_momentum != 0.0)):
     missing.append(("--server_optimizer=sgd --server_momentum=0",

@@ -11,8 +11,8 @@ shows the round, loss, accuracy, clip norm and canaries inserted.
 
 With `clients` (a `client_insertion.ClientRounds`, `insertion="clients"`)
 the round, its aggregate, clip, canaries and DpEvent are the client mode's
-(`client_insertion`), and its canary outcomes are saved with each
-checkpoint. With the DDP aggregator a round has no DpEvent (TFF's DDP
+(`client_insertion`; with DP-FTRL also its canary scores), and its canary
+outcomes are saved with each checkpoint. With the DDP aggregator a round has no DpEvent (TFF's DDP
 queries emit none): the run writes no ledger.json. Neither does DP-FTRL
 (`aggregator="tree"`: its privacy is per tree, not per round,
 `tree_factory`); its rounds' canary scores (`TREE_SCORES_KEY`) are kept
@@ -105,8 +105,10 @@ def train(process, state, *, task: tasks.Task,
           event = tff.aggregators.differential_privacy.extract_dp_event_from_state(
               _canary_state(output.state))
       else:
-        output, clip, inserted, event = clients.round(
+        output, clip, inserted, event, scores = clients.round(
             process, state, round_num, client_data, recorder)
+        if scores is not None:  # DP-FTRL
+          history.tree_scores.append(scores)
       state = output.state
       loss, accuracy = _train_metrics(output.metrics)
       if event is not None:  # None: DDP and DP-FTRL (module docstring)

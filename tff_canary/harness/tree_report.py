@@ -22,6 +22,9 @@ rebuilt from config.json's seeds, inserted or held out) and the claimed tree
     one-run bounds, at the report's family-wise level. The noise self-test is
     the run's noise_check.json (`tree_noise_check`, before training).
 
+The insertion mode (`insertion_notes`: server-side canaries, or canary
+clients through TFF's own factory over the tree) is among the notes.
+
 `TreeRunReport` has the interface of `report.RunReport` that the scripts and
 `python -m tff_canary report` use: `headline()`, `terminal_text()`,
 `as_dict()` (report.json) and `to_markdown()` (report.md). It draws no plots.
@@ -36,6 +39,7 @@ import numpy as np
 
 from tff_canary.harness import analytical_epsilons
 from tff_canary.harness import headline as headline_lib
+from tff_canary.harness import insertion_notes
 from tff_canary.harness import run_dir as run_dir_lib
 from tff_canary.stats import results
 from tff_canary.stats import validation
@@ -71,6 +75,8 @@ class TreeRunReport:
   loss: Optional[float] = None
   noise_check: Optional[dict[str, Any]] = None
   participation: Optional[dict[str, Any]] = None
+  insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
+      "server")
 
   @property
   def analytical(self) -> dict[str, float]:
@@ -144,7 +150,8 @@ class TreeRunReport:
             f"{self.delta_source}")
 
   def _notes(self) -> list[str]:
-    lines = [str(self.audit)]
+    lines = [str(self.audit)] + self.insertion.lines(
+        insertion_notes.TERMINAL_FINDINGS)
     if self.participation is not None:
       lines.append("participation: "
                    + client_sampling.describe(self.participation))
@@ -192,6 +199,7 @@ class TreeRunReport:
         accuracy=self.accuracy, loss=self.loss,
         num_inserted=self.num_inserted, num_held_out=self.num_held_out,
         participation=self.participation, noise_check=self.noise_check,
+        insertion=self.insertion.as_dict(),
         config={k: self.config[k] for k in sorted(self.config)})
 
   def to_markdown(self, plots: bool = True) -> str:
@@ -282,7 +290,8 @@ def build_tree_report(rd: run_dir_lib.RunDir, config: dict[str, Any], *,
       num_inserted=int(canaries.inserted.sum()),
       num_held_out=int((~canaries.inserted).sum()), accuracy=accuracy,
       loss=loss, noise_check=rd.load_noise_check(),
-      participation=config.get("participation"))
+      participation=config.get("participation"),
+      insertion=insertion_notes.load(rd, config))
 
 
 __all__ = ["TreeRunReport", "build_tree_report"]

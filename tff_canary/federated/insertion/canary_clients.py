@@ -315,6 +315,7 @@ def build_canary_client_fedavg(
     canary_seed: int,
     canary_norm: float = DEFAULT_CANARY_NORM,
     canaries: Optional[canary_config.CanaryConfig] = None,
+    scores: str = "cosines",
     metrics_aggregator: Any = None,
     loop_implementation: Any = None,
 ) -> tff.learning.templates.LearningProcess:
@@ -334,7 +335,10 @@ def build_canary_client_fedavg(
   are "orthogonal", canary clients return orthogonal canaries and the
   aggregator is wrapped in `scoring_factory.CanaryScoringFactory`, which
   scores every canary in each round's result and keeps the statistics in
-  the aggregator state (docs/method/orthogonal-canaries.md).
+  the aggregator state (docs/method/orthogonal-canaries.md); with
+  `scores="dot_products"` it keeps none and reports each round's <c_j,
+  result> in the aggregator's measurements instead (for an aggregator whose
+  noise is correlated across rounds, DP-FTRL's tree; `scoring_factory`).
 
   Raises:
     TypeError, ValueError: for bad arguments, naming them.
@@ -342,6 +346,11 @@ def build_canary_client_fedavg(
   orthogonal = _orthogonal(canaries,
                            schedules.as_seed(canary_seed, "canary_seed"))
   validation.as_positive(canary_norm, "canary_norm")
+  scores = validation.as_choice(scores, "scores", scoring_factory.SCORES)
+  if scores != "cosines" and not orthogonal:
+    raise ValueError(f"scores={scores!r} needs orthogonal canaries "
+                     "(canaries=CanaryConfig(directions='orthogonal')), got "
+                     f"canaries={validation.show(canaries)}.")
   if not callable(model_fn):
     raise TypeError("model_fn must be a callable that returns a "
                     f"tff.learning.models.VariableModel, got "
@@ -365,8 +374,8 @@ def build_canary_client_fedavg(
     model_distributor = tff.learning.templates.build_broadcast_process(
         weights_type)
   if orthogonal:
-    model_aggregator = scoring_factory.CanaryScoringFactory(model_aggregator,
-                                                            canaries)
+    model_aggregator = scoring_factory.CanaryScoringFactory(
+        model_aggregator, canaries, scores=scores)
   aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator).create(
       weights_type.trainable, tff.TensorType(np.float32))
   options = {}

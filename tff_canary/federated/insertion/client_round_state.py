@@ -11,12 +11,18 @@ the clip it used. The process state tells both, and the round's DpEvent:
     `state.aggregator['inner_agg']`);
   * `dp_event(state)`: the round's DpEvent, by TFF's public
     `tff.aggregators.differential_privacy.extract_dp_event_from_state`;
-  * `query_clip(state)`: the `l2_norm_clip` of the Gaussian sum query in
-    that state (tensorflow_privacy's `GaussianSumQuery` state, inside the
-    `NormalizedQuery` and, when adaptive, the quantile query). Read from
-    the state BEFORE a round it is the clip C_r that round uses: a fixed
-    query's clip, or the adaptive one TFF's measurements report only a
-    round late (`dp_query_metrics['clip']` is the next round's);
+  * `query_clip(state)`: the clip of the DP sum query in that state, found
+    by tensorflow_privacy's public state fields from the outside in: a
+    `NormalizedQuery`'s `numerator_state`, a `RestartQuery`'s
+    `inner_query_state`, an adaptive query's `sum_state`
+    (`QuantileAdaptiveClipSumQuery`, `QAdaClipTreeResSumQuery`), down to a
+    `GaussianSumQuery`'s `l2_norm_clip` or a DP-FTRL tree query's
+    `clip_value` (`TreeResidualSumQuery`, `TreeCumulativeSumQuery`); any
+    other state is refused, naming its fields. Read from the state BEFORE a
+    round it is the clip C_r that round uses: a fixed query's clip, or the
+    adaptive one TFF's measurements report only a round late
+    (`dp_query_metrics['clip']` is the next round's; a tree's adaptive clip
+    moves at its restarts);
   * `round_aggregate(before, after, server_learning_rate)`: the round's
     aggregate from the model weights. FedAvg's server step with SGD without
     momentum is theta_t = theta_{t-1} - eta a_t (McMahan et al. 2018, arXiv
@@ -62,18 +68,46 @@ def dp_event(state: Any) -> Any:
       dp_aggregator_state(state))
 
 
+# tensorflow_privacy's wrapper states, by their public fields: (the fields
+# that name the wrapper, the field that holds the wrapped query's state).
+_WRAPPERS = (
+    ({"numerator_state", "denominator"}, "numerator_state"),  # Normalized
+    ({"inner_query_state", "indicator_state"}, "inner_query_state"),  # Restart
+    ({"sum_state", "quantile_estimator_state"}, "sum_state"),  # adaptive
+)
+
+
+def _fields(node: Any) -> set[str]:
+  return set(getattr(node, "_fields", ()) or ())
+
+
 def query_clip(state: Any) -> float:
-  """The Gaussian sum query's `l2_norm_clip` in `state` (module docstring:
-  before a round, that round's clip); ValueError if the query has none."""
+  """The DP sum query's clip in `state`: a Gaussian query's `l2_norm_clip`
+  or a tree query's `clip_value` (module docstring: before a round, that
+  round's clip); ValueError for a query state of another kind."""
   query_state = dp_aggregator_state(state).query_state
-  node = tree_search.find_first(
-      query_state,
-      lambda s: hasattr(s, "_fields") and "l2_norm_clip" in s._fields)
-  if node is None:
-    raise ValueError("the DP query state has no l2_norm_clip (not a Gaussian "
-                     f"sum query): {validation.show(query_state)}.")
-  return validation.as_nonnegative(float(np.asarray(node.l2_norm_clip)),
-                                   "the query's l2_norm_clip")
+  node, path = query_state, "query_state"
+  for _ in range(16):  # wrappers nest a few levels deep
+    fields = _fields(node)
+    wrapped = next((inner for names, inner in _WRAPPERS if names <= fields),
+                   None)
+    if wrapped is None:
+      break
+    node, path = getattr(node, wrapped), f"{path}.{wrapped}"
+  fields = _fields(node)
+  if "l2_norm_clip" in fields:
+    name = "l2_norm_clip"
+  elif {"clip_value", "tree_state"} <= fields:
+    name = "clip_value"
+  else:
+    raise ValueError(
+        f"the DP query state at {path} is neither a Gaussian sum query's "
+        "(l2_norm_clip) nor a DP-FTRL tree query's (clip_value, tree_state), "
+        "under tensorflow_privacy's NormalizedQuery, RestartQuery or "
+        f"adaptive-clip wrappers: its fields are {sorted(fields) or 'none'} "
+        f"in {validation.show(node)}.")
+  return validation.as_nonnegative(float(np.asarray(getattr(node, name))),
+                                   f"the query's {name} ({path}.{name})")
 
 
 def round_aggregate(before: Any, after: Any,

@@ -73,11 +73,16 @@ the same `noise_seed` (`seeded_tree_query`), so a seeded run, its clips
 after restarts included, is reproducible. Seeded noise is for simulation
 only: whoever knows the seed can subtract the noise.
 
-Canary clients (`canary_clients`, the client-insertion mode) need nothing
-new: they are clients of the user's aggregator, e.g. TFF's own
-`DifferentiallyPrivateFactory.tree_aggregation`, which clips and noises them
-like any client. Their in-round scores (`scoring_factory`) are cosines with
-independent-rounds statistics, not the scores above.
+Canary clients (`canary_clients`, the client-insertion mode) need no
+canary factory: they are clients of the user's aggregator, e.g. TFF's own
+`DifferentiallyPrivateFactory.tree_aggregation` or, restarted,
+`TreeAggregation.tff_factory` (TFF's public `DifferentiallyPrivateFactory`
+over `sum_query`), which clips and noises them like any client. A canary
+client of norm above C_t enters the sum as C_t c_j, exactly what a
+server-side canary adds, so the same u_{j,t} follow from the round's
+<c_j, result> (`scoring_factory`'s scores="dot_products"; its cosine
+statistics assume independent rounds), times `clients_per_round` over
+z C_t (`tff_canary.harness.client_insertion`).
 """
 
 from __future__ import annotations
@@ -224,6 +229,22 @@ class TreeAggregation:
           query, tfp.restart_query.PeriodicRoundRestartIndicator(
               period=self.restart_period, warmup=self.restart_warmup))
     return query
+
+  def tff_factory(self, record_specs: Any, clients_per_round: float
+                  ) -> tff.aggregators.DifferentiallyPrivateFactory:
+    """TFF's own `DifferentiallyPrivateFactory` over this tree, no canaries.
+
+    `sum_query(record_specs)` in a `tfp.NormalizedQuery` of denominator
+    `clients_per_round`, as TFF's `tree_aggregation` and `tree_adaptive`
+    wrap theirs, given to the public `DifferentiallyPrivateFactory(query)`:
+    what canary clients go through (module docstring), with the restarts
+    TFF's `tree_aggregation` has no argument for.
+    """
+    clients_per_round = validation.as_positive(clients_per_round,
+                                               "clients_per_round")
+    query = tfp.NormalizedQuery(self.sum_query(record_specs),
+                                denominator=clients_per_round)
+    return tff.aggregators.DifferentiallyPrivateFactory(query)
 
   def rounds_per_tree(self, num_rounds: int) -> list[int]:
     """The rounds of each tree in a run of `num_rounds` rounds, in order."""
