@@ -367,8 +367,10 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
     tmp_path, monkeypatch):
   # What the self-test is given (a spy: TFF's clock-seeded noise would make
   # a run of it pass or fail by chance): the chain as configured, the real
-  # participants, and the std the factory claims, sqrt(n) x share std /
-  # scale in model units (ddp_parameters: the share std in integer units).
+  # participants and the factory's parameters, whose claim the rotated-domain
+  # check tests (sqrt(n) x share std per rotated coordinate, integer units);
+  # at noise 0 (nothing to rotate back) the noise as released, against the
+  # std the factory claims in model units, zero.
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
   from tff_canary.harness import dp_fedavg  # pylint: disable=g-import-not-at-top
@@ -380,24 +382,36 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
   dim = tasks.num_parameters(task)
   seen = {}
 
-  def spy(aggregator, value_type, **kwargs):
-    seen.update(kwargs, aggregator=aggregator, value_type=value_type)
-    return "checked"
+  def spy(kind):
+    def record(aggregator, *args, **kwargs):
+      seen.update(kwargs, kind=kind, aggregator=aggregator, args=args)
+      return "checked"
+    return record
 
-  monkeypatch.setattr(dp_fedavg.noise_check, "check_aggregation_noise", spy)
+  monkeypatch.setattr(dp_fedavg.ddp_noise_check, "check_ddp_noise",
+                      spy("rotated"))
+  monkeypatch.setattr(dp_fedavg.noise_check, "check_aggregation_noise",
+                      spy("released"))
   assert dp_fedavg.run_noise_check(config, task, 1, None) == "checked"
   params = ddp_parameters.ddp_parameters(
       0.7, 6, 18, 1.0, dim, mechanism="distributed_dgauss")
+  assert seen["kind"] == "rotated" and seen["args"] == (params,)
   assert seen["num_clients"] == 6
-  assert seen["claimed_std"] == pytest.approx(
-      math.sqrt(6) * params.share_std / params.scale, rel=1e-12)
-  state = seen["aggregator"].create(seen["value_type"]).initialize()
+  assert params.total_noise_std() > 100.0  # ddp_noise_check.MIN_INTEGER_STD
+  value_type = tff.TensorType(np.float32, [params.padded_dim])
+  state = seen["aggregator"].create(value_type).initialize()
   query = client_round_state.dp_aggregator_state(state).query_state
   assert "l1_norm_bound" not in query._fields  # TFF's DDG query
   np.testing.assert_allclose(float(query.local_stddev),
                              params.scaled_local_std, rtol=1e-6)
   assert isinstance(seen["aggregator"], tff.aggregators.
                     UnweightedAggregationFactory)
+  # Noise 0: the sums are exactly 0, no lattice to test in.
+  seen.clear()
+  zero = _tiny(tmp_path / "zero", ddp_bits=18)
+  assert dp_fedavg.run_noise_check(zero, task, 1, None) == "checked"
+  assert seen["kind"] == "released" and seen["num_clients"] == 6
+  assert seen["claimed_std"] == 0.0
 
 
 @pytest.mark.tff

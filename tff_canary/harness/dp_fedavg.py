@@ -23,8 +23,13 @@ plain sums for SecAgg, under `UnweightedMeanFactory`) for
 clients_per_round (the factory's expected_clients_per_round: the real
 clients; canary clients come on top), fixed clip and `ddp_*` knobs. Its
 noise check runs the SUM chain as configured on zero values from
-`clients_per_round` clients against the std the factory claims
-(`ddp_chain.claimed_std`), as `planted_bug_runs` does.
+`clients_per_round` clients and tests it where the clients added it: each
+round's release rotated back with the round's rotation seed, against the
+factory's claim per rotated coordinate (`ddp_noise_check.check_ddp_noise`),
+as `planted_bug_runs` does. A chain whose summed noise is under
+`ddp_noise_check.MIN_INTEGER_STD` integer units (a few bits for many
+clients) is too coarse for that check; its noise is tested as released
+against the std the factory claims (`ddp_chain.claimed_std`).
 
 With `aggregator="tree"` the aggregator is DP-FTRL with the fixed clip,
 its tree restarted after every epoch of `rounds_per_epoch` rounds (the
@@ -48,6 +53,7 @@ from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import ddp_chain
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import tree_factory
+from tff_canary.federated.audit import ddp_noise_check
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.audit import tree_noise_check
 from tff_canary.harness import ddp_claim
@@ -202,7 +208,8 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
   run's own draws. DP-FTRL's (`aggregator="tree"`) is the tree's
   (`tree_noise_check.check_tree_noise`): the released noise over two
   restarts of the run's tree (restarted at `tree_check_period`), whitened
-  by the tree's claimed covariance.
+  by the tree's claimed covariance. Distributed DP's is in the rotated
+  domain (`ddp_noise_check.check_ddp_noise`, module docstring).
   """
   no_canaries = canary_config.CanaryConfig(
       seed=canary_seed, num_inserted=0, num_held_out=0,
@@ -216,8 +223,12 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
     names = None
   if config.aggregator == "ddp":  # the sum chain, its own claim (module doc)
     params = ddp_parameters_of(config, tasks.num_parameters(task))
+    chain = ddp_chain.ddp_sum_factory(params)
+    if params.total_noise_std() >= ddp_noise_check.MIN_INTEGER_STD:
+      return ddp_noise_check.check_ddp_noise(
+          chain, params, num_clients=config.clients_per_round)
     return noise_check.check_aggregation_noise(
-        ddp_chain.ddp_sum_factory(params), value_type, tensor_names=names,
+        chain, value_type, tensor_names=names,
         num_clients=config.clients_per_round,
         claimed_std=ddp_chain.claimed_std(params))
   if config.aggregator == "tree":

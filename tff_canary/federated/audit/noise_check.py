@@ -36,6 +36,9 @@ process, give `claimed_std` (one number, or one per round): it overrides the
 whole derivation. DP-FTRL's tree aggregation releases noise correlated across
 rounds, which no per-round std describes: its state is refused with a
 pointer to `tff_canary.federated.audit.tree_noise_check`, its self-test.
+TFF's distributed-DP chain adds its noise after a random rotation, where a
+defect of the shares can hide from this check;
+`tff_canary.federated.audit.ddp_noise_check` tests it in that basis.
 """
 
 from __future__ import annotations

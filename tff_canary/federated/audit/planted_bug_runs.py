@@ -44,7 +44,10 @@ self-test (`noise_check.check_aggregation_noise`) runs the run's aggregator
 as configured, with the same participants, on zero values (in server mode
 TFF's factory on the same query: `CanaryDPFactory` adds that query's noise,
 and its scheduled canaries would be in the self-test's rounds); for distributed
-DP the claimed std is the factory's (`planted_bugs.ddp_claimed_std`).
+DP it is `ddp_noise_check.check_ddp_noise`: the sum chain as configured, its
+released noise rotated back with each round's rotation seed and tested
+against the factory's claim per rotated coordinate, where the share reuse
+shows (the two halves of the rotated vector are equal).
 "The tool" caught a run when the audit refuted the claim or the self-test
 failed.
 """
@@ -66,6 +69,7 @@ from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import canary_directions
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.structures import flat_layout
+from tff_canary.federated.audit import ddp_noise_check
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.audit import planted_bugs
 from tff_canary.federated.insertion import seeded_query
@@ -167,7 +171,7 @@ class BugRun:
   claim: str
   verdict: audit_lib.AuditVerdict
   estimates: table_estimates.TableEstimates
-  noise_check: noise_stats.NoiseCheck
+  noise_check: noise_stats.NoiseCheck | ddp_noise_check.DdpNoiseCheck
   seconds: float
 
   @property
@@ -277,7 +281,9 @@ def _sum_query(config: BugRunConfig):
 def aggregators(config: BugRunConfig, canaries: canary_config.CanaryConfig):
   """(the training aggregator, the self-test's aggregator, its claimed std).
 
-  The claimed std is None when the self-test reads it from the DpEvent.
+  The claimed std is None when the self-test reads it from the DpEvent; for
+  DDP it is the factory's in model units (`run`'s rotated-domain self-test
+  takes `config.ddp()` instead).
   """
   if config.aggregator == "ddp":
     params = config.ddp()
@@ -392,10 +398,15 @@ def run(config: BugRunConfig) -> BugRun:
     estimated = table_estimates.estimate_table(table, delta=config.delta)
   value_type = tff.learning.models.weights_type_from_model(
       _model_fn(config)).trainable
-  check = noise_check.check_aggregation_noise(
-      checked, value_type, num_rounds=config.noise_check_rounds,
-      num_clients=config.clients_per_round, claimed_std=claimed_std,
-      seed=config.seed)
+  if config.aggregator == "ddp":  # in the rotated domain (module docstring)
+    check = ddp_noise_check.check_ddp_noise(
+        checked, config.ddp(), num_rounds=config.noise_check_rounds,
+        num_clients=config.clients_per_round, seed=config.seed)
+  else:
+    check = noise_check.check_aggregation_noise(
+        checked, value_type, num_rounds=config.noise_check_rounds,
+        num_clients=config.clients_per_round, claimed_std=claimed_std,
+        seed=config.seed)
   return BugRun(config=config, claimed_epsilon=eps, claim=claim,
                 verdict=verdict, estimates=estimated, noise_check=check,
                 seconds=time.perf_counter() - start)

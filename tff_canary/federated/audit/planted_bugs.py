@@ -33,7 +33,10 @@ Issue 10's three bug classes, each an ordinary user-side `tfp.DPQuery` or
   of its rotated integer vector in the second half, so each round's noise
   lies in a d/2-dimensional subspace fixed by the round's rotation.
   Undoing the rotation spreads the copy over every coordinate of every
-  tensor: no coordinate repeats another, and each has the claimed variance.
+  tensor: no coordinate repeats another, and each has the claimed variance,
+  so the self-test of the released noise passes it;
+  `ddp_noise_check.check_ddp_noise` rotates the release back with the
+  round's seed and finds the halves equal.
 
 `tests/test_planted_bugs_tff.py` checks that the chain's state holds the
 real factory's scale, norm bounds and local std.
