@@ -125,13 +125,27 @@ def test_resume_refuses_other_settings_but_not_resumable_ones():
         saved, dict(noise_multiplier=0.3, eval_every=2), "run/config.json")
 
 
-def test_a_run_with_epochs_gives_canaries_the_clients_participation(tmp_path):
-  # 12 clients, 6 per round: epochs of 2 rounds; 2 epochs = 4 rounds. Every
-  # client and every inserted canary takes part twice (the old default gave
-  # the canaries one presentation).
-  config = tiny(tmp_path / "run", num_rounds=None, epochs=2, num_clients=12,
-                eval_every=0)
-  report = experiment.run_experiment(config, progress=False, log=lambda *a: None)
+# The one finished run of the tests below (a TFF run costs most of their
+# time): 12 clients, 6 per round: epochs of 2 rounds; 2 epochs = 4 rounds.
+EPOCHS = dict(num_rounds=None, epochs=2, num_clients=12)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+  """(its directory, its report) of a finished tiny run of `EPOCHS`, for the
+  tests that read it, resume it and refuse to resume it with other
+  settings."""
+  out = tmp_path_factory.mktemp("finished")
+  report = experiment.run_experiment(tiny(out / "run", **EPOCHS),
+                                     progress=False, log=lambda *a: None)
+  return out, report
+
+
+def test_a_run_with_epochs_gives_canaries_the_clients_participation(
+    finished_run):
+  # Every client and every inserted canary takes part twice (the old
+  # default gave the canaries one presentation).
+  tmp_path, report = finished_run
   saved = json.load(open(tmp_path / "run" / run_dir.CONFIG))
   assert saved["num_rounds"] == 4 and saved["presentations"] == 2
   part = saved["participation"]
@@ -152,9 +166,9 @@ def test_a_run_with_epochs_gives_canaries_the_clients_participation(tmp_path):
   assert report.table.has_max_cosines  # every round recorded
 
 
-def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
-  config = tiny(tmp_path / "run")
-  report = experiment.run_experiment(config, progress=False, log=lambda *a: None)
+def test_a_run_writes_its_directory_and_refuses_to_overwrite(finished_run):
+  tmp_path, report = finished_run
+  config = tiny(tmp_path / "run", **EPOCHS)
   for name in (run_dir.CONFIG, run_dir.METRICS, run_dir.LEDGER,
                run_dir.PARTICIPATION, run_dir.COSINES_CSV, run_dir.COSINES_NPZ,
                run_dir.REPORT_JSON, run_dir.REPORT_MD, run_dir.INITIAL_WEIGHTS,
@@ -171,7 +185,8 @@ def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
   rows = run_dir.RunDir(tmp_path / "run").load_metrics()
   assert [r["round"] for r in rows] == [0, 1, 2, 3]
   assert rows[1]["eval_accuracy"] is not None and rows[0]["eval_accuracy"] is None
-  assert sum(r["canaries_inserted"] for r in rows) == report.estimates.num_inserted
+  assert sum(r["canaries_inserted"] for r in rows) == (
+      saved["presentations"] * report.estimates.num_inserted)
   assert len(run_dir.RunDir(tmp_path / "run").load_ledger()) == 4
   assert report.estimates.one_run_final is not None  # coin assignment
   # The cosines were taken without the other inserted canaries, in the
@@ -191,18 +206,20 @@ def test_a_run_writes_its_directory_and_refuses_to_overwrite(tmp_path):
   with pytest.raises(FileExistsError, match="--resume"):
     experiment.run_experiment(config, progress=False, log=lambda *a: None)
   # Resuming a finished run recomputes nothing but the cosines and report.
-  again = experiment.run_experiment(tiny(tmp_path / "run", resume=True),
+  again = experiment.run_experiment(tiny(tmp_path / "run", resume=True,
+                                         **EPOCHS),
                                     progress=False, log=lambda *a: None)
   assert again.estimates == report.estimates
 
 
-def test_resume_with_other_settings_is_refused(tmp_path):
-  experiment.run_experiment(tiny(tmp_path / "run", num_rounds=2, eval_every=0),
-                            progress=False, log=lambda *a: None)
+def test_resume_with_other_settings_is_refused(finished_run):
+  tmp_path, _ = finished_run
+  config_json = (tmp_path / "run" / run_dir.CONFIG).read_text()
   with pytest.raises(ValueError, match="noise_multiplier: 0.2 -> 0.3"):
     experiment.run_experiment(
-        tiny(tmp_path / "run", num_rounds=2, eval_every=0, noise_multiplier=0.3,
-             resume=True), progress=False, log=lambda *a: None)
+        tiny(tmp_path / "run", noise_multiplier=0.3, resume=True, **EPOCHS),
+        progress=False, log=lambda *a: None)
+  assert (tmp_path / "run" / run_dir.CONFIG).read_text() == config_json
 
 
 def test_missing_tff_data_via_the_script(tmp_path):
@@ -221,7 +238,9 @@ def test_missing_tff_data_via_the_script(tmp_path):
 
 
 def test_a_stackoverflow_run(tmp_path):
-  config = tiny(tmp_path / "so", task="stackoverflow", num_rounds=2,
+  # One round: this checks the task (its model's d, its data, evaluation
+  # and the estimates' dimensions), not training over rounds.
+  config = tiny(tmp_path / "so", task="stackoverflow", num_rounds=1,
                 clients_per_round=4, examples_per_client=4, num_inserted=6,
                 num_held_out=6, noise_multiplier=0.1, eval_every=2,
                 eval_examples=50)

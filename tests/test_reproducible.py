@@ -5,24 +5,23 @@ the first round in which some client's local batches came out of TFF's
 EMNIST preprocessing in the other order (a parallel `map` with
 `deterministic=False`), and in the evaluation loss (TFF's centralized test set
 joins the test clients in an unseeded random order). `tff_canary.harness.tasks` fixes
-both; these tests pin each cause and the end-to-end result.
+both; these tests pin each cause and the end-to-end result, and a run of the
+same command killed in training and resumed gives the same bits too.
 """
 
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from run_files import metrics_without_timing
+import script_runs
 from tff_canary.stats.canaries.cosine_table import CosineTable
 
 pytestmark = pytest.mark.tff
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO, "experiments", "emnist.py")
 # The command of the new-user trial that found the bug (32 examples per
 # client, batch 16: two local batches, so their order matters; evaluation
 # after the last round). Checked by reverting the fix in tff_canary.harness.tasks
@@ -95,16 +94,18 @@ def test_metrics_rows_read_back_keep_their_text(tmp_path):
 # --------------------------------------------------------------- end to end
 
 
-def _run_side_by_side(outs):
-  env = dict(os.environ, PYTHONPATH=REPO + os.pathsep
-             + os.environ.get("PYTHONPATH", ""))
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+  """Two runs of FLAGS, side by side, each to the end."""
+  outs = [str(tmp_path_factory.mktemp(name) / "run") for name in "ab"]
   procs = [subprocess.Popen(
-      [sys.executable, SCRIPT, f"--output_dir={out}", *FLAGS],
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+      script_runs.command(out, FLAGS), stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, env=script_runs.ENV)
            for out in outs]
   for proc in procs:
     output, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, output[-3000:]
+  return outs
 
 
 def _bits(path):
@@ -122,10 +123,8 @@ def _report_numbers(out):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # two runs side by side; a busy machine is slower
-def test_two_runs_of_the_same_command_are_bitwise_identical(tmp_path):
-  outs = [str(tmp_path / "a"), str(tmp_path / "b")]
-  _run_side_by_side(outs)
-  a, b = outs
+def test_two_runs_of_the_same_command_are_bitwise_identical(two_runs):
+  a, b = two_runs
   rows_a = metrics_without_timing(a)
   assert len(rows_a) == 8 and rows_a[-1]["eval_loss"]
   for row_a, row_b in zip(rows_a, metrics_without_timing(b), strict=True):
@@ -145,3 +144,32 @@ def test_two_runs_of_the_same_command_are_bitwise_identical(tmp_path):
       assert za[key].tobytes() == zb[key].tobytes(), key
   assert _report_numbers(a) == _report_numbers(b)
 
+
+# Killed and resumed (tests/test_crash_resume.py kills runs of the paper's
+# canaries). Orthogonal canaries are scored inside each round: their running
+# statistics are in the aggregator state, so they are checkpointed with it.
+# No aggregates, no cosine pass; a kill in training loses the rounds since
+# the last checkpoint and the resumed run must redo them to the same bits as
+# the uninterrupted first run of this command above (checkpoints every 2
+# rounds: the kill comes after the checkpoint of round 2).
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # two_runs first, if this test runs alone
+def test_kill_orthogonal_run_during_training_then_resume(two_runs, tmp_path):
+  out = str(tmp_path / "run")
+  proc = script_runs.start(out, FLAGS)
+  script_runs.kill_when(proc, lambda line: "3/8" in line or "4/8" in line)
+  # metrics.csv is written with each checkpoint: killed in training.
+  assert len(metrics_without_timing(out)) in (2, 4)
+  assert not os.path.exists(os.path.join(out, "report.json"))
+  script_runs.finish(out, FLAGS, "--resume")
+  reference = two_runs[0]
+  assert script_runs.estimates(out) == script_runs.estimates(reference)
+  assert metrics_without_timing(out) == metrics_without_timing(reference)
+  for name in ("initial_weights.npy", "final_weights.npy"):
+    assert (_bits(os.path.join(out, name))
+            == _bits(os.path.join(reference, name))), name
+  table = CosineTable.load(os.path.join(out, "cosines.npz"))
+  assert table == CosineTable.load(os.path.join(reference, "cosines.npz"))
+  assert table.has_max_cosines and table.has_scheduled_sums
+  assert table.rounds_recorded == 8
+  assert not os.path.exists(os.path.join(out, "aggregates.npy"))
