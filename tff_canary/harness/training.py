@@ -12,8 +12,9 @@ shows the round, loss, accuracy, clip norm and canaries inserted.
 With `clients` (a `client_insertion.ClientRounds`, `insertion="clients"`)
 the round, its aggregate, clip, canaries and DpEvent are the client mode's
 (`client_insertion`; with DP-FTRL also its canary scores), and its canary
-outcomes are saved with each checkpoint. With the DDP aggregator a round has no DpEvent (TFF's DDP
-queries emit none): the run writes no ledger.json. Neither does DP-FTRL
+outcomes are saved with each checkpoint. With the DDP aggregator a round
+has no DpEvent (TFF's DDP queries emit none): the run writes no
+ledger.json. Neither does DP-FTRL
 (`aggregator="tree"`: its privacy is per tree, not per round,
 `tree_factory`); its rounds' canary scores (`TREE_SCORES_KEY`) are kept
 instead, and saved to tree_scores.npy with each checkpoint.
