@@ -61,8 +61,10 @@ def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
       result, state, _ = super().get_noised_result(sample_state, global_state)
       return result, state, dp_accounting.GaussianDpEvent(self._claimed)
 
-  def buggy(config, canaries, noise_seed):
-    # The experiment seeds its noise by default (seeded_noise=True).
+  def buggy(config, canaries, noise_seed, rounds_per_epoch=None):
+    # The experiment seeds its noise by default (seeded_noise=True); the
+    # restart period is DP-FTRL's only.
+    del rounds_per_epoch
     return factory.CanaryDPFactory(
         UnderNoisedQuery(config.clip, config.noise_multiplier,
                          config.clients_per_round, noise_seed),
