@@ -15,8 +15,11 @@ The analytical epsilons (docs/method/accounting.md), all from the ledger:
     composed over its rounds without amplification;
   * Poisson: with per-round sampling, every round Poisson-sampled with the
     run's client sampling rate (PLD accountant; amplification by sampling).
-The claim audited by default is the run's own: Poisson for per-round sampling,
-else r participations.
+The claim audited by default is the one the canaries face (`canary_claim`):
+Poisson only for canaries Poisson-sampled themselves (`PerRoundSampling`),
+else r participations; the clients' Poisson epsilon of a run whose canaries
+were not sampled like the clients is shown, marked as not audited, and why.
+The headline names that claim on its first line and in its audit line.
 
 The analytical bound: no attack on a canary can exceed the epsilon of the
 rounds it took part in, composed without amplification, if the mechanism is
@@ -52,6 +55,7 @@ from tff_canary.stats.audit import audit
 from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats import results
 from tff_canary.harness import analytical_epsilons
+from tff_canary.harness import canary_claim as canary_claim_lib
 from tff_canary.harness import ddp_claim
 from tff_canary.harness import experiment_config
 from tff_canary.harness import headline as headline_lib
@@ -102,15 +106,43 @@ class RunReport:
   insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
       "server")
   ddp: Optional[ddp_claim.DdpClaim] = None  # the DDP bound, DDP runs only
+  # The analytical epsilon the canaries face, audited by default
+  # (`canary_claim.choose`); None: `analytical_bound`.
+  canary_claim: Optional[canary_claim_lib.CanaryClaim] = None
 
   @property
   def analytical_bound(self) -> tuple[str, float]:
     """(name, epsilon): the analytical epsilon no attack on a correct
     mechanism can exceed, for the run's largest participation."""
-    name = f"{self.max_participation} participations"
-    if self.max_participation <= 1 or name not in self.analytical:
-      name = "one participation"
+    name = participation_claim(self.analytical)
     return name, self.analytical[name]
+
+  @property
+  def audited_analytical(self) -> tuple[str, float]:
+    """(name, epsilon): the analytical epsilon the canaries face
+    (`canary_claim`), the default claim of the audit and the headline's."""
+    if self.canary_claim is None:
+      return self.analytical_bound
+    return self.canary_claim.name, self.canary_claim.epsilon
+
+  def claim_line(self) -> str:
+    """Which claim the audit tests and why, and the analytical epsilons it
+    does not test (the clients' Poisson one when the canaries were not
+    sampled like the clients)."""
+    name, value = self.audited_analytical
+    if self.claim.startswith("claimed"):
+      line = (f"the audit tests the claimed ε = {self.claimed_epsilon:.4g} "
+              f"given to the report; the canaries face the analytical ε "
+              f"({name}) = {value:.4g}")
+    else:
+      line = f"the audit tests the {self.claim} = {self.claimed_epsilon:.4g}"
+    if self.canary_claim is None:
+      return line
+    line += f": {self.canary_claim.reason}"
+    for other, why in self.canary_claim.not_audited.items():
+      line += (f". Not audited: {other} = {self.analytical[other]:.4g}, "
+               f"{why}; {canary_claim_lib.HOW_TO_AUDIT_POISSON}")
+    return line
 
   def above_analytical_bound(self) -> list[dict[str, Any]]:
     """What is evidence against `analytical_bound`, with intervals: an
@@ -205,8 +237,16 @@ class RunReport:
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""
     out = []
+    not_audited = ({} if self.canary_claim is None
+                   else self.canary_claim.not_audited)
     for name, value in self.analytical.items():
-      out.append(ddp_claim.analytical_row(name, value, self.ddp))
+      row = ddp_claim.analytical_row(name, value, self.ddp)
+      if name == self.audited_analytical[0]:
+        row = row[:3] + (row[3] + "; the claim the canaries face (audited "
+                         "unless a claimed ε is given)",)
+      elif name in not_audited:
+        row = row[:3] + (row[3] + "; not audited: " + not_audited[name],)
+      out.append(row)
     above = {item["name"] for item in self.above_analytical_bound()}
     bound = self.analytical_bound[1]
     for name, kind, result in self.estimates.rows():
@@ -255,6 +295,7 @@ class RunReport:
       value = results.format_number(value)
       lines.append(f"{name:{width}s} {kind:14s} {value:>10s}  {detail}")
     lines.append(f"audit ({self.claim}): {self.verdict}")
+    lines.append(f"claim: {self.claim_line()}")
     lines += [f"flag: {self._flag(item)}"
               for item in self.above_analytical_bound()]
     lines.append(self.known_canaries_line())
@@ -281,6 +322,9 @@ class RunReport:
         headline=self.headline().as_dict(),
         analytical_bound=dict(zip(("name", "epsilon"),
                                   self.analytical_bound)),
+        canary_claim=(None if self.canary_claim is None
+                      else self.canary_claim.as_dict()),
+        claim_line=self.claim_line(),
         above_analytical_bound=self.above_analytical_bound(),
         participation=self.participation,
         participation_line=self.participation_line(),
@@ -324,7 +368,8 @@ class RunReport:
               "| epsilon | kind | value | detail |", "|---|---|---:|---|"]
     for name, kind, value, detail in self.rows():
       lines.append(f"| {name} | {kind} | {results.format_number(value)} | {detail} |")
-    lines += ["", f"**Audit** of the {self.claim}: {self.verdict}.", ""]
+    lines += ["", f"**Audit** of the {self.claim}: {self.verdict}.", "",
+              f"Claim: {self.claim_line()}.", ""]
     if self.noise_check is not None:
       lines += [f"**{self.noise_check_line()}**", ""]
     for item in self.above_analytical_bound():
@@ -346,6 +391,13 @@ class RunReport:
                        for name, alt in PLOT_FILES.items()]
     lines.append("")
     return "\n".join(lines)
+
+
+def participation_claim(analytical: dict[str, float]) -> str:
+  """The name of the analytical epsilon of the canaries' largest
+  participation: "<r> participations" (r > 1), else "one participation"."""
+  return next((k for k in analytical if k.endswith(" participations")),
+              "one participation")
 
 
 # A run's report: DP-FTRL runs have their own (`tree_report`).
@@ -378,6 +430,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
         claimed_epsilon=claimed_epsilon)
   table = rd.load_table(config)
   events = rd.load_participation()
+  schedule = canary_claim_lib.recorded_schedule(config, table.schedule)
   estimates = table_estimates.estimate_table(table, delta=delta,
                                              confidence=confidence)
   ddp = None
@@ -386,13 +439,12 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                                                               delta)
   else:
     analytical, max_participation = analytical_epsilons.analytical(
-        config, rd.load_ledger(), events, delta)
+        config, rd.load_ledger(), events, delta,
+        canary_rate=canary_claim_lib.poisson_rate(schedule))
+  faced = canary_claim_lib.choose(config, schedule, analytical,
+                                  participation_claim(analytical))
   if claimed_epsilon is None:
-    if "Poisson sampling (PLD)" in analytical:
-      claim_name = "Poisson sampling (PLD)"
-    else:
-      claim_name = next((k for k in analytical if k.endswith("participations")),
-                        "one participation")
+    claim_name = faced.name
     claimed_epsilon = analytical[claim_name]
     claim = (f"analytical ε ({claim_name})" if ddp is None
              else f"analytical DDP bound ({claim_name})")
@@ -401,7 +453,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                                                 "claimed_epsilon")
     claim = "claimed ε"
   # Poisson and DDP claims are not Gaussian: Steinke et al.'s bound (`audit`).
-  gaussian_claim = (ddp is None and config["sampling"] != "per_round")
+  gaussian_claim = ddp is None and not faced.amplified
   verdict = audit.audit_table(table, claimed_epsilon=claimed_epsilon,
                               delta=delta, confidence=confidence,
                               gaussian_claim=gaussian_claim)
@@ -415,7 +467,8 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                    participation=config.get("participation"),
                    noise_check=noise_check,
                    delta_source=source,
-                   insertion=insertion_notes.load(rd, config), ddp=ddp)
+                   insertion=insertion_notes.load(rd, config), ddp=ddp,
+                   canary_claim=faced)
 
 
 def write_report(report: Report, plots: bool = True,
