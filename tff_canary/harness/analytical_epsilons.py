@@ -17,6 +17,8 @@ from typing import Any, Optional
 import numpy as np
 
 from tff_canary.harness import canary_claim
+from tff_canary.harness import ddp_claim
+from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir as run_dir_lib
 
 
@@ -79,3 +81,30 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
     out[canary_claim.POISSON_AT_CANARY_RATE] = ledger.epsilon_poisson(
         canary_rate, delta)
   return out, max_participation
+
+
+def of_run(rd: run_dir_lib.RunDir, config: dict[str, Any],
+           table_schedule: str, events: np.ndarray, delta: float
+           ) -> tuple[dict[str, float], int, Any, canary_claim.CanaryClaim]:
+  """(analytical epsilons, largest participation, the DDP claim or None,
+  the claim the canaries face) of a run directory `rd`: the DDP bound of a
+  DDP run (`ddp_claim`, no ledger), else the ledger's (`analytical`).
+
+  Args:
+    rd: the run directory (`run_dir.RunDir`).
+    config: its config.json.
+    table_schedule: the cosine table's `schedule` (`canary_claim`).
+    events: participation.npz's (round, canary id) events.
+    delta: in (0, 1).
+  """
+  schedule = canary_claim.recorded_schedule(config, table_schedule)
+  ddp = None
+  if experiment_config.aggregator_of(config) == "ddp":  # no ledger
+    values, max_participation, ddp = ddp_claim.analytical(config, events,
+                                                          delta)
+  else:
+    values, max_participation = analytical(
+        config, rd.load_ledger(), events, delta,
+        canary_rate=canary_claim.poisson_rate(schedule))
+  return (values, max_participation, ddp,
+          canary_claim.choose(config, schedule, values))

@@ -138,10 +138,42 @@ class CanaryClaim:
                 amplified=self.amplified, reason=self.reason,
                 not_audited=dict(self.not_audited))
 
+  def row_note(self, name: str) -> str:
+    """What the report's row of analytical epsilon `name` adds."""
+    if name == self.name:
+      return ("; the claim the canaries face (audited unless a claimed ε is "
+              "given)")
+    if name in self.not_audited:
+      return f"; not audited: {self.not_audited[name]}"
+    return ""
+
+  def line(self, claim: str, claimed_epsilon: float,
+           analytical: dict[str, float]) -> str:
+    """Which claim the audit tests (`claim`, e.g. "analytical ε (one
+    participation)" or "claimed ε"), why, and what it does not test."""
+    if claim.startswith("claimed"):
+      line = (f"the audit tests the claimed ε = {claimed_epsilon:.4g} given "
+              f"to the report; the canaries face the analytical ε "
+              f"({self.name}) = {self.epsilon:.4g}")
+    else:
+      line = f"the audit tests the {claim} = {claimed_epsilon:.4g}"
+    line += f": {self.reason}"
+    for other, why in self.not_audited.items():
+      line += (f". Not audited: {other} = {analytical[other]:.4g}, {why}; "
+               f"{HOW_TO_AUDIT_POISSON}")
+    return line
+
+
+def participation_name(analytical: dict[str, float]) -> str:
+  """The analytical epsilon of the canaries' largest participation: "<r>
+  participations" (r > 1) if `analytical` has it, else "one
+  participation"."""
+  return next((k for k in analytical if k.endswith(" participations")),
+              "one participation")
+
 
 def choose(config: dict[str, Any], schedule: Optional[schedules.Schedule],
-           analytical: dict[str, float], participation_name: str
-           ) -> CanaryClaim:
+           analytical: dict[str, float]) -> CanaryClaim:
   """The claim the canaries face (module docstring).
 
   Args:
@@ -152,10 +184,9 @@ def choose(config: dict[str, Any], schedule: Optional[schedules.Schedule],
       canaries it holds `POISSON` (at the clients' rate) or
       `POISSON_AT_CANARY_RATE` (`analytical_epsilons.analytical`), unless the
       run has no ledger.
-    participation_name: the analytical epsilon of the canaries' largest
-      participation ("one participation" or "<r> participations").
   """
   p, q = poisson_rate(schedule), clients_rate(config)
+  participation = participation_name(analytical)
   what = "not recorded" if schedule is None else repr(schedule)
   if p is not None:
     name = (POISSON if q is not None and math.isclose(p, q, rel_tol=1e-9)
@@ -172,7 +203,7 @@ def choose(config: dict[str, Any], schedule: Optional[schedules.Schedule],
             f"canaries were Poisson-sampled at {p:.4g}, so it does not bound "
             "what they can leak")
       return CanaryClaim(name, analytical[name], True, reason, not_audited)
-  rounds = participation_name.split()[0]
+  rounds = participation.split()[0]
   reason = (f"each canary takes part in at most one round ({what}), without "
             "amplification" if rounds == "one" else
             f"each canary takes part in at most {rounds} rounds ({what}), "
@@ -183,9 +214,10 @@ def choose(config: dict[str, Any], schedule: Optional[schedules.Schedule],
         f"the clients' claim (sampling='per_round' at rate {q:.4g}); it holds "
         "only for records Poisson-sampled at that rate, and these canaries "
         "were not, so it does not bound what they can leak")
-  return CanaryClaim(participation_name, analytical[participation_name],
-                     False, reason, not_audited)
+  return CanaryClaim(participation, analytical[participation], False, reason,
+                     not_audited)
 
 
 __all__ = ["CanaryClaim", "POISSON", "POISSON_AT_CANARY_RATE", "choose",
-           "clients_rate", "poisson_rate", "recorded_schedule", "schedule_of"]
+           "clients_rate", "participation_name", "poisson_rate",
+           "recorded_schedule", "schedule_of"]

@@ -5,7 +5,7 @@ answer "how much does this run leak?" (docs/method/which-epsilon.md):
 
   * the analytical epsilon: what the run's DP accounting guarantees for the
     canaries' own participation, the claim the audit tests by default
-    (`RunReport.audited_analytical`, `canary_claim`); the first line and
+    (`RunReport.canary_claim`, `canary_claim`); the first line and
     the audit line name the same one;
   * epsilon-final: the mean-only estimate for the final model, with its
     interval (the variant whose variance is the null's, so it is not biased
@@ -192,7 +192,7 @@ def noise_check_verdict(noise_check: Optional[dict[str, Any]]
 
 def of_report(report: Any) -> Headline:
   """The headline of a `report.RunReport` (module docstring)."""
-  name, claim = report.audited_analytical
+  name, claim = report.canary_claim.name, report.canary_claim.epsilon
   target = report.analytical_bound  # what the estimates target
   bound = target[1]
   est = report.estimates

@@ -15,11 +15,7 @@ The analytical epsilons (docs/method/accounting.md), all from the ledger:
     composed over its rounds without amplification;
   * Poisson: with per-round sampling, every round Poisson-sampled with the
     run's client sampling rate (PLD accountant; amplification by sampling).
-The claim audited by default is the one the canaries face (`canary_claim`):
-Poisson only for canaries Poisson-sampled themselves (`PerRoundSampling`),
-else r participations; the clients' Poisson epsilon of a run whose canaries
-were not sampled like the clients is shown, marked as not audited, and why.
-The headline names that claim on its first line and in its audit line.
+The claim audited by default is the one the canaries face (`canary_claim`).
 
 The analytical bound: no attack on a canary can exceed the epsilon of the
 rounds it took part in, composed without amplification, if the mechanism is
@@ -106,43 +102,19 @@ class RunReport:
   insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
       "server")
   ddp: Optional[ddp_claim.DdpClaim] = None  # the DDP bound, DDP runs only
-  # The analytical epsilon the canaries face, audited by default
-  # (`canary_claim.choose`); None: `analytical_bound`.
-  canary_claim: Optional[canary_claim_lib.CanaryClaim] = None
+  canary_claim: Optional[canary_claim_lib.CanaryClaim] = None  # `choose`
 
   @property
   def analytical_bound(self) -> tuple[str, float]:
     """(name, epsilon): the analytical epsilon no attack on a correct
     mechanism can exceed, for the run's largest participation."""
-    name = participation_claim(self.analytical)
+    name = canary_claim_lib.participation_name(self.analytical)
     return name, self.analytical[name]
 
-  @property
-  def audited_analytical(self) -> tuple[str, float]:
-    """(name, epsilon): the analytical epsilon the canaries face
-    (`canary_claim`), the default claim of the audit and the headline's."""
-    if self.canary_claim is None:
-      return self.analytical_bound
-    return self.canary_claim.name, self.canary_claim.epsilon
-
   def claim_line(self) -> str:
-    """Which claim the audit tests and why, and the analytical epsilons it
-    does not test (the clients' Poisson one when the canaries were not
-    sampled like the clients)."""
-    name, value = self.audited_analytical
-    if self.claim.startswith("claimed"):
-      line = (f"the audit tests the claimed ε = {self.claimed_epsilon:.4g} "
-              f"given to the report; the canaries face the analytical ε "
-              f"({name}) = {value:.4g}")
-    else:
-      line = f"the audit tests the {self.claim} = {self.claimed_epsilon:.4g}"
-    if self.canary_claim is None:
-      return line
-    line += f": {self.canary_claim.reason}"
-    for other, why in self.canary_claim.not_audited.items():
-      line += (f". Not audited: {other} = {self.analytical[other]:.4g}, "
-               f"{why}; {canary_claim_lib.HOW_TO_AUDIT_POISSON}")
-    return line
+    """Which claim the audit tests and why (`CanaryClaim.line`)."""
+    return self.canary_claim.line(self.claim, self.claimed_epsilon,
+                                  self.analytical)
 
   def above_analytical_bound(self) -> list[dict[str, Any]]:
     """What is evidence against `analytical_bound`, with intervals: an
@@ -237,16 +209,9 @@ class RunReport:
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""
     out = []
-    not_audited = ({} if self.canary_claim is None
-                   else self.canary_claim.not_audited)
     for name, value in self.analytical.items():
       row = ddp_claim.analytical_row(name, value, self.ddp)
-      if name == self.audited_analytical[0]:
-        row = row[:3] + (row[3] + "; the claim the canaries face (audited "
-                         "unless a claimed ε is given)",)
-      elif name in not_audited:
-        row = row[:3] + (row[3] + "; not audited: " + not_audited[name],)
-      out.append(row)
+      out.append(row[:3] + (row[3] + self.canary_claim.row_note(name),))
     above = {item["name"] for item in self.above_analytical_bound()}
     bound = self.analytical_bound[1]
     for name, kind, result in self.estimates.rows():
@@ -322,8 +287,7 @@ class RunReport:
         headline=self.headline().as_dict(),
         analytical_bound=dict(zip(("name", "epsilon"),
                                   self.analytical_bound)),
-        canary_claim=(None if self.canary_claim is None
-                      else self.canary_claim.as_dict()),
+        canary_claim=self.canary_claim.as_dict(),
         claim_line=self.claim_line(),
         above_analytical_bound=self.above_analytical_bound(),
         participation=self.participation,
@@ -393,13 +357,6 @@ class RunReport:
     return "\n".join(lines)
 
 
-def participation_claim(analytical: dict[str, float]) -> str:
-  """The name of the analytical epsilon of the canaries' largest
-  participation: "<r> participations" (r > 1), else "one participation"."""
-  return next((k for k in analytical if k.endswith(" participations")),
-              "one participation")
-
-
 # A run's report: DP-FTRL runs have their own (`tree_report`).
 Report = Union[RunReport, tree_report.TreeRunReport]
 
@@ -430,22 +387,12 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
         claimed_epsilon=claimed_epsilon)
   table = rd.load_table(config)
   events = rd.load_participation()
-  schedule = canary_claim_lib.recorded_schedule(config, table.schedule)
   estimates = table_estimates.estimate_table(table, delta=delta,
                                              confidence=confidence)
-  ddp = None
-  if experiment_config.aggregator_of(config) == "ddp":  # no ledger
-    analytical, max_participation, ddp = ddp_claim.analytical(config, events,
-                                                              delta)
-  else:
-    analytical, max_participation = analytical_epsilons.analytical(
-        config, rd.load_ledger(), events, delta,
-        canary_rate=canary_claim_lib.poisson_rate(schedule))
-  faced = canary_claim_lib.choose(config, schedule, analytical,
-                                  participation_claim(analytical))
+  analytical, max_participation, ddp, faced = analytical_epsilons.of_run(
+      rd, config, table.schedule, events, delta)
   if claimed_epsilon is None:
-    claim_name = faced.name
-    claimed_epsilon = analytical[claim_name]
+    claim_name, claimed_epsilon = faced.name, faced.epsilon
     claim = (f"analytical ε ({claim_name})" if ddp is None
              else f"analytical DDP bound ({claim_name})")
   else:
