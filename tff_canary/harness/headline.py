@@ -215,7 +215,7 @@ def of_report(report: Any) -> Headline:
                   f"{verdict.largest_bound:.4g} > {report.claim} = "
                   f"{report.claimed_epsilon:.4g} at {report.confidence:.0%} "
                   "confidence")
-  for other in getattr(report.canary_claim, "not_audited", {}):
+  for other in report.canary_claim.not_audited:
     audit_text += (f"; the clients' {other} = "
                    f"{report.analytical[other]:.4g} is not tested: the "
                    "canaries were not sampled like the clients (details)")
