@@ -22,6 +22,7 @@ import pytest
 
 import fake_runs
 from tff_canary.harness import report as report_lib
+from tff_canary.stats import atomic_files
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -110,4 +111,4 @@ def test_report_command_without_tensorflow(stats_only_python, tmp_path):
   assert proc.stdout.startswith("analytical ε ")  # the headline first
   assert "epsilon_final" in proc.stdout  # then, with --details, the table
   got = json.loads((run / "report.json").read_text())
-  assert got == json.loads(json.dumps(expected))
+  assert got == json.loads(atomic_files.dumps_json(expected))  # strict JSON

@@ -14,6 +14,7 @@ from tff_canary.stats.audit import audit
 
 from tff_canary.stats import results
 from tff_canary.harness import report, run_dir
+from tff_canary.stats.canaries import schedules
 
 from fake_runs import make_run
 
@@ -44,7 +45,10 @@ def test_audit_refutes_a_claim_far_below_the_truth(tmp_path):
 
 
 def test_poisson_claim_with_per_round_sampling(tmp_path):
-  path = make_run(tmp_path / "run", sampling="per_round")
+  # Canaries Poisson-sampled at the clients' rate 20 / 1000 (the experiments'
+  # --sampling=per_round); other canaries: tests/test_canary_claim.py.
+  path = make_run(tmp_path / "run", sampling="per_round",
+                  schedule=repr(schedules.PerRoundSampling(40, 20 / 1000)))
   r = report.build_report(path)
   assert r.claim == "analytical ε (Poisson sampling (PLD))"
   assert r.analytical["Poisson sampling (PLD)"] < r.analytical["one participation"]
@@ -270,12 +274,15 @@ def test_a_bound_row_states_the_audits_level_and_value(tmp_path):
     audited = verdict.bounds[report.AUDITED_AS[name]]
     assert (f"in the audit: {results.format_number(audited.epsilon)} at "
             "98.75%, not 95% (Bonferroni over 4 bounds)") in detail
-  # Estimates and the paper's nominal bounds are not in the audit.
+  # Estimates and the paper's nominal bounds are not in the audit; the
+  # analytical rows say which claim is audited, at no bound's level.
   for name, kind, _, detail in r.rows():
     if kind == "nominal bound":
       assert "not in the audit" in detail
-    elif kind in ("estimate", "analytical"):
+    elif kind == "estimate":
       assert "audit" not in detail
+    elif kind == "analytical":
+      assert "in the audit" not in detail
   # The level follows --confidence.
   r90 = report.build_report(make_run(tmp_path / "run"), confidence=0.9)
   assert any("at 97.50%, not 90%" in d for _, _, _, d in r90.rows())

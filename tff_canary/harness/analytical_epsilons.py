@@ -3,7 +3,9 @@
 The analytical epsilons (docs/method/accounting.md), all from the run's
 DpEvent ledger (`ledger.Ledger`): one participation (the paper's "analytical
 epsilon"), the run's largest participation composed without amplification,
-and, with per-round sampling, Poisson sampling with the run's rate (PLD).
+with per-round sampling Poisson sampling at the clients' rate (PLD), and for
+canaries Poisson-sampled at another rate, Poisson sampling at theirs
+(`canary_claim` says which one the audit tests).
 `delta_source` says where the report's delta came from.
 """
 
@@ -14,6 +16,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tff_canary.harness import canary_claim
+from tff_canary.harness import ddp_claim
+from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir as run_dir_lib
 
 
@@ -41,8 +46,14 @@ def delta_source(config: dict[str, Any], given: Optional[float]) -> str:
 
 
 def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
-               delta: float) -> tuple[dict[str, float], int]:
-  """({name: epsilon}, largest participation of a canary) of a run."""
+               delta: float, canary_rate: Optional[float] = None
+               ) -> tuple[dict[str, float], int]:
+  """({name: epsilon}, largest participation of a canary) of a run.
+
+  `canary_rate`: p of Poisson-sampled canaries (`canary_claim.poisson_rate`),
+  None otherwise; a p other than the clients' rate adds
+  `canary_claim.POISSON_AT_CANARY_RATE`.
+  """
   out = {"one participation": ledger.epsilon_one_participation(delta)}
   max_participation = 0
   if events.size:
@@ -62,5 +73,38 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
           f"and num_clients = {config['num_clients']}: the Poisson sampling "
           f"rate clients_per_round / num_clients = {rate:.4g} is not in "
           "(0, 1].")
-    out["Poisson sampling (PLD)"] = ledger.epsilon_poisson(rate, delta)
+    out[canary_claim.POISSON] = ledger.epsilon_poisson(rate, delta)
+  if canary_rate is not None and (
+      canary_claim.POISSON not in out
+      or not math.isclose(canary_rate, canary_claim.clients_rate(config),
+                          rel_tol=1e-9)):
+    out[canary_claim.POISSON_AT_CANARY_RATE] = ledger.epsilon_poisson(
+        canary_rate, delta)
   return out, max_participation
+
+
+def of_run(rd: run_dir_lib.RunDir, config: dict[str, Any],
+           table_schedule: str, events: np.ndarray, delta: float
+           ) -> tuple[dict[str, float], int, Any, canary_claim.CanaryClaim]:
+  """(analytical epsilons, largest participation, the DDP claim or None,
+  the claim the canaries face) of a run directory `rd`: the DDP bound of a
+  DDP run (`ddp_claim`, no ledger), else the ledger's (`analytical`).
+
+  Args:
+    rd: the run directory (`run_dir.RunDir`).
+    config: its config.json.
+    table_schedule: the cosine table's `schedule` (`canary_claim`).
+    events: participation.npz's (round, canary id) events.
+    delta: in (0, 1).
+  """
+  schedule = canary_claim.recorded_schedule(config, table_schedule)
+  ddp = None
+  if experiment_config.aggregator_of(config) == "ddp":  # no ledger
+    values, max_participation, ddp = ddp_claim.analytical(config, events,
+                                                          delta)
+  else:
+    values, max_participation = analytical(
+        config, rd.load_ledger(), events, delta,
+        canary_rate=canary_claim.poisson_rate(schedule))
+  return (values, max_participation, ddp,
+          canary_claim.choose(config, schedule, values))

@@ -50,7 +50,6 @@ round gives None, and its scores go to tree_scores.npy (`training`).
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping, NamedTuple, Optional
 
 import numpy as np
@@ -71,8 +70,8 @@ def load_outcomes(rd: run_dir_lib.RunDir, done: int) -> list[dict[str, Any]]:
   """canary_outcomes.json's records of rounds before `done` ([] if none)."""
   if not done or not rd.exists(run_dir_lib.CANARY_OUTCOMES):
     return []
-  with open(rd.file(run_dir_lib.CANARY_OUTCOMES), encoding="utf-8") as f:
-    records = json.load(f)["outcomes"]
+  records = atomic_files.read_json(
+      rd.file(run_dir_lib.CANARY_OUTCOMES))["outcomes"]
   return [r for r in records if r["round_num"] < done]
 
 

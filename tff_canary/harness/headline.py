@@ -4,7 +4,9 @@ A run's report holds a dozen epsilons. The headline picks the ones that
 answer "how much does this run leak?" (docs/method/which-epsilon.md):
 
   * the analytical epsilon: what the run's DP accounting guarantees for the
-    largest participation of a canary (`RunReport.analytical_bound`);
+    canaries' own participation, the claim the audit tests by default
+    (`RunReport.canary_claim`, `canary_claim`); the first line and
+    the audit line name the same one;
   * epsilon-final: the mean-only estimate for the final model, with its
     interval (the variant whose variance is the null's, so it is not biased
     upward by the sampling noise of a fitted variance);
@@ -48,6 +50,11 @@ AUDITED_AS = {
     f"{_A}: one-run bound": "one-run bound all",
     f"{_A}: tight one-run bound": "tight one-run bound all",
 }
+# What a headline says of a noise self-test of zero claimed noise that saw
+# exactly zero output (`noise_check_verdict`).
+NOISE_CHECK_DEGENERATE = (
+    "degenerate (no noise claimed): the released rounds were exactly zero, "
+    "which is all a check of zero noise can say")
 # What a headline says when a user's loop ran no noise self-test.
 NOISE_CHECK_NOT_RUN = (
     "not run (run tff_canary.federated.audit.noise_check."
@@ -86,16 +93,25 @@ class Headline:
   audit_text: str
   noise_check_verdict: str
   noise_check_text: str
+  # What the estimates are compared with when it is not the analytical
+  # epsilon above (Poisson-sampled canaries: the estimates target the
+  # epsilon of the canaries' rounds without amplification); None: that one.
+  estimates_target: Optional[tuple[str, float]] = None
 
   def _estimate_line(self, label: str, est: Optional[Estimate]) -> str:
     if est is None:
       return f"{label:14s}{'-':>8s}  {self.epsilon_all_missing}"
+    target, what = self.analytical_epsilon, "the analytical ε"
+    if self.estimates_target is not None:
+      target = self.estimates_target[1]
+      what = (f"the ε of the canaries' rounds unamplified "
+              f"({self.estimates_target[0]}, {target:.4g})")
     if est.above_analytical:
-      status = "ABOVE the analytical ε (the whole interval)"
-    elif est.ci[1] < self.analytical_epsilon:
-      status = "below the analytical ε"
+      status = f"ABOVE {what} (the whole interval)"
+    elif est.ci[1] < target:
+      status = f"below {what}"
     else:
-      status = "consistent with the analytical ε"
+      status = f"consistent with {what}"
     return (f"{label:14s}{results.format_number(est.value):>8s}  "
             f"{self.confidence:.0%} CI [{est.ci[0]:.4g}, {est.ci[1]:.4g}]; "
             f"{status}")
@@ -126,6 +142,8 @@ class Headline:
         delta=self.delta, confidence=self.confidence,
         analytical_epsilon=dict(name=self.analytical_name,
                                 value=self.analytical_epsilon),
+        estimates_target=(None if self.estimates_target is None else dict(
+            zip(("name", "value"), self.estimates_target))),
         epsilon_final=self.epsilon_final.as_dict(),
         epsilon_all=(None if self.epsilon_all is None
                      else self.epsilon_all.as_dict()),
@@ -148,12 +166,21 @@ def estimate(name: str, result: Any, analytical_epsilon: float) -> Estimate:
 
 def noise_check_verdict(noise_check: Optional[dict[str, Any]]
                         ) -> tuple[str, str]:
-  """(verdict, text) of a run's noise_check.json: verdict "passed", "failed"
-  or "not run"; the text says what the test found (its first note, if any)."""
+  """(verdict, text) of a run's noise_check.json: verdict "passed",
+  "failed", "degenerate" or "not run"; the text says what the test found (its
+  first note, if any).
+
+  "degenerate": no noise was claimed (noise multiplier 0, noise_check.json's
+  `degenerate`) and the output was exactly zero, which is all a check of zero
+  noise can say; it is no pass of a noise test. Zero claimed noise with a
+  nonzero output stays "failed".
+  """
   if noise_check is None:
     return "not run", NOISE_CHECK_NOT_RUN
   verdict = noise_check.get("verdict") or (
       "passed" if noise_check.get("passed") else "failed")
+  if noise_check.get("degenerate") and verdict == "passed":
+    return "degenerate", NOISE_CHECK_DEGENERATE
   text = verdict
   notes = noise_check.get("notes") or []
   if notes:
@@ -165,7 +192,9 @@ def noise_check_verdict(noise_check: Optional[dict[str, Any]]
 
 def of_report(report: Any) -> Headline:
   """The headline of a `report.RunReport` (module docstring)."""
-  name, bound = report.analytical_bound
+  name, claim = report.canary_claim.name, report.canary_claim.epsilon
+  target = report.analytical_bound  # what the estimates target
+  bound = target[1]
   est = report.estimates
   epsilon_all = None
   if est.all_iterates is not None:
@@ -186,13 +215,18 @@ def of_report(report: Any) -> Headline:
                   f"{verdict.largest_bound:.4g} > {report.claim} = "
                   f"{report.claimed_epsilon:.4g} at {report.confidence:.0%} "
                   "confidence")
+  for other in report.canary_claim.not_audited:
+    audit_text += (f"; the clients' {other} = "
+                   f"{report.analytical[other]:.4g} is not tested: the "
+                   "canaries were not sampled like the clients (details)")
   if est.one_run_final is None:  # no fair-coin assignment
     audit_text += ("; no one-run bounds without CanaryConfig("
                    "assignment=\"coin\")")
   noise_verdict, noise_text = noise_check_verdict(report.noise_check)
   return Headline(
       delta=report.delta, confidence=report.confidence, analytical_name=name,
-      analytical_epsilon=bound,
+      analytical_epsilon=claim,
+      estimates_target=None if target[0] == name else target,
       epsilon_final=estimate(
           f"{_F}: epsilon_final (mean-only)",
           est.final_mean_only, bound),

@@ -38,12 +38,12 @@ from before the client mode, or a `RunWriter`'s, is "server"):
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Optional
 
 from tff_canary.harness import ddp_claim
 from tff_canary.harness import experiment_config
 from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.stats import atomic_files
 
 # Zeroed canaries listed in the terminal table (report.md lists all).
 TERMINAL_FINDINGS = 10
@@ -163,8 +163,7 @@ def load(rd: run_dir_lib.RunDir, config: dict[str, Any]) -> InsertionNotes:
     return InsertionNotes("server")
   path = rd.file(run_dir_lib.CANARY_OUTCOMES)
   try:
-    with open(path, encoding="utf-8") as f:
-      outcomes = json.load(f)["outcomes"]
+    outcomes = atomic_files.read_json(path)["outcomes"]
   except FileNotFoundError:
     raise run_dir_lib.RunDirError(
         f"{path} is missing: a run with insertion='clients' records what "

@@ -15,8 +15,7 @@ The analytical epsilons (docs/method/accounting.md), all from the ledger:
     composed over its rounds without amplification;
   * Poisson: with per-round sampling, every round Poisson-sampled with the
     run's client sampling rate (PLD accountant; amplification by sampling).
-The claim audited by default is the run's own: Poisson for per-round sampling,
-else r participations.
+The claim audited by default is the one the canaries face (`canary_claim`).
 
 The analytical bound: no attack on a canary can exceed the epsilon of the
 rounds it took part in, composed without amplification, if the mechanism is
@@ -52,6 +51,7 @@ from tff_canary.stats.audit import audit
 from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats import results
 from tff_canary.harness import analytical_epsilons
+from tff_canary.harness import canary_claim as canary_claim_lib
 from tff_canary.harness import ddp_claim
 from tff_canary.harness import experiment_config
 from tff_canary.harness import headline as headline_lib
@@ -102,15 +102,19 @@ class RunReport:
   insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
       "server")
   ddp: Optional[ddp_claim.DdpClaim] = None  # the DDP bound, DDP runs only
+  canary_claim: Optional[canary_claim_lib.CanaryClaim] = None  # `choose`
 
   @property
   def analytical_bound(self) -> tuple[str, float]:
     """(name, epsilon): the analytical epsilon no attack on a correct
     mechanism can exceed, for the run's largest participation."""
-    name = f"{self.max_participation} participations"
-    if self.max_participation <= 1 or name not in self.analytical:
-      name = "one participation"
+    name = canary_claim_lib.participation_name(self.analytical)
     return name, self.analytical[name]
+
+  def claim_line(self) -> str:
+    """Which claim the audit tests and why (`CanaryClaim.line`)."""
+    return self.canary_claim.line(self.claim, self.claimed_epsilon,
+                                  self.analytical)
 
   def above_analytical_bound(self) -> list[dict[str, Any]]:
     """What is evidence against `analytical_bound`, with intervals: an
@@ -206,7 +210,8 @@ class RunReport:
     """(name, kind, epsilon, detail) rows of the report's table."""
     out = []
     for name, value in self.analytical.items():
-      out.append(ddp_claim.analytical_row(name, value, self.ddp))
+      row = ddp_claim.analytical_row(name, value, self.ddp)
+      out.append(row[:3] + (row[3] + self.canary_claim.row_note(name),))
     above = {item["name"] for item in self.above_analytical_bound()}
     bound = self.analytical_bound[1]
     for name, kind, result in self.estimates.rows():
@@ -255,6 +260,7 @@ class RunReport:
       value = results.format_number(value)
       lines.append(f"{name:{width}s} {kind:14s} {value:>10s}  {detail}")
     lines.append(f"audit ({self.claim}): {self.verdict}")
+    lines.append(f"claim: {self.claim_line()}")
     lines += [f"flag: {self._flag(item)}"
               for item in self.above_analytical_bound()]
     lines.append(self.known_canaries_line())
@@ -281,6 +287,8 @@ class RunReport:
         headline=self.headline().as_dict(),
         analytical_bound=dict(zip(("name", "epsilon"),
                                   self.analytical_bound)),
+        canary_claim=self.canary_claim.as_dict(),
+        claim_line=self.claim_line(),
         above_analytical_bound=self.above_analytical_bound(),
         participation=self.participation,
         participation_line=self.participation_line(),
@@ -324,7 +332,8 @@ class RunReport:
               "| epsilon | kind | value | detail |", "|---|---|---:|---|"]
     for name, kind, value, detail in self.rows():
       lines.append(f"| {name} | {kind} | {results.format_number(value)} | {detail} |")
-    lines += ["", f"**Audit** of the {self.claim}: {self.verdict}.", ""]
+    lines += ["", f"**Audit** of the {self.claim}: {self.verdict}.", "",
+              f"Claim: {self.claim_line()}.", ""]
     if self.noise_check is not None:
       lines += [f"**{self.noise_check_line()}**", ""]
     for item in self.above_analytical_bound():
@@ -380,20 +389,10 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
   events = rd.load_participation()
   estimates = table_estimates.estimate_table(table, delta=delta,
                                              confidence=confidence)
-  ddp = None
-  if experiment_config.aggregator_of(config) == "ddp":  # no ledger
-    analytical, max_participation, ddp = ddp_claim.analytical(config, events,
-                                                              delta)
-  else:
-    analytical, max_participation = analytical_epsilons.analytical(
-        config, rd.load_ledger(), events, delta)
+  analytical, max_participation, ddp, faced = analytical_epsilons.of_run(
+      rd, config, table.schedule, events, delta)
   if claimed_epsilon is None:
-    if "Poisson sampling (PLD)" in analytical:
-      claim_name = "Poisson sampling (PLD)"
-    else:
-      claim_name = next((k for k in analytical if k.endswith("participations")),
-                        "one participation")
-    claimed_epsilon = analytical[claim_name]
+    claim_name, claimed_epsilon = faced.name, faced.epsilon
     claim = (f"analytical ε ({claim_name})" if ddp is None
              else f"analytical DDP bound ({claim_name})")
   else:
@@ -401,7 +400,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                                                 "claimed_epsilon")
     claim = "claimed ε"
   # Poisson and DDP claims are not Gaussian: Steinke et al.'s bound (`audit`).
-  gaussian_claim = (ddp is None and config["sampling"] != "per_round")
+  gaussian_claim = ddp is None and not faced.amplified
   verdict = audit.audit_table(table, claimed_epsilon=claimed_epsilon,
                               delta=delta, confidence=confidence,
                               gaussian_claim=gaussian_claim)
@@ -415,7 +414,8 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
                    participation=config.get("participation"),
                    noise_check=noise_check,
                    delta_source=source,
-                   insertion=insertion_notes.load(rd, config), ddp=ddp)
+                   insertion=insertion_notes.load(rd, config), ddp=ddp,
+                   canary_claim=faced)
 
 
 def write_report(report: Report, plots: bool = True,

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from typing import Any
 
@@ -106,11 +105,19 @@ class RunDir:
 
   @staticmethod
   def _json(path: str) -> Any:
-    try:
-      with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:  # strict JSON, non-finite floats as strings (`atomic_files`)
+      return atomic_files.read_json(path)
     except (ValueError, UnicodeDecodeError) as e:
       raise RunDirError(f"{path} is not valid JSON: {e}") from None
+
+  def load_report(self) -> dict[str, Any]:
+    """report.json as the report wrote it (`RunReport.as_dict`), its
+    infinite and NaN numbers restored from their strings."""
+    path = self._require(REPORT_JSON)
+    report = self._json(path)
+    if not isinstance(report, dict):
+      raise RunDirError(f"{path} is not a report (not a JSON object).")
+    return report
 
   # Config ------------------------------------------------------------------
   def load_noise_check(self) -> dict[str, Any] | None:

@@ -11,6 +11,14 @@ File modes are a plain `open()`'s: the temporary file is created with mode
 (`tempfile.mkstemp` makes it 0o600, readable by its owner only; reading the
 umask means setting it, which is not thread-safe), and a file that is
 replaced keeps its mode, as a file rewritten in place does.
+
+JSON (`write_json`, `read_json`) is strict (RFC 8259): JSON has no NaN or
+infinity, and strict parsers (browsers' `JSON.parse`, jq, Go, Rust's serde)
+reject Python's bare `NaN` / `Infinity`. A non-finite float (an infinite
+epsilon at noise multiplier 0, an undefined statistic) is written as the
+string "Infinity", "-Infinity" or "NaN" (`NONFINITE`), which JavaScript's
+`Number(...)` and Python's `float(...)` both read back; `read_json` turns
+these three strings back into floats (docs/guide/report.md).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import secrets
 import stat
@@ -84,9 +93,58 @@ def _json_default(value: Any) -> Any:
   raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# A non-finite float's JSON string (module docstring), and back.
+NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+_FROM_STRING = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def strict_json_value(value: Any) -> Any:
+  """`value` with every non-finite float (NumPy's too, in arrays) replaced by
+  its string (module docstring); NumPy scalars and arrays become Python's."""
+  if isinstance(value, np.ndarray):
+    value = value.tolist()
+  elif isinstance(value, np.generic):
+    value = value.item()
+  if isinstance(value, float):
+    if math.isnan(value):
+      return "NaN"
+    return NONFINITE.get(value, value)
+  if isinstance(value, dict):
+    return {k: strict_json_value(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [strict_json_value(v) for v in value]
+  return value
+
+
+def from_strict_json(value: Any) -> Any:
+  """The inverse of `strict_json_value` on parsed JSON: "Infinity",
+  "-Infinity" and "NaN" become floats again."""
+  if isinstance(value, str):
+    return _FROM_STRING.get(value, value)
+  if isinstance(value, dict):
+    return {k: from_strict_json(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [from_strict_json(v) for v in value]
+  return value
+
+
+def dumps_json(value: Any) -> str:
+  """`value` as indented strict JSON (module docstring)."""
+  return json.dumps(strict_json_value(value), indent=1, allow_nan=False,
+                    default=_json_default) + "\n"
+
+
 def write_json(path: str | os.PathLike, value: Any) -> None:
-  """Writes `value` as indented JSON (NaN and inf as JSON's NaN/Infinity)."""
-  write_text(path, json.dumps(value, indent=1, default=_json_default) + "\n")
+  """Writes `value` as indented strict JSON: a non-finite float as the
+  string "Infinity", "-Infinity" or "NaN" (module docstring)."""
+  write_text(path, dumps_json(value))
+
+
+def read_json(path: str | os.PathLike) -> Any:
+  """A file `write_json` wrote, non-finite floats restored (module
+  docstring); also reads the bare NaN / Infinity older versions wrote."""
+  with open(path, encoding="utf-8") as f:
+    return from_strict_json(json.load(f))
 
 
 def save_npz(path: str | os.PathLike, **arrays: Any) -> None:
