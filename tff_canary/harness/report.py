@@ -193,6 +193,9 @@ class RunReport:
   def _audit_detail(self, name: str) -> str:
     """How the audit uses the bound of row `name`, at its own level."""
     audited = self.verdict.bounds.get(AUDITED_AS.get(name))
+    if AUDITED_AS.get(name) in self.verdict.powerless:
+      return ("; powerless with these canaries (reach 0: 0 even on "
+              "perfectly separated statistics), so no share of the audit")
     if audited is None:
       return "; not in the audit"
     level = self.verdict.per_bound_confidence
