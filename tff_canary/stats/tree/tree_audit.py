@@ -24,7 +24,9 @@ probability at most `level`:
   against the claimed epsilon (`audit.audit`): Steinke, Nasr & Jagielski's
   bound (valid for any claim) on both, and, since the node release is a
   Gaussian mechanism and the canaries' statistics are independent, the tight
-  one-run bound on T (`audit.tight_bound`).
+  one-run bound on T (`audit.tight_bound`). Each has its reach (its value
+  on perfectly separated statistics); a claim beyond every reach is
+  "beyond reach", not consistent (`audit.AuditVerdict`).
 
 `ftrl_estimates` gives the estimates of epsilon (not bounds) from the same
 scores: final model, and all iterates by each statistic.
