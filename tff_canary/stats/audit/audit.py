@@ -8,8 +8,9 @@ bounds decide the verdict, never the point estimates (epsilon-final,
 epsilon-all), which are estimates with no guarantee:
 
   * epsilon_lo with `correction="simultaneous"` (`lower_bounds`), on the final
-    model with the exact null and, when aggregates were recorded, on all
-    iterates with the held-out null;
+    model with the exact null (in d - |I| + 1 dimensions when the inserted
+    canaries' projections were removed, `final_dim`) and, when aggregates
+    were recorded, on all iterates with the held-out null;
   * the f-DP one-run bound of Mahloujifar, Melis & Chaudhuri (2024)
     (`fdp_one_run`, k+ = k- = 5% of the candidates), on each statistic, when
     the canaries were inserted by fair coins. It tests the claim as a
