@@ -18,6 +18,11 @@ answer "how much does this run leak?" (docs/method/which-epsilon.md):
   * the strongest lower bound: the largest of the audit's bounds, each at the
     audit's Bonferroni level, so it holds with the report's confidence;
   * the audit's verdict on the claim, and the noise self-test's verdict;
+    when no bound could exceed the claim with the run's canaries (the claim
+    is beyond the audit's reach, `audit.AuditVerdict.beyond_reach`), the
+    audit line says so, and how many canaries would reach it, instead of
+    "consistent"; report.json's `headline["audit"]["reach"]` holds the reach
+    (`AuditVerdict.reach_dict`);
   * one sentence on how to read them: estimates are evidence against the
     analytical epsilon only when their whole interval lies above it; a bound
     above it refutes the claim.
@@ -97,6 +102,8 @@ class Headline:
   # epsilon above (Poisson-sampled canaries: the estimates target the
   # epsilon of the canaries' rounds without amplification); None: that one.
   estimates_target: Optional[tuple[str, float]] = None
+  # The audit's reach (`audit.AuditVerdict.reach_dict`); None if unknown.
+  audit_reach: Optional[dict[str, Any]] = None
 
   def _estimate_line(self, label: str, est: Optional[Estimate]) -> str:
     if est is None:
@@ -149,7 +156,8 @@ class Headline:
                      else self.epsilon_all.as_dict()),
         strongest_bound=dict(name=self.strongest_bound_name,
                              value=self.strongest_bound),
-        audit=dict(verdict=self.audit_verdict, text=self.audit_text),
+        audit=dict(verdict=self.audit_verdict, text=self.audit_text,
+                   reach=self.audit_reach),
         noise_check=dict(verdict=self.noise_check_verdict,
                          text=self.noise_check_text),
         meaning=MEANING,
@@ -190,6 +198,14 @@ def noise_check_verdict(noise_check: Optional[dict[str, Any]]
   return verdict, text
 
 
+def beyond_reach_text(verdict: Any, claim: str) -> str:
+  """The audit line of a claim beyond the reach of every bound
+  (`audit.AuditVerdict.beyond_reach`): not "consistent", since nothing was
+  tested."""
+  return (f"BEYOND REACH of the {claim} = {verdict.claimed_epsilon:.4g}: "
+          f"{verdict.reach_text()}")
+
+
 def of_report(report: Any) -> Headline:
   """The headline of a `report.RunReport` (module docstring)."""
   name, claim = report.canary_claim.name, report.canary_claim.epsilon
@@ -210,6 +226,8 @@ def of_report(report: Any) -> Headline:
       f"{verdict.verdict} with the {report.claim} = "
       f"{report.claimed_epsilon:.4g} ({len(verdict.bounds)} bounds, "
       f"{report.confidence:.0%} together)")
+  if verdict.beyond_reach:
+    audit_text = beyond_reach_text(verdict, report.claim)
   if verdict.refuted:
     audit_text = (f"REFUTED: {strongest} = "
                   f"{verdict.largest_bound:.4g} > {report.claim} = "
@@ -234,4 +252,5 @@ def of_report(report: Any) -> Headline:
       strongest_bound_name=strongest,
       strongest_bound=verdict.largest_bound,
       audit_verdict=verdict.verdict, audit_text=audit_text,
-      noise_check_verdict=noise_verdict, noise_check_text=noise_text)
+      noise_check_verdict=noise_verdict, noise_check_text=noise_text,
+      audit_reach=verdict.reach_dict())

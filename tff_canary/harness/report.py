@@ -1,12 +1,11 @@
 """The report of a run: every epsilon beside the analytical one (NumPy only).
 
 `build_report(run_dir)` reads a run directory (`run_dir.RunDir`), recomputes
-every estimate of the saved cosine table at any delta and confidence
-(`table_estimates.estimate_table`), computes the analytical epsilon of the
-run's participation from its own DpEvent ledger (`ledger.Ledger`), audits
-the claim (`audit.audit_table`), and `write_report` writes report.json,
-report.md and the plots. No TensorFlow: `python -m tff_canary report RUN_DIR`
-runs anywhere the estimators do.
+every estimate of its cosine table at any delta and confidence
+(`table_estimates.estimate_table`), the analytical epsilons from its DpEvent
+ledger (`ledger.Ledger`), audits the claim (`audit.audit_table`), and
+`write_report` writes report.json, report.md and the plots. No TensorFlow
+(`python -m tff_canary report RUN_DIR`).
 
 The analytical epsilons (docs/method/accounting.md), all from the ledger:
   * one participation: the paper's "analytical epsilon" (the adversary knows
@@ -29,9 +28,8 @@ an allowed mismatch of clients and canaries is shown first.
 
 The table states its delta and where it came from (`delta_line`): the run's
 default 1/n^1.1 for n clients, the run's own delta, or one given to the
-report. Each bound the audit uses carries, in its row, the audit's level
-(Bonferroni over the audit's bounds, so above the table's) and its value at
-that level, since the two differ.
+report. Each bound the audit uses carries, in its row, its value at the
+audit's (Bonferroni) level, above the table's.
 
 The insertion mode is in every report, and for canary clients what the
 aggregator did with them (`insertion_notes`). A DDP run has no ledger: its
@@ -197,6 +195,8 @@ class RunReport:
   def _audit_detail(self, name: str) -> str:
     """How the audit uses the bound of row `name`, at its own level."""
     audited = self.verdict.bounds.get(AUDITED_AS.get(name))
+    if AUDITED_AS.get(name) in self.verdict.powerless:
+      return audit.POWERLESS_DETAIL
     if audited is None:
       return "; not in the audit"
     level = self.verdict.per_bound_confidence

@@ -98,6 +98,9 @@ class TreeRunReport:
                   f"{self.claimed_epsilon:.4g} (participations and "
                   f"{len(verdict.bounds)} bounds, {self.confidence:.0%} "
                   "together)")
+    if verdict.beyond_reach:  # the bounds tested nothing (`audit`)
+      audit_text = ("not refuted by the participations check; the bounds: "
+                    + headline_lib.beyond_reach_text(verdict, self.claim))
     if self.audit.refuted:
       audit_text = (f"REFUTED by {', '.join(self.audit.caught_by)} at "
                     f"{self.confidence:.0%} confidence")
@@ -115,9 +118,10 @@ class TreeRunReport:
                                           self.estimates.scheduled, bound),
         epsilon_all_missing="", strongest_bound_name=verdict.strongest,
         strongest_bound=verdict.largest_bound,
-        audit_verdict="refuted" if self.audit.refuted else "consistent",
+        audit_verdict="refuted" if self.audit.refuted else (
+            verdict.verdict),  # "beyond reach" when the bounds are
         audit_text=audit_text, noise_check_verdict=noise_verdict,
-        noise_check_text=noise_text)
+        noise_check_text=noise_text, audit_reach=verdict.reach_dict())
 
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""

@@ -8,8 +8,9 @@ bounds decide the verdict, never the point estimates (epsilon-final,
 epsilon-all), which are estimates with no guarantee:
 
   * epsilon_lo with `correction="simultaneous"` (`lower_bounds`), on the final
-    model with the exact null and, when aggregates were recorded, on all
-    iterates with the held-out null;
+    model with the exact null (in d - |I| + 1 dimensions when the inserted
+    canaries' projections were removed, `final_dim`) and, when aggregates
+    were recorded, on all iterates with the held-out null;
   * the f-DP one-run bound of Mahloujifar, Melis & Chaudhuri (2024)
     (`fdp_one_run`, k+ = k- = 5% of the candidates), on each statistic, when
     the canaries were inserted by fair coins. It tests the claim as a
@@ -43,6 +44,24 @@ so the chance that ANY of them exceeds the true epsilon, and hence of refuting a
 true claim, is at most alpha. A claim consistent with every bound is
 "consistent": not confirmed, only not refuted by this attack.
 
+The reach of an audit. Each bound has a largest value: its value on
+perfectly separated statistics (every inserted canary above every other),
+which depends only on the number of canaries, its confidence and delta. A
+claim at or beyond the largest reach of the audit's bounds cannot be refuted
+by any run, however much it leaks: the verdict is then "beyond reach", not
+"consistent", and says how many canaries would reach the claim
+(`AuditVerdict.candidates_needed`, found by doubling the canaries). With
+512 coin-flipped candidates at 1 - 0.05/9 (DP-FTRL's audit), the tight
+one-run bound reaches ε = 20.0 and Steinke et al.'s bound 2.2; epsilon_lo
+with the exact null has no limit (its false-positive rate has no sampling
+error). A bound whose reach is 0 at its Bonferroni share (Steinke et al.'s
+bound with 2 + 2 guesses from 40-60 candidates: it can show nothing even on
+perfectly separated statistics) is "powerless": it takes no share of the
+level, the others split it, and the verdict lists it as such. Which bounds
+are powerless depends only on the counts, never on the statistics, so the
+split stays fixed in advance: starting from all bounds, those of reach 0 at
+the current share are dropped until none is.
+
 Caveat: the one-run bound is proved for many canaries in one run; epsilon_lo's
 order-statistic limits assume the canaries' statistics are independent, which
 holds for the Gaussian mechanism's held-out law and approximately for inserted
@@ -54,35 +73,56 @@ NumPy only.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from typing import Any, Callable, Literal, Optional
 
 import numpy as np
 import numpy.typing as npt
 
+from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.bounds import fdp_one_run
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.bounds import tight_one_run
 from tff_canary.stats import validation
 from tff_canary.stats.canaries.cosine_table import CosineTable
 
-Verdict = Literal["consistent", "refuted"]
+# A powerless bound's row in a report: why it takes no share of the audit.
+POWERLESS_DETAIL = ("; powerless with these canaries (reach 0: 0 even on "
+                    "perfectly separated statistics), so no share of the audit")
+
+Verdict = Literal["consistent", "refuted", "beyond reach"]
 VERDICTS = typing.get_args(Verdict)
 
 
 @dataclasses.dataclass(frozen=True)
 class AuditVerdict:
-  """The verdict on a claimed epsilon, and the bounds it rests on.
+  """The verdict on a claimed epsilon, the bounds it rests on, and its reach.
 
   Attributes:
     claimed_epsilon, delta, confidence: the claim and the verdict's level.
-    verdict: "consistent" or "refuted".
-    bounds: {name: bound result}, each computed at `per_bound_confidence`.
+    verdict: "refuted" (a bound above the claim), "beyond reach" (no bound
+      could exceed the claim with these canaries, whatever the run leaks:
+      the audit tested nothing) or "consistent" (not refuted by a test that
+      could have refuted it).
+    bounds: {name: bound result}, each computed at `per_bound_confidence`;
+      only the bounds that take a share of the level (not `powerless`).
     per_bound_confidence: 1 - (1 - confidence) / len(bounds).
     strongest: name of the largest bound.
     claim_kind: "gaussian" (bounds of a Gaussian-mechanism claim), "any"
       (bounds valid for any (epsilon, delta) claim), or "" when the caller
       chose the bounds itself (`audit`).
+    reach: {name: the largest epsilon the bound can show with these
+      canaries}, for every bound: at `per_bound_confidence` for those in
+      `bounds`, at the share where it was dropped for the powerless ones
+      (0 there). inf when unlimited (epsilon_lo with the exact null); nan
+      when the caller gave no reach.
+    powerless: the bounds of reach 0, which took no share of the level.
+    candidates: the most canaries a bound sees (coin-flipped candidates, or
+      inserted and held-out canaries).
+    candidates_needed: when the claim is beyond reach, the candidates (this
+      run's doubled until a bound reaches the claim) that could test it;
+      None otherwise, or when 2^20 candidates do not reach it.
   """
 
   claimed_epsilon: float
@@ -93,10 +133,17 @@ class AuditVerdict:
   per_bound_confidence: float
   strongest: str
   claim_kind: str = ""
+  reach: dict[str, float] = dataclasses.field(default_factory=dict)
+  powerless: tuple[str, ...] = ()
+  candidates: Optional[int] = None
+  candidates_needed: Optional[int] = None
 
   @property
   def claim_kind_text(self) -> str:
-    """What the one-run bounds assume of the claim, for reports."""
+    """What the one-run bounds assume of the claim, for reports ("" when the
+    audit has no one-run bound, e.g. without fair-coin assignment)."""
+    if not any("one-run" in name for name in self.bounds):
+      return ""
     return {"gaussian": "one-run bounds of a Gaussian-mechanism claim",
             "any": "one-run bounds valid for any (ε, δ) claim (Steinke et "
                    "al.)"}.get(self.claim_kind, "")
@@ -106,32 +153,87 @@ class AuditVerdict:
     return self.verdict == "refuted"
 
   @property
+  def beyond_reach(self) -> bool:
+    """Whether no bound could exceed the claim with these canaries."""
+    return self.verdict == "beyond reach"
+
+  @property
   def largest_bound(self) -> float:
     return self.bounds[self.strongest].epsilon
+
+  @property
+  def reach_epsilon(self) -> float:
+    """The largest claim the audit can refute: the largest reach of its
+    bounds (nan when a bound's reach is unknown)."""
+    values = [self.reach.get(name, math.nan) for name in self.bounds]
+    return math.nan if any(map(math.isnan, values)) else max(values)
+
+  @property
+  def reach_name(self) -> str:
+    """The bound of the largest reach."""
+    return max(self.bounds, key=lambda name: self.reach.get(name, math.nan))
+
+  def reach_text(self) -> str:
+    """"these N canaries can refute claims up to X; use more canaries ...",
+    for a verdict beyond reach ("" otherwise)."""
+    if not self.beyond_reach:
+      return ""
+    needed = (f" (about {self.candidates_needed:,} candidates)"
+              if self.candidates_needed else
+              " (2^20 candidates would not be enough)")
+    return (f"these {self.candidates:,} canaries can refute claims up to "
+            f"ε = {self.reach_epsilon:.4g} ({self.reach_name}); use more "
+            f"canaries{needed} to test a claim of "
+            f"{self.claimed_epsilon:.4g}")
+
+  def _details(self) -> str:
+    text = (f"δ={self.delta:g}; {len(self.bounds)} bounds, each at "
+            f"{self.per_bound_confidence:.2%}")
+    if self.powerless:
+      text += (f"; powerless with these canaries, so without a share: "
+               f"{', '.join(self.powerless)} (reach 0)")
+    if self.claim_kind_text:
+      text += f"; {self.claim_kind_text}"
+    return text
 
   def __str__(self) -> str:
     bound = self.largest_bound
     if self.refuted:
       return (f"REFUTED at {self.confidence:.0%} confidence: {self.strongest} "
               f"= {bound:.4g} > claimed ε = {self.claimed_epsilon:.4g} "
-              f"(δ={self.delta:g}; {len(self.bounds)} bounds, each at "
-              f"{self.per_bound_confidence:.2%}"
-              + (f"; {self.claim_kind_text}" if self.claim_kind else "") + ")")
+              f"({self._details()})")
+    if self.beyond_reach:
+      return (f"BEYOND REACH at {self.confidence:.0%} confidence: no bound "
+              f"can exceed the claimed ε = {self.claimed_epsilon:.4g} with "
+              f"these canaries, whatever the run leaks: {self.reach_text()} "
+              f"(largest bound {self.strongest} = {bound:.4g}; "
+              f"{self._details()})")
+    reach = self.reach_epsilon
+    reach = (f"; they can refute claims up to ε = {reach:.4g}"
+             if math.isfinite(reach) else "")
     return (f"consistent with claimed ε = {self.claimed_epsilon:.4g} at "
             f"{self.confidence:.0%} confidence: largest bound {self.strongest}"
-            f" = {bound:.4g} (δ={self.delta:g}; {len(self.bounds)} bounds, "
-            f"each at {self.per_bound_confidence:.2%}"
-            + (f"; {self.claim_kind_text}" if self.claim_kind else "") + ")")
+            f" = {bound:.4g} ({self._details()}{reach})")
+
+  def reach_dict(self) -> dict[str, Any]:
+    """The reach, for report.json (`headline["audit"]["reach"]`)."""
+    return dict(epsilon=self.reach_epsilon, bound=self.reach_name,
+                candidates=self.candidates, bounds=dict(self.reach),
+                powerless=list(self.powerless),
+                beyond=self.beyond_reach,
+                candidates_needed=self.candidates_needed)
 
   def as_dict(self) -> dict[str, Any]:
     return dict(claimed_epsilon=self.claimed_epsilon, delta=self.delta,
                 confidence=self.confidence, verdict=self.verdict,
                 per_bound_confidence=self.per_bound_confidence,
                 strongest=self.strongest, claim_kind=self.claim_kind,
-                bounds={k: v.as_dict() for k, v in self.bounds.items()})
+                bounds={k: v.as_dict() for k, v in self.bounds.items()},
+                reach=self.reach_dict())
 
 
-BoundFn = Callable[[float], Any]  # confidence -> a result with .epsilon
+BoundFn = audit_bounds.BoundFn
+AuditBound = audit_bounds.AuditBound
 
 
 def audit(bound_fns: dict[str, BoundFn], *, claimed_epsilon: float,
@@ -140,7 +242,9 @@ def audit(bound_fns: dict[str, BoundFn], *, claimed_epsilon: float,
 
   Args:
     bound_fns: {name: f}, f(confidence) returning a bound result with
-      `.epsilon`; every f must hold with the confidence it is given.
+      `.epsilon`; every f must hold with the confidence it is given. An
+      `AuditBound` also gives its reach (module docstring); a plain
+      function's reach is unknown (nan) and it always takes a share.
     claimed_epsilon: the claim, >= 0 (inf is never refuted).
     delta: the claim's delta, in (0, 1).
     confidence: the verdict's confidence, in (0, 1).
@@ -153,17 +257,53 @@ def audit(bound_fns: dict[str, BoundFn], *, claimed_epsilon: float,
     raise ValueError(f"claimed_epsilon must be >= 0, got {claimed}.")
   delta = validation.as_open_unit(delta, "delta")
   confidence = validation.as_open_unit(confidence, "confidence")
-  per = 1.0 - (1.0 - confidence) / len(bound_fns)
-  bounds = {name: fn(per) for name, fn in bound_fns.items()}
+  active, per, reach = audit_bounds.share(bound_fns, confidence)
+  bounds = {name: bound_fns[name](per) for name in active}
   strongest = max(bounds, key=lambda name: bounds[name].epsilon)
-  verdict = "refuted" if bounds[strongest].epsilon > claimed else "consistent"
+  candidates = max([fn.candidates for fn in bound_fns.values()
+                    if isinstance(fn, AuditBound)], default=None)
+  reaches = [reach[name] for name in active]
+  largest_reach = (math.nan if any(map(math.isnan, reaches))
+                   else max(reaches))  # nan: a bound's reach is unknown
+  needed = None
+  if bounds[strongest].epsilon > claimed:
+    verdict = "refuted"
+  elif largest_reach <= claimed:
+    verdict = "beyond reach"
+    needed = audit_bounds.candidates_needed(bound_fns, active, per, claimed, candidates)
+  else:
+    verdict = "consistent"
   return AuditVerdict(claimed_epsilon=claimed, delta=delta,
                       confidence=confidence, verdict=verdict, bounds=bounds,
-                      per_bound_confidence=per, strongest=strongest)
+                      per_bound_confidence=per, strongest=strongest,
+                      reach=reach,
+                      powerless=tuple(n for n in bound_fns if n not in active),
+                      candidates=candidates, candidates_needed=needed)
+
+
+def final_dim(table: CosineTable) -> int:
+  """The dimension of the final-model cosines' null law: d, or d - |I| + 1.
+
+  When the inserted canaries' projections are removed from theta_0 -
+  theta_T (orthogonal canaries, known_canaries_removed =
+  "final_and_all_iterates"), an inserted canary's cosine is taken in the
+  complement of the |I| - 1 others, a space of d - |I| + 1 dimensions, where
+  the noise's share is that of a canary alone in d - |I| + 1 dimensions
+  (docs/method/orthogonal-canaries.md): its null (the same run without it)
+  is the cosine null in d - |I| + 1 dimensions, wider than in d. Every
+  estimate and bound on the final model's cosines uses it: with canaries at
+  10% of d, d would overstate the mean-only mu by sqrt(d / (d - |I|)), 5%,
+  and make the exact-null epsilon_lo exceed the truth far more often than
+  its level. Each round removes only its own inserted canaries, a handful
+  against d, so the round statistics keep d.
+  """
+  if table.known_canaries_removed != "final_and_all_iterates":
+    return int(table.dim)
+  return int(table.dim) - int(table.mask("inserted").sum()) + 1
 
 
 def table_bounds(table: CosineTable, delta: float, *,
-                 gaussian_claim: bool = True) -> dict[str, BoundFn]:
+                 gaussian_claim: bool = True) -> dict[str, AuditBound]:
   """The valid bounds a cosine table supports (module docstring).
 
   Args:
@@ -177,18 +317,14 @@ def table_bounds(table: CosineTable, delta: float, *,
   if not isinstance(gaussian_claim, (bool, np.bool_)):
     raise TypeError(f"gaussian_claim must be a bool, got "
                     f"{validation.show(gaussian_claim)}.")
-  fns: dict[str, BoundFn] = {}
-  final_in = table.final_cosines("inserted")
-  fns["epsilon_lo final"] = lambda c: lower_bounds.epsilon_lo(
-      final_in, dim=table.dim, delta=delta, confidence=c,
-      correction="simultaneous")
+  fns: dict[str, AuditBound] = {}
+  fns["epsilon_lo final"] = audit_bounds.epsilon_lo_bound(
+      table.final_cosines("inserted"), dim=final_dim(table), delta=delta)
   recorded = table.has_max_cosines
   if recorded:
-    max_in, max_out = table.max_cosines("inserted"), table.max_cosines(
-        "held_out")
-    fns["epsilon_lo all"] = lambda c: lower_bounds.epsilon_lo(
-        max_in, held_out=max_out, delta=delta, confidence=c,
-        correction="simultaneous")
+    fns["epsilon_lo all"] = audit_bounds.epsilon_lo_bound(
+        table.max_cosines("inserted"), held_out=table.max_cosines("held_out"),
+        delta=delta)
   if table.assignment == "coin":
     mask = table.mask("inserted")
     if not gaussian_claim:
@@ -197,11 +333,11 @@ def table_bounds(table: CosineTable, delta: float, *,
       bound, prefix = tight_bound, "tight one-run bound"
     else:
       bound, prefix = one_run_bound, "f-DP one-run bound"
-    fns[f"{prefix} final"] = lambda c: bound(
-        table.final_cosine, mask, delta=delta, confidence=c)
+    fns[f"{prefix} final"] = audit_bounds.coin_bound(bound, table.final_cosine, mask,
+                                        delta=delta)
     if recorded:
-      fns[f"{prefix} all"] = lambda c: bound(
-          table.max_cosine, mask, delta=delta, confidence=c)
+      fns[f"{prefix} all"] = audit_bounds.coin_bound(bound, table.max_cosine, mask,
+                                        delta=delta)
   return fns
 
 
@@ -251,12 +387,10 @@ def audit_coin_statistics(statistics: npt.ArrayLike,
   """
   mask = np.asarray(inserted_mask)
   stats = validation.as_cosines(statistics, "statistics")
-  fns: dict[str, BoundFn] = {
-      "f-DP one-run bound": lambda c: one_run_bound(
-          stats, mask, delta=delta, confidence=c)}
+  fns: dict[str, AuditBound] = {
+      "f-DP one-run bound": audit_bounds.coin_bound(one_run_bound, stats, mask,
+                                       delta=delta)}
   if dim is not None:
-    fns["epsilon_lo"] = lambda c: lower_bounds.epsilon_lo(
-        stats[mask], dim=dim, delta=delta, confidence=c,
-        correction="simultaneous")
+    fns["epsilon_lo"] = audit_bounds.epsilon_lo_bound(stats[mask], dim=dim, delta=delta)
   return audit(fns, claimed_epsilon=claimed_epsilon, delta=delta,
                confidence=confidence)

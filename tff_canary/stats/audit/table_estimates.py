@@ -147,24 +147,6 @@ class TableEstimates:
     return out
 
 
-def final_dim(table: CosineTable) -> int:
-  """The dimension of the final-model cosines' null law: d, or d - |I| + 1.
-
-  When the inserted canaries' projections are removed from theta_0 -
-  theta_T (orthogonal canaries, known_canaries_removed =
-  "final_and_all_iterates"), an inserted canary's cosine is taken in the
-  complement of the |I| - 1 others, a space of d - |I| + 1 dimensions, where
-  the noise's share is that of a canary alone in d - |I| + 1 dimensions
-  (docs/method/orthogonal-canaries.md). With canaries at 10% of d, using d
-  would overstate the mean-only mu by sqrt(d / (d - |I|)), 5%. Each round
-  removes only its own inserted canaries, a handful against d, so the round
-  statistics keep d.
-  """
-  if table.known_canaries_removed != "final_and_all_iterates":
-    return int(table.dim)
-  return int(table.dim) - int(table.mask("inserted").sum()) + 1
-
-
 def estimate_table(table: CosineTable, *, delta: float,
                    confidence: float = 0.95) -> TableEstimates:
   """Runs every estimator of docs/method/estimates.md on a cosine table.
@@ -189,7 +171,7 @@ def estimate_table(table: CosineTable, *, delta: float,
                        f"{group} canaries; the estimators need at least 2.")
 
   notes = []
-  dim = final_dim(table)
+  dim = audit.final_dim(table)  # d - |I| + 1 after known-canary removal
   final_in = table.final_cosines("inserted")
   final_out = table.final_cosines("held_out")
   with warnings.catch_warnings(record=True) as caught:

@@ -54,6 +54,7 @@ import warnings
 import numpy as np
 
 from tff_canary.stats.audit import audit as audit_lib
+from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.simulation import discrete_noise
@@ -271,16 +272,14 @@ def simulate(config: PipelineConfig, seed: int) -> PipelineRun:
   claimed = ddp_accounting.ddp_epsilon(params, delta=config.delta)
   delta = config.delta
   fns = {
-      "epsilon_lo final": lambda c: lower_bounds.epsilon_lo(
-          final_cos[inserted], dim=d, delta=delta, confidence=c,
-          correction="simultaneous"),
-      "epsilon_lo all": lambda c: lower_bounds.epsilon_lo(
-          max_cos[inserted], held_out=max_cos[~inserted], delta=delta,
-          confidence=c, correction="simultaneous"),
-      "one-run bound final": lambda c: lower_bounds.one_run_bound(
-          final_cos, inserted, delta=delta, confidence=c),
-      "one-run bound all": lambda c: lower_bounds.one_run_bound(
-          max_cos, inserted, delta=delta, confidence=c),
+      "epsilon_lo final": audit_bounds.epsilon_lo_bound(
+          final_cos[inserted], dim=d, delta=delta),
+      "epsilon_lo all": audit_bounds.epsilon_lo_bound(
+          max_cos[inserted], held_out=max_cos[~inserted], delta=delta),
+      "one-run bound final": audit_bounds.coin_bound(
+          lower_bounds.one_run_bound, final_cos, inserted, delta=delta),
+      "one-run bound all": audit_bounds.coin_bound(
+          lower_bounds.one_run_bound, max_cos, inserted, delta=delta),
   }
   with warnings.catch_warnings():
     # Under no leak the inserted mean sits below the null's half the time.

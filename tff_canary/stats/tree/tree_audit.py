@@ -24,7 +24,9 @@ probability at most `level`:
   against the claimed epsilon (`audit.audit`): Steinke, Nasr & Jagielski's
   bound (valid for any claim) on both, and, since the node release is a
   Gaussian mechanism and the canaries' statistics are independent, the tight
-  one-run bound on T (`audit.tight_bound`).
+  one-run bound on T (`audit.tight_bound`). Each has its reach (its value
+  on perfectly separated statistics); a claim beyond every reach is
+  "beyond reach", not consistent (`audit.AuditVerdict`).
 
 `ftrl_estimates` gives the estimates of epsilon (not bounds) from the same
 scores: final model, and all iterates by each statistic.
@@ -44,6 +46,7 @@ from scipy import linalg, stats
 
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.audit import audit as audit_module
+from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.estimators import estimates, scheduled_sums
 from tff_canary.stats.noise import noise_stats
@@ -67,7 +70,9 @@ class FtrlAudit:
     participation_excess: GLS estimate of the inserted canaries' extra
       participations per epoch (0 under the claim).
     participation_z, participation_p_value: its z-score and one-sided p.
-    bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks.
+    bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks,
+      with their reach ("beyond reach" when no bound could exceed the claim
+      with these candidates).
   """
 
   refuted: bool
@@ -82,7 +87,8 @@ class FtrlAudit:
 
   def __str__(self) -> str:
     head = ("REFUTED by " + ", ".join(self.caught_by) if self.refuted else
-            "consistent with the claim")
+            "not refuted, but the bounds cannot reach the claim"
+            if self.bounds.beyond_reach else "consistent with the claim")
     lines = [f"DP-FTRL audit: {head} (family-wise level {self.level:g}); "
              f"{self.claim}"]
     if self.self_test is not None:
@@ -175,13 +181,17 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   each = level / checks
   t_stat = tree_statistics.scheduled_statistic(u, a, covariance)
   m_stat = tree_statistics.max_statistic(u, covariance)
+  # Each with its reach (`audit_bounds.coin_bound`): with 512 candidates the
+  # tight bound cannot exceed 20.0 here, and a claim beyond every reach is
+  # "beyond reach", not consistent.
+  coin_bound = audit_bounds.coin_bound
   fns = {
-      "one-run bound (scheduled T)": lambda c: lower_bounds.one_run_bound(
-          t_stat, mask, delta=delta, confidence=c),
-      "one-run bound (max M)": lambda c: lower_bounds.one_run_bound(
-          m_stat, mask, delta=delta, confidence=c),
-      "tight one-run bound (scheduled T)": lambda c: audit_module.tight_bound(
-          t_stat, mask, delta=delta, confidence=c),
+      "one-run bound (scheduled T)": coin_bound(
+          lower_bounds.one_run_bound, t_stat, mask, delta=delta),
+      "one-run bound (max M)": coin_bound(
+          lower_bounds.one_run_bound, m_stat, mask, delta=delta),
+      "tight one-run bound (scheduled T)": coin_bound(
+          audit_module.tight_bound, t_stat, mask, delta=delta),
   }
   claimed = (claim.epsilon if claimed_epsilon is None else
              validation.as_nonnegative(claimed_epsilon, "claimed_epsilon"))
