@@ -56,6 +56,7 @@ import tensorflow as tf
 
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.insertion import factory
+from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.federated.structures import tree_search
 from tff_canary.stats.noise import noise_stats
@@ -264,29 +265,30 @@ def check_tree_noise(
     raise ValueError(f"node_std must be positive, got {node_std!r}.")
   process, value_type = _process_and_type(aggregator, value_type)
   clients = [_zeros(value_type)] * num_clients
-  state = process.initialize()
-  rows, sigmas, denominators, sizes = [], [], [], None
-  for t in range(num_rounds):
-    if given is not None:
-      sigma = given[t]
-    elif z is not None:
-      sigma = z * _clip(state)
-    else:
-      sigma = _node_std(state)
-    if sigma <= 0.0:
-      raise ValueError(f"the tree's node std before round {t} is {sigma}: "
-                       "zero noise has no tree law to test.")
-    denominator = (_denominator(state) if clients_per_round is None
-                   else clients_per_round)
-    output = process.next(state, clients)
-    state = output.state
-    tensors = [np.asarray(x, np.float64).reshape(-1)
-               for x in tf.nest.flatten(output.result)]
-    sizes = [x.size for x in tensors]
-    flat = np.concatenate(tensors)
-    rows.append(flat * denominator / sigma)
-    sigmas.append(sigma)
-    denominators.append(denominator)
+  with sync_context.synchronous():
+    state = process.initialize()
+    rows, sigmas, denominators, sizes = [], [], [], None
+    for t in range(num_rounds):
+      if given is not None:
+        sigma = given[t]
+      elif z is not None:
+        sigma = z * _clip(state)
+      else:
+        sigma = _node_std(state)
+      if sigma <= 0.0:
+        raise ValueError(f"the tree's node std before round {t} is {sigma}: "
+                         "zero noise has no tree law to test.")
+      denominator = (_denominator(state) if clients_per_round is None
+                     else clients_per_round)
+      output = process.next(state, clients)
+      state = output.state
+      tensors = [np.asarray(x, np.float64).reshape(-1)
+                 for x in tf.nest.flatten(output.result)]
+      sizes = [x.size for x in tensors]
+      flat = np.concatenate(tensors)
+      rows.append(flat * denominator / sigma)
+      sigmas.append(sigma)
+      denominators.append(denominator)
   released = np.stack(rows)
   whitened = whiten(released, claimed.covariance)
   restarts = tree_noise_lib.restart_rounds(
@@ -303,9 +305,9 @@ def check_tree_noise(
            f"{source} "
            f"({min(sigmas):.6g}..{max(sigmas):.6g}), denominator "
            f"{denominators[0]:g}")
-  check = noise_stats.check_noise(tree_noise_lib.split_tensors(whitened, sizes), 1.0,
-                                  level=level, seed=seed, claim=claim,
-                                  tensor_names=tensor_names)
+  check = noise_stats.check_noise(
+      tree_noise_lib.split_tensors(whitened, sizes), 1.0, level=level,
+      seed=seed, claim=claim, tensor_names=tensor_names)
   released.setflags(write=False)
   return TreeNoiseCheck(passed=check.passed, check=check, noise=released,
                         node_std=np.array(sigmas), claimed=claimed)
