@@ -98,6 +98,7 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
     assert not rd.exists(run_dir.AGGREGATES) and rd.exists(run_dir.REPORT_JSON)
     assert table.orthogonal and table.has_max_cosines
     assert len(rd.load_ledger()) == 3
+    assert rd.exists(run_dir.NOISE_CHECK)  # both blocks run the self-test
   trained_locally = namespace["state"]
   multi_worker = guide_block("scaling.md", "multi_worker.local_workers")
   exec(compile(multi_worker, "scaling.md", "exec"), namespace)  # pylint: disable=exec-used

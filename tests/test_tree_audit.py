@@ -5,6 +5,8 @@ Small seeded settings (2 epochs of 32 rounds, 600 candidates): the bench
 catches what it is for and stays quiet on the correct mechanism.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,25 @@ def test_bad_arguments():
   with pytest.raises(ValueError, match="noise_multiplier"):
     tree_simulation.FtrlSetting(epochs=1, rounds_per_epoch=4,
                                 noise_multiplier=0.0)
+
+
+def test_self_test_per_tensor_finds_one_tensors_noise_in_another():
+  # The simulated run's 600 self-test coordinates as tensors of 500 and 100,
+  # and the same run with the second tensor's noise a copy of the first's
+  # first 100 values in every round (what one noise seed for every tensor
+  # does): cosine 1 over 64 x 100 values, p = 0, against a threshold of
+  # 0.05 / 3 / (number of tests); the copy has the claimed law per
+  # coordinate, so no variance test fires.
+  run = tree_simulation.simulate(_SETTING, seed=7)
+  sizes = (500, 100)
+  correct = _audit(_SETTING, run, self_test_sizes=sizes).self_test
+  assert correct.passed and correct.tensor_sizes == sizes
+  copied = np.array(run.self_test_noise)
+  copied[:, 500:] = copied[:, :100]
+  reused = dataclasses.replace(run, self_test_noise=copied)
+  check = _audit(_SETTING, reused, self_test_sizes=sizes).self_test
+  assert check.test("prefix[tensor0,tensor1]").rejected
+  assert check.test("prefix[tensor0,tensor1]").statistic == pytest.approx(1.0)
+  assert not any(t.rejected for t in check.tests if t.family == "variance")
+  with pytest.raises(ValueError, match="self_test_sizes"):
+    _audit(_SETTING, run, self_test_sizes=(500, 99))

@@ -181,6 +181,45 @@ def test_default_rounds_span_two_restarts_and_refusals():
                                       noise=tree_noise.tree_noise(4))
 
 
+# Four tensors, as a small dense model's kernels and biases.
+LAYERS = tff.types.to_type([(np.float32, [32, 8]), (np.float32, [8]),
+                            (np.float32, [8, 4]), (np.float32, [4])])
+NAMES = ["w1", "b1", "w2", "b2"]
+
+
+@pytest.mark.parametrize("bug", ["none", "cross_tensor_reuse"])
+def test_the_tree_self_test_is_per_tensor_and_finds_cross_tensor_reuse(bug):
+  # 16 rounds (the default, four tree levels) of d = 300 in 4 tensors; the
+  # planted generator gives b1, w2 and b2 the first values of w1's node
+  # noise: the prefix cosines are 1 (p = 0, against 0.001 / 636 tests),
+  # while every coordinate's variance is the claimed one.
+  no_canaries = canary_config.CanaryConfig(
+      seed=1, num_inserted=0, num_held_out=0,
+      schedule=schedules.FixedPresentations(16, 0))
+  aggregator = factory.CanaryDPFactory(
+      planted_tree_bugs.PlantedTreeAggregation(1.0, 0.5, noise_seed=3,
+                                               bug=bug),
+      no_canaries, clients_per_round=4)
+  result = tree_noise_check.check_tree_noise(aggregator, LAYERS,
+                                             tensor_names=NAMES)
+  check = result.check
+  assert check.tensor_names == tuple(NAMES)
+  assert check.tensor_sizes == (256, 8, 32, 4)
+  assert "4 tensors" in str(result)
+  assert result.noise.shape == (16, 300)
+  prefix = [t for t in check.tests if t.family == "prefix"]
+  assert len(prefix) == 6  # every pair of the four tensors
+  if bug == "none":
+    assert result.passed, check.failures
+    return
+  assert not result.passed
+  assert check.failures[0].startswith("prefix[")
+  for other in NAMES[1:]:
+    test = check.test(f"prefix[w1,{other}]")
+    assert test.rejected and test.statistic == pytest.approx(1.0)
+  assert not any(t.rejected for t in check.tests if t.family == "variance")
+
+
 # -------------------------------------------------- one real run per bug
 
 # The check tree_simulation's bench (bench/ftrl_audit.py) expects to fire.

@@ -202,6 +202,13 @@ def test_a_tree_run_reports_the_tree_accounting_and_its_scores(tree_run):
   assert saved["aggregator"] == "tree"
   assert saved["analytical"] == report.analytical
   assert "![" not in open(rd.file(run_dir.REPORT_MD)).read()  # no figures
+  # The tree noise self-test ran per tensor of the model, with their names,
+  # so its tests between tensors ran (issue 26).
+  check = json.loads(open(rd.file(run_dir.NOISE_CHECK)).read())
+  assert check["kind"] == "tree" and len(check["tensor_sizes"]) > 1
+  assert sum(check["tensor_sizes"]) == check["dim"]
+  assert not check["tensor_names"][0].startswith("tensor")
+  assert any(t["family"] == "prefix" for t in check["tests"])
 
 
 @pytest.mark.tff

@@ -239,11 +239,12 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
           tree.tff_factory(tff.types.type_to_tf_tensor_specs(value_type),
                            config.clients_per_round), value_type,
           noise=tree.noise(tree_noise_check.default_rounds(period)),
-          noise_multiplier=config.noise_multiplier)
+          noise_multiplier=config.noise_multiplier, tensor_names=names)
     aggregator = canary_aggregator(config, no_canaries, None if noise_seed
                                    is None else noise_seed + _NOISE_CHECK_TAG,
                                    period)
-    return tree_noise_check.check_tree_noise(aggregator, value_type)
+    return tree_noise_check.check_tree_noise(aggregator, value_type,
+                                             tensor_names=names)
   if config.insertion == "clients":
     aggregator = tff_aggregator(config)  # TFF's, unseeded
   else:

@@ -105,6 +105,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_canary.federated.audit import noise_check
+from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.federated.structures import tree_search
 from tff_canary.stats.accounting import ddp_parameters
@@ -378,30 +379,31 @@ def check_ddp_noise(
   size = _flat_size(value_type, parameters.rotation)
   clients = [_zeros(value_type)] * num_clients
 
-  state = process.initialize()
-  scale = _scale(state, parameters)
-  rounds, squared, count, strides = [], 0.0, 0, set()
-  rotation = None
-  half = size // 2
-  for _ in range(num_rounds):
-    before = rotation_seed(state)
-    output = process.next(state, clients)
-    state = output.state
-    after = rotation_seed(state)
-    if rotation is None:
-      rotation = _rotation(output.measurements, parameters)
-    if after[0] != before[0] or after[1] <= before[1]:
-      raise ValueError(f"the rotation seed went from {before} to {after} in "
-                       "one round: not TFF's (timestamp, counter) seed.")
-    strides.add(int(after[1] - before[1]))
-    released = np.concatenate([np.asarray(x, np.float64).reshape(-1)
-                               for x in tf.nest.flatten(output.result)])
-    rotated = scale * forward_rotation(released, before, rotation,
-                                       int(after[1] - before[1]))
-    integers = np.rint(rotated)
-    squared += float(np.sum((rotated - integers) ** 2))
-    count += rotated.size
-    rounds.append([integers[:half], integers[half:]])
+  with sync_context.synchronous():
+    state = process.initialize()
+    scale = _scale(state, parameters)
+    rounds, squared, count, strides = [], 0.0, 0, set()
+    rotation = None
+    half = size // 2
+    for _ in range(num_rounds):
+      before = rotation_seed(state)
+      output = process.next(state, clients)
+      state = output.state
+      after = rotation_seed(state)
+      if rotation is None:
+        rotation = _rotation(output.measurements, parameters)
+      if after[0] != before[0] or after[1] <= before[1]:
+        raise ValueError(f"the rotation seed went from {before} to {after} in "
+                         "one round: not TFF's (timestamp, counter) seed.")
+      strides.add(int(after[1] - before[1]))
+      released = np.concatenate([np.asarray(x, np.float64).reshape(-1)
+                                 for x in tf.nest.flatten(output.result)])
+      rotated = scale * forward_rotation(released, before, rotation,
+                                         int(after[1] - before[1]))
+      integers = np.rint(rotated)
+      squared += float(np.sum((rotated - integers) ** 2))
+      count += rotated.size
+      rounds.append([integers[:half], integers[half:]])
   if len(strides) != 1:
     raise ValueError(f"the rotation seed advanced by {sorted(strides)} in "
                      "different rounds: not one num_repeats.")

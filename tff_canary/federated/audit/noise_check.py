@@ -39,6 +39,13 @@ pointer to `tff_canary.federated.audit.tree_noise_check`, its self-test.
 TFF's distributed-DP chain adds its noise after a random rotation, where a
 defect of the shares can hide from this check;
 `tff_canary.federated.audit.ddp_noise_check` tests it in that basis.
+
+The check runs in any context a user's loop installs: TFF's default one,
+the multi-worker one, and those of TFF's program loops
+(`tff.program.NativeFederatedContext`, an asynchronous context, a call from
+inside a running asyncio loop), where its few computations run in a private
+synchronous local context (`tff_canary.federated.runtime.sync_context`), as
+do the tree and distributed-DP self-tests'.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ import tensorflow_federated as tff
 from tff_canary.stats.noise import noise_stats
 from tff_canary.federated.structures import tree_search
 from tff_canary.stats import validation
+from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
 
 worker_guard.install()
@@ -197,25 +205,26 @@ def check_aggregation_noise(
   zeros = _zeros(value_type)
   clients = [zeros] * num_clients
 
-  state = process.initialize()
-  noise, stds, described = [], [], []
-  for t in range(num_rounds):
-    if claimed_std is None:
-      dp_state = find_dp_state(state)
-      if dp_state is None:
-        raise NoClaimError("the process state has no DP aggregator state "
-                           "(fields query_state and dp_event); pass "
-                           "claimed_std.")
-      clip, denominator = clip_and_denominator(dp_state.query_state)
-      if clients_per_round is not None:
-        denominator = clients_per_round
-    output = process.next(state, clients)
-    state = output.state
-    noise.append(_flatten(output.result))
-    if claimed_std is None:
-      z = value_noise_multiplier(_extract_dp_event(find_dp_state(state)))
-      stds.append(z * clip / denominator)
-      described.append(f"z={z:.6g}, C={clip:.6g}")
+  with sync_context.synchronous():
+    state = process.initialize()
+    noise, stds, described = [], [], []
+    for t in range(num_rounds):
+      if claimed_std is None:
+        dp_state = find_dp_state(state)
+        if dp_state is None:
+          raise NoClaimError("the process state has no DP aggregator state "
+                             "(fields query_state and dp_event); pass "
+                             "claimed_std.")
+        clip, denominator = clip_and_denominator(dp_state.query_state)
+        if clients_per_round is not None:
+          denominator = clients_per_round
+      output = process.next(state, clients)
+      state = output.state
+      noise.append(_flatten(output.result))
+      if claimed_std is None:
+        z = value_noise_multiplier(_extract_dp_event(find_dp_state(state)))
+        stds.append(z * clip / denominator)
+        described.append(f"z={z:.6g}, C={clip:.6g}")
   if claimed_std is None:
     claim = (f"s_t = z_t (DpEvent) x C_t (l2_norm_clip before the round) / "
              f"denominator {denominator:g} "

@@ -203,7 +203,8 @@ def run(config: TreeBugRunConfig) -> TreeBugRun:
       u, a, told.inserted, noise=aggregator.tree.noise(config.num_rounds),
       rounds_per_epoch=config.rounds_per_epoch,
       noise_multiplier=config.noise_multiplier, delta=config.delta,
-      self_test_noise=self_test.noise, level=config.level)
+      self_test_noise=self_test.noise,
+      self_test_sizes=self_test.check.tensor_sizes, level=config.level)
   return TreeBugRun(config=config, audit=verdict, self_test=self_test,
                     scores=u, schedule=a, inserted=np.array(told.inserted),
                     seconds=time.perf_counter() - start)

@@ -29,8 +29,23 @@ tensorflow_privacy module is patched:
   uniformly drawn other round of the same epoch, while the audit is told the
   `ShuffledEpochs` schedule. The noise is correct.
 
+A fourth noise bug has no counterpart in `tree_simulation` (whose
+mechanism has one tensor):
+
+* `CrossTensorReuseTreeQuery` ("cross_tensor_reuse"): its noise generator,
+  `SharedSeedNoiseGenerator`, draws each tree node's noise for every tensor
+  of the value from ONE seed, as the prefix of one draw of the largest
+  tensor's size (tensorflow_privacy's `GaussianNoiseGenerator` gives tensor
+  i the seed `seeds + i`). Every coordinate's tree noise has the claimed
+  law, over the rounds too, so no variance or between-rounds test sees it
+  and a canary's score has its claimed law; each smaller tensor's released
+  noise is a copy of the larger one's first values in every round, which
+  the tree self-test, per tensor (`tree_noise_check`), finds with its
+  `prefix[a,b]` tests (cosine 1, naming the tensors) and its exact-reuse
+  test.
+
 `PlantedTreeAggregation` is `tree_factory.TreeAggregation` with one of the
-three noise bugs planted in the query its `sum_query` builds, for
+noise bugs planted in the query its `sum_query` builds, for
 `CanaryDPFactory(PlantedTreeAggregation(...), canaries, clients_per_round=)`
 and for `tff.aggregators.DifferentiallyPrivateFactory(tfp.NormalizedQuery(
 aggregation.sum_query(specs), clients_per_round))`. Its `noise(T)` is the
@@ -57,6 +72,8 @@ from tff_canary.stats import validation
 worker_guard.install()
 
 NOISE_BUGS = ("restart_reuse", "missing_level", "efficient_scale")
+# Bugs between the tensors of a value, which the one-tensor simulation lacks.
+TENSOR_BUGS = ("cross_tensor_reuse",)
 
 LevelScale = Callable[[tf.Tensor], tf.Tensor]
 
@@ -200,9 +217,43 @@ class HalvedVarianceTreeQuery(_LevelScaledQuery):
                      use_efficient=True)
 
 
+class SharedSeedNoiseGenerator(tfp.tree_aggregation.GaussianNoiseGenerator):
+  """Each node's noise for every tensor from one seed (module docstring)."""
+
+  def next(self, state):
+    flat = tf.nest.flatten(self._specs)
+    sizes = [int(np.prod(spec.shape)) for spec in flat]
+    draw = tf.random.stateless_normal(shape=[max(sizes)], seed=state.seeds,
+                                      stddev=state.stddev)
+    noise = [tf.reshape(draw[:n], spec.shape) for n, spec in zip(sizes, flat)]
+    return (tf.nest.pack_sequence_as(self._specs, noise),
+            self._GlobalState(state.seeds + 1, state.stddev))
+
+
+class CrossTensorReuseTreeQuery(tfp.TreeResidualSumQuery):
+  """A tree query over `SharedSeedNoiseGenerator` (module docstring)."""
+
+  @classmethod
+  def build_l2_gaussian_query(cls, clip_norm, noise_multiplier, record_specs,
+                              noise_seed=None, use_efficient=True):
+    """tensorflow_privacy's constructor with the shared-seed generator."""
+    generator = SharedSeedNoiseGenerator(
+        noise_std=clip_norm * noise_multiplier, specs=record_specs,
+        seed=noise_seed)
+
+    def l2_clip_fn(record_as_list, clip_norm):
+      clipped_record, _ = tf.clip_by_global_norm(record_as_list, clip_norm)
+      return clipped_record
+
+    return cls(clip_fn=l2_clip_fn, clip_value=clip_norm,
+               record_specs=record_specs, noise_generator=generator,
+               use_efficient=use_efficient)
+
+
 QUERIES = {"restart_reuse": RestartReuseTreeQuery,
            "missing_level": MissingLevelTreeQuery,
-           "efficient_scale": HalvedVarianceTreeQuery}
+           "efficient_scale": HalvedVarianceTreeQuery,
+           "cross_tensor_reuse": CrossTensorReuseTreeQuery}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,14 +261,16 @@ class PlantedTreeAggregation(tree_factory.TreeAggregation):
   """`tree_factory.TreeAggregation` (fixed clip) with a noise bug planted.
 
   Attributes:
-    bug: one of `NOISE_BUGS`, or "none" (the correct query).
+    bug: one of `NOISE_BUGS` or `TENSOR_BUGS`, or "none" (the correct
+      query).
   """
 
   bug: str = "none"
 
   def __post_init__(self):
     super().__post_init__()
-    validation.as_choice(self.bug, "bug", ("none",) + NOISE_BUGS)
+    validation.as_choice(self.bug, "bug",
+                         ("none",) + NOISE_BUGS + TENSOR_BUGS)
     if self.adaptive is not None:
       raise ValueError("PlantedTreeAggregation plants bugs in the fixed-clip "
                        "tree; adaptive must be None.")
@@ -273,7 +326,9 @@ class TwicePerEpoch(schedules.ShuffledEpochs):
     return list(np.sort(both, axis=1))
 
 
-__all__ = ["HalvedVarianceTreeQuery", "MissingLevelTreeQuery", "NOISE_BUGS",
-           "PlantedTreeAggregation", "QUERIES", "RestartReuseTreeQuery",
+__all__ = ["CrossTensorReuseTreeQuery", "HalvedVarianceTreeQuery",
+           "MissingLevelTreeQuery", "NOISE_BUGS", "PlantedTreeAggregation",
+           "QUERIES", "RestartReuseTreeQuery",
            "ScaledLevelEfficientTreeAggregator", "ScaledLevelTreeAggregator",
-           "TwicePerEpoch", "halved_variance_scale", "missing_level_scale"]
+           "SharedSeedNoiseGenerator", "TENSOR_BUGS", "TwicePerEpoch",
+           "halved_variance_scale", "missing_level_scale"]

@@ -32,7 +32,11 @@ The [T, d] array n is what `tree_audit.audit_ftrl` takes as
 whitened by the Cholesky factor of the claimed K (n -> L^-1 n, K = L L^T),
 which makes correct noise i.i.d. N(0, 1) in every round, and
 `noise_stats.check_noise` tests variance, mean, correlation between rounds
-and reuse of values (Holm) at `level`.
+and reuse of values (Holm) at `level`. Whitening mixes rounds, never
+coordinates, so each tensor of the value keeps its own columns: the check is
+per tensor like the Gaussian one (`noise_check`), and its tests between
+tensors (`prefix[a,b]`: one tensor's node noise reused in another) run on a
+real model's weights.
 
 The tree's shape (efficient or plain, restarts) is not in the process state
 in a usable form: `noise` gives it, or, for a `CanaryDPFactory` with a tree,
@@ -44,7 +48,7 @@ tree when it restarts (so that noise repeated by a restarted tree shows),
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from scipy import linalg
@@ -52,6 +56,7 @@ import tensorflow as tf
 
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.insertion import factory
+from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.federated.structures import tree_search
 from tff_canary.stats.noise import noise_stats
@@ -78,7 +83,9 @@ class TreeNoiseCheck:
     passed: the whitened noise passed `noise_stats.check_noise`.
     check: that `noise_stats.NoiseCheck`.
     noise: [T, d] float64, each round's released noise in units of its node
-      std (module docstring): `tree_audit.audit_ftrl`'s `self_test_noise`.
+      std (module docstring), the tensors side by side in `tf.nest.flatten`
+      order (`check.tensor_names`, `check.tensor_sizes`):
+      `tree_audit.audit_ftrl`'s `self_test_noise`.
     node_std: [T] the sigma_t used.
     claimed: the claimed `TreeNoise`.
   """
@@ -210,6 +217,7 @@ def check_tree_noise(
     noise_multiplier: Optional[float] = None,
     level: float = noise_stats.DEFAULT_LEVEL,
     seed: int = 0,
+    tensor_names: Optional[Sequence[str]] = None,
 ) -> TreeNoiseCheck:
   """Runs a fresh tree aggregation on zero values and tests its noise.
 
@@ -231,6 +239,8 @@ def check_tree_noise(
       `tree.noise_multiplier`, else None (the generator's stddev).
     level: family-wise level of `noise_stats.check_noise`.
     seed: its subsample seed.
+    tensor_names: names of the value's tensors in `tf.nest.flatten` order
+      (default tensor0, ...).
 
   Returns:
     A `TreeNoiseCheck`.
@@ -255,27 +265,30 @@ def check_tree_noise(
     raise ValueError(f"node_std must be positive, got {node_std!r}.")
   process, value_type = _process_and_type(aggregator, value_type)
   clients = [_zeros(value_type)] * num_clients
-  state = process.initialize()
-  rows, sigmas, denominators = [], [], []
-  for t in range(num_rounds):
-    if given is not None:
-      sigma = given[t]
-    elif z is not None:
-      sigma = z * _clip(state)
-    else:
-      sigma = _node_std(state)
-    if sigma <= 0.0:
-      raise ValueError(f"the tree's node std before round {t} is {sigma}: "
-                       "zero noise has no tree law to test.")
-    denominator = (_denominator(state) if clients_per_round is None
-                   else clients_per_round)
-    output = process.next(state, clients)
-    state = output.state
-    flat = np.concatenate([np.asarray(x, np.float64).reshape(-1)
-                           for x in tf.nest.flatten(output.result)])
-    rows.append(flat * denominator / sigma)
-    sigmas.append(sigma)
-    denominators.append(denominator)
+  with sync_context.synchronous():
+    state = process.initialize()
+    rows, sigmas, denominators, sizes = [], [], [], None
+    for t in range(num_rounds):
+      if given is not None:
+        sigma = given[t]
+      elif z is not None:
+        sigma = z * _clip(state)
+      else:
+        sigma = _node_std(state)
+      if sigma <= 0.0:
+        raise ValueError(f"the tree's node std before round {t} is {sigma}: "
+                         "zero noise has no tree law to test.")
+      denominator = (_denominator(state) if clients_per_round is None
+                     else clients_per_round)
+      output = process.next(state, clients)
+      state = output.state
+      tensors = [np.asarray(x, np.float64).reshape(-1)
+                 for x in tf.nest.flatten(output.result)]
+      sizes = [x.size for x in tensors]
+      flat = np.concatenate(tensors)
+      rows.append(flat * denominator / sigma)
+      sigmas.append(sigma)
+      denominators.append(denominator)
   released = np.stack(rows)
   whitened = whiten(released, claimed.covariance)
   restarts = tree_noise_lib.restart_rounds(
@@ -292,8 +305,9 @@ def check_tree_noise(
            f"{source} "
            f"({min(sigmas):.6g}..{max(sigmas):.6g}), denominator "
            f"{denominators[0]:g}")
-  check = noise_stats.check_noise([[row] for row in whitened], 1.0,
-                                  level=level, seed=seed, claim=claim)
+  check = noise_stats.check_noise(
+      tree_noise_lib.split_tensors(whitened, sizes), 1.0, level=level,
+      seed=seed, claim=claim, tensor_names=tensor_names)
   released.setflags(write=False)
   return TreeNoiseCheck(passed=check.passed, check=check, noise=released,
                         node_std=np.array(sigmas), claimed=claimed)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -145,6 +145,7 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                inserted: npt.ArrayLike, *, noise: tree_noise.TreeNoise,
                rounds_per_epoch: int, noise_multiplier: float, delta: float,
                self_test_noise: Optional[npt.ArrayLike] = None,
+               self_test_sizes: Optional[Sequence[int]] = None,
                level: float = 0.05,
                claimed_epsilon: Optional[float] = None) -> FtrlAudit:
   """Audits a DP-FTRL claim from one run's canary scores (module docstring).
@@ -159,6 +160,10 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
     delta: the claim's delta.
     self_test_noise: [rounds, coordinates] the mechanism on zero values in
       units of the node noise, or None to skip the self-test.
+    self_test_sizes: the sizes of the value's tensors whose coordinates
+      `self_test_noise` holds side by side (`TreeNoiseCheck.check.
+      tensor_sizes`), so that its tests between tensors run; default one
+      tensor.
     level: family-wise false-alarm level in (0, 1).
     claimed_epsilon: the epsilon the bounds are held against; default the
       tree's analytical one (`tree_accounting.tree_epsilons(...).epsilon`).
@@ -205,10 +210,13 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
     if e.ndim != 2 or e.shape[0] != noise.num_rounds:
       raise ValueError(f"self_test_noise must be [rounds, coordinates] with "
                        f"{noise.num_rounds} rounds, got shape {e.shape}.")
-    w = _whitened(e, covariance)
+    sizes = [e.shape[1]] if self_test_sizes is None else self_test_sizes
+    try:
+      tensors = tree_noise.split_tensors(_whitened(e, covariance), sizes)
+    except ValueError as error:
+      raise ValueError(f"self_test_sizes: {error}") from None
     self_test = noise_stats.check_noise(
-        [[row] for row in w], 1.0, level=each,
-        claim="tree covariance (whitened)")
+        tensors, 1.0, level=each, claim="tree covariance (whitened)")
   failed = {"self-test": self_test is not None and not self_test.passed,
             "participations": p_value < each,
             "bounds": bounds.refuted}

@@ -42,7 +42,7 @@ NumPy only.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -180,6 +180,22 @@ class TreeNoise:
     return dataclasses.replace(self, released=np.asarray(released, float))
 
 
+def split_tensors(noise: np.ndarray,
+                  sizes: Sequence[int]) -> list[list[np.ndarray]]:
+  """[T, d] rows (a value's tensors side by side) -> T rounds of the tensors
+  of `sizes`: `noise_stats.check_noise`'s input, so that its tests between
+  tensors run (a tree self-test's whitened noise keeps each coordinate's
+  column, so it splits like the released noise)."""
+  noise = np.asarray(noise)
+  sizes = [validation.as_int(n, f"sizes[{k}]", minimum=1)
+           for k, n in enumerate(sizes)]
+  if noise.ndim != 2 or sum(sizes) != noise.shape[1]:
+    raise ValueError(f"the tensor sizes {sizes} must add up to the noise's "
+                     f"coordinates, got noise of shape {noise.shape}.")
+  edges = np.cumsum([0] + sizes)
+  return [[row[a:b] for a, b in zip(edges[:-1], edges[1:])] for row in noise]
+
+
 def tree_noise(num_rounds: int, *, efficient: bool = True,
                restart_period: Optional[int] = None,
                restart_warmup: Optional[int] = None) -> TreeNoise:
@@ -245,4 +261,4 @@ def tree_noise(num_rounds: int, *, efficient: bool = True,
       round_tree=round_tree)
 
 
-__all__ = ["TreeNoise", "restart_rounds", "tree_noise"]
+__all__ = ["TreeNoise", "restart_rounds", "split_tensors", "tree_noise"]
