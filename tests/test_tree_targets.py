@@ -1,4 +1,4 @@
-"""tree_targets: the three epsilons of a DP-FTRL run, each computed another way."""
+"""tree_targets: the three epsilons of a DP-FTRL run, each checked two ways."""
 
 import numpy as np
 import pytest

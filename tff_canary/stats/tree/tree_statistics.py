@@ -91,7 +91,7 @@ def _scores(scores: npt.ArrayLike, rounds: int) -> np.ndarray:
 
 
 def _schedule(schedule: npt.ArrayLike, shape: tuple[int, int]) -> np.ndarray:
-  """The schedule as a Boolean array: Booleans, or numbers that are all 0 or 1."""
+  """The schedule as a Boolean array (Booleans, or numbers all 0 or 1)."""
   a = np.asarray(schedule)
   if a.dtype != bool:
     if not (np.issubdtype(a.dtype, np.integer)
