@@ -19,7 +19,7 @@ from tff_canary.stats.audit import audit
 from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.bounds import tight_one_run
-from tff_canary.stats.tree import tree_audit, tree_simulation
+from tff_canary.stats.tree import tree_audit, tree_simulation, tree_targets
 
 # 512 coin-flipped candidates, as in the TFF sweep; a small tree.
 _SETTING = tree_simulation.FtrlSetting(
@@ -82,10 +82,15 @@ def test_512_candidates_cannot_test_a_claim_of_23_35_and_say_so():
   estimates = tree_audit.ftrl_estimates(
       run.scores, run.schedule, run.inserted, noise=_SETTING.claimed_noise(),
       noise_multiplier=1.0, delta=1e-5)
+  targets = tree_targets.tree_targets(
+      _SETTING.claimed_noise(), run.schedule, run.inserted,
+      rounds_per_epoch=_SETTING.rounds_per_epoch,
+      noise_multiplier=_SETTING.noise_multiplier, delta=1e-5)
   tree = tree_report.TreeRunReport(
       run_dir="run", config={}, delta=1e-5, confidence=0.95,
       delta_source="given", claimed_epsilon=_CLAIM, claim="claimed ε",
-      estimates=estimates, audit=result, num_inserted=int(mask.sum()),
+      estimates=estimates, audit=result, targets=targets,
+      num_inserted=int(mask.sum()),
       num_held_out=int((~mask).sum()))
   headline = tree.headline()
   (line,) = [l for l in headline.lines() if l.startswith("audit: ")]

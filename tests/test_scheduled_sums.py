@@ -161,3 +161,61 @@ def test_interval_covers_the_composed_epsilon(held_out):
   estimates = np.asarray(estimates)
   se = estimates.std(ddof=1) / math.sqrt(reps)
   assert abs(estimates.mean() - truth) < 4 * se + 0.01 * truth
+
+
+# ---------------------------------------- variance check with known spread
+
+
+def test_variance_check_allows_for_a_known_spread_of_means():
+  # Inserted T_j ~ N(s m_j, 1) with m_j spread from 1 to 4 (Var s m_j = 6.75
+  # at s = 3): the raw variance is 7.75, not 1, yet the Gaussian model
+  # holds. Given the shape m_j the check fits s (here also a smaller scale
+  # than any claim, s = 1.5) and finds the residual variance 1.
+  rng = np.random.default_rng(3)
+  m = rng.uniform(1.0, 4.0, 400)
+  y = rng.standard_normal(400)
+  for s in (3.0, 1.5):
+    x = s * m + rng.standard_normal(400)
+    raw = ss.epsilon_scheduled(x, y, delta=1e-5)
+    known = ss.epsilon_scheduled(x, y, delta=1e-5, inserted_mu=m)
+    assert "GDP reading of mu is doubtful" in raw.trust
+    assert "doubtful" not in known.trust and known.known_spread
+    assert known.residual_std == pytest.approx(1.0, abs=0.1)  # SE 0.035
+    assert known.mu == raw.mu  # only the check uses the shape
+  # A spread the shape does not explain: noise of std 1.5 on the inserted T
+  # only (per-canary randomness in what entered), or means off the shape.
+  x = 3.0 * m + 1.5 * rng.standard_normal(400)
+  est = ss.epsilon_scheduled(x, y, delta=1e-5, inserted_mu=m)
+  assert "doubtful" in est.trust and "known spread" in est.trust
+  x = 3.0 * m + 2.0 * rng.permutation(m) + rng.standard_normal(400)
+  assert "doubtful" in ss.epsilon_scheduled(x, delta=1e-5,
+                                            inserted_mu=m).trust
+  # Equal means: the same check as without a shape.
+  x = 2.0 + rng.standard_normal(400)
+  np.testing.assert_allclose(
+      ss.epsilon_scheduled(x, y, delta=1e-5,
+                           inserted_mu=np.full(400, 2.0)).variance_p_value,
+      ss.epsilon_scheduled(x, y, delta=1e-5).variance_p_value)
+
+
+def test_variance_check_includes_the_held_out_variance_sampling_error():
+  # With 40 held-out T the null's sample variance is itself off by about
+  # sqrt(2/39) = 23%. The F test's p-value for two samples of one law is
+  # uniform, so of 100 seeded pairs Binomial(100, 0.05) fall below 0.05:
+  # mean 5, sd 2.2, and 12 is 3 sd above. A chi-square test that took the
+  # held-out variance as exact puts about a fifth of them below 0.05.
+  rng = np.random.default_rng(4)
+  small = sum(
+      ss.epsilon_scheduled(rng.standard_normal(40) + 2.0,
+                           rng.standard_normal(40),
+                           delta=1e-5).variance_p_value < 0.05
+      for _ in range(100))
+  assert small <= 12, small
+
+
+def test_inserted_mu_is_checked():
+  with pytest.raises(ValueError, match="inserted_mu has 2 values"):
+    ss.epsilon_scheduled([1.0, 2.0, 3.0], delta=1e-5, inserted_mu=[1.0, 2.0])
+  with pytest.raises(ValueError, match="inserted_mu"):
+    ss.epsilon_scheduled([1.0, 2.0, 3.0], delta=1e-5,
+                         inserted_mu=[1.0, np.nan, 2.0])

@@ -39,6 +39,11 @@ def _config(path, **overrides):
      r"--noseeded_noise "),
     (dict(presentations=2, allow_participation_mismatch=True),
      r"add --noallow_participation_mismatch .*once per tree"),
+    # Without fair coins the audit's one-run bounds do not hold: refused,
+    # not printed as "each inserted by a fair coin".
+    (dict(assignment="fixed"), r"needs 1 more setting; add "
+     r"--assignment=coin .*one-run bounds need candidates inserted by fair "
+     r"coins"),
     (dict(noise_multiplier=0.0), r"aggregator='tree' needs noise_multiplier "
      r"> 0.*got noise_multiplier=0.0"),
     (dict(ddp_bits=16),
@@ -107,13 +112,64 @@ def test_the_report_of_simulated_scores_finds_their_signal(tmp_path):
   assert not report.audit.refuted, str(report.audit)
   # The scheduled statistic T_j ~ N(mu_j, 1) for inserted canaries: its
   # estimate (about 200 inserted) must cover the epsilon of their mean mu,
-  # the ceiling; scores misaligned with the schedules would put it near 0.
-  ceiling = report.estimates.attack_epsilon
+  # its target; scores misaligned with the schedules would put it near 0.
+  targets = report.targets
   interval = report.estimates.scheduled.interval
-  assert interval.low <= ceiling <= interval.high
-  assert report.estimates.scheduled.epsilon > 0.5 * ceiling
+  assert interval.low <= targets.schedules_epsilon <= interval.high
+  assert report.estimates.scheduled.epsilon > 0.5 * targets.schedules_epsilon
+  interval = report.estimates.final.interval
+  assert interval.low <= targets.final_epsilon <= interval.high
   # A correct mechanism: epsilon-final's interval is not above the claim.
   assert report.estimates.final.interval.low < report.audit.claim.epsilon
+
+
+def test_the_tree_report_shows_the_three_epsilons_and_what_each_targets(
+    tmp_path):
+  from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness import tree_report  # pylint: disable=g-import-not-at-top
+  report = report_lib.build_report(_simulated_run(tmp_path / "run").path)
+  t = report.targets
+  # The efficient tree of 8 rounds: its rounds show less than its nodes.
+  assert t.schedules_epsilon < t.worst_case_epsilon < t.node_epsilon
+  assert t.node_epsilon == report.audit.claim.epsilon
+  lines = report.headline().lines()
+  assert len(lines) <= 8
+  assert lines[0].startswith("analytical ε") and "node release" in lines[0]
+  assert lines[1].startswith("rounds ε") and "worst-case" in lines[1]
+  assert f"{t.worst_case_epsilon:.4g}" in lines[1]
+  assert f"this run's canaries: {t.schedules_epsilon:.4g}" in lines[1]
+  assert lines[2].startswith("ε-final") and (
+      f"targets {t.final_epsilon:.4g} (final model)" in lines[2])
+  assert lines[3].startswith("ε-all") and (
+      f"targets {t.schedules_epsilon:.4g} (this run's canaries)" in lines[3])
+  rows = {name: (kind, value, detail)
+          for name, kind, value, detail in report.rows()}
+  assert rows[tree_report.WORST_CASE][:2] == ("analytical",
+                                              t.worst_case_epsilon)
+  assert rows[tree_report.SCHEDULES][:2] == ("expected",
+                                             t.schedules_epsilon)
+  assert "not a ceiling" in rows[tree_report.SCHEDULES][2]
+  assert "targets none of these" in rows[tree_report.MAX][2]
+  assert "not the mechanism's ε" in rows[tree_report.MAX][2]
+  assert not any("ceiling of an attack" in name for name in rows)
+  data = report.as_dict()
+  assert data["targets"]["worst_case_epsilon"] == t.worst_case_epsilon
+  assert [x["value"] for x in data["headline"]["targets"]] == [
+      t.worst_case_epsilon, t.schedules_epsilon]
+  assert data["headline"]["epsilon_all"]["target"]["value"] == (
+      t.schedules_epsilon)
+  assert "ceiling" not in data
+
+
+def test_a_tree_report_refuses_a_run_without_fair_coins(tmp_path):
+  from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
+  rd = _simulated_run(tmp_path / "run")
+  config = rd.load_config()
+  config["assignment"] = "fixed"
+  rd.save_config(config)
+  with pytest.raises(run_dir.RunDirError, match=r"assignment='fixed'.*fair "
+                     r"coins"):
+    report_lib.build_report(rd.path)
 
 
 def test_the_report_refutes_a_client_counted_twice_per_tree(tmp_path):

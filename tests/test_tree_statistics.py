@@ -115,6 +115,56 @@ def test_schedule_mu_is_below_the_node_release():
   assert np.all(mu > 0)
 
 
+def test_a_float_or_integer_0_1_schedule_is_the_boolean_one():
+  a = _one_per_epoch(30, 11)
+  u = _scores(a, 2.0, 12)
+  for same in (a.astype(np.float32), a.astype(np.float64), a.astype(int)):
+    np.testing.assert_array_equal(
+        tree_statistics.schedule_mu(same, _K, noise_multiplier=2.0),
+        tree_statistics.schedule_mu(a, _K, noise_multiplier=2.0))
+    np.testing.assert_array_equal(
+        tree_statistics.scheduled_statistic(u, same, _K),
+        tree_statistics.scheduled_statistic(u, a, _K))
+
+
+def test_worst_case_mu_is_the_largest_schedule_mu():
+  # Every schedule of one round per epoch (16 x 16 x 16 = 4096), enumerated:
+  # its largest schedule_mu is worst_case_mu (another method: no
+  # block-diagonal shortcut).
+  rounds = np.array(np.meshgrid(np.arange(16), 16 + np.arange(16),
+                                32 + np.arange(16))).reshape(3, -1).T
+  a = np.zeros((rounds.shape[0], 48), bool)
+  a[np.arange(rounds.shape[0])[:, None], rounds] = True
+  z = 1.7
+  epochs = tree_statistics.epoch_matrix(48, 16)
+  worst = tree_statistics.worst_case_mu(_K, epochs, noise_multiplier=z)
+  assert worst == pytest.approx(
+      tree_statistics.schedule_mu(a, _K, noise_multiplier=z).max(), rel=1e-12)
+
+
+@pytest.mark.parametrize("rounds,per", [(64, 64), (100, 100), (48, 16),
+                                        (40, 16), (7, 7)])
+def test_plain_tree_rounds_release_what_its_nodes_do(rounds, per):
+  # The plain tree's accounting is exact for the rounds: round 0 of a tree
+  # lies on a path of h nodes, each released alone. The efficient tree's
+  # rounds release less than its nodes (Honaker's reweighting).
+  epochs = tree_statistics.epoch_matrix(rounds, per)
+  sizes = [int(n) for n in epochs.sum(axis=0)]
+  node = tree_accounting.node_mu(1.0, sizes)
+  for efficient in (False, True):
+    k = tree_noise.tree_noise(rounds, efficient=efficient,
+                              restart_period=per).covariance
+    worst = tree_statistics.worst_case_mu(k, epochs, noise_multiplier=1.0)
+    if efficient:
+      assert worst < node
+    else:
+      assert worst == pytest.approx(node, rel=1e-9)
+      a = np.zeros((1, rounds), bool)
+      a[0, ::per] = True  # round 0 of every tree
+      assert tree_statistics.schedule_mu(
+          a, k, noise_multiplier=1.0)[0] == pytest.approx(node, rel=1e-9)
+
+
 def test_epoch_matrix():
   e = tree_statistics.epoch_matrix(7, 3)
   np.testing.assert_array_equal(e.sum(axis=0), [3, 3, 1])
@@ -123,7 +173,19 @@ def test_epoch_matrix():
 
 @pytest.mark.parametrize("call,error,match", [
     (lambda: tree_statistics.scheduled_statistic(
-        np.zeros((2, 48)), np.ones((2, 48)), _K), TypeError, "Boolean"),
+        np.zeros((2, 48)), np.full((2, 48), "1"), _K), TypeError, "Boolean"),
+    (lambda: tree_statistics.schedule_mu(
+        np.full((2, 48), 0.5), _K, noise_multiplier=1.0), ValueError,
+     r"only 0 and 1.*schedule\[0, 0\] = 0.5"),
+    (lambda: tree_statistics.schedule_mu(
+        np.where(np.eye(2, 48) > 0, np.nan, 1.0), _K, noise_multiplier=1.0),
+     ValueError, r"schedule\[0, 0\] = nan"),
+    (lambda: tree_statistics.worst_case_mu(
+        _K, tree_statistics.epoch_matrix(48, 24), noise_multiplier=1.0),
+     ValueError, "restart after every epoch"),
+    (lambda: tree_statistics.worst_case_mu(
+        _K, tree_statistics.epoch_matrix(47, 16), noise_multiplier=1.0),
+     ValueError, "48 rounds"),
     (lambda: tree_statistics.scheduled_statistic(
         np.zeros((2, 47)), np.ones((2, 47), bool), _K), ValueError,
      "48 rounds"),

@@ -7,6 +7,10 @@ answer "how much does this run leak?" (docs/method/which-epsilon.md):
     canaries' own participation, the claim the audit tests by default
     (`RunReport.canary_claim`, `canary_claim`); the first line and
     the audit line name the same one;
+  * for DP-FTRL only, the epsilons below it that the estimates are read
+    against (`tree_targets`): what the released rounds show about the
+    worst-case participant, and about this run's canaries (`targets`, one
+    line); each estimate names the one it targets;
   * epsilon-final: the mean-only estimate for the final model, with its
     interval (the variant whose variance is the null's, so it is not biased
     upward by the sampling noise of a fitted variance);
@@ -67,6 +71,18 @@ NOISE_CHECK_NOT_RUN = (
 
 
 @dataclasses.dataclass(frozen=True)
+class Target:
+  """An epsilon an estimate is the estimate of, named by what it is the
+  epsilon of (DP-FTRL: `tree_targets`)."""
+
+  name: str
+  value: float
+
+  def as_dict(self) -> dict[str, Any]:
+    return dict(name=self.name, value=self.value)
+
+
+@dataclasses.dataclass(frozen=True)
 class Estimate:
   """An epsilon with its interval, and whether the interval is above the
   analytical epsilon (the only case that is evidence against it)."""
@@ -75,10 +91,12 @@ class Estimate:
   value: float
   ci: tuple[float, float]
   above_analytical: bool
+  target: Optional[Target] = None
 
   def as_dict(self) -> dict[str, Any]:
     return dict(name=self.name, value=self.value, ci=list(self.ci),
-                above_analytical=self.above_analytical)
+                above_analytical=self.above_analytical,
+                target=None if self.target is None else self.target.as_dict())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +122,17 @@ class Headline:
   estimates_target: Optional[tuple[str, float]] = None
   # The audit's reach (`audit.AuditVerdict.reach_dict`); None if unknown.
   audit_reach: Optional[dict[str, Any]] = None
+  targets: tuple[Target, ...] = ()
+  targets_label: str = "rounds ε"
+
+  def _targets_line(self) -> list[str]:
+    if not self.targets:
+      return []
+    first, *rest = self.targets
+    return [f"{self.targets_label:14s}"
+            f"{results.format_number(first.value):>8s}  {first.name}"
+            + "".join(f"; {t.name}: {results.format_number(t.value)}"
+                      for t in rest)]
 
   def _estimate_line(self, label: str, est: Optional[Estimate]) -> str:
     if est is None:
@@ -119,18 +148,23 @@ class Headline:
       status = f"below {what}"
     else:
       status = f"consistent with {what}"
+    target_text = ("" if est.target is None else
+                   f"targets {results.format_number(est.target.value)} "
+                   f"({est.target.name}); ")
     return (f"{label:14s}{results.format_number(est.value):>8s}  "
             f"{self.confidence:.0%} CI [{est.ci[0]:.4g}, {est.ci[1]:.4g}]; "
-            f"{status}")
+            f"{target_text}{status}")
 
   def lines(self) -> list[str]:
-    """At most 8 lines: the answer, then how to read it."""
+    """At most 8 lines: the answer, then how to read it (7 without
+    `targets`)."""
     return [
         f"{'analytical ε':14s}"
         f"{results.format_number(self.analytical_epsilon):>8s}  "
         f"{self.analytical_name}, δ = "
         f"{analytical_epsilons.format_delta(self.delta)}: what the "
         "accounting guarantees",
+        *self._targets_line(),
         self._estimate_line("ε-final", self.epsilon_final),
         self._estimate_line("ε-all", self.epsilon_all),
         f"{'lower bound':14s}"
@@ -160,16 +194,20 @@ class Headline:
                    reach=self.audit_reach),
         noise_check=dict(verdict=self.noise_check_verdict,
                          text=self.noise_check_text),
+        targets=[t.as_dict() for t in self.targets],
         meaning=MEANING,
         lines=self.lines())
 
 
-def estimate(name: str, result: Any, analytical_epsilon: float) -> Estimate:
+def estimate(name: str, result: Any, analytical_epsilon: float,
+             target: Optional[Target] = None) -> Estimate:
   """An `Estimate` of an `EpsilonEstimate`, flagged only when its interval
-  lies entirely above the analytical epsilon."""
+  lies entirely above the analytical epsilon; `target` is what it estimates
+  when that is not the analytical epsilon (DP-FTRL)."""
   low, high = result.interval.low, result.interval.high
   return Estimate(name=name, value=result.epsilon, ci=(low, high),
-                  above_analytical=bool(low > analytical_epsilon))
+                  above_analytical=bool(low > analytical_epsilon),
+                  target=target)
 
 
 def noise_check_verdict(noise_check: Optional[dict[str, Any]]

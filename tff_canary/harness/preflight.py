@@ -141,6 +141,10 @@ def _tree_requirements(config) -> list[tuple[str, str, str]]:
                     "the experiments run DP-FTRL at a fixed clip; adaptive "
                     "clipping is CanaryDPFactory.tree_adaptive, in your own "
                     "loop"))
+  if config.assignment != "coin":
+    missing.append(("--assignment=coin", "assignment='coin'",
+                    "the DP-FTRL audit's one-run bounds need candidates "
+                    "inserted by fair coins"))
   if config.sampling != "shuffle":
     missing.append(("--sampling=shuffle", "sampling='shuffle'",
                     "DP-FTRL's accounting needs each client at most once "

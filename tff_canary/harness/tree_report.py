@@ -11,13 +11,19 @@ rebuilt from config.json's seeds, inserted or held out) and the claimed tree
   * the analytical epsilon (`tree_accounting.tree_epsilons`): the exact
     epsilon of the node release (Gaussian DP, the claim audited) and
     dp-accounting's RDP epsilon of `SingleEpochTreeAggregationDpEvent`;
-  * the estimates (`tree_audit.ftrl_estimates`), each with its interval:
-    epsilon-final (the final model's score, sum over rounds, against the
-    held-out canaries), epsilon-all of the scheduled GLS statistic T (the
-    strongest attack, the headline's epsilon-all), of the max statistic M,
-    and of the statistic that wrongly assumes independent rounds (contrast);
-    and the ceiling no attack on these scores can pass, the epsilon of the
-    schedules' mu (`tree_statistics.schedule_mu`);
+  * below it (`tree_targets`): the exact epsilon of what the released
+    rounds show about the worst-case participant (no attack on the rounds
+    can exceed it; equal to the node release's for the plain tree), and the
+    epsilon expected for this run's inserted canaries' schedules (what
+    epsilon-all by T estimates; one canary can exceed it);
+  * the estimates (`tree_audit.ftrl_estimates`), each with its interval and
+    the epsilon it targets: epsilon-final (the final model's score, sum over
+    rounds, against the held-out canaries; the final model's epsilon),
+    epsilon-all of the scheduled GLS statistic T (the strongest attack, the
+    headline's epsilon-all; this run's canaries), of the max statistic M (a
+    Gaussian fit to maxima, the paper's construction: it targets none of
+    these, docs/method/estimates.md), and of the statistic that wrongly
+    assumes independent rounds (contrast);
   * the audit (`tree_audit.audit_ftrl`): participations per epoch and the
     one-run bounds, at the report's family-wise level. The noise self-test is
     the run's noise_check.json (`tree_noise_check`, before training).
@@ -48,12 +54,16 @@ from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.tree import tree_audit
 from tff_canary.stats.tree import tree_noise
+from tff_canary.stats.tree import tree_targets
 
 FINAL = "final model: epsilon_final (sum of the rounds' scores)"
 SCHEDULED = "all iterates: epsilon_all (scheduled GLS statistic T)"
-MAX = "all iterates: epsilon_all (max statistic M, Gaussian fit)"
+MAX = "all iterates: epsilon_all (max statistic M, Gaussian fit, paper)"
 INDEPENDENT = "all iterates: independent-rounds statistic (contrast)"
-CEILING = "all iterates: ceiling of an attack on the scores (schedule's mu)"
+WORST_CASE = "DP-FTRL rounds, worst-case participant (exact)"
+SCHEDULES = "DP-FTRL rounds, this run's canaries (expected)"
+# What each estimate targets (`tree_targets`), by name in the headline.
+TARGET_NAMES = {FINAL: "final model", SCHEDULED: "this run's canaries"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +79,7 @@ class TreeRunReport:
   claim: str
   estimates: tree_audit.FtrlEstimates
   audit: tree_audit.FtrlAudit
+  targets: tree_targets.TreeTargets
   num_inserted: int
   num_held_out: int
   accuracy: Optional[float] = None
@@ -89,6 +100,22 @@ class TreeRunReport:
     e = self.estimates
     return [(FINAL, e.final), (SCHEDULED, e.scheduled), (MAX, e.max),
             (INDEPENDENT, e.independent)]
+
+  def _target(self, name: str) -> Optional[headline_lib.Target]:
+    """The epsilon the estimate `name` targets (`tree_targets`), or None."""
+    value = {FINAL: self.targets.final_epsilon,
+             SCHEDULED: self.targets.schedules_epsilon}.get(name)
+    if value is None:
+      return None
+    return headline_lib.Target(TARGET_NAMES[name], value)
+
+  def _headline_targets(self) -> tuple[headline_lib.Target, ...]:
+    t = self.targets
+    return (headline_lib.Target("exact, worst-case participant (no attack "
+                                "on the rounds exceeds it)",
+                                t.worst_case_epsilon),
+            headline_lib.Target("expected for this run's canaries",
+                                t.schedules_epsilon))
 
   def headline(self) -> headline_lib.Headline:
     """The answer in at most 8 lines (`headline`), for DP-FTRL."""
@@ -112,31 +139,53 @@ class TreeRunReport:
     return headline_lib.Headline(
         delta=self.delta, confidence=self.confidence, analytical_name=name,
         analytical_epsilon=bound,
-        epsilon_final=headline_lib.estimate(FINAL, self.estimates.final,
-                                            bound),
-        epsilon_all=headline_lib.estimate(SCHEDULED,
-                                          self.estimates.scheduled, bound),
+        epsilon_final=headline_lib.estimate(
+            FINAL, self.estimates.final, bound, self._target(FINAL)),
+        epsilon_all=headline_lib.estimate(
+            SCHEDULED, self.estimates.scheduled, bound,
+            self._target(SCHEDULED)),
         epsilon_all_missing="", strongest_bound_name=verdict.strongest,
         strongest_bound=verdict.largest_bound,
         audit_verdict="refuted" if self.audit.refuted else (
             verdict.verdict),  # "beyond reach" when the bounds are
         audit_text=audit_text, noise_check_verdict=noise_verdict,
-        noise_check_text=noise_text, audit_reach=verdict.reach_dict())
+        noise_check_text=noise_text, audit_reach=verdict.reach_dict(),
+        targets=self._headline_targets())
 
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""
-    out = [(name, "analytical", value, "what the accounting guarantees")
-           for name, value in self.analytical.items()]
+    t = self.targets
+    (node, node_epsilon), (rdp, rdp_epsilon) = self.analytical.items()
+    out = [(node, "analytical", node_epsilon, "what the accounting "
+            "guarantees: the release of every node of the trees"),
+           (rdp, "analytical", rdp_epsilon, "what the accounting guarantees "
+            "(Rényi DP of the same release, looser)")]
+    out.append((WORST_CASE, "analytical", t.worst_case_epsilon,
+                f"μ = {t.worst_case_mu:.4g} = √(Σ_e max_t (K_e⁻¹)_tt) / z: "
+                "what the released rounds show about the participant they "
+                "show most; no attack on the rounds can exceed it"))
+    out.append((SCHEDULES, "expected", t.schedules_epsilon,
+                f"μ = {t.schedules_mu:.4g}, the mean of the inserted "
+                "canaries' μ_j = √(a_jᵀ K⁻¹ a_j) / z (largest "
+                f"{t.largest_schedule_mu:.4g}): what ε-all by T estimates; "
+                "not a ceiling"))
     for name, result in self._estimates():
       detail = (f"{self.confidence:.0%} CI [{result.interval.low:.4g}, "
                 f"{result.interval.high:.4g}]")
-      if name == INDEPENDENT:
+      if name == FINAL:
+        detail += (f"; targets {t.final_epsilon:.4g}, the final model's ε "
+                   f"(the sum of the rounds, μ = {t.final_mu:.4g})")
+      elif name == SCHEDULED:
+        detail += (f"; targets {t.schedules_epsilon:.4g}, the ε expected "
+                   "for this run's canaries")
+      elif name == MAX:
+        detail += ("; a Gaussian fit to maxima (the paper's construction): "
+                   "targets none of these ε, not the mechanism's ε "
+                   "(docs/method/estimates.md)")
+      elif name == INDEPENDENT:
         detail += ("; its N(0, 1) null ignores the tree's correlated noise:"
                    " not an estimate of ε")
       out.append((name, "estimate", result.epsilon, detail))
-    out.append((CEILING, "ceiling", self.estimates.attack_epsilon,
-                f"μ = {self.estimates.attack_mu:.4g}: no test of these "
-                "scores can reach beyond it"))
     level = self.audit.bounds.per_bound_confidence
     for name, result in self.audit.bounds.bounds.items():
       out.append((name, "bound", result.epsilon,
@@ -191,8 +240,7 @@ class TreeRunReport:
         claim=self.claim, headline=self.headline().as_dict(),
         estimates={name: result.as_dict()
                    for name, result in self._estimates()},
-        ceiling=dict(mu=self.estimates.attack_mu,
-                     epsilon=self.estimates.attack_epsilon),
+        targets=self.targets.as_dict(),
         audit=dict(refuted=self.audit.refuted,
                    caught_by=list(self.audit.caught_by),
                    level=self.audit.level,
@@ -253,6 +301,11 @@ def build_tree_report(rd: run_dir_lib.RunDir, config: dict[str, Any], *,
                       ) -> TreeRunReport:
   """The report of a finished DP-FTRL run (module docstring); `delta` and
   `confidence` are checked by the caller (`report.build_report`)."""
+  if config.get("assignment") != "coin":
+    raise run_dir_lib.RunDirError(
+        f"{rd.file(run_dir_lib.CONFIG)} has assignment="
+        f"{config.get('assignment')!r}: the DP-FTRL report's one-run bounds "
+        "need candidates inserted by fair coins (assignment='coin').")
   canaries = _canaries(config)
   recorded = rd.load_participation()
   if not np.array_equal(recorded, canaries.participation.events):
@@ -279,6 +332,9 @@ def build_tree_report(rd: run_dir_lib.RunDir, config: dict[str, Any], *,
   estimates = tree_audit.ftrl_estimates(
       u, a, canaries.inserted, noise=noise, noise_multiplier=z, delta=delta,
       confidence=confidence)
+  targets = tree_targets.tree_targets(
+      noise, a, canaries.inserted, rounds_per_epoch=per_epoch,
+      noise_multiplier=z, delta=delta)
   claim = "analytical ε (DP-FTRL, exact)"
   if claimed_epsilon is not None:
     claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
@@ -290,7 +346,7 @@ def build_tree_report(rd: run_dir_lib.RunDir, config: dict[str, Any], *,
       delta_source=delta_source,
       claimed_epsilon=(audit.claim.epsilon if claimed_epsilon is None
                        else claimed_epsilon),
-      claim=claim, estimates=estimates, audit=audit,
+      claim=claim, estimates=estimates, audit=audit, targets=targets,
       num_inserted=int(canaries.inserted.sum()),
       num_held_out=int((~canaries.inserted).sum()), accuracy=accuracy,
       loss=loss, noise_check=rd.load_noise_check(),

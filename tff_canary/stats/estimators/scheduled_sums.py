@@ -58,6 +58,19 @@ Gaussian mechanism in every round, large d), which the result checks where
 the data can: the inserted T's variance against the null's, and with held-out
 canaries their mean and variance against N(0, 1).
 
+The variance check. Under the model an inserted T_j is N(s m_j, sigma_0^2):
+its mean is a known shape m_j times one scale s (sqrt(P_j) with unequal
+participations; `tree_statistics.schedule_mu` in DP-FTRL, where schedules
+differ in what they reveal), its variance the null's. So the inserted T's
+variance is sigma_0^2 + s^2 Var(m_j), not sigma_0^2, when the m_j differ.
+Given the shape (`inserted_mu`), the check fits a + s m_j by least squares
+and compares the residual variance, on n - 2 degrees of freedom, with the
+null's; s is fitted, not taken from the claim, because a run that leaks
+less than claimed (s below the claim's) is no reason to doubt the Gaussian
+reading. The null's variance is 1 for the exact null (a chi-square test)
+and the held-out T's sample variance otherwise, whose own sampling error the
+F test (n - 2 and m - 1 degrees of freedom) takes into account.
+
 NumPy/SciPy only.
 """
 
@@ -100,8 +113,13 @@ class ScheduledEstimate:
     inserted_mean, inserted_std: the inserted T's sample mean and std.
     interval_method: "t" (exact null) or "projection" (held-out null).
     inserted_below_null: True if inserted_mean < null_mean.
-    variance_p_value: two-sided chi-square p-value of the inserted T's
-      variance against the null's (1, or null_std^2).
+    variance_p_value: two-sided p-value of the inserted T's variance around
+      their model means (`residual_std`) against the null's: chi-square
+      against 1 (exact null), F against null_std^2 (held-out null).
+    residual_std: the inserted T's std around a + s m_j fitted to the known
+      shape of their means (`inserted_mu`; module docstring), or around
+      their mean without it (then inserted_std).
+    known_spread: True when `inserted_mu` was given.
     null_p_value: with held-out T, the smaller two-sided p-value of their
       mean against 0 (t) and variance against 1 (chi-square); None for the
       exact null.
@@ -124,6 +142,8 @@ class ScheduledEstimate:
   inserted_below_null: bool
   variance_p_value: float
   null_p_value: Optional[float]
+  residual_std: float = float("nan")
+  known_spread: bool = False
 
   @property
   def trust(self) -> str:
@@ -133,11 +153,14 @@ class ScheduledEstimate:
       notes.append("inserted mean below the null's: check the sign "
                    "convention (docs/method/sign-convention.md)")
     if self.variance_p_value < _CHECK_LEVEL:
+      around = (" around their schedules' known spread of means"
+                if self.known_spread else "")
       notes.append(
-          f"inserted T have std {results.format_number(self.inserted_std)} "
-          f"against the null's {results.format_number(self.null_std)} "
-          f"(p = {self.variance_p_value:.2g}): not the Gaussian mechanism's "
-          "mean shift, so the GDP reading of mu is doubtful")
+          f"inserted T have std {results.format_number(self.residual_std)}"
+          f"{around} against the null's "
+          f"{results.format_number(self.null_std)} (p = "
+          f"{self.variance_p_value:.2g}): not the Gaussian mechanism's mean "
+          "shift, so the GDP reading of mu is doubtful")
     if self.null_p_value is not None and self.null_p_value < _CHECK_LEVEL:
       notes.append(
           f"held-out T are not N(0, 1) (mean "
@@ -222,10 +245,38 @@ def _p_two_sided_variance(sample: np.ndarray, variance: float) -> float:
   return float(min(1.0, 2.0 * min(law.cdf(chi), law.sf(chi))))
 
 
+def _residuals(x: np.ndarray, shape: Optional[np.ndarray]
+               ) -> tuple[float, int]:
+  """(residual sum of squares, degrees of freedom) of x around a + s m_j
+  (least squares; module docstring), or around its mean without a shape,
+  with one that does not vary, or with too few values to fit both."""
+  design = np.ones((x.size, 1))
+  if (shape is not None and x.size > 2
+      and np.ptp(shape) > 1e-9 * np.abs(shape).max()):
+    design = np.column_stack([design, shape])
+  coef = np.linalg.lstsq(design, x, rcond=None)[0]
+  residual = x - design @ coef
+  return float(residual @ residual), x.size - design.shape[1]
+
+
+def _variance_p_value(rss: float, df: int, null_variance: float,
+                      null_size: Optional[int]) -> float:
+  """Two-sided p of the residual variance rss / df against the null's: a
+  known variance (chi-square) or a sample variance of `null_size` values
+  (F, its sampling error included)."""
+  if null_size is None:
+    law, value = stats.chi2(df), rss / null_variance
+  else:
+    law, value = stats.f(df, null_size - 1), rss / df / null_variance
+  return float(min(1.0, 2.0 * min(law.cdf(value), law.sf(value))))
+
+
 def epsilon_scheduled(inserted_T: npt.ArrayLike,
                       held_out_T: npt.ArrayLike | None = None, *,
                       delta: float,
-                      confidence: float = 0.95) -> ScheduledEstimate:
+                      confidence: float = 0.95,
+                      inserted_mu: npt.ArrayLike | None = None
+                      ) -> ScheduledEstimate:
   """epsilon of the composed mechanism from the schedule-aware T_j.
 
   Args:
@@ -235,6 +286,10 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
       the null N(0, 1) as exact.
     delta: the delta at which epsilon is computed, in (0, 1).
     confidence: level of the interval, in (0, 1).
+    inserted_mu: each inserted canary's mean T under the model, up to one
+      common scale (`tree_statistics.schedule_mu`; sqrt(P_j)), one per
+      inserted_T, or None when the means are equal. Only the variance check
+      uses it (module docstring): the estimate is of the mean mu.
 
   Returns:
     A `ScheduledEstimate` (module docstring). Warns
@@ -250,6 +305,13 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
   delta = validation.as_open_unit(delta, "delta")
   confidence = validation.as_open_unit(confidence, "confidence")
   validation.check_spread(x, "inserted_T")
+  shape = None
+  if inserted_mu is not None:
+    shape = validation.as_sample(inserted_mu, "inserted_mu")
+    if shape.size != x.size:
+      raise ValueError(f"inserted_mu has {shape.size} values, inserted_T "
+                       f"{x.size}: give one mean per inserted canary.")
+  rss, rss_df = _residuals(x, shape)
   mean1, std1 = float(x.mean()), float(x.std(ddof=1))
   if y is None:
     null, mean0, std0, null_p = "exact", 0.0, 1.0, None
@@ -293,8 +355,10 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
       num_held_out=0 if y is None else y.size, null_mean=mean0,
       null_std=std0, inserted_mean=mean1, inserted_std=std1,
       interval_method=method, inserted_below_null=below,
-      variance_p_value=_p_two_sided_variance(x, std0**2),
-      null_p_value=null_p)
+      variance_p_value=_variance_p_value(
+          rss, rss_df, std0**2, None if y is None else y.size),
+      null_p_value=null_p, residual_std=math.sqrt(rss / rss_df),
+      known_spread=shape is not None)
 
 
 __all__ = ["ScheduledEstimate", "epsilon_scheduled", "scheduled_statistic"]

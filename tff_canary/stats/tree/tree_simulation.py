@@ -40,6 +40,7 @@ NumPy only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Literal
 
@@ -153,6 +154,13 @@ def _frozen(array: np.ndarray) -> np.ndarray:
   return array
 
 
+@functools.lru_cache(maxsize=16)
+def _released(setting: FtrlSetting, bug: str) -> np.ndarray:
+  """The mechanism's released-noise coefficients, read-only: building the
+  tree is most of a small run's time, and simulations repeat settings."""
+  return _frozen(planted_noise(setting.claimed_noise(), bug).released)
+
+
 def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
              insert: bool = True) -> FtrlRun:
   """One seeded DP-FTRL run with fair-coin orthogonal canaries.
@@ -170,7 +178,6 @@ def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
   rng = np.random.default_rng([seed, BUGS.index(bug)])
   m, per, epochs = (setting.num_candidates, setting.rounds_per_epoch,
                     setting.epochs)
-  true_noise = planted_noise(setting.claimed_noise(), bug)
   inserted = rng.random(m) < 0.5
   rows = np.arange(m)
   schedule = np.zeros((m, setting.num_rounds), dtype=bool)
@@ -184,7 +191,7 @@ def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
   participations = schedule & inserted[:, None] & insert
   if bug == "double_participation":
     participations = participations | (extra & inserted[:, None] & insert)
-  b = true_noise.released
+  b = _released(setting, bug)
   xi = rng.standard_normal((m, b.shape[1]))
   scores = participations / setting.noise_multiplier + xi @ b.T
   zero_run = b @ rng.standard_normal((b.shape[1], setting.self_test_dim))

@@ -28,7 +28,10 @@ squares):
   exactly N(0, 1) for a canary that took no part. mu_j is the GDP mu of what
   the released rounds reveal about that schedule (Dong, Roth & Su 2019,
   arXiv 1905.02383, Thm 2.7): the ceiling of any attack on the released
-  updates for that schedule.
+  updates for that one schedule. Schedules differ, and so do their mu_j:
+  the mean T over inserted canaries estimates the mean mu_j (not a ceiling:
+  one canary's mu_j can exceed it), and `worst_case_mu` is the largest
+  mu_j that one participation per epoch can have.
 * `round_statistics`: without the schedule, the score test of "j took part
   in round t alone" is g_{j,t} = (K^-1 u_j)_t / sqrt((K^-1)_tt), N(0, 1)
   per round under the null but correlated across rounds; `max_statistic` is
@@ -48,6 +51,8 @@ NumPy/SciPy only.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import numpy.typing as npt
@@ -86,9 +91,19 @@ def _scores(scores: npt.ArrayLike, rounds: int) -> np.ndarray:
 
 
 def _schedule(schedule: npt.ArrayLike, shape: tuple[int, int]) -> np.ndarray:
+  """The schedule as a Boolean array (Booleans, or numbers all 0 or 1)."""
   a = np.asarray(schedule)
   if a.dtype != bool:
-    raise TypeError(f"schedule must be a Boolean array, got dtype {a.dtype}.")
+    if not (np.issubdtype(a.dtype, np.integer)
+            or np.issubdtype(a.dtype, np.floating)):
+      raise TypeError(f"schedule must be a Boolean array or an array of 0 "
+                      f"and 1, got dtype {a.dtype}.")
+    bad = ~np.isin(a, (0, 1))
+    if bad.any():
+      index = tuple(int(i) for i in np.argwhere(bad)[0])
+      raise ValueError(f"schedule must hold only 0 and 1 (or Booleans), but "
+                       f"schedule{list(index)} = {a[index]!r}.")
+    a = a == 1
   if a.shape != shape:
     raise ValueError(f"schedule has shape {a.shape}; expected {shape}, one "
                      "flag per canary and round.")
@@ -120,6 +135,49 @@ def schedule_mu(schedule: npt.ArrayLike, covariance: npt.ArrayLike, *,
   a = _schedule(a, (a.shape[0] if a.ndim == 2 else -1, k.shape[0]))
   precision = linalg.cho_solve(_factor(k), np.eye(k.shape[0]))
   return np.sqrt(_quadratic(precision, a)) / z
+
+
+def worst_case_mu(covariance: npt.ArrayLike, epochs: npt.ArrayLike, *,
+                  noise_multiplier: float) -> float:
+  """sqrt(sum_e max_{t in e} (K^-1)_tt) / z: the rounds' mu for the worst case.
+
+  What the released rounds reveal (GDP) about the participant they reveal
+  most about, among those who take part at most once per epoch (DP-FTRL's
+  participation; Kairouz et al. 2021, arXiv 2103.00039, Appendix D). With
+  the tree restarted after every epoch, K is block-diagonal by epoch, so
+  `schedule_mu` of one round t_e per epoch is sqrt(sum_e (K_e^-1)_{t_e t_e})
+  / z and the largest is the formula above. The node release's mu
+  (`tree_accounting.node_mu`, sqrt(sum_e h_e) / z) bounds it; for the plain
+  tree the two are equal (round 0 of a tree is on a path of h nodes, each
+  released alone), for Honaker's efficient tree ("Efficient Use of
+  Differentially Private Binary Trees", 2015) this is smaller: its rounds
+  release less than its nodes.
+
+  Args:
+    covariance: K, [rounds, rounds] (`TreeNoise.covariance`), with no
+      covariance between rounds of different epochs.
+    epochs: [rounds, epochs] Boolean, which epoch each round is in
+      (`epoch_matrix`).
+    noise_multiplier: z > 0, the node noise over the clip.
+  """
+  k = _covariance(covariance)
+  z = validation.as_positive(noise_multiplier, "noise_multiplier")
+  e = np.asarray(epochs)
+  if e.dtype != bool or e.ndim != 2 or e.shape[0] != k.shape[0]:
+    raise ValueError(f"epochs must be a Boolean [rounds, epochs] array with "
+                     f"{k.shape[0]} rounds (epoch_matrix), got dtype "
+                     f"{e.dtype} and shape {e.shape}.")
+  if not np.array_equal(e.sum(axis=1), np.ones(k.shape[0])):
+    raise ValueError("epochs must put every round in exactly one epoch.")
+  same_epoch = (e.astype(np.float64) @ e.T.astype(np.float64)) > 0
+  if np.any(np.abs(k[~same_epoch]) > 1e-12 * np.abs(k).max()):
+    raise ValueError("covariance correlates rounds of different epochs: the "
+                     "tree must restart after every epoch for one "
+                     "participation per epoch to be its worst case.")
+  precision = np.diag(linalg.cho_solve(_factor(k), np.eye(k.shape[0])))
+  total = sum(float(precision[e[:, i]].max()) for i in range(e.shape[1])
+              if e[:, i].any())
+  return math.sqrt(total) / z
 
 
 def scheduled_statistic(scores: npt.ArrayLike, schedule: npt.ArrayLike,
@@ -208,4 +266,5 @@ __all__ = [
     "epoch_count_covariance", "epoch_counts", "epoch_matrix",
     "independent_null_variance", "independent_scheduled_statistic",
     "max_statistic", "round_statistics", "schedule_mu", "scheduled_statistic",
+    "worst_case_mu",
 ]

@@ -1,0 +1,149 @@
+"""The epsilons of a DP-FTRL run that its estimates are compared with.
+
+DP-FTRL (Kairouz et al. 2021, "Practical and Private (Deep) Learning without
+Sampling or Shuffling", arXiv 2103.00039) releases noisy prefix sums through
+a binary tree, restarted after every epoch, each participant in at most one
+round per epoch. Three epsilons describe one run, from the largest down,
+each the exact epsilon at delta of a Gaussian DP mu (Dong, Roth & Su 2019,
+arXiv 1905.02383; Balle & Wang 2018, Thm 8):
+
+  * node release (the analytical epsilon, the claim the audit tests):
+    mu = sqrt(sum_e h_e) / z, every node of the trees released
+    (`tree_accounting.node_mu`, h_e the depth of epoch e's tree);
+  * rounds, worst-case participant: what the released rounds y_t = x_t +
+    e_t, e ~ N(0, sigma^2 K), reveal about the participant they reveal most
+    about, mu = sqrt(sum_e max_{t in e} (K_e^-1)_tt) / z
+    (`tree_statistics.worst_case_mu`). The rounds are a post-processing of
+    the nodes, so this is at most the node release's; for the plain tree it
+    equals it (round 0 of each tree), for Honaker's efficient tree (2015,
+    "Efficient Use of Differentially Private Binary Trees") it is smaller:
+    max_t (K^-1)_tt < h. No attack on the rounds, for any participant, can
+    show more;
+  * this run's schedules: the mean over the inserted canaries of mu_j =
+    sqrt(a_j^T K^-1 a_j) / z (`tree_statistics.schedule_mu`), what the
+    rounds reveal about canary j's drawn schedule a_j. It is what epsilon-all
+    by the scheduled statistic T estimates (the mean inserted T is the mean
+    mu_j). Not a ceiling: one canary, or one run's draw of schedules, can
+    exceed it; the worst case above is the ceiling.
+
+Beside them, epsilon-final estimates the final model's own epsilon: the
+final model holds the sum of the rounds, whose canary score is N(P_j / z,
+1^T K 1) (`tree_audit.ftrl_estimates`), so its target is the mean over the
+inserted canaries of P_j / (z sqrt(1^T K 1)), P_j canary j's rounds.
+
+NumPy/SciPy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.tree import tree_accounting, tree_noise, tree_statistics
+from tff_canary.stats import validation
+
+NODES = "node release"
+WORST_CASE = "rounds, worst-case participant"
+SCHEDULES = "rounds, this run's schedules"
+FINAL = "final model, this run's schedules"
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeTargets:
+  """The epsilons of one DP-FTRL run at `delta` (module docstring).
+
+  Attributes:
+    delta, noise_multiplier: as given.
+    node_mu, node_epsilon: the node release (the analytical epsilon).
+    worst_case_mu, worst_case_epsilon: the rounds, for the worst-case
+      participant (one round per epoch).
+    schedules_mu, schedules_epsilon: the rounds, for this run's inserted
+      canaries: the mean of their mu_j, and epsilon of that mean.
+    largest_schedule_mu: the largest inserted canary's mu_j.
+    final_mu, final_epsilon: the final model (the sum of the rounds), mean
+      over the inserted canaries.
+  """
+
+  delta: float
+  noise_multiplier: float
+  node_mu: float
+  node_epsilon: float
+  worst_case_mu: float
+  worst_case_epsilon: float
+  schedules_mu: float
+  schedules_epsilon: float
+  largest_schedule_mu: float
+  final_mu: float
+  final_epsilon: float
+
+  def epsilons(self) -> dict[str, float]:
+    """The three epsilons of the module docstring, largest first, then the
+    final model's."""
+    return {NODES: self.node_epsilon, WORST_CASE: self.worst_case_epsilon,
+            SCHEDULES: self.schedules_epsilon, FINAL: self.final_epsilon}
+
+  def mus(self) -> dict[str, float]:
+    return {NODES: self.node_mu, WORST_CASE: self.worst_case_mu,
+            SCHEDULES: self.schedules_mu, FINAL: self.final_mu}
+
+  def as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def tree_targets(noise: tree_noise.TreeNoise, schedule: npt.ArrayLike,
+                 inserted: npt.ArrayLike, *, rounds_per_epoch: int,
+                 noise_multiplier: float, delta: float) -> TreeTargets:
+  """The epsilons of `TreeTargets` for a run's claimed tree and canaries.
+
+  Args:
+    noise: the claimed tree (`tree_noise.tree_noise`), restarted after every
+      epoch of `rounds_per_epoch` rounds.
+    schedule: [candidates, rounds] Boolean (or 0/1), each candidate's rounds.
+    inserted: [candidates] Boolean, which candidates were inserted.
+    rounds_per_epoch: the epoch length.
+    noise_multiplier: z > 0, the node noise over the clip.
+    delta: in (0, 1).
+  """
+  if not isinstance(noise, tree_noise.TreeNoise):
+    raise TypeError(f"noise must be a TreeNoise, got {type(noise).__name__}.")
+  z = validation.as_positive(noise_multiplier, "noise_multiplier")
+  delta = validation.as_open_unit(delta, "delta")
+  per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
+  mask = np.asarray(inserted)
+  if mask.dtype != bool or mask.ndim != 1 or not mask.any():
+    raise ValueError(f"inserted must be a 1-D Boolean array with at least "
+                     f"one inserted candidate, got dtype {mask.dtype} and "
+                     f"shape {mask.shape}.")
+  a = np.asarray(schedule)
+  if a.ndim != 2 or a.shape[0] != mask.size:
+    raise ValueError(f"schedule must be [candidates, rounds] with "
+                     f"{mask.size} candidates (inserted's), got shape "
+                     f"{a.shape}.")
+  covariance = noise.covariance
+  epochs = tree_statistics.epoch_matrix(noise.num_rounds, per)
+  mu_j = tree_statistics.schedule_mu(a[mask], covariance, noise_multiplier=z)
+  node = tree_accounting.node_mu(z, [int(n) for n in epochs.sum(axis=0)])
+  worst = tree_statistics.worst_case_mu(covariance, epochs,
+                                        noise_multiplier=z)
+  rounds = (a[mask] != 0).sum(axis=1)
+  final = float(rounds.mean()) / (z * math.sqrt(noise.final_variance()))
+  schedules = float(mu_j.mean())
+
+  def eps(mu):
+    return gaussian_accounting.gaussian_epsilon_of_mu(mu, delta)
+
+  return TreeTargets(
+      delta=delta, noise_multiplier=z, node_mu=node, node_epsilon=eps(node),
+      worst_case_mu=worst, worst_case_epsilon=eps(worst),
+      schedules_mu=schedules, schedules_epsilon=eps(schedules),
+      largest_schedule_mu=float(mu_j.max()), final_mu=final,
+      final_epsilon=eps(final))
+
+
+__all__ = ["FINAL", "NODES", "SCHEDULES", "TreeTargets", "WORST_CASE",
+           "tree_targets"]
