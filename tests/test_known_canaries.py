@@ -200,6 +200,30 @@ def test_held_out_max_has_the_law_of_r_nulls():
                       lambda t: law.cdf((1 + t) / 2) ** rounds).pvalue > _P_MIN
 
 
+@pytest.mark.parametrize("dim", [3, 4, 6])
+def test_null_cosines_second_moment_at_small_dim(dim):
+  # E[T^2] = 1/d exactly for the null law (T^2 ~ Beta(1/2, (d - 1)/2),
+  # docs/method/null-law.md). At d = 50 a law off by one dimension (1/51) is
+  # within a KS test's reach only with ~10^5 draws; at small d it is 1/(d+1)
+  # against 1/d, 17-25% apart. Var(T^2) = 2(d - 1)/(d^2 (d + 2)), so over n =
+  # 40000 held-out canaries (R = 1: pure nulls) the mean of T^2 has standard
+  # error < 0.0015 at d = 3 (0.22% of 1/3 .. 0.4% of 1/6): 5 SE leaves every
+  # correct seed passing and a law of d + 1 (gap 0.083 at d = 3, 0.024 at
+  # d = 6, >= 16 SE) failing.
+  n = 40_000
+  run = round_simulation.simulate_rounds(
+      dim=dim, num_rounds=1, inserted_per_round=2, num_held_out=n,
+      noise_std=1.0, seed=dim)
+  t2 = run.held_out ** 2
+  se = np.sqrt(2.0 * (dim - 1) / (dim ** 2 * (dim + 2)) / n)
+  assert abs(t2.mean() - 1.0 / dim) < 5 * se
+  # The same draws against the law by an independent route: the first
+  # coordinate of a normalized Gaussian vector in R^d.
+  g = np.random.default_rng(100 + dim).standard_normal((n, dim))
+  reference = g[:, 0] / np.linalg.norm(g, axis=1)
+  assert stats.ks_2samp(run.held_out, reference).pvalue > _P_MIN
+
+
 @pytest.mark.parametrize("kwargs, error, needle", [
     (dict(num_rounds=0), ValueError, "num_rounds"),
     (dict(inserted_per_round=0), ValueError, "inserted_per_round"),

@@ -180,18 +180,8 @@ def test_one_run_bound_is_the_largest_rejected_epsilon():
   assert bound.k_plus == bound.k_minus == 100 and bound.num_inserted == mask.sum()
 
 
-def test_one_run_bound_validity_without_canary_effect():
-  rng = np.random.default_rng(9)
-  zeros = 0
-  for _ in range(200):
-    mask = rng.random(500) < 0.5
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", results.SignConventionWarning)
-      zeros += one_run_bound(rng.standard_normal(500) / 100, mask,
-                             delta=DELTA).epsilon == 0.0
-  # A 95% bound on a 0-DP "mechanism" must be 0 in about 95% of trials or
-  # more; the binomial 99.9% band for 200 trials reaches down to ~0.90.
-  assert zeros / 200 >= 0.90
+# The one-run bound's level without canary effect: its exact size, in
+# tests/test_bound_levels.py.
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -242,23 +232,8 @@ def test_pruned_threshold_search_equals_evaluating_every_threshold():
 # The simultaneous correction -------------------------------------------------
 
 
-@pytest.mark.parametrize("null", ["exact", "held_out"])
-def test_simultaneous_bound_is_zero_without_canary_effect(null):
-  rng = np.random.default_rng(11)
-  positive = 0
-  trials = 400
-  for _ in range(trials):
-    x = rng.standard_normal(500) / np.sqrt(DIM)
-    kwargs = (dict(dim=DIM) if null == "exact"
-              else dict(held_out=rng.standard_normal(500) / np.sqrt(DIM)))
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", results.SignConventionWarning)
-      positive += epsilon_lo(x, delta=DELTA, correction="simultaneous",
-                             **kwargs).epsilon > 0.0
-  # A valid 95% bound is positive in at most 5% of no-effect trials; with 400
-  # trials the binomial 99.9% upper band of 5% is ~8.7%, so 0.087 fails only
-  # a bound that is truly invalid.
-  assert positive / trials <= 0.087
+# The simultaneous bound's level without canary effect (exact and held-out
+# nulls, tight enough to fail a bound at 1.5 alpha): tests/test_bound_levels.py.
 
 
 @pytest.mark.parametrize("z", [4.22, 1.54, 0.541])
@@ -269,8 +244,11 @@ def test_simultaneous_bound_stays_below_the_true_epsilon(z):
       epsilon_lo((1 / z + rng.standard_normal(1000)) / np.sqrt(DIM),
                  delta=DELTA, dim=DIM, correction="simultaneous").epsilon
       for _ in range(200)])
-  # At most 5% may exceed the truth; 200 trials' 99.9% band reaches ~10%.
-  assert np.mean(bounds > truth) <= 0.10
+  # At most 5% may exceed the truth. Measured 0-1% at these three settings
+  # (the bound is conservative with an effect), so 5% itself is > 3 binomial
+  # SE (0.7% at 1%) above them; a bound exceeding in 7.5% of runs passes 200
+  # runs at <= 5% with probability ~8% (was 10%: anything up to ~8% passed).
+  assert np.mean(bounds > truth) <= 0.05
   assert np.median(bounds) > 0.15 * truth  # and it is not vacuous
 
 
@@ -310,18 +288,8 @@ def test_bonferroni_correction_is_every_rank_at_alpha_over_n():
   assert got.epsilon == pytest.approx(best, rel=1e-9)
 
 
-@pytest.mark.parametrize("correction", ["bonferroni", "split", "multi_split"])
-def test_strategies_are_zero_without_canary_effect(correction):
-  # 95% expected; the 99.9% binomial band for 60 trials reaches ~0.83.
-  rng = np.random.default_rng(41)
-  zeros = 0
-  for _ in range(60):
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", results.SignConventionWarning)
-      zeros += epsilon_lo(rng.standard_normal(300) / 100,
-                          held_out=rng.standard_normal(300) / 100,
-                          delta=DELTA, correction=correction).epsilon == 0
-  assert zeros / 60 >= 0.83
+# The strategies' level without canary effect (400 runs each, at alpha):
+# tests/test_bound_levels.py.
 
 
 def test_split_is_seeded_and_informative():

@@ -30,7 +30,12 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+
+from tff_canary.harness import analytical_epsilons
+from tff_canary.stats.accounting import adaptive_split
+from tff_canary.stats.accounting import ledger as ledger_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 COMMAND = ".venv/bin/python experiments/emnist.py --output_dir runs/emnist"
@@ -62,6 +67,60 @@ def test_readme_headline_parses():
           "lower bound      1.923  x\n")
   assert readme_headline(text) == dict(analytical=86.12, final=4.293,
                                        all=88.37, bound=1.923)
+
+
+# Prints the main job's config.json values (experiments/emnist.py's defaults,
+# resolved as the script resolves them before training) as JSON. In a child
+# process: the script defines absl flags, which one process can define once.
+_MAIN_JOB_CONFIG = """
+import json, runpy, sys
+sys.path.insert(0, "experiments")
+import experiment_flags
+from tff_canary.harness import experiment_config, model_sizes
+runpy.run_path("experiments/emnist.py", run_name="emnist_defaults")
+experiment_flags.FLAGS(["emnist.py"])
+config = experiment_flags.config_from_flags()
+resolved = experiment_config.resolve(
+    config, config.num_clients or experiment_config.default_num_clients(config),
+    model_sizes.task_dim(config.task))
+print(json.dumps(resolved.values, default=str))
+"""
+
+
+def test_readme_analytical_epsilon_is_the_main_jobs():
+  # The analytical epsilon needs no training: it is the one-participation
+  # epsilon of the run's ledger, one DpEvent per round, which TFF's DP
+  # aggregator records from the config alone. Rebuilt here from
+  # experiments/emnist.py's defaults (a README number left behind by a
+  # change of the defaults or the accounting fails here, not only in the
+  # opt-in job above). Both are deterministic: the README rounds to 4 digits.
+  proc = subprocess.run([sys.executable, "-c", _MAIN_JOB_CONFIG], cwd=REPO,
+                        capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "PYTHONPATH": str(REPO)})
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  config = json.loads(proc.stdout)
+  assert config["aggregator"] == "gaussian" and config["insertion"] == "server"
+  z, rounds = config["noise_multiplier"], config["num_rounds"]
+  if config["clip"] is None:  # adaptive clipping: TFF's composed event
+    event = adaptive_split.adaptive_clipping_event(
+        z, config["clients_per_round"])
+  else:
+    import dp_accounting  # pylint: disable=import-outside-toplevel
+    event = dp_accounting.GaussianDpEvent(z)
+  ledger = ledger_lib.Ledger([event] * rounds)
+  epsilons, _ = analytical_epsilons.analytical(
+      config, ledger, np.empty((0, 2), dtype=np.int64), config["delta"])
+  readme = (REPO / "README.md").read_text(encoding="utf-8")
+  shown = readme_headline(readme)["analytical"]
+  line = next(line for line in readme.splitlines()
+              if line.startswith("analytical ε "))
+  # Within half a unit of the last digit the README shows.
+  decimals = len(line.split()[2].partition(".")[2])
+  assert epsilons["one participation"] == pytest.approx(
+      shown, abs=0.5 * 10.0 ** -decimals + 1e-12)
+  # The headline's delta is the run's, as printed.
+  assert (f"δ = {analytical_epsilons.format_delta(config['delta'])}"
+          in line), line
 
 
 @pytest.mark.slow

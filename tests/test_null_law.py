@@ -147,6 +147,26 @@ def test_rvs_follows_the_law():
   assert stats.kstest(draws, null.cdf).pvalue > 0.01
 
 
+@pytest.mark.parametrize("dim", [2, 3, 5])
+def test_rvs_moments_at_small_dim(dim):
+  # At d = 30 a sampler off by one dimension (Beta(d/2, d/2): the law of
+  # d + 1) is within KS's noise at 20000 draws; at small d the moments tell:
+  # E[T^2] = 1/d and E[T^4] = 3/(d(d + 2)) exactly (T^2 ~ Beta(1/2,
+  # (d - 1)/2)), against 1/(d + 1) and 3/((d + 1)(d + 3)) one dimension up.
+  # Var(T^2) = 2(d - 1)/(d^2 (d + 2)) <= 1/8, so over 50000 draws the mean
+  # of T^2 has standard error <= 0.0016; 5 SE passes every correct seed and
+  # fails the off-by-one law (gap 1/(d(d + 1)) >= 0.033, >= 20 SE). The
+  # mean of T^4 has relative standard error at most 0.8% here (E[T^8] =
+  # 105/(d(d + 2)(d + 4)(d + 6))), so 3% is > 3.5 SE; the off-by-one law's
+  # E[T^4] is 14% (d = 5) to 37% (d = 2) smaller.
+  null = CosineNull(dim)
+  t = null.rvs(size=50_000, seed=dim)
+  se = np.sqrt(2.0 * (dim - 1) / (dim ** 2 * (dim + 2)) / t.size)
+  assert abs(np.mean(t ** 2) - 1.0 / dim) < 5 * se
+  assert np.mean(t ** 4) == pytest.approx(3.0 / (dim * (dim + 2)), rel=0.03)
+  assert stats.kstest(t, null.cdf).pvalue > 0.001
+
+
 @pytest.mark.parametrize("dim, error", [(1, ValueError), (0, ValueError),
                                         (2.5, TypeError), ("100", TypeError),
                                         (True, TypeError), (None, TypeError)])
