@@ -167,8 +167,8 @@ def _with_data(setting, run, spread, seed, extra=0.0):
 def test_the_clients_data_along_the_canaries_keeps_the_check_at_its_level():
   # The cause of the low and high readings on real runs: the clients'
   # updates project onto every canary direction, O(1/sqrt(d)) per round but
-  # summed coherently over an epoch, while the tree noise on an epoch sum is
-  # about one node's (v0). At spread 3 (the 32-round EMNIST runs measured
+  # added up over an epoch, while the tree noise on an epoch's sum is about
+  # one node's (v0). At spread 3 (the 32-round EMNIST runs measured
   # 1.3-1.7; more rounds sum more), the excess at the tree noise's scale
   # alone is N(0, 3): it passes the one-sided threshold at 0.05 / 3 in
   # P(N(0, 1) > 2.13 / sqrt(3)) = 11% of correct runs; the check, at the

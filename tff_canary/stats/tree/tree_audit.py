@@ -24,10 +24,12 @@ probability at most `level`:
   clipped to C instead of the global norm). Its scale is estimated from the
   inserted canaries themselves (`contribution_check`): in real training the
   clients' own updates have a component along every canary direction,
-  O(1/sqrt(d)) per round but summed coherently over an epoch, while the
-  tree's noise on an epoch sum is small (one node's worth); the contribution
-  then scatters more than the tree noise alone says, and a test at the
-  tree noise's scale alone reads |z| ~ 2 far more often than chance.
+  O(1/sqrt(d)) per round, invisible in one round's noise but added up over
+  the epoch's rounds, while the tree's noise on an epoch's sum telescopes to
+  about one node's; a canary's contribution then scatters more than the
+  tree noise alone says (never-inserted canaries as much as inserted ones),
+  and a test at the tree noise's scale alone reads |z| ~ 2 far more often
+  than chance, in both directions.
 * "bounds": one-run lower bounds on epsilon from the fair-coin canaries'
   scheduled statistics T_j and max statistics M_j (`tree_statistics`)
   against the claimed epsilon (`audit.audit`): Steinke, Nasr & Jagielski's
