@@ -2,10 +2,10 @@
 
 A DP-FTRL claim (`tree_accounting`) rests on three things: the noise is the
 tree's (independent N(0, sigma^2) node noises, combined as the query says),
-each client contributes at most once per epoch and at most the clip norm C,
-and together these give the epsilon claimed. `audit_ftrl` checks each, at a family-wise level `level`
-split evenly (Bonferroni), so a correct mechanism raises an alarm with
-probability at most `level`:
+each client contributes at most once per epoch and at most the clip norm
+C, and together these give the epsilon claimed. `audit_ftrl` checks each,
+at a family-wise level `level` split evenly (Bonferroni), so a correct
+mechanism raises an alarm with probability at most `level`:
 
 * "self-test": the mechanism run on zero values (`self_test_noise`, rounds x
   coordinates) is whitened by the claimed round covariance, e_t -> L^-1 e
