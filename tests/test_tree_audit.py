@@ -190,10 +190,11 @@ def test_the_clients_data_along_the_canaries_keeps_the_check_at_its_level():
 
 def test_the_spread_is_measured_and_the_bugs_are_still_caught():
   # Spread 3: the check reads it (from ~300 inserted canaries, its
-  # relative SE is about sqrt(2 / 300) = 8%: bounds at 3 SE), and both causes of a larger
-  # contribution are caught at full size: updates of 2C (per-tensor
-  # clipping) and a client counted twice per epoch. Each adds 1 per epoch
-  # against a standard error of sqrt(3 v0 / 300), about 0.14 at z = 2.
+  # relative SE is about sqrt(2 / 300) = 8%: bounds at 3 SE), and both
+  # causes of a larger contribution are caught at full size: updates of 2C
+  # (per-tensor clipping) and a client counted twice per epoch. Each adds 1
+  # per epoch against a standard error of sqrt(3 v0 / 300), about 0.10 at
+  # z = 2 (v0 = 1.02 over two epochs).
   run = tree_simulation.simulate(_SETTING, seed=8)
   correct = _audit(_SETTING, run)
   scores = _with_data(_SETTING, run, 3.0, 8)
@@ -222,9 +223,10 @@ def test_clients_pushing_back_along_a_canary_read_low_and_raise_no_alarm():
   # The other candidate cause: after a canary goes in, the model moves along
   # it and later clients' updates partly undo it, rho per round after the
   # insertion in its epoch (0.02 of a participation per round, 0.31 per
-  # epoch on average, about 5 standard errors of 0.058 here). The reading is then low, never an alarm (the check is one-sided);
-  # a bug on top (updates of 2C) is still caught. Not seen in the EMNIST
-  # runs (their post-insertion sums average 0 within 0.013).
+  # epoch on average, about 5 standard errors of 0.058 here). The reading
+  # is then low, never an alarm (the check is one-sided); a bug on top
+  # (updates of 2C) is still caught. Not seen in the EMNIST tree runs
+  # (docs/method/dp-ftrl.md).
   run = tree_simulation.simulate(_SETTING, seed=9)
   part = run.participations.reshape(-1, _SETTING.epochs, 32)
   after = ((np.cumsum(part, axis=2) - part) > 0).reshape(part.shape[0], -1)

@@ -106,9 +106,10 @@ class TreeRunReport:
         audit_text += (f": {verdict.strongest} = {verdict.largest_bound:.4g}"
                        f" > {self.claim} = {self.claimed_epsilon:.4g}")
       if "contribution" in self.audit.caught_by:
-        audit_text += (f"; contribution {1 + self.audit.contribution_excess:.3g}"
-                       " per epoch > 1 (more participations than scheduled, "
-                       "or updates larger than the clip)")
+        contribution = 1 + self.audit.contribution_excess
+        audit_text += (f"; contribution {contribution:.3g} per epoch > 1 "
+                       "(more participations than scheduled, or updates "
+                       "larger than the clip)")
     noise_verdict, noise_text = headline_lib.noise_check_verdict(
         self.noise_check)
     return headline_lib.Headline(
