@@ -7,7 +7,7 @@ exactly in the canaries' scores (`tff_canary.stats.tree.tree_simulation`):
 4 epochs of 64 rounds, the tree restarted after each epoch, every inserted
 canary in one drawn round per epoch, plus the mechanism run on zero values
 for the self-test. Each run is audited (`tree_audit.audit_ftrl`, family-wise
-level 0.05: the whitened noise self-test, the participation check and the
+level 0.05: the whitened noise self-test, the contribution check and the
 one-run bounds, each at 0.05 / 3) against the claim: the exact epsilon of the
 tree's node release (`tree_accounting`).
 

@@ -225,7 +225,7 @@ def test_the_tree_self_test_is_per_tensor_and_finds_cross_tensor_reuse(bug):
 # The check tree_simulation's bench (bench/ftrl_audit.py) expects to fire.
 EXPECTED = {"restart_reuse": "self-test", "missing_level": "self-test",
             "efficient_scale": "self-test",
-            "double_participation": "participations"}
+            "double_participation": "contribution"}
 
 
 @pytest.mark.parametrize("bug, efficient", [
@@ -251,8 +251,8 @@ def test_each_bug_is_caught_by_its_check_and_the_correct_tree_passes(
     assert self_test_p < 1e-10
     assert not result.self_test.passed  # the default level 0.001 too
   else:
-    assert audit.participation_p_value < 1e-10
-    assert audit.participation_excess == pytest.approx(1.0, abs=0.2)
+    assert audit.contribution_p_value < 1e-10
+    assert audit.contribution_excess == pytest.approx(1.0, abs=0.2)
     assert audit.self_test.passed  # the noise is correct
 
 

@@ -176,8 +176,17 @@ def test_the_report_refutes_a_client_counted_twice_per_tree(tmp_path):
   from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
   rd = _simulated_run(tmp_path / "run", extra_participations=1)
   report = report_lib.build_report(rd.path)
-  assert report.audit.refuted and "participations" in report.audit.caught_by
-  assert "REFUTED by participations" in report.terminal_text()
+  assert report.audit.refuted and "contribution" in report.audit.caught_by
+  assert "REFUTED by contribution" in report.terminal_text()
+  # The headline names both causes of a larger contribution, not only the
+  # sampler; report.json keeps the check's reading under its one name.
+  assert ("more participations than scheduled, or updates larger than the "
+          "clip") in report.terminal_text()
+  audit = report.as_dict()["audit"]
+  assert audit["contribution_excess"] == pytest.approx(1.0, abs=0.3)
+  assert audit["contribution_p_value"] < 1e-6
+  assert {"contribution_t", "contribution_spread"} <= set(audit)
+  assert not any(key.startswith("participation") for key in audit)
   # The sweep's row of a DP-FTRL report has every column, from the report.
   sys.path.insert(0, os.path.join(REPO, "experiments"))
   try:

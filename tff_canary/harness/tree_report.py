@@ -24,8 +24,9 @@ rebuilt from config.json's seeds, inserted or held out) and the claimed tree
     Gaussian fit to maxima, the paper's construction: it targets none of
     these, docs/method/estimates.md), and of the statistic that wrongly
     assumes independent rounds (contrast);
-  * the audit (`tree_audit.audit_ftrl`): participations per epoch and the
-    one-run bounds, at the report's family-wise level. The noise self-test is
+  * the audit (`tree_audit.audit_ftrl`): the canaries' contribution per
+    epoch (participations times the norm that entered) and the one-run
+    bounds, at the report's family-wise level. The noise self-test is
     the run's noise_check.json (`tree_noise_check`, before training).
 
 The insertion mode (`insertion_notes`: server-side canaries, or canary
@@ -122,11 +123,11 @@ class TreeRunReport:
     name, bound = next(iter(self.analytical.items()))
     verdict = self.audit.bounds
     audit_text = (f"consistent with the {self.claim} = "
-                  f"{self.claimed_epsilon:.4g} (participations and "
+                  f"{self.claimed_epsilon:.4g} (contribution per epoch and "
                   f"{len(verdict.bounds)} bounds, {self.confidence:.0%} "
                   "together)")
     if verdict.beyond_reach:  # the bounds tested nothing (`audit`)
-      audit_text = ("not refuted by the participations check; the bounds: "
+      audit_text = ("not refuted by the contribution check; the bounds: "
                     + headline_lib.beyond_reach_text(verdict, self.claim))
     if self.audit.refuted:
       audit_text = (f"REFUTED by {', '.join(self.audit.caught_by)} at "
@@ -134,6 +135,11 @@ class TreeRunReport:
       if verdict.refuted:
         audit_text += (f": {verdict.strongest} = {verdict.largest_bound:.4g}"
                        f" > {self.claim} = {self.claimed_epsilon:.4g}")
+      if "contribution" in self.audit.caught_by:
+        contribution = 1 + self.audit.contribution_excess
+        audit_text += (f"; contribution {contribution:.3g} per epoch > 1 "
+                       "(more participations than scheduled, or updates "
+                       "larger than the clip)")
     noise_verdict, noise_text = headline_lib.noise_check_verdict(
         self.noise_check)
     return headline_lib.Headline(
@@ -244,9 +250,10 @@ class TreeRunReport:
         audit=dict(refuted=self.audit.refuted,
                    caught_by=list(self.audit.caught_by),
                    level=self.audit.level,
-                   participation_excess=self.audit.participation_excess,
-                   participation_z=self.audit.participation_z,
-                   participation_p_value=self.audit.participation_p_value,
+                   contribution_excess=self.audit.contribution_excess,
+                   contribution_spread=self.audit.contribution_spread,
+                   contribution_t=self.audit.contribution_t,
+                   contribution_p_value=self.audit.contribution_p_value,
                    bounds=self.audit.bounds.as_dict(), text=str(self.audit)),
         accuracy=self.accuracy, loss=self.loss,
         num_inserted=self.num_inserted, num_held_out=self.num_held_out,
@@ -276,8 +283,8 @@ class TreeRunReport:
                      "The statistics and their null laws: "
                      "docs/method/dp-ftrl.md. Estimates are what the canary "
                      "attack achieves, not bounds; only the bounds, which "
-                     "hold with their confidence, and the participation "
-                     "test decide the audit.", ""]
+                     "hold with their confidence, and the contribution "
+                     "check decide the audit.", ""]
     return "\n".join(lines)
 
 

@@ -26,7 +26,7 @@ noise seed) for the same rounds on zero values. The audit is
 `tree_audit.audit_ftrl` on the scores, the told schedule, the coins, the
 CLAIMED tree (`tree_noise.tree_noise(T, efficient, restart_period=
 rounds_per_epoch)`) and the self-test's noise: three checks at family-wise
-level `level` (self-test, participations, bounds) against the claimed
+level `level` (self-test, contribution, bounds) against the claimed
 epsilon of the node release (`tree_accounting`).
 """
 

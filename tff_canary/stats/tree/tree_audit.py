@@ -2,10 +2,10 @@
 
 A DP-FTRL claim (`tree_accounting`) rests on three things: the noise is the
 tree's (independent N(0, sigma^2) node noises, combined as the query says),
-each client takes part at most once per epoch, and together these give the
-epsilon claimed. `audit_ftrl` checks each, at a family-wise level `level`
-split evenly (Bonferroni), so a correct mechanism raises an alarm with
-probability at most `level`:
+each client contributes at most once per epoch and at most the clip norm
+C, and together these give the epsilon claimed. `audit_ftrl` checks each,
+at a family-wise level `level` split evenly (Bonferroni), so a correct
+mechanism raises an alarm with probability at most `level`:
 
 * "self-test": the mechanism run on zero values (`self_test_noise`, rounds x
   coordinates) is whitened by the claimed round covariance, e_t -> L^-1 e
@@ -13,12 +13,23 @@ probability at most `level`:
   `noise_stats.check_noise` then tests variance, mean, correlation between
   rounds and reuse of values (Holm). Noise reused after a restart, a level
   of nodes without noise, or node noise at the wrong scale change that law.
-* "participations": each inserted canary's participations per epoch,
-  estimated from its scores (`tree_statistics.epoch_counts`, unbiased, with
-  the known covariance z^2 E^T K E), minus its schedule's. The GLS estimate
-  of a common excess per epoch over the inserted canaries is N(0, 1) under
-  the claim; a one-sided test catches a client counted more often than its
-  schedule.
+* "contribution": what each inserted canary put into the sums per epoch,
+  participations times the norm that entered (1 per epoch under the claim:
+  one participation at the clip norm), estimated from its scores
+  (`tree_statistics.epoch_counts`, unbiased, with the tree noise's
+  covariance z^2 E^T K E), minus its schedule's. A one-sided test of a
+  common excess over the inserted canaries catches both ways a client can
+  put more in than claimed: more participations than its schedule (the
+  sampler) or updates larger than the clip (the clipping, e.g. each tensor
+  clipped to C instead of the global norm). Its scale is estimated from the
+  inserted canaries themselves (`contribution_check`): in real training the
+  clients' own updates have a component along every canary direction,
+  O(1/sqrt(d)) per round, invisible in one round's noise but added up over
+  the epoch's rounds, while the tree's noise on an epoch's sum telescopes to
+  about one node's; a canary's contribution then scatters more than the
+  tree noise alone says (never-inserted canaries as much as inserted ones),
+  and a test at the tree noise's scale alone reads |z| ~ 2 far more often
+  than chance, in both directions.
 * "bounds": one-run lower bounds on epsilon from the fair-coin canaries'
   scheduled statistics T_j and max statistics M_j (`tree_statistics`)
   against the claimed epsilon (`audit.audit`): Steinke, Nasr & Jagielski's
@@ -53,7 +64,7 @@ from tff_canary.stats.tree import tree_accounting, tree_noise, tree_statistics
 from tff_canary.stats import results
 from tff_canary.stats import validation
 
-CHECKS = ("self-test", "participations", "bounds")
+CHECKS = ("self-test", "contribution", "bounds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +77,16 @@ class FtrlAudit:
     level: family-wise false-alarm level; each check runs at level / checks.
     claim: the analytical epsilons (`tree_accounting.TreeEpsilons`).
     self_test: the whitened noise check, or None without self-test noise.
-    participation_excess: GLS estimate of the inserted canaries' extra
-      participations per epoch (0 under the claim).
-    participation_z, participation_p_value: its z-score and one-sided p.
+    contribution_excess: the inserted canaries' mean excess contribution
+      per epoch, in units of one participation at the clip norm (0 under
+      the claim): extra participations, or updates larger than the clip.
+    contribution_spread: the variance of the inserted canaries' excess over
+      the variance the tree noise alone gives it (1 expected without the
+      clients' data; above 1 when the clients' updates have a component
+      along the canaries).
+    contribution_t, contribution_p_value: its t statistic (at the larger of
+      the two scales) and one-sided p (Student t, inserted - 1 degrees of
+      freedom).
     bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks,
       with their reach ("beyond reach" when no bound could exceed the claim
       with these candidates).
@@ -79,9 +97,10 @@ class FtrlAudit:
   level: float
   claim: tree_accounting.TreeEpsilons
   self_test: Optional[noise_stats.NoiseCheck]
-  participation_excess: float
-  participation_z: float
-  participation_p_value: float
+  contribution_excess: float
+  contribution_spread: float
+  contribution_t: float
+  contribution_p_value: float
   bounds: audit_module.AuditVerdict
 
   def __str__(self) -> str:
@@ -93,25 +112,101 @@ class FtrlAudit:
     if self.self_test is not None:
       lines.append("  self-test: " + ("passed" if self.self_test.passed else
                                       self.self_test.failures[0]))
-    lines.append(f"  participations: excess {self.participation_excess:+.3g}"
-                 f" per epoch (z = {self.participation_z:.3g}, p = "
-                 f"{self.participation_p_value:.2g})")
+    lines.append("  contribution: " + self.contribution_text())
     lines.append(f"  bounds: {self.bounds}")
     return "\n".join(lines)
 
+  def contribution_text(self) -> str:
+    """The contribution check in one line, with both causes when it fails."""
+    text = (f"excess {self.contribution_excess:+.3g} per epoch over one "
+            f"participation at the clip norm (t = {self.contribution_t:.3g}, "
+            f"p = {self.contribution_p_value:.2g}; spread "
+            f"{self.contribution_spread:.3g}x the tree noise's variance)")
+    if "contribution" in self.caught_by:
+      text += (": the inserted canaries put more into the sums than the "
+               "claim allows: more participations per epoch than their "
+               "schedules (check the client sampler), or updates larger than "
+               "the clip (check the clipping: e.g. each tensor clipped to C "
+               "instead of the global norm)")
+    return text
 
-def _participation_test(scores, schedule, inserted, covariance, epochs, z):
-  counts = tree_statistics.epoch_counts(scores[inserted], epochs,
-                                        noise_multiplier=z)
-  expected = schedule[inserted].astype(np.float64) @ epochs
+
+@dataclasses.dataclass(frozen=True)
+class Contribution:
+  """The contribution check's reading (`contribution_check`).
+
+  Attributes:
+    excess: the inserted canaries' mean excess contribution per epoch, in
+      units of one participation at the clip norm (0 under the claim).
+    spread: the variance of a canary's excess over the variance the tree
+      noise alone gives it (1 without the clients' data; above 1 when their
+      updates have a component along the canaries).
+    t: excess over its standard error at the larger of the two scales.
+    p_value: one-sided, Student t with inserted - 1 degrees of freedom.
+    inserted: the number of inserted canaries.
+  """
+
+  excess: float
+  spread: float
+  t: float
+  p_value: float
+  inserted: int
+
+
+def _epochs(noise: tree_noise.TreeNoise, per: int) -> np.ndarray:
+  """E, float [rounds, epochs], after checking the tree restarts per epoch."""
+  epochs = tree_statistics.epoch_matrix(noise.num_rounds, per)
+  epoch_of_round = np.arange(noise.num_rounds) // per
+  if not np.array_equal(noise.round_tree, epoch_of_round):
+    starts = np.flatnonzero(np.diff(noise.round_tree, prepend=-1))
+    raise ValueError(
+        f"the claimed tree must restart after every epoch of "
+        f"rounds_per_epoch={per} rounds (tree_accounting assumes one tree "
+        f"per epoch); its trees start at rounds {starts.tolist()[:8]}.")
+  return epochs.astype(np.float64)
+
+
+def contribution_check(scores: npt.ArrayLike, schedule: npt.ArrayLike,
+                       inserted: npt.ArrayLike, *,
+                       noise: tree_noise.TreeNoise, rounds_per_epoch: int,
+                       noise_multiplier: float) -> Contribution:
+  """What the inserted canaries put into the sums per epoch, tested.
+
+  r_j, canary j's excess per epoch (its epoch counts minus its schedule's,
+  `tree_statistics.epoch_counts`, combined over the epochs by the GLS
+  weights of the tree noise's covariance V = z^2 E^T K E), has variance
+  v0 = 1 / (1^T V^-1 1) from the tree noise alone. The clients' updates add
+  a component along c_j that the claim does not describe (module
+  docstring); over random directions it has mean zero, so the r_j are
+  i.i.d. (Gaussian: node noise plus a random projection) with mean the
+  excess and a variance v >= v0 that the run sets. The test is Student's
+  one-sample t on the inserted r_j at the scale max(v0, s^2), s^2 their
+  sample variance: exact when s^2 >= v0, conservative otherwise. With one
+  inserted canary only v0 is available (a z-test at the tree noise's scale).
+
+  Args: as `audit_ftrl`'s.
+  """
+  u, a, mask, covariance = _inputs(scores, schedule, inserted, noise)
+  z = validation.as_positive(noise_multiplier, "noise_multiplier")
+  per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
+  epochs = _epochs(noise, per)
+  counts = tree_statistics.epoch_counts(u[mask], epochs, noise_multiplier=z)
+  expected = a[mask].astype(np.float64) @ epochs
   cov = tree_statistics.epoch_count_covariance(covariance, epochs,
                                                noise_multiplier=z)
   ones = np.ones(epochs.shape[1])
   w = linalg.solve(cov, ones, assume_a="pos")
-  information = float(ones @ w) * counts.shape[0]
-  excess = float(((counts - expected) @ w).sum()) / information
-  z_score = excess * math.sqrt(information)
-  return excess, z_score, float(stats.norm.sf(z_score))
+  v0 = 1.0 / float(ones @ w)
+  r = ((counts - expected) @ w) * v0
+  m = r.shape[0]
+  excess = float(r.mean())
+  if m < 2:
+    t_stat = excess / math.sqrt(v0)
+    return Contribution(excess, 1.0, t_stat, float(stats.norm.sf(t_stat)), m)
+  spread = float(r.var(ddof=1)) / v0
+  t_stat = excess / math.sqrt(v0 * max(1.0, spread) / m)
+  return Contribution(excess, spread, t_stat,
+                      float(stats.t.sf(t_stat, df=m - 1)), m)
 
 
 def _inputs(scores, schedule, inserted, noise):
@@ -171,14 +266,7 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   level = validation.as_open_unit(level, "level")
   per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
-  epochs = tree_statistics.epoch_matrix(noise.num_rounds, per)
-  epoch_of_round = np.arange(noise.num_rounds) // per
-  if not np.array_equal(noise.round_tree, epoch_of_round):
-    starts = np.flatnonzero(np.diff(noise.round_tree, prepend=-1))
-    raise ValueError(
-        f"the claimed tree must restart after every epoch of "
-        f"rounds_per_epoch={per} rounds (tree_accounting assumes one tree "
-        f"per epoch); its trees start at rounds {starts.tolist()[:8]}.")
+  epochs = _epochs(noise, per)
   claim = tree_accounting.tree_epsilons(
       z, [int(n) for n in epochs.sum(axis=0)], delta=delta)
   checks = len(CHECKS) if self_test_noise is not None else len(CHECKS) - 1
@@ -201,8 +289,8 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
              validation.as_nonnegative(claimed_epsilon, "claimed_epsilon"))
   bounds = audit_module.audit(fns, claimed_epsilon=claimed, delta=delta,
                               confidence=1.0 - each)
-  excess, z_score, p_value = _participation_test(u, a, mask, covariance,
-                                                 epochs.astype(np.float64), z)
+  contribution = contribution_check(u, a, mask, noise=noise,
+                                    rounds_per_epoch=per, noise_multiplier=z)
   self_test = None
   if self_test_noise is not None:
     e = np.asarray(self_test_noise, dtype=np.float64)
@@ -217,13 +305,16 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
     self_test = noise_stats.check_noise(
         tensors, 1.0, level=each, claim="tree covariance (whitened)")
   failed = {"self-test": self_test is not None and not self_test.passed,
-            "participations": p_value < each,
+            "contribution": contribution.p_value < each,
             "bounds": bounds.refuted}
   caught = tuple(name for name in CHECKS if failed[name])
   return FtrlAudit(refuted=bool(caught), caught_by=caught, level=level,
                    claim=claim, self_test=self_test,
-                   participation_excess=excess, participation_z=z_score,
-                   participation_p_value=p_value, bounds=bounds)
+                   contribution_excess=contribution.excess,
+                   contribution_spread=contribution.spread,
+                   contribution_t=contribution.t,
+                   contribution_p_value=contribution.p_value,
+                   bounds=bounds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,5 +385,5 @@ def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       independent=exact(naive, "independent"))
 
 
-__all__ = ["CHECKS", "FtrlAudit", "FtrlEstimates", "audit_ftrl",
-           "ftrl_estimates"]
+__all__ = ["CHECKS", "Contribution", "FtrlAudit", "FtrlEstimates",
+           "audit_ftrl", "contribution_check", "ftrl_estimates"]
