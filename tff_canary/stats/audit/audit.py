@@ -75,7 +75,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -270,7 +270,8 @@ def audit(bound_fns: dict[str, BoundFn], *, claimed_epsilon: float,
     verdict = "refuted"
   elif largest_reach <= claimed:
     verdict = "beyond reach"
-    needed = audit_bounds.candidates_needed(bound_fns, active, per, claimed, candidates)
+    needed = audit_bounds.candidates_needed(bound_fns, active, per, claimed,
+                                            candidates)
   else:
     verdict = "consistent"
   return AuditVerdict(claimed_epsilon=claimed, delta=delta,

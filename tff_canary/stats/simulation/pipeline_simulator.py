@@ -46,7 +46,6 @@ by fair coins, spread evenly over the rounds, one participation each. NumPy.
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from typing import Literal
 import warnings
