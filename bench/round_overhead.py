@@ -34,9 +34,11 @@ Last line: `orthogonal canaries, per-round ratio: A at 2000, B at 20000`.
 
 Usage: .venv/bin/python bench/round_overhead.py [--rounds 40] [--warmup 2]
        [--rss_rounds 4]
-       [--smoke]   (--smoke: seconds, not the benchmark: 2 timed triples of
-       2 clients with 20 and 40 canaries, the peak RSS of the 40-canary
-       process alone only, one repeat of each transform.)
+       [--smoke]   (--smoke: seconds, not the benchmark: a one-layer model
+       instead of the CNN, 2 timed triples of 2 clients with 20 and 40
+       canaries, no peak RSS (each process alone is
+       a subprocess loading TensorFlow; `--rss_only 40 --smoke` runs one),
+       one repeat of each transform.)
 """
 
 from __future__ import annotations
@@ -122,9 +124,19 @@ class MemorySampler:
 # ---------------------------------------------------------------- setup
 
 
+# --smoke replaces the CNN by one dense layer (d = 48,670): the same code
+# path (processes, canaries, triples, ratios), built and run in seconds.
+SMALL_MODEL = False
+
+
 def model_fn():
-  keras_model = emnist_models.create_conv_dropout_model(only_digits=False,
-                                                        debug_seed=1)
+  if SMALL_MODEL:
+    keras_model = tf.keras.Sequential([
+        tf.keras.layers.Flatten(input_shape=(28, 28, 1)),
+        tf.keras.layers.Dense(62, activation="softmax")])
+  else:
+    keras_model = emnist_models.create_conv_dropout_model(only_digits=False,
+                                                          debug_seed=1)
   return tff.learning.models.from_keras_model(
       keras_model,
       loss=tf.keras.losses.SparseCategoricalCrossentropy(),
@@ -280,10 +292,8 @@ def run(args) -> int:
           f"{ratio.mean():.3f} +- {se:.3f} (paired SE, {ratio.size} "
           "triples)")
     gib = 2**30
-    if args.smoke:  # one subprocess, not three (each loads TensorFlow)
-      log(f"peak RSS of the {names[-1]}-canary process alone (python + "
-          f"worker_binary, {args.rss_rounds} rounds; --smoke measures no "
-          f"other): {_rss_alone(names[-1], args) / gib:.2f} GiB")
+    if args.smoke:  # each subprocess loads TensorFlow and builds its process
+      log("peak RSS: not measured with --smoke")
     else:
       alone = {name: _rss_alone(name, args) for name in names}
       log(f"peak RSS, each process alone (python + worker_binary, "
@@ -329,9 +339,10 @@ def main(argv=None) -> int:
   parser.add_argument("--noise_multiplier", type=float, default=1.0)
   parser.add_argument("--clip", type=float, default=0.1)
   parser.add_argument("--smoke", action="store_true",
-                      help="seconds, not the benchmark: the sizes of SMOKE "
-                      "(flags given explicitly still apply), 20 and 40 "
-                      "canaries, one RSS subprocess (module docstring)")
+                      help="seconds, not the benchmark: a one-layer model, "
+                      "the sizes of SMOKE (flags given explicitly still "
+                      "apply), 20 and 40 canaries, no RSS subprocess (module "
+                      "docstring)")
   parser.add_argument("--rss_rounds", type=int, default=4,
                       help="rounds of each process alone for its peak RSS")
   parser.add_argument("--rss_only", default=None,
@@ -341,6 +352,8 @@ def main(argv=None) -> int:
   if args.smoke:
     parser.set_defaults(**SMOKE)
     args = parser.parse_args(argv)
+    global SMALL_MODEL
+    SMALL_MODEL = True
   if args.rss_only is not None:
     return rss_only(args)
   return run(args)
