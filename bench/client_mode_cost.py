@@ -22,7 +22,7 @@ differences, SE = sd(arm_r - plain_r) / sqrt(n) / mean(plain), and the
 extra milliseconds per real client (wrapper) and per canary client.
 
 Usage: PYTHONPATH=. .venv/bin/python bench/client_mode_cost.py [--rounds 20]
-       [--warmup 2] [--canaries 2] [--clients 20]
+       [--warmup 2] [--canaries 2] [--clients 20] [--smoke]
 """
 
 from __future__ import annotations
@@ -83,6 +83,10 @@ def paired_se(arm: list[float], plain: list[float]) -> float:
   return float(diff.std(ddof=1) / np.sqrt(diff.size) / np.mean(plain))
 
 
+# --smoke: the fewest rounds with a paired SE (2), the smallest clients.
+SMOKE = dict(rounds=2, warmup=0, canaries=1, clients=2, examples=4, batch=4)
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--rounds", type=int, default=20,
@@ -95,7 +99,15 @@ def main(argv=None) -> int:
                       help="real clients per round")
   parser.add_argument("--examples", type=int, default=50)
   parser.add_argument("--batch", type=int, default=16)
+  parser.add_argument("--smoke", action="store_true",
+                      help="2 timed rounds, no warm-up, 2 clients of 4 "
+                      "examples, 1 canary client, seconds: checks that the "
+                      "command runs (flags given explicitly still apply); "
+                      "not the benchmark")
   args = parser.parse_args(argv)
+  if args.smoke:
+    parser.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
   if args.rounds < 2 or args.warmup < 0 or args.canaries < 1:
     parser.error("--rounds >= 2, --warmup >= 0 and --canaries >= 1")
 

@@ -1,7 +1,7 @@
 """Bias and interval coverage of epsilon-final and epsilon-all, with many canaries.
 
   .venv/bin/python bench/coverage.py [--dim 10000] [--trials 200]
-      [--all_trials 100] [--rounds 5] [--tightness_trials 5]
+      [--all_trials 100] [--rounds 5] [--tightness_trials 5] [--smoke]
 
 NumPy/SciPy only. On the Gaussian mechanism with noise calibrated to a known
 epsilon (delta = 1e-6 by default; `tff_canary.stats.simulation.gaussian_mechanism`), for
@@ -166,7 +166,7 @@ def part_all(args, epsilon, ratio, remove, rounds, estimand, max_model):
 
 
 def part_tightness(args, epsilon, remove):
-  dim, big, small = 10**6, 10_000, 1_000
+  dim, big, small = args.tightness_sizes
   noise = gaussian_accounting.gaussian_noise_multiplier(epsilon, args.delta)
   ratios, eps_big, eps_small = [], [], []
   for trial in range(args.tightness_trials):
@@ -184,14 +184,19 @@ def part_tightness(args, epsilon, remove):
     eps_small.append(b.epsilon)
   ratios = np.asarray(ratios)
   n = ratios.size
-  return (f"width(1k) / width(10k) = {ratios.mean():.3f} +- "
-          f"{ratios.std(ddof=1) / np.sqrt(n):.3f}; epsilon 10k "
-          f"{np.mean(eps_big):.3f} +- {np.std(eps_big, ddof=1):.3f}, 1k "
+  return (f"width({small:,}) / width({big:,}) = {ratios.mean():.3f} +- "
+          f"{ratios.std(ddof=1) / np.sqrt(n):.3f}; epsilon {big:,} "
+          f"{np.mean(eps_big):.3f} +- {np.std(eps_big, ddof=1):.3f}, {small:,} "
           f"{np.mean(eps_small):.3f} +- {np.std(eps_small, ddof=1):.3f} "
           f"(mean +- sd over {n} runs)")
 
 
-def main():
+# --smoke: the tiniest sizes that still run every part and both R.
+SMOKE = dict(dim=2000, ratios="0.01", epsilons="3", trials=2, all_trials=2,
+             rounds=2, tightness_trials=2, estimand_samples=20_000)
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--dim", type=int, default=10000)
   parser.add_argument("--ratios", default="0.001,0.01,0.1")
@@ -207,7 +212,17 @@ def main():
   parser.add_argument("--estimand_samples", type=int, default=4_000_000)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--parts", default="final,all,tightness")
-  args = parser.parse_args()
+  parser.add_argument("--smoke", action="store_true",
+                      help="tiny sizes, a few seconds: checks that the "
+                      "command runs (flags given explicitly still apply); "
+                      "not the benchmark")
+  args = parser.parse_args(argv)
+  if args.smoke:
+    parser.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
+  # Part 3's d, and its many and few canaries (module docstring).
+  args.tightness_sizes = (10**4, 200, 20) if args.smoke else (10**6, 10_000,
+                                                             1_000)
   ratios = [float(v) for v in args.ratios.split(",")]
   epsilons = [float(v) for v in args.epsilons.split(",")]
   parts = args.parts.split(",")
@@ -252,8 +267,9 @@ def main():
             if model_line is not None:
               print(f"{head}max model       {model_line}", flush=True)
   if "tightness" in parts:
-    print("\nPart 3: 10,000 vs the first 1,000 inserted canaries of one run, "
-          "d = 10^6 (k/d = 1%), mean-only epsilon-final")
+    dim, big, small = args.tightness_sizes
+    print(f"\nPart 3: {big:,} vs the first {small:,} inserted canaries of one "
+          f"run, d = {dim:,} (k/d = {big / dim:.0%}), mean-only epsilon-final")
     for epsilon in epsilons:
       for remove in (False, True):
         print(f"  eps {epsilon:4g}  "

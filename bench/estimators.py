@@ -1,6 +1,6 @@
 """Benchmark of the estimators (NumPy/SciPy only; no TensorFlow).
 
-  .venv/bin/python bench/estimators.py [--repeats 20]
+  .venv/bin/python bench/estimators.py [--repeats 20] [--smoke]
 
 Part 1 times every estimate on one run's worth of statistics: 1000 inserted and
 1000 held-out canaries (cosines of a Gaussian-mechanism-like run at d = 10^6,
@@ -132,12 +132,12 @@ def _vectorized_epsilon_lo(inserted, dim, delta, alpha=0.05):
   return float(lower_bounds._eps_of_rates(log_fnr, log_fpr, delta).max())  # pylint: disable=protected-access
 
 
-def part_two(repeats):
+def part_two(repeats, n=1000):
   rng = np.random.default_rng(1)
   dim, delta = 200, 1e-6
   null = CosineNull(dim)
   # A strong signal, so that the bound comes from thresholds deep in the tail.
-  inserted = np.clip(3.0 / math.sqrt(dim) + null.rvs(1000, seed=rng), -1, 1)
+  inserted = np.clip(3.0 / math.sqrt(dim) + null.rvs(n, seed=rng), -1, 1)
   ours = lower_bounds.epsilon_lo(inserted, delta=delta, dim=dim).epsilon
   loop = _loop_epsilon_lo(inserted, dim, delta)
   vectorized = _vectorized_epsilon_lo(inserted, dim, delta)
@@ -150,7 +150,7 @@ def part_two(repeats):
   t_fpr_quad = _best_time(lambda: [fpr_of(t) for t in inserted], slow)
   t_fpr_ours = _best_time(lambda: null.logsf(inserted), repeats)
   rel = max(abs(ours - loop), abs(ours - vectorized)) / abs(loop)
-  print("Part 2: epsilon_lo, exact null at d = 200, 1000 inserted canaries "
+  print(f"Part 2: epsilon_lo, exact null at d = 200, {n} inserted canaries "
         f"(best of {repeats} / {slow})")
   print(f"  ours (incomplete beta, pruned)        {t_ours * 1e3:9.2f} ms   "
         f"epsilon_lo = {ours:.10f}")
@@ -158,7 +158,7 @@ def part_two(repeats):
         f"epsilon_lo = {loop:.10f}   {t_loop / t_ours:6.0f}x")
   print(f"  (b) vectorized, quad, all thresholds   {t_vec * 1e3:9.2f} ms   "
         f"epsilon_lo = {vectorized:.10f}   {t_vec / t_ours:6.0f}x")
-  print(f"  (c) FPR alone: quad x1000 {t_fpr_quad * 1e3:.2f} ms vs logsf "
+  print(f"  (c) FPR alone: quad x{n} {t_fpr_quad * 1e3:.2f} ms vs logsf "
         f"{t_fpr_ours * 1e3:.2f} ms   {t_fpr_quad / t_fpr_ours:6.0f}x")
   speedup = t_loop / t_ours
   print(f"  target (a) >= 50x: {'met' if speedup >= 50 else 'NOT met'}; "
@@ -167,14 +167,21 @@ def part_two(repeats):
   return speedup, rel
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--repeats", type=int, default=20,
                       help="timing repeats (best time is reported)")
-  args = parser.parse_args()
+  parser.add_argument("--smoke", action="store_true",
+                      help="one repeat and 100 canaries in part 2, a few "
+                      "seconds: checks that the command runs; not the "
+                      "benchmark (its targets are not measured then)")
+  args = parser.parse_args(argv)
+  if args.smoke:
+    parser.set_defaults(repeats=1)
+    args = parser.parse_args(argv)
   total = part_one(args.repeats)
   print()
-  speedup, rel = part_two(args.repeats)
+  speedup, rel = part_two(args.repeats, n=100 if args.smoke else 1000)
   print()
   print(f"estimators: all estimates {total * 1e3:.1f} ms; exact-null epsilon_lo "
         f"{speedup:.0f}x faster than the numerical-integration loop, relative "

@@ -1,6 +1,7 @@
 """Does the DP-FTRL audit catch planted bugs, and only them? Seeded simulator trials.
 
   .venv/bin/python bench/ftrl_audit.py [--trials 200] [--noise_multiplier 2.5]
+      [--smoke]
 
 Each trial is one DP-FTRL run with fair-coin orthogonal canaries, simulated
 exactly in the canaries' scores (`tff_canary.stats.tree.tree_simulation`):
@@ -64,14 +65,25 @@ def run_setting(bug, efficient, *, trials, noise_multiplier, candidates,
   return alarms / trials, fired, verdict.claim
 
 
-def main():
+# --smoke: one trial of every setting, few candidates.
+SMOKE = dict(trials=1, candidates=100, self_test_dim=20)
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--trials", type=int, default=200)
   parser.add_argument("--noise_multiplier", type=float, default=2.5)
   parser.add_argument("--candidates", type=int, default=1000)
   parser.add_argument("--self_test_dim", type=int, default=1000)
   parser.add_argument("--seed", type=int, default=0)
-  args = parser.parse_args()
+  parser.add_argument("--smoke", action="store_true",
+                      help="one trial per setting, 100 candidates, a few "
+                      "seconds: checks that the command runs (flags given "
+                      "explicitly still apply); not the benchmark")
+  args = parser.parse_args(argv)
+  if args.smoke:
+    parser.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
   start = time.time()
   print(f"{'mechanism':<34} {'alarms':>15}  " +
         "  ".join(f"{c:>14}" for c in tree_audit.CHECKS))

@@ -1,6 +1,7 @@
 """Analytical and empirical epsilon of DP-FTRL over noise multipliers (simulated).
 
   .venv/bin/python bench/ftrl_sweep.py [--trials 5] [--efficient 1]
+      [--candidates 2000] [--smoke]
 
 For each noise multiplier z, `trials` seeded DP-FTRL runs with 2000 fair-coin
 orthogonal canaries (`tff_canary.stats.tree.tree_simulation`: 4 epochs of 64
@@ -40,12 +41,25 @@ from tff_canary.stats.tree import (tree_accounting, tree_audit,
 DELTA = 1e-5
 
 
-def main():
+# --smoke: one trial at one noise multiplier, few candidates.
+SMOKE = dict(trials=1, noise_multipliers="2", candidates=200)
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--trials", type=int, default=5)
   parser.add_argument("--efficient", type=int, choices=(0, 1), default=1)
   parser.add_argument("--noise_multipliers", default="1,2,4,8")
-  args = parser.parse_args()
+  parser.add_argument("--candidates", type=int, default=2000,
+                      help="fair-coin orthogonal candidate canaries per run")
+  parser.add_argument("--smoke", action="store_true",
+                      help="one trial at z = 2 with 200 candidates, a few "
+                      "seconds: checks that the command runs (flags given "
+                      "explicitly still apply); not the benchmark")
+  args = parser.parse_args(argv)
+  if args.smoke:
+    parser.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
   start = time.time()
   print(f"{'z':>4} {'analytical':>10} {'RDP':>7} {'worst':>7} "
         f"{'canaries':>8} {'final':>16} {'scheduled':>18} {'max':>18} "
@@ -53,7 +67,7 @@ def main():
   for z in [float(v) for v in args.noise_multipliers.split(",")]:
     setting = tree_simulation.FtrlSetting(
         epochs=4, rounds_per_epoch=64, noise_multiplier=z,
-        num_candidates=2000, efficient=bool(args.efficient))
+        num_candidates=args.candidates, efficient=bool(args.efficient))
     noise = setting.claimed_noise()
     claim = tree_accounting.tree_epsilons(z, [64] * 4, delta=DELTA)
     rows = []
@@ -77,7 +91,7 @@ def main():
           f"{med[0]:>7.2f} {med[1]:>8.2f} {cell(2):>16} {cell(5):>18} "
           f"{cell(8):>18} {cell(11):>16}", flush=True)
   tree = "efficient" if args.efficient else "plain"
-  print(f"{tree} tree, 4 epochs of 64 rounds, 2000 candidates, "
+  print(f"{tree} tree, 4 epochs of 64 rounds, {args.candidates} candidates, "
         f"{args.trials} trials, δ = {DELTA:g}; {time.time() - start:.0f} s")
 
 

@@ -1,7 +1,7 @@
 """Does the noise self-test catch noise bugs, and how often does it cry wolf?
 
   .venv/bin/python bench/noise_check.py [--trials 300] [--detect_trials 30]
-      [--numpy_trials 1000] [--rounds 4] [--skip_emnist]
+      [--numpy_trials 1000] [--rounds 4] [--skip_emnist] [--smoke]
 
 `tff_canary.federated.audit.noise_check.check_aggregation_noise` (4 rounds by default, level
 0.001) on:
@@ -135,6 +135,10 @@ def emnist_time(rounds):
         f"{result}", flush=True)
 
 
+# --smoke: every row once (the NumPy detection rows need trials >= 20).
+SMOKE = dict(trials=1, detect_trials=1, numpy_trials=20, skip_emnist=True)
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--trials", type=int, default=300,
@@ -146,7 +150,14 @@ def main(argv=None):
   parser.add_argument("--rounds", type=int, default=4)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--skip_emnist", action="store_true")
+  parser.add_argument("--smoke", action="store_true",
+                      help="one TFF run per row, 20 NumPy trials, no EMNIST "
+                      "timing, seconds: checks that the command runs (flags "
+                      "given explicitly still apply); not the benchmark")
   args = parser.parse_args(argv)
+  if args.smoke:
+    parser.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   start = time.perf_counter()
   print(f"{'process':44s} {'kind':12s} {'rejected':>11s} {'rate':>7s} "

@@ -1,6 +1,7 @@
 """Planted pipeline bugs of distributed DP: caught in one run, how often?
 
   .venv/bin/python bench/pipeline_audit.py [--trials 60] [--workers 2]
+      [--ddp_only] [--smoke]
 
 On the fast simulator (`tff_canary.stats.simulation.pipeline_simulator`: clip, scale,
 randomized rounding, noise shares, modular sum of TFF's
@@ -93,11 +94,12 @@ def _summary(task):
           r.epsilon_all.epsilon, r.wrapped_fraction, r.claimed.epsilon, point)
 
 
-def detection_table(trials, seed, pool):
+def detection_table(trials, seed, pool, sizes=None):
   rows = []
   for bug, size in CELLS:
     for mode in sim.MODES:
-      config = sim.PipelineConfig(mode=mode, bug=bug, bug_size=size, **BASE)
+      config = sim.PipelineConfig(mode=mode, bug=bug, bug_size=size, **BASE,
+                                  **(sizes or {}))
       out = np.array(pool.map(_summary, [(config, seed + i)
                                          for i in range(trials)]), dtype=float)
       tool = out[:, 0].astype(bool)
@@ -159,7 +161,7 @@ def _ddp_summary(task):
           ref_final, ref_all)
 
 
-def ddp_table(seeds, seed, pool):
+def ddp_table(seeds, seed, pool, sizes=None):
   print("\nDDP epsilon (client canaries, correct pipeline, mean of "
         f"{seeds} runs; δ = 1e-5, one participation)")
   print(f"{'mechanism':20} {'z':>4} {'bits':>4} {'beta':>5} {'modclip':>7}  "
@@ -167,7 +169,7 @@ def ddp_table(seeds, seed, pool):
         f"{'ε-final':>7} {'ref':>6} {'ε-all':>7} {'ref':>6} {'wrapped':>8}  "
         "theorem")
   for row in DDP_ROWS:
-    config = sim.PipelineConfig(mode="client", **row)
+    config = sim.PipelineConfig(mode="client", **row, **(sizes or {}))
     out = np.array(pool.map(_ddp_summary, [(config, seed + i)
                                            for i in range(seeds)]))
     theorem = ("KLS21 Prop. 14" if row["mechanism"] == "distributed_dgauss"
@@ -180,7 +182,11 @@ def ddp_table(seeds, seed, pool):
           f"{out[:, 5].mean():8.1e}  {theorem}", flush=True)
 
 
-def main():
+# --smoke: one run per cell and row, on a small pipeline.
+SMOKE_SIZES = dict(dim=256, num_rounds=4, participants=40, num_candidates=100)
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--trials", type=int, default=60)
   parser.add_argument("--workers", type=int, default=1)
@@ -189,16 +195,24 @@ def main():
   parser.add_argument("--ddp_only", action="store_true",
                       help="only the DDP epsilon table (no detection table, "
                            "no last line)")
-  args = parser.parse_args()
+  parser.add_argument("--smoke", action="store_true",
+                      help="one trial per cell and one seed per DDP row on a "
+                      f"small pipeline ({SMOKE_SIZES}), a few seconds: "
+                      "checks that the command runs; not the benchmark")
+  args = parser.parse_args(argv)
+  if args.smoke:
+    parser.set_defaults(trials=1, ddp_seeds=1)
+    args = parser.parse_args(argv)
+  sizes = SMOKE_SIZES if args.smoke else None
   start = time.time()
   if args.ddp_only:
     with multiprocessing.Pool(args.workers) as pool:
-      ddp_table(args.ddp_seeds, args.seed + 10**6, pool)
+      ddp_table(args.ddp_seeds, args.seed + 10**6, pool, sizes)
     return
   print(HEADER)
   with multiprocessing.Pool(args.workers) as pool:
-    rows = detection_table(args.trials, args.seed, pool)
-    ddp_table(args.ddp_seeds, args.seed + 10**6, pool)
+    rows = detection_table(args.trials, args.seed, pool, sizes)
+    ddp_table(args.ddp_seeds, args.seed + 10**6, pool, sizes)
   worst_d = min(r["tool"][0] for r in rows if r["stated"])
   worst_f = max(r["tool"][0] for r in rows if r["bug"] == "none")
   print(f"\n{args.trials} trials per cell; {time.time() - start:.0f} s")

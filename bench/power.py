@@ -1,6 +1,6 @@
 """How strong is each lower bound? Medians on the Gaussian mechanism.
 
-  .venv/bin/python bench/power.py [--trials 20] [--dim 1000000]
+  .venv/bin/python bench/power.py [--trials 20] [--dim 1000000] [--smoke]
 
 Per true epsilon (1, 3, 10 at delta = 1e-6) and per bound, the median over
 seeded trials of the bound, in two settings of 2000 coin-flipped candidate
@@ -72,7 +72,11 @@ def medians(*, setting, trials, dim, candidates, bounds, directions="iid"):
           values.items()}
 
 
-def main():
+# --smoke: one trial of few candidates in a small dimension.
+SMOKE = dict(trials=1, dim=10_000, candidates=200)
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--trials", type=int, default=20)
   parser.add_argument("--dim", type=int, default=1_000_000)
@@ -85,7 +89,14 @@ def main():
                            "or orthonormal (orthogonal_mechanism)")
   parser.add_argument("--skip_independent", action="store_true",
                       help="only the one-run setting")
-  args = parser.parse_args()
+  parser.add_argument("--smoke", action="store_true",
+                      help="one trial, 200 candidates, d = 10^4, a few "
+                      "seconds: checks that the command runs (flags given "
+                      "explicitly still apply); not the benchmark")
+  args = parser.parse_args(argv)
+  if args.smoke:
+    parser.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
   warnings.simplefilter("ignore")
   start = time.perf_counter()
   print(f"Median lower bound over {args.trials} seeded trials, "

@@ -34,8 +34,11 @@ Last line: `orthogonal canaries, per-round ratio: A at 2000, B at 20000`.
 
 Usage: .venv/bin/python bench/round_overhead.py [--rounds 40] [--warmup 2]
        [--rss_rounds 4]
-       [--quick]   (--quick: a smoke run with small numbers, not the
-       benchmark.)
+       [--smoke]   (--smoke: seconds, not the benchmark: a one-layer model
+       instead of the CNN, 2 timed triples of 2 clients with 20 and 40
+       canaries, no peak RSS (each process alone is
+       a subprocess loading TensorFlow; `--rss_only 40 --smoke` runs one),
+       one repeat of each transform.)
 """
 
 from __future__ import annotations
@@ -61,6 +64,11 @@ import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models  # pylint: disable=g-import-not-at-top
 
 SIZES = (2000, 20000)
+# --smoke: 2 timed triples (a paired SE needs two), 2 clients of 4 examples,
+# 1 round of each process alone, and few canaries.
+SMOKE = dict(rounds=2, warmup=0, clients_per_round=2, examples=4, batch=4,
+             rss_rounds=1)
+SMOKE_SIZES = (20, 40)
 
 
 def log(message: str) -> None:
@@ -116,9 +124,19 @@ class MemorySampler:
 # ---------------------------------------------------------------- setup
 
 
+# --smoke replaces the CNN by one dense layer (d = 48,670): the same code
+# path (processes, canaries, triples, ratios), built and run in seconds.
+SMALL_MODEL = False
+
+
 def model_fn():
-  keras_model = emnist_models.create_conv_dropout_model(only_digits=False,
-                                                        debug_seed=1)
+  if SMALL_MODEL:
+    keras_model = tf.keras.Sequential([
+        tf.keras.layers.Flatten(input_shape=(28, 28, 1)),
+        tf.keras.layers.Dense(62, activation="softmax")])
+  else:
+    keras_model = emnist_models.create_conv_dropout_model(only_digits=False,
+                                                          debug_seed=1)
   return tff.learning.models.from_keras_model(
       keras_model,
       loss=tf.keras.losses.SparseCategoricalCrossentropy(),
@@ -210,6 +228,8 @@ def _rss_alone(name: str, args) -> int:
   """Peak RSS of learning process `name` alone, from a subprocess."""
   command = [sys.executable, os.path.abspath(__file__), "--rss_only", name,
              "--rss_rounds", str(args.rss_rounds)]
+  command += [f"--{flag}={getattr(args, flag)}" for flag in
+              ("clients_per_round", "examples", "batch")]
   out = subprocess.run(command, capture_output=True, text=True, check=True)
   return int(out.stdout.strip().splitlines()[-1].split(":")[1])
 
@@ -218,7 +238,7 @@ def run(args) -> int:
   """The benchmark (module docstring)."""
   seed = 2024
   began = time.perf_counter()
-  sizes = SIZES if not args.quick else (200, 2000)
+  sizes = SIZES if not args.smoke else SMOKE_SIZES
   try:
     log(f"TF {tf.__version__}, TFF {tff.__version__}, {os.cpu_count()} CPUs")
     clients = synthetic_clients(args.clients_per_round, args.examples,
@@ -272,15 +292,19 @@ def run(args) -> int:
           f"{ratio.mean():.3f} +- {se:.3f} (paired SE, {ratio.size} "
           "triples)")
     gib = 2**30
-    alone = {name: _rss_alone(name, args) for name in names}
-    log(f"peak RSS, each process alone (python + worker_binary, "
-        f"{args.rss_rounds} rounds): plain {alone['plain'] / gib:.2f} GiB, "
-        + ", ".join(f"{name} canaries {alone[name] / gib:.2f} GiB "
-                    f"({(alone[name] - alone['plain']) / gib:+.2f} GiB)"
-                    for name in names[1:]))
+    if args.smoke:  # each subprocess loads TensorFlow and builds its process
+      log("peak RSS: not measured with --smoke")
+    else:
+      alone = {name: _rss_alone(name, args) for name in names}
+      log(f"peak RSS, each process alone (python + worker_binary, "
+          f"{args.rss_rounds} rounds): plain {alone['plain'] / gib:.2f} GiB, "
+          + ", ".join(f"{name} canaries {alone[name] / gib:.2f} GiB "
+                      f"({(alone[name] - alone['plain']) / gib:+.2f} GiB)"
+                      for name in names[1:]))
     log("aggregate disk: 0 MiB (nothing recorded; scores in the state)")
-    t_emnist = transform_seconds(dim)
-    t_so = transform_seconds(4_050_748)
+    repeats = 1 if args.smoke else 7
+    t_emnist = transform_seconds(dim, repeats)
+    t_so = transform_seconds(4_050_748, repeats)
     log(f"unit cost: forward + inverse transform {t_emnist * 1e3:.0f} ms at "
         f"d = {dim:,}, {t_so * 1e3:.0f} ms at d = 4,050,748")
     log("projection for the paper's StackOverflow setting (d = 4,050,748, "
@@ -314,19 +338,24 @@ def main(argv=None) -> int:
   parser.add_argument("--batch", type=int, default=16)
   parser.add_argument("--noise_multiplier", type=float, default=1.0)
   parser.add_argument("--clip", type=float, default=0.1)
-  parser.add_argument("--quick", action="store_true",
-                      help="smoke run: 3 timed triples, 200 and 2000 "
-                           "canaries (not the benchmark)")
+  parser.add_argument("--smoke", action="store_true",
+                      help="seconds, not the benchmark: a one-layer model, "
+                      "the sizes of SMOKE (flags given explicitly still "
+                      "apply), 20 and 40 canaries, no RSS subprocess (module "
+                      "docstring)")
   parser.add_argument("--rss_rounds", type=int, default=4,
                       help="rounds of each process alone for its peak RSS")
   parser.add_argument("--rss_only", default=None,
                       help="internal: build only this process (plain or a "
                            "number of canaries) and print its peak RSS")
   args = parser.parse_args(argv)
+  if args.smoke:
+    parser.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
+    global SMALL_MODEL
+    SMALL_MODEL = True
   if args.rss_only is not None:
     return rss_only(args)
-  if args.quick:
-    args.rounds, args.warmup = 3, 1
   return run(args)
 
 

@@ -1,6 +1,7 @@
 """Schedule-aware sums against the max over rounds, on a multi-epoch setting.
 
   .venv/bin/python bench/scheduled_vs_max.py [--trials 10] [--rounds 1500]
+      [--smoke]
 
 A setting like the paper's EMNIST runs: R rounds, each an independent Gaussian
 sum mechanism with per-round noise sigma, and `--candidates` orthonormal
@@ -73,7 +74,12 @@ def one_run(*, dim, candidates, rounds, participations, noise_std, delta,
   return out
 
 
-def main():
+# --smoke: two seeds (a std needs two) of a small setting at one epsilon.
+SMOKE = dict(trials=2, dim=10_000, candidates=200, rounds=20,
+             participations=3, epsilons="10")
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--trials", type=int, default=10)
   parser.add_argument("--dim", type=int, default=1_000_000)
@@ -83,7 +89,14 @@ def main():
   parser.add_argument("--delta", type=float, default=1e-6)
   parser.add_argument("--epsilons", default="10,30,100",
                       help="analytical epsilons of the composition")
-  args = parser.parse_args()
+  parser.add_argument("--smoke", action="store_true",
+                      help="two seeds of a small setting, a few seconds: "
+                      "checks that the command runs (flags given explicitly "
+                      "still apply); not the benchmark")
+  args = parser.parse_args(argv)
+  if args.smoke:
+    parser.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
   warnings.simplefilter("ignore")
   start = time.perf_counter()
   p = args.participations

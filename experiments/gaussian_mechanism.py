@@ -40,13 +40,15 @@ git-ignored); --output_json and --plot choose other paths, an empty value
 skips the file.
 
 Usage:
-  .venv/bin/python experiments/gaussian_mechanism.py
+  .venv/bin/python experiments/gaussian_mechanism.py [--smoke]
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import sys
+import tempfile
 import time
 import warnings
 from typing import Any, Callable, Sequence
@@ -111,6 +113,28 @@ def define_flags() -> None:
                       "Where to write the results (JSON); empty: nowhere.")
   flags.DEFINE_string("plot", DEFAULT_PLOT,
                       "Where to write a PNG of the spread; empty: nowhere.")
+  flags.DEFINE_bool("smoke", False,
+                    "A few seconds: the sizes of `SMOKE` unless given, and "
+                    "gm.json and gm.png in a new temporary directory unless "
+                    "--output_json or --plot is given. Checks that the "
+                    "command runs; not the study.")
+
+
+# --smoke: the smallest study that still runs every estimate (two trials: a
+# std needs two).
+SMOKE = dict(dim=4000, num_canaries=40, target_epsilons=["3"], trials=2)
+
+
+def apply_smoke() -> None:
+  """--smoke's sizes and temporary outputs, for the flags not given."""
+  for name, value in SMOKE.items():
+    if not _FLAGS[name].present:
+      setattr(_FLAGS, name, value)
+  out = None
+  for name, file in (("output_json", "gm.json"), ("plot", "gm.png")):
+    if not _FLAGS[name].present:
+      out = out or tempfile.mkdtemp(prefix="gaussian_mechanism-smoke-")
+      setattr(_FLAGS, name, os.path.join(out, file))
 
 
 def trial_seed(seed: int, target_index: int, trial: int, run: int) -> int:
@@ -379,6 +403,8 @@ def _print_result(result: dict[str, Any]) -> None:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if _FLAGS.smoke:
+    apply_smoke()
   try:
     targets = [float(e) for e in _FLAGS.target_epsilons]
   except ValueError as e:

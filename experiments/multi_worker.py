@@ -17,7 +17,7 @@ Workers on other machines: start `worker_binary --port=P` there and pass
 `multi_worker.mergeable_context(["host:P", ...])` instead.
 
 Usage:
-  .venv/bin/python experiments/multi_worker.py [--num_workers 2]
+  .venv/bin/python experiments/multi_worker.py [--num_workers 2] [--smoke]
 """
 
 from __future__ import annotations
@@ -55,6 +55,14 @@ def define_flags() -> None:
   flags.DEFINE_integer("clients_per_round", 8, "Clients per round.")
   flags.DEFINE_float("noise_multiplier", 0.3, "Noise multiplier z.")
   flags.DEFINE_integer("seed", 0, "Seed of the data, canaries and noise.")
+  flags.DEFINE_bool("smoke", False,
+                    "One round unless --num_rounds or "
+                    "--clients_per_round is given: checks that the command "
+                    "runs.")
+
+
+# --smoke: one round (8 clients: fewer make adaptive clipping refuse z = 0.3).
+SMOKE = dict(num_rounds=1, clients_per_round=8)
 
 
 def _model_fn() -> tff.learning.models.VariableModel:
@@ -166,6 +174,10 @@ def compare(num_workers: int = 2, num_rounds: int = 3,
 
 def main(argv: Sequence[str]) -> None:
   del argv
+  if _FLAGS.smoke:
+    for name, value in SMOKE.items():
+      if not _FLAGS[name].present:
+        setattr(_FLAGS, name, value)
   result = compare(_FLAGS.num_workers, _FLAGS.num_rounds,
                    _FLAGS.clients_per_round, _FLAGS.noise_multiplier,
                    _FLAGS.seed)

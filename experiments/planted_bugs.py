@@ -1,6 +1,6 @@
 """Each planted DP bug once in a real TFF training run (issue 10).
 
-  .venv/bin/python experiments/planted_bugs.py [--output_json FILE]
+  .venv/bin/python experiments/planted_bugs.py [--output_json FILE] [--smoke]
 
 One `tff.learning` run per row (`tff_canary.federated.audit.planted_bug_runs`): a
 2-layer MLP (d = 2410) on synthetic Gaussian-class clients, 50 participants
@@ -56,6 +56,19 @@ def define_flags() -> None:
   flags.DEFINE_float("delta", 1e-5, "Delta of the claim and the bounds.")
   flags.DEFINE_integer("seed", 0, "Seed of data, canaries and noise.")
   flags.DEFINE_string("output_json", None, "Where to write every run (JSON).")
+  flags.DEFINE_bool("smoke", False,
+                    "Seconds, not the table: one row (the DDP shortfall) at "
+                    "the sizes of `SMOKE` for the flags not given. Checks "
+                    "that the command runs (tests/test_planted_bugs_tff.py "
+                    "runs every bug).")
+
+
+# --smoke: the smallest sizes (2 rounds of 10 participants, 20 candidates,
+# one shortfall size), and only the last row (distributed DP, a bug; the
+# central-DP rows share its code up to the aggregator): each TFF run costs
+# seconds to build.
+SMOKE = dict(num_rounds=2, clients_per_round=10, num_candidates=20,
+             shortfall_sizes=["2"])
 
 
 def configs(*, shortfall_sizes, clip_factor, **common):
@@ -80,6 +93,10 @@ def main(argv) -> int:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  if _FLAGS.smoke:
+    for name, value in SMOKE.items():
+      if not _FLAGS[name].present:
+        setattr(_FLAGS, name, value)
   from tff_canary.federated.audit import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
   from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
   planned = configs(
@@ -89,6 +106,8 @@ def main(argv) -> int:
       num_candidates=_FLAGS.num_candidates,
       noise_multiplier=_FLAGS.noise_multiplier, bits=_FLAGS.bits,
       delta=_FLAGS.delta, seed=_FLAGS.seed)
+  if _FLAGS.smoke:
+    planned = planned[-1:]
   done = []
   for config in planned:
     done.append(runs.run(config))

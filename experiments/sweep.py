@@ -29,6 +29,7 @@ is refused before any training. Re-running with the same --output_dir
 resumes: finished runs are read back, not redone.
 
   .venv/bin/python experiments/sweep.py --output_dir runs/sweep
+  .venv/bin/python experiments/sweep.py --smoke   # seconds: does it run?
 
 With --aggregator=tree the runs are DP-FTRL (docs/method/dp-ftrl.md): TFF's
 tree aggregation at a fixed --clip, restarted every epoch, so a canary's
@@ -51,6 +52,7 @@ import csv
 import io
 import os
 import sys
+import tempfile
 import warnings
 
 from absl import app
@@ -87,7 +89,20 @@ flags.DEFINE_bool("allow_large_canary_fraction", True,
                   "participants (the defaults' eight presentations are 20%; "
                   "--noallow_large_canary_fraction refuses them).")
 
+flags.DEFINE_bool("smoke", False,
+                  "Seconds per run, not the sweep: the sizes of `SMOKE` "
+                  "(noise 0 and 0.1, or 1 for the tree; 2 presentations) for "
+                  "the flags not given, and --output_dir a new temporary directory unless "
+                  "given. Checks that the command runs.")
+
 FLAGS = flags.FLAGS
+# --smoke: the smallest sweep that trains, writes sweep.csv and plots it;
+# two presentations (the composed analytical column differs from one's) and,
+# with the Gaussian aggregator, noise 0 too (infinite epsilons in the CSV and
+# the figure; the tree refuses noise 0).
+SMOKE = dict(num_rounds=2, clients_per_round=4, examples_per_client=8,
+             num_inserted=4, num_held_out=4, presentations=["2"])
+SMOKE_NOISE_MULTIPLIERS = {"gaussian": ["0", "0.1"], "tree": ["1"]}
 NOISE_MULTIPLIERS = {"gaussian": ["0", "0.0487", "0.0958", "0.2207"],
                      "tree": ["0.5", "1", "2", "4"]}
 
@@ -295,11 +310,24 @@ def figure(rows: list[dict]):
   return fig
 
 
+def apply_smoke() -> None:
+  """--smoke's sizes and temporary output, for the flags not given."""
+  smoke = dict(SMOKE, noise_multipliers=SMOKE_NOISE_MULTIPLIERS[
+      FLAGS.aggregator])
+  for name, value in smoke.items():
+    if not FLAGS[name].present:
+      setattr(FLAGS, name, value)
+  if not FLAGS["output_dir"].present:
+    FLAGS.output_dir = tempfile.mkdtemp(prefix="sweep-smoke-")
+
+
 def main(argv):
   if len(argv) > 1:
     print(f"error: unexpected arguments {argv[1:]}; flags are --name=value "
           "(--help lists them).", file=sys.stderr)
     return 2
+  if FLAGS.smoke:
+    apply_smoke()
   try:
     noises = [float(v) for v in (FLAGS.noise_multipliers
                                  or NOISE_MULTIPLIERS[FLAGS.aggregator])]

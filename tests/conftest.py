@@ -22,7 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # first lets the two processes finish together instead of one of them
 # running a 2-minute file alone at the end. Every other file follows in
 # pytest's order. A name here that no longer exists is an error.
-SLOWEST_FIRST = ("test_planted_bugs_tff.py", "test_crash_resume.py",
+SLOWEST_FIRST = ("test_smoke.py", "test_planted_bugs_tff.py",
+                 "test_crash_resume.py",
                  "test_experiment.py", "test_tree_clients.py",
                  "test_tree_experiment.py", "test_sweep.py",
                  "test_reproducible.py", "test_factory.py", "test_audit.py",

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tff_canary.harness import experiment, experiment_config, run_dir
+from tff_canary.harness import report as report_lib
 from tff_canary.harness import training
 
 pytestmark = [pytest.mark.tff, pytest.mark.slow]
@@ -238,14 +239,20 @@ def test_missing_tff_data_via_the_script(tmp_path):
 
 
 def test_a_stackoverflow_run(tmp_path):
-  # One round: this checks the task (its model's d, its data, evaluation
-  # and the estimates' dimensions), not training over rounds.
-  config = tiny(tmp_path / "so", task="stackoverflow", num_rounds=1,
-                clients_per_round=4, examples_per_client=4, num_inserted=6,
-                num_held_out=6, noise_multiplier=0.1, eval_every=2,
-                eval_examples=50)
-  report = experiment.run_experiment(config, progress=False, log=lambda *a: None)
-  saved = json.load(open(tmp_path / "so" / run_dir.CONFIG))
+  # The script's --smoke (one round of 8 clients, 8 candidates; the command
+  # line tests/test_smoke.py counts on this test to run): this checks the
+  # task (its model's d, its data, evaluation and the estimates'
+  # dimensions), not training over rounds.
+  out = tmp_path / "so"
+  proc = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "stackoverflow.py"),
+       "--smoke", f"--output_dir={out}"],
+      capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  assert proc.stdout.splitlines()[-1] == (
+      f"report: {os.path.join(out, run_dir.REPORT_MD)}")
+  report = report_lib.build_report(str(out))
+  saved = json.load(open(out / run_dir.CONFIG))
   assert saved["dim"] == 4_050_748 and saved["task"] == "stackoverflow"
   assert report.accuracy is not None and 0.0 <= report.accuracy <= 1.0
   assert report.estimates.dim == 4_050_748

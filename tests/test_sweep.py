@@ -14,13 +14,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_sweep_writes_one_csv_and_one_figure(tmp_path):
+  # The script's --smoke (noise 0 and 0.1, 2 presentations, 2 rounds of 4
+  # clients): tests/test_smoke.py counts on this test to run it.
   out = tmp_path / "sweep"
   args = [sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
-          f"--output_dir={out}", "--noise_multipliers=0,0.1",
-          "--presentations=2", "--num_rounds=4", "--clients_per_round=4",
-          "--examples_per_client=8", "--num_inserted=8", "--num_held_out=8"]
+          "--smoke", f"--output_dir={out}"]
   proc = subprocess.run(args, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.splitlines()[-1] == (f"wrote {out / 'sweep.csv'} and "
+                                          f"{out / 'sweep.png'}")
   rows = list(csv.DictReader(open(out / "sweep.csv")))
   assert [(float(r["noise_multiplier"]), int(r["presentations"]))
           for r in rows] == [(0.0, 2), (0.1, 2)]
