@@ -29,7 +29,6 @@ import argparse
 import math
 import time
 
-import numpy as np
 
 from tff_canary.stats.tree import tree_audit, tree_simulation
 
