@@ -36,6 +36,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+import smoke_mode  # pylint: disable=g-import-not-at-top
 from tff_canary.federated.insertion import canary_clients  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
@@ -99,15 +100,10 @@ def main(argv=None) -> int:
                       help="real clients per round")
   parser.add_argument("--examples", type=int, default=50)
   parser.add_argument("--batch", type=int, default=16)
-  parser.add_argument("--smoke", action="store_true",
-                      help="2 timed rounds, no warm-up, 2 clients of 4 "
-                      "examples, 1 canary client, seconds: checks that the "
-                      "command runs (flags given explicitly still apply); "
-                      "not the benchmark")
-  args = parser.parse_args(argv)
-  if args.smoke:
-    parser.set_defaults(**SMOKE)
-    args = parser.parse_args(argv)
+  args = smoke_mode.parse_args(
+      parser, argv, SMOKE,
+      "2 timed rounds, no warm-up, 2 clients of 4 examples, 1 canary "
+      "client")
   if args.rounds < 2 or args.warmup < 0 or args.canaries < 1:
     parser.error("--rounds >= 2, --warmup >= 0 and --canaries >= 1")
 

@@ -47,6 +47,7 @@ import warnings
 
 import numpy as np
 
+import smoke_mode
 from tff_canary.stats.estimators import estimates
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.simulation import gaussian_mechanism
@@ -212,14 +213,9 @@ def main(argv=None):
   parser.add_argument("--estimand_samples", type=int, default=4_000_000)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--parts", default="final,all,tightness")
-  parser.add_argument("--smoke", action="store_true",
-                      help="tiny sizes, a few seconds: checks that the "
-                      "command runs (flags given explicitly still apply); "
-                      "not the benchmark")
-  args = parser.parse_args(argv)
-  if args.smoke:
-    parser.set_defaults(**SMOKE)
-    args = parser.parse_args(argv)
+  args = smoke_mode.parse_args(
+      parser, argv, SMOKE,
+      "tiny sizes")
   # Part 3's d, and its many and few canaries (module docstring).
   args.tightness_sizes = (10**4, 200, 20) if args.smoke else (10**6, 10_000,
                                                              1_000)

@@ -31,6 +31,7 @@ import warnings
 import numpy as np
 from scipy import integrate, special, stats
 
+import smoke_mode
 from tff_canary.stats.estimators import estimates
 
 from tff_canary.stats.bounds import lower_bounds
@@ -171,14 +172,10 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--repeats", type=int, default=20,
                       help="timing repeats (best time is reported)")
-  parser.add_argument("--smoke", action="store_true",
-                      help="one repeat and 100 canaries in part 2, a few "
-                      "seconds: checks that the command runs; not the "
-                      "benchmark (its targets are not measured then)")
-  args = parser.parse_args(argv)
-  if args.smoke:
-    parser.set_defaults(repeats=1)
-    args = parser.parse_args(argv)
+  args = smoke_mode.parse_args(
+      parser, argv, dict(repeats=1),
+      "one repeat and 100 canaries in part 2 (its targets are not "
+      "measured then)")
   total = part_one(args.repeats)
   print()
   speedup, rel = part_two(args.repeats, n=100 if args.smoke else 1000)

@@ -30,6 +30,7 @@ import math
 import time
 
 
+import smoke_mode
 from tff_canary.stats.tree import tree_audit, tree_simulation
 
 DELTA = 1e-5
@@ -75,14 +76,9 @@ def main(argv=None):
   parser.add_argument("--candidates", type=int, default=1000)
   parser.add_argument("--self_test_dim", type=int, default=1000)
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--smoke", action="store_true",
-                      help="one trial per setting, 100 candidates, a few "
-                      "seconds: checks that the command runs (flags given "
-                      "explicitly still apply); not the benchmark")
-  args = parser.parse_args(argv)
-  if args.smoke:
-    parser.set_defaults(**SMOKE)
-    args = parser.parse_args(argv)
+  args = smoke_mode.parse_args(
+      parser, argv, SMOKE,
+      "one trial per setting, 100 candidates")
   start = time.time()
   print(f"{'mechanism':<34} {'alarms':>15}  " +
         "  ".join(f"{c:>14}" for c in tree_audit.CHECKS))

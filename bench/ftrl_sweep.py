@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 
+import smoke_mode
 from tff_canary.stats.tree import (tree_accounting, tree_audit,
                                    tree_simulation, tree_targets)
 
@@ -52,14 +53,9 @@ def main(argv=None):
   parser.add_argument("--noise_multipliers", default="1,2,4,8")
   parser.add_argument("--candidates", type=int, default=2000,
                       help="fair-coin orthogonal candidate canaries per run")
-  parser.add_argument("--smoke", action="store_true",
-                      help="one trial at z = 2 with 200 candidates, a few "
-                      "seconds: checks that the command runs (flags given "
-                      "explicitly still apply); not the benchmark")
-  args = parser.parse_args(argv)
-  if args.smoke:
-    parser.set_defaults(**SMOKE)
-    args = parser.parse_args(argv)
+  args = smoke_mode.parse_args(
+      parser, argv, SMOKE,
+      "one trial at z = 2 with 200 candidates")
   start = time.time()
   print(f"{'z':>4} {'analytical':>10} {'RDP':>7} {'worst':>7} "
         f"{'canaries':>8} {'final':>16} {'scheduled':>18} {'max':>18} "

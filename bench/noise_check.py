@@ -38,6 +38,8 @@ import time
 
 import numpy as np
 
+import smoke_mode
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "tests"))
 
@@ -150,14 +152,9 @@ def main(argv=None):
   parser.add_argument("--rounds", type=int, default=4)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--skip_emnist", action="store_true")
-  parser.add_argument("--smoke", action="store_true",
-                      help="one TFF run per row, 20 NumPy trials, no EMNIST "
-                      "timing, seconds: checks that the command runs (flags "
-                      "given explicitly still apply); not the benchmark")
-  args = parser.parse_args(argv)
-  if args.smoke:
-    parser.set_defaults(**SMOKE)
-    args = parser.parse_args(argv)
+  args = smoke_mode.parse_args(
+      parser, argv, SMOKE,
+      "one TFF run per row, 20 NumPy trials, no EMNIST timing")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   start = time.perf_counter()
   print(f"{'process':44s} {'kind':12s} {'rejected':>11s} {'rate':>7s} "

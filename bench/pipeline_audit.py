@@ -59,6 +59,7 @@ import time
 import numpy as np
 from scipy import stats
 
+import smoke_mode
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.simulation import pipeline_simulator as sim
 
@@ -195,14 +196,10 @@ def main(argv=None):
   parser.add_argument("--ddp_only", action="store_true",
                       help="only the DDP epsilon table (no detection table, "
                            "no last line)")
-  parser.add_argument("--smoke", action="store_true",
-                      help="one trial per cell and one seed per DDP row on a "
-                      f"small pipeline ({SMOKE_SIZES}), a few seconds: "
-                      "checks that the command runs; not the benchmark")
-  args = parser.parse_args(argv)
-  if args.smoke:
-    parser.set_defaults(trials=1, ddp_seeds=1)
-    args = parser.parse_args(argv)
+  args = smoke_mode.parse_args(
+      parser, argv, dict(trials=1, ddp_seeds=1),
+      f"one trial per cell and one seed per DDP row on a small "
+      f"pipeline ({SMOKE_SIZES})")
   sizes = SMOKE_SIZES if args.smoke else None
   start = time.time()
   if args.ddp_only:

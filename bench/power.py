@@ -40,6 +40,7 @@ import warnings
 import numpy as np
 
 import gaussian_bounds
+import smoke_mode
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.simulation import gaussian_mechanism
 from tff_canary.stats.simulation import orthogonal_mechanism
@@ -89,14 +90,9 @@ def main(argv=None):
                            "or orthonormal (orthogonal_mechanism)")
   parser.add_argument("--skip_independent", action="store_true",
                       help="only the one-run setting")
-  parser.add_argument("--smoke", action="store_true",
-                      help="one trial, 200 candidates, d = 10^4, a few "
-                      "seconds: checks that the command runs (flags given "
-                      "explicitly still apply); not the benchmark")
-  args = parser.parse_args(argv)
-  if args.smoke:
-    parser.set_defaults(**SMOKE)
-    args = parser.parse_args(argv)
+  args = smoke_mode.parse_args(
+      parser, argv, SMOKE,
+      "one trial, 200 candidates, d = 10^4")
   warnings.simplefilter("ignore")
   start = time.perf_counter()
   print(f"Median lower bound over {args.trials} seeded trials, "

@@ -55,6 +55,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+import smoke_mode  # pylint: disable=g-import-not-at-top
 from tff_canary.federated.insertion import factory  # pylint: disable=g-import-not-at-top
 from tff_canary.federated.insertion import orthogonal_transform  # pylint: disable=g-import-not-at-top
 from tff_canary.federated.runtime import worker_guard  # pylint: disable=g-import-not-at-top
@@ -338,20 +339,16 @@ def main(argv=None) -> int:
   parser.add_argument("--batch", type=int, default=16)
   parser.add_argument("--noise_multiplier", type=float, default=1.0)
   parser.add_argument("--clip", type=float, default=0.1)
-  parser.add_argument("--smoke", action="store_true",
-                      help="seconds, not the benchmark: a one-layer model, "
-                      "the sizes of SMOKE (flags given explicitly still "
-                      "apply), 20 and 40 canaries, no RSS subprocess (module "
-                      "docstring)")
   parser.add_argument("--rss_rounds", type=int, default=4,
                       help="rounds of each process alone for its peak RSS")
   parser.add_argument("--rss_only", default=None,
                       help="internal: build only this process (plain or a "
                            "number of canaries) and print its peak RSS")
-  args = parser.parse_args(argv)
+  args = smoke_mode.parse_args(
+      parser, argv, SMOKE,
+      "a one-layer model, the sizes of SMOKE, 20 and 40 canaries, no "
+      "RSS subprocess (module docstring)")
   if args.smoke:
-    parser.set_defaults(**SMOKE)
-    args = parser.parse_args(argv)
     global SMALL_MODEL
     SMALL_MODEL = True
   if args.rss_only is not None:

@@ -42,6 +42,7 @@ import warnings
 
 import numpy as np
 
+import smoke_mode
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.estimators import estimates
 from tff_canary.stats.estimators import max_of_rounds
@@ -89,14 +90,9 @@ def main(argv=None):
   parser.add_argument("--delta", type=float, default=1e-6)
   parser.add_argument("--epsilons", default="10,30,100",
                       help="analytical epsilons of the composition")
-  parser.add_argument("--smoke", action="store_true",
-                      help="two seeds of a small setting, a few seconds: "
-                      "checks that the command runs (flags given explicitly "
-                      "still apply); not the benchmark")
-  args = parser.parse_args(argv)
-  if args.smoke:
-    parser.set_defaults(**SMOKE)
-    args = parser.parse_args(argv)
+  args = smoke_mode.parse_args(
+      parser, argv, SMOKE,
+      "two seeds of a small setting")
   warnings.simplefilter("ignore")
   start = time.perf_counter()
   p = args.participations

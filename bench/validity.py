@@ -66,6 +66,7 @@ import numpy as np
 
 import ftrl_validity
 import gaussian_bounds
+import smoke_mode
 from tff_canary.stats.audit import audit
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.simulation import gaussian_mechanism
@@ -225,10 +226,8 @@ def planted_bug(*, claimed_epsilon, delta, clients_per_round, trials, dim,
   return tuple(rates)
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--smoke", action="store_true",
-                      help="tiny sizes (seconds): checks that the bench runs")
   parser.add_argument("--trials", type=int, default=500)
   parser.add_argument("--dim", type=int, default=1_000_000)
   parser.add_argument("--canaries", type=int, default=1000)
@@ -247,10 +246,10 @@ def main():
                       default="gaussian",
                       help="the Gaussian sum mechanism, or DP-FTRL's tree "
                            "(bench/ftrl_validity.py; only --trials applies)")
-  args = parser.parse_args()
-  if args.smoke:  # tiny sizes: the bench's code runs, its numbers mean nothing
-    args.trials, args.dim, args.canaries, args.new_trials = 4, 2000, 40, 2
-    args.deltas, args.only = "1e-6", args.only or "fixed"
+  args = smoke_mode.parse_args(
+      parser, argv, dict(trials=4, dim=2000, canaries=40, new_trials=2,
+                         deltas="1e-6", only="fixed"),
+      "4 trials per setting, d = 2000, 40 canaries")
   if args.mechanism == "tree":
     warnings.simplefilter("ignore")
     ftrl_validity.main(args.trials)

@@ -36,6 +36,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = {
     "bench/gaussian_bounds.py": "the bounds power.py and validity.py compare",
     "bench/ftrl_validity.py": "validity.py --mechanism tree's trials",
+    "bench/smoke_mode.py": "the benches' --smoke flag",
     "experiments/experiment_cli.py": "emnist.py's and stackoverflow.py's "
                                      "command line",
     "experiments/experiment_flags.py": "emnist.py's and stackoverflow.py's "
@@ -253,6 +254,9 @@ def defined_flags(name: str) -> set[str]:
                and isinstance(a.value, str)]
     if attr == "add_argument":
       names |= {a[2:] for a in literal if a.startswith("--")}
+    elif attr == "parse_args" and getattr(node.func.value, "id",
+                                          None) == "smoke_mode":
+      names.add("smoke")  # bench/smoke_mode.py adds --smoke
     elif attr.startswith("DEFINE_") and literal:
       absl = True
       names.add(literal[0])
