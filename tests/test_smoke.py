@@ -321,3 +321,29 @@ def test_the_flag_reader_knows_each_kind_of_script():
   assert {"output_dir", "aggregator", "noseeded_noise", "smoke",
           "helpfull"} <= defined_flags("experiments/emnist.py")
   assert "no_such_flag" not in defined_flags("experiments/emnist.py")
+
+
+def test_smoke_sizes_replace_defaults_only():
+  # bench/smoke_mode.py's promise: under --smoke the tiny sizes replace the
+  # defaults, and a flag given on the command line keeps its value (so a
+  # cited command plus --smoke takes that command's code path).
+  sys.path.insert(0, os.path.join(REPO, "bench"))
+  try:
+    import smoke_mode  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.pop(0)
+  import argparse  # pylint: disable=g-import-not-at-top
+
+  def parse(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=500)
+    parser.add_argument("--dim", type=int, default=10**6)
+    return smoke_mode.parse_args(parser, argv, dict(trials=2, dim=100),
+                                 "tiny")
+
+  full = parse([])
+  assert (full.smoke, full.trials, full.dim) == (False, 500, 10**6)
+  smoke = parse(["--smoke"])
+  assert (smoke.smoke, smoke.trials, smoke.dim) == (True, 2, 100)
+  given = parse(["--trials", "7", "--smoke"])
+  assert (given.trials, given.dim) == (7, 100)
