@@ -29,8 +29,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from tff_canary.harness import experiment_config
-from tff_canary.harness import run_dir
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.recording import run_dir
 
 import experiment_flags
 
@@ -113,7 +113,7 @@ class _Interrupted:
 
 def _run(config) -> int:
   # TensorFlow and TFF load here, after the flags were checked.
-  from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment# pylint: disable=g-import-not-at-top
   try:
     report = experiment.run_experiment(config)
   except (FileNotFoundError, FileExistsError, ValueError, TypeError,

@@ -1,7 +1,7 @@
 """The experiment scripts' absl flags, one per `ExperimentConfig` field.
 
 `define_flags(task, **defaults)` defines `--<field>` for every field of
-`tff_canary.harness.experiment_config.ExperimentConfig` (same name, so a
+`tff_canary.harness.config.experiment_config.ExperimentConfig` (same name, so a
 flag, a config.json key and a run's report use one name per concept), with
 per-script defaults; `config_from_flags()` turns the parsed flags into a
 validated config (with `--smoke`, `SMOKE`'s tiny sizes); `help_text(doc)` is the scripts' `--help`: these flags in
@@ -18,7 +18,7 @@ from typing import Any
 
 from absl import flags
 
-from tff_canary.harness import experiment_config
+from tff_canary.harness.config import experiment_config
 
 FLAGS = flags.FLAGS
 

@@ -60,9 +60,9 @@ from absl import flags
 from absl import logging
 
 import experiment_cli  # pylint: disable=unused-import  (quiet TF logs: first)
-from tff_canary.harness import experiment_config
-from tff_canary.harness import report as report_lib
-from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.reporting import report as report_lib
+from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.stats import atomic_files
 
 flags.DEFINE_string("output_dir", "runs/sweep", "Where sweep.csv, sweep.png "
@@ -153,7 +153,7 @@ def run_one(config: experiment_config.ExperimentConfig
   # TensorFlow loads here, once every run's settings were checked (the
   # script does not use app.run, after which TensorFlow 2.14 breaks Keras's
   # Sequential: experiment_cli.run says why).
-  from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment# pylint: disable=g-import-not-at-top
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", experiment.CanaryFractionWarning)
     return experiment.run_experiment(config, progress=sys.stderr.isatty())

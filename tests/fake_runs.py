@@ -6,7 +6,7 @@ import dp_accounting
 import numpy as np
 
 from tff_canary.stats import atomic_files
-from tff_canary.harness import run_dir
+from tff_canary.harness.recording import run_dir
 from tff_canary.stats.accounting.ledger import Ledger
 from tff_canary.stats.canaries.cosine_table import CosineTable
 

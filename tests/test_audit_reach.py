@@ -13,8 +13,8 @@ import warnings
 import numpy as np
 
 from fake_runs import make_run
-from tff_canary.harness import report
-from tff_canary.harness import tree_report
+from tff_canary.harness.reporting import report
+from tff_canary.harness.reporting import tree_report
 from tff_canary.stats.audit import audit
 from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.bounds import lower_bounds

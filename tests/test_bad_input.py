@@ -18,7 +18,7 @@ import tff_canary
 from tff_canary.stats.audit import audit
 from tff_canary.stats.simulation import gaussian_mechanism
 from tff_canary.stats.accounting import ledger
-from tff_canary.harness import run_dir
+from tff_canary.harness.recording import run_dir
 from tff_canary.stats.canaries.cosine_table import CosineTable
 from tff_canary.stats.audit.table_estimates import estimate_table
 

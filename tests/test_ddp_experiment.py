@@ -1,6 +1,6 @@
 """The DDP aggregator in the experiments (`--aggregator=ddp`): config and
 flags, the report's DDP bound, and a tiny EMNIST run through TFF's
-distributed-DP chain (tff_canary.harness.ddp_claim, dp_fedavg,
+distributed-DP chain (tff_canary.harness.reporting.ddp_claim, dp_fedavg,
 federated.ddp_chain).
 
 TFF seeds the DDP noise and rotation from the clock, so the run here is at
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import run_files
-from tff_canary.harness import experiment_config
-from tff_canary.harness import run_dir
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.recording import run_dir
 from tff_canary.stats import atomic_files
 from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
@@ -149,7 +149,7 @@ def test_a_bad_ddp_flag_is_answered_before_tensorflow_loads(tmp_path, flags,
 def test_the_report_of_a_ddp_run_shows_and_audits_the_ddp_bound(
     tmp_path, mechanism, paper):
   import fake_runs  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
   path = fake_runs.make_run(tmp_path / "run", noise_multiplier=0.8)
   rd = run_dir.RunDir(path)
   os.remove(rd.file(run_dir.LEDGER))  # a DDP run has none
@@ -195,7 +195,7 @@ def test_the_report_of_a_ddp_run_shows_and_audits_the_ddp_bound(
 
 def test_a_ddp_config_json_without_its_parameters_is_an_error(tmp_path):
   import fake_runs  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
   path = fake_runs.make_run(tmp_path / "run")
   rd = run_dir.RunDir(path)
   atomic_files.write_json(rd.file(run_dir.CONFIG), dict(
@@ -210,7 +210,7 @@ def test_a_ddp_config_json_without_its_parameters_is_an_error(tmp_path):
 
 def test_a_gaussian_report_has_no_ddp_bound(tmp_path):
   import fake_runs  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness import report as report_lib  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
   report = report_lib.build_report(fake_runs.make_run(tmp_path / "run"))
   assert report.ddp is None and report.as_dict()["ddp_bound"] is None
   assert [r[0] for r in report.rows() if r[1] == "analytical"][0] == (
@@ -266,8 +266,8 @@ def _tiny(path, **overrides):
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
   """One tiny DDP run at noise 0: (report, run dir, trained state)."""
-  from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness import training  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import training# pylint: disable=g-import-not-at-top
   path = tmp_path_factory.mktemp("ddp") / "run"
   trained = {}
   train = training.train
@@ -373,9 +373,9 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
   # std the factory claims in model units, zero.
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness import dp_fedavg  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness import experiment  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness import tasks  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import dp_fedavg# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import tasks# pylint: disable=g-import-not-at-top
   config = _tiny(tmp_path / "run", noise_multiplier=0.7, ddp_bits=18,
                  ddp_mechanism="distributed_dgauss")
   task = experiment.build_task(config, experiment.load_data(config))
@@ -418,7 +418,7 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
 def test_a_ddp_run_resumes_without_a_ledger(tmp_path):
   # A DDP run writes no ledger.json: its history up to a checkpoint is
   # metrics.csv alone (a Gaussian run's would be incomplete without it).
-  from tff_canary.harness import resume  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import resume# pylint: disable=g-import-not-at-top
   rd = run_dir.RunDir(tmp_path)
   rd.save_metrics([dict(round=r, clip=1.0) for r in range(3)])
   history = resume.load_history(rd, 2, ledger=False)

@@ -12,8 +12,8 @@ import sys
 import types
 
 from fake_runs import make_run
-from tff_canary.harness import headline
-from tff_canary.harness import report
+from tff_canary.harness.reporting import headline
+from tff_canary.harness.reporting import report
 from tff_canary.stats import results
 
 

@@ -21,7 +21,7 @@ import sys
 import pytest
 
 import fake_runs
-from tff_canary.harness import report as report_lib
+from tff_canary.harness.reporting import report as report_lib
 from tff_canary.stats import atomic_files
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

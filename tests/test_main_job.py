@@ -34,7 +34,7 @@ import sys
 import numpy as np
 import pytest
 
-from tff_canary.harness import analytical_epsilons
+from tff_canary.harness.reporting import analytical_epsilons
 from tff_canary.stats.accounting import adaptive_split
 from tff_canary.stats.accounting import ledger as ledger_lib
 
@@ -77,7 +77,7 @@ _MAIN_JOB_CONFIG = """
 import json, runpy, sys
 sys.path.insert(0, "experiments")
 import experiment_flags
-from tff_canary.harness import experiment_config, model_sizes
+from tff_canary.harness.config import experiment_config, model_sizes
 runpy.run_path("experiments/emnist.py", run_name="emnist_defaults")
 experiment_flags.FLAGS(["emnist.py"])
 config = experiment_flags.config_from_flags()

@@ -297,7 +297,8 @@ def test_the_report_shows_the_verdict(tmp_path):
   # report carries it (report.json key, one line in report.md and the table).
   from fake_runs import make_run  # pylint: disable=g-import-not-at-top
   from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness import report, run_dir
+  from tff_canary.harness.reporting import report
+  from tff_canary.harness.recording import run_dir
   path = make_run(tmp_path / "run")
   assert report.build_report(path).noise_check is None
   noise = clean(14)

@@ -1,5 +1,5 @@
 """Refusals before training: a command that cannot work exits at once with
-the reason, writing nothing (tff_canary/harness/preflight.py)."""
+the reason, writing nothing (tff_canary/harness/config/preflight.py)."""
 
 import os
 import subprocess
@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 
-from tff_canary.harness import experiment_config
-from tff_canary.harness import model_sizes
-from tff_canary.harness import preflight
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.config import model_sizes
+from tff_canary.harness.config import preflight
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The refusals come before TensorFlow loads: about 1 s here on a busy 2-core

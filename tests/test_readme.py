@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from tff_canary.harness import run_dir
+from tff_canary.harness.recording import run_dir
 
 pytestmark = pytest.mark.tff
 

@@ -17,9 +17,9 @@ import warnings
 
 import pytest
 
-from tff_canary.harness import experiment_config
-from tff_canary.harness import model_sizes
-from tff_canary.harness import preflight
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.config import model_sizes
+from tff_canary.harness.config import preflight
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = os.path.join(REPO, "experiments")
@@ -170,8 +170,8 @@ def _script_default_fraction(script):
   code = (
       "import sys; sys.path.insert(0, sys.argv[1]); sys.argv = ['s']\n"
       f"import {script} as s; s.experiment_flags.FLAGS(['s'])\n"
-      "from tff_canary.harness import experiment_config as ec, model_sizes\n"
-      "from tff_canary.harness import preflight\n"
+      "from tff_canary.harness.config import experiment_config as ec, model_sizes\n"
+      "from tff_canary.harness.config import preflight\n"
       "c = s.experiment_flags.config_from_flags()\n"
       "r = ec.resolve(c, ec.default_num_clients(c), "
       "model_sizes.task_dim(c.task))\n"

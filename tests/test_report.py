@@ -13,7 +13,8 @@ from tff_canary.stats import atomic_files
 from tff_canary.stats.audit import audit
 
 from tff_canary.stats import results
-from tff_canary.harness import report, run_dir
+from tff_canary.harness.reporting import report
+from tff_canary.harness.recording import run_dir
 from tff_canary.stats.canaries import schedules
 
 from fake_runs import make_run

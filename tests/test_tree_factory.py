@@ -27,7 +27,7 @@ from tff_canary.federated.insertion import orthogonal_transform
 from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.structures import tree_search
-from tff_canary.harness import run_writer
+from tff_canary.harness.running import run_writer
 from tff_canary.stats.accounting import ledger as ledger_lib
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules

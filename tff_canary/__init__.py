@@ -14,7 +14,7 @@ TensorFlow. The TFF side lives in submodules that import it on demand:
                                                 canary_dp_aggregator
   tff_canary.federated.scores.aggregate_recorder  AggregateRecorder (training)
   tff_canary.federated.scores.cosine_pass       compute_cosine_table (after)
-  tff_canary.harness.run_writer                 RunWriter: a run directory
+  tff_canary.harness.running.run_writer                 RunWriter: a run directory
                                                 and report from any loop
 
 The method these implement is in docs/method/ (start at docs/method/index.md);

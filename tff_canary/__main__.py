@@ -18,8 +18,8 @@ import argparse
 import importlib.util
 import sys
 
-from tff_canary.harness import report as report_lib
-from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness.reporting import report as report_lib
+from tff_canary.harness.recording import run_dir as run_dir_lib
 
 
 def _parser() -> argparse.ArgumentParser:

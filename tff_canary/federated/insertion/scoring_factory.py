@@ -28,7 +28,7 @@ to them when they are a structure of named fields, else as
 `OrderedDict(inner=..., canary_dot_products=...)`). What they are in units
 of the aggregator's noise is the caller's to say: for canary clients through
 a tree query, u_{j,t} = <c_j, result> x denominator / (z C_t)
-(`tff_canary.harness.client_insertion`).
+(`tff_canary.harness.running.client_insertion`).
 """
 
 from __future__ import annotations

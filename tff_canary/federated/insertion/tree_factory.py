@@ -82,7 +82,7 @@ client of norm above C_t enters the sum as C_t c_j, exactly what a
 server-side canary adds, so the same u_{j,t} follow from the round's
 <c_j, result> (`scoring_factory`'s scores="dot_products"; its cosine
 statistics assume independent rounds), times `clients_per_round` over
-z C_t (`tff_canary.harness.client_insertion`).
+z C_t (`tff_canary.harness.running.client_insertion`).
 """
 
 from __future__ import annotations

@@ -44,10 +44,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.harness import analytical_epsilons
-from tff_canary.harness import headline as headline_lib
-from tff_canary.harness import insertion_notes
-from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness.reporting import analytical_epsilons
+from tff_canary.harness.reporting import headline as headline_lib
+from tff_canary.harness.reporting import insertion_notes
+from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.stats import results
 from tff_canary.stats import validation
 from tff_canary.stats.canaries import canary_config

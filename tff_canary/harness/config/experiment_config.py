@@ -55,8 +55,8 @@ from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
-from tff_canary.harness import model_sizes
-from tff_canary.harness import preflight
+from tff_canary.harness.config import model_sizes
+from tff_canary.harness.config import preflight
 
 TASKS = ("emnist", "stackoverflow")
 SAMPLINGS = client_sampling.SAMPLINGS

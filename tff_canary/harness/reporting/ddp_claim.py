@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
 

@@ -16,10 +16,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.harness import canary_claim
-from tff_canary.harness import ddp_claim
-from tff_canary.harness import experiment_config
-from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness.reporting import canary_claim
+from tff_canary.harness.reporting import ddp_claim
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.recording import run_dir as run_dir_lib
 
 
 def format_delta(delta: float) -> str:

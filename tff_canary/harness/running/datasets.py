@@ -12,7 +12,7 @@ preprocessing and models apply to both:
     drawn in per-writer styles, with label skew and label noise;
     StackOverflow-like clients hold sentences over a 10,000-word vocabulary
     from a sparse Markov chain with per-user preferences and topics. The
-    generative models are `tff_canary.harness.synthetic.HandwritingModel` and
+    generative models are `tff_canary.harness.running.synthetic.HandwritingModel` and
     `SentenceModel`.
   * TFF (`--data=tff`): `load_emnist` and `load_stackoverflow` read TFF's cached
     SQLite files through TFF's own loaders
@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_canary.harness import synthetic
+from tff_canary.harness.running import synthetic
 from tff_canary.stats import validation
 from tff_canary.federated.runtime import worker_guard
 

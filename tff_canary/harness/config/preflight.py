@@ -43,7 +43,7 @@ import os
 import warnings
 
 from tff_canary.stats import call_site
-from tff_canary.harness import model_sizes
+from tff_canary.harness.config import model_sizes
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import canary_config
 

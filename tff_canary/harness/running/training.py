@@ -34,11 +34,11 @@ from tff_canary.federated.insertion import canary_process
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.structures import tree_search
-from tff_canary.harness import client_insertion
-from tff_canary.harness import experiment_config
-from tff_canary.harness import resume
-from tff_canary.harness import run_dir as run_dir_lib
-from tff_canary.harness import tasks
+from tff_canary.harness.running import client_insertion
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.running import resume
+from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.running import tasks
 
 
 def _canary_measurements(metrics) -> dict:

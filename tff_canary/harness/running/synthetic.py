@@ -6,7 +6,7 @@ StackOverflow-like clients (sentences from a Markov chain with per-user
 preferences and topics). Each client is a pure function of (seed, client
 index, sizes, model) computed with stateless random ops
 (`tf.random.stateless_*`), so it is the same in every process and costs
-nothing until it is generated; `tff_canary.harness.datasets` wraps them as TFF
+nothing until it is generated; `tff_canary.harness.running.datasets` wraps them as TFF
 `ClientData`.
 """
 

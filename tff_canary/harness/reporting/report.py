@@ -48,14 +48,14 @@ from tff_canary.stats import atomic_files
 from tff_canary.stats.audit import audit
 from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats import results
-from tff_canary.harness import analytical_epsilons
-from tff_canary.harness import canary_claim as canary_claim_lib
-from tff_canary.harness import ddp_claim
-from tff_canary.harness import experiment_config
-from tff_canary.harness import headline as headline_lib
-from tff_canary.harness import insertion_notes
-from tff_canary.harness import run_dir as run_dir_lib
-from tff_canary.harness import tree_report
+from tff_canary.harness.reporting import analytical_epsilons
+from tff_canary.harness.reporting import canary_claim as canary_claim_lib
+from tff_canary.harness.reporting import ddp_claim
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.reporting import headline as headline_lib
+from tff_canary.harness.reporting import insertion_notes
+from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.reporting import tree_report
 from tff_canary.stats.audit import table_estimates
 from tff_canary.stats import validation
 from tff_canary.stats.canaries.cosine_table import CosineTable
@@ -437,7 +437,7 @@ def write_report(report: Report, plots: bool = True,
   if plots and isinstance(report, tree_report.TreeRunReport):
     plots = False  # no figures (tree_report), and none of an older report
   if plots:
-    from tff_canary.harness import plots as plots_lib  # pylint: disable=g-import-not-at-top
+    from tff_canary.harness.reporting import plots as plots_lib# pylint: disable=g-import-not-at-top
     written += plots_lib.write_report_plots(report, report.table, plot_dir)
   else:
     for name in PLOT_FILES:

@@ -8,7 +8,7 @@ and noise_check.json, by a `run_writer.RunWriter` from any loop) holds:
   metrics.csv          one row per round (training metrics, clip, canaries
                        inserted, and evaluation metrics on evaluation rounds)
   ledger.json          the run's DpEvents, one per round (`ledger.Ledger`;
-                       none with the DDP aggregator, `harness.ddp_claim`)
+                       none with the DDP aggregator, `harness.reporting.ddp_claim`)
   participation.npz    the (round, canary id) events of the inserted canaries
                        and each client's participation count (client_counts)
   cosines.csv/.npz     the cosine table (`cosine_table.CosineTable`)
@@ -25,10 +25,10 @@ and noise_check.json, by a `run_writer.RunWriter` from any loop) holds:
   tree_scores.npy      with aggregator="tree" (DP-FTRL): float64 [rounds,
                        candidates], every canary's score in each round in
                        units of the node noise (`tree_factory`), the input
-                       of the tree's report (`harness.tree_report`)
+                       of the tree's report (`harness.reporting.tree_report`)
   canary_outcomes.json with insertion="clients": what the aggregator did
                        with each canary client in each round (clipped,
-                       zeroed; `harness.client_insertion`)
+                       zeroed; `harness.running.client_insertion`)
 
 Loading checks what it reads and names the file in every error: a missing
 file, a corrupt one, or one that disagrees with config.json (a cosine table

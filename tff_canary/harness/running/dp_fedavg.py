@@ -56,9 +56,9 @@ from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.audit import ddp_noise_check
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.audit import tree_noise_check
-from tff_canary.harness import ddp_claim
-from tff_canary.harness import experiment_config
-from tff_canary.harness import tasks
+from tff_canary.harness.reporting import ddp_claim
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.running import tasks
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import schedules
 

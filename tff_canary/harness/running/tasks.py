@@ -8,7 +8,7 @@
 Both go through `tff.simulation.baselines` (`create_character_recognition_
 task_from_datasets`, `create_word_prediction_task_from_datasets`), so the
 preprocessing and the losses are TFF's, whichever data source
-(`tff_canary.harness.datasets`) is used. A `Task` adds what the experiments need on
+(`tff_canary.harness.running.datasets`) is used. A `Task` adds what the experiments need on
 top: a seeded Keras model with the same architecture, built eagerly, for the
 initial weights and for fast centralized evaluation.
 
@@ -42,7 +42,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_models
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_preprocessing
 
-from tff_canary.harness import datasets
+from tff_canary.harness.running import datasets
 from tff_canary.stats import validation
 from tff_canary.federated.runtime import worker_guard
 

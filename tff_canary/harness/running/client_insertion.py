@@ -59,9 +59,9 @@ from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import client_round_state
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.structures import tree_search
-from tff_canary.harness import experiment_config
-from tff_canary.harness import run_dir as run_dir_lib
-from tff_canary.harness import tasks
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.running import tasks
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import canary_config
 

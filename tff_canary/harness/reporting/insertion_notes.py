@@ -6,7 +6,7 @@ from before the client mode, or a `RunWriter`'s, is "server"):
   * server: canaries added to the DP query's sum at the round's clip C_r
     (`tff_canary.federated.insertion.factory`); they see the noise step only.
   * clients: canary clients of norm `canary_norm` through TFF's own DP
-    aggregator (`tff_canary.harness.client_insertion`). The report then
+    aggregator (`tff_canary.harness.running.client_insertion`). The report then
     says what the aggregator did with them, per canary and round, from
     canary_outcomes.json: how many the DP query clipped (entered at its
     clip, not at their norm: the state's clip, `dp_clipped`), how many a
@@ -40,9 +40,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from tff_canary.harness import ddp_claim
-from tff_canary.harness import experiment_config
-from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness.reporting import ddp_claim
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.stats import atomic_files
 
 # Zeroed canaries listed in the terminal table (report.md lists all).

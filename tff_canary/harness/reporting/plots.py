@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 import numpy as np
 from scipy import stats
 
-from tff_canary.harness import epsilon_plot
+from tff_canary.harness.reporting import epsilon_plot
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries.cosine_table import CosineTable
 from tff_canary.stats.estimators.null_law import CosineNull

@@ -16,8 +16,8 @@ import numpy as np
 
 from tff_canary.stats.canaries import canary_config
 from tff_canary.federated.scores import cosine_pass
-from tff_canary.harness import report as report_lib
-from tff_canary.harness import run_dir as run_dir_lib
+from tff_canary.harness.reporting import report as report_lib
+from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.stats import atomic_files
 
 

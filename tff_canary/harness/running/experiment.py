@@ -2,26 +2,26 @@
 
 `run_experiment(ExperimentConfig(...))` is what `experiments/emnist.py` and
 `experiments/stackoverflow.py` run (they only turn flags into a config,
-`tff_canary.harness.experiment_config`, which is checked without TensorFlow):
+`tff_canary.harness.config.experiment_config`, which is checked without TensorFlow):
 
   1. load the data (built-in synthetic, or TFF's files from `cache_dir`),
-     build the task (`tff_canary.harness.tasks`), and resolve the config
+     build the task (`tff_canary.harness.running.tasks`), and resolve the config
      (`experiment_config.resolve`: derived values, the client sampler and the
      canaries' schedule, both checked before training; config.json's
      `participation` and participation.npz's `client_counts` record client
      and canary participation side by side);
   2. build DP-FedAvg with the canary aggregator
-     (`tff_canary.harness.dp_fedavg`), and test the aggregator's noise
+     (`tff_canary.harness.running.dp_fedavg`), and test the aggregator's noise
      before training (noise_check.json; the report shows its verdict);
      with `insertion="clients"`, canary clients over TFF's own DP
-     aggregator instead (`tff_canary.harness.client_insertion`: each
+     aggregator instead (`tff_canary.harness.running.client_insertion`: each
      round's aggregate from the model weights, the clip and DpEvent from
      TFF's state, canary_outcomes.json); with `aggregator="ddp"` that
      aggregator is TFF's distributed-DP chain (`dp_fedavg`), its noise
      check the chain's, and the run has no DpEvent ledger (the report's
      analytical epsilon is the DDP bound, `ddp_claim`);
-  3. start fresh or from the last checkpoint (`tff_canary.harness.resume`)
-     and train (`tff_canary.harness.training`: clients sampled per round
+  3. start fresh or from the last checkpoint (`tff_canary.harness.running.resume`)
+     and train (`tff_canary.harness.running.training`: clients sampled per round
      from (seed, round), orthogonal canaries scored inside each round
      (nothing recorded) or, with gaussian canaries, each round's noised
      aggregate recorded in aggregates.npy, a progress bar, evaluation every
@@ -31,8 +31,8 @@
      orthogonal canaries' from the trained state, gaussian canaries' in one
      pass over the recorded aggregates; checked against the seed and
      schedule in the trained aggregator state), the report
-     (`tff_canary.harness.report`), all written into the run directory
-     (`tff_canary.harness.run_dir` lists the files).
+     (`tff_canary.harness.reporting.report`), all written into the run directory
+     (`tff_canary.harness.recording.run_dir` lists the files).
 
 Reproducible: the data, the initial weights, the dropout masks
 (`tasks.DeterministicDropout`), the client sampling, the canaries and (with
@@ -56,16 +56,16 @@ from tff_canary.stats.canaries import canary_config
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.scores import cosine_pass
 from tff_canary.federated.runtime import worker_guard
-from tff_canary.harness import client_insertion
-from tff_canary.harness import datasets
-from tff_canary.harness import dp_fedavg
-from tff_canary.harness import experiment_config
-from tff_canary.harness import preflight
-from tff_canary.harness import report as report_lib
-from tff_canary.harness import resume
-from tff_canary.harness import run_dir as run_dir_lib
-from tff_canary.harness import tasks
-from tff_canary.harness import training
+from tff_canary.harness.running import client_insertion
+from tff_canary.harness.running import datasets
+from tff_canary.harness.running import dp_fedavg
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.config import preflight
+from tff_canary.harness.reporting import report as report_lib
+from tff_canary.harness.running import resume
+from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.running import tasks
+from tff_canary.harness.running import training
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import client_sampling
 

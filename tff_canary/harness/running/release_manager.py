@@ -37,9 +37,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_canary.harness import report as report_lib
-from tff_canary.harness import round_metrics
-from tff_canary.harness import run_writer
+from tff_canary.harness.reporting import report as report_lib
+from tff_canary.harness.running import round_metrics
+from tff_canary.harness.running import run_writer
 from tff_canary.stats import validation
 
 
