@@ -1,5 +1,5 @@
 """The claim a report audits is the one the canaries face
-(tff_canary/harness/reporting/canary_claim.py), and report.json is strict JSON.
+(tff_canary/harness/mechanisms/canary_claim.py), and report.json is strict JSON.
 
 Fake runs (tests/fake_runs.py, seeded; no TensorFlow): each inserted canary
 takes part once, with statistics like a Gaussian mechanism's. The real TFF
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fake_runs import make_run
-from tff_canary.harness.reporting import canary_claim
+from tff_canary.harness.mechanisms import canary_claim
 from tff_canary.harness.reporting import headline
 from tff_canary.harness.reporting import report
 from tff_canary.harness.recording import run_dir

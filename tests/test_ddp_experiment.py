@@ -1,6 +1,6 @@
 """The DDP aggregator in the experiments (`--aggregator=ddp`): config and
 flags, the report's DDP bound, and a tiny EMNIST run through TFF's
-distributed-DP chain (tff_canary.harness.reporting.ddp_claim, dp_fedavg,
+distributed-DP chain (tff_canary.harness.mechanisms.ddp_claim, dp_fedavg,
 federated.ddp_chain).
 
 TFF seeds the DDP noise and rotation from the clock, so the run here is at

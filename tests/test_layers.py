@@ -37,6 +37,10 @@ FORBIDDEN = {
                           "tff_canary.harness.reporting") + TF_PACKAGES,
     "harness/reporting": ("tff_canary.federated", "tff_canary.harness.running")
                          + TF_PACKAGES,
+    # The mechanisms' NumPy halves sit below config and reporting.
+    "harness/mechanisms": ("tff_canary.federated", "tff_canary.harness.running",
+                           "tff_canary.harness.config",
+                           "tff_canary.harness.reporting") + TF_PACKAGES,
 }
 
 

@@ -9,10 +9,10 @@ import sys
 # harness, the experiments' config (checked before TensorFlow loads) and the
 # federated modules that need no TF (reading recorded aggregates).
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "tff_canary"
-# The harness's TF-free folders (tff_canary/harness/config, recording and
-# reporting) are imported whole, module by module, so a new module there is
+# The harness's TF-free folders (tff_canary/harness/config, mechanisms,
+# recording and reporting) are imported whole, module by module, so a new module there is
 # covered the day it is added.
-TF_FREE_HARNESS = ("config", "recording", "reporting")
+TF_FREE_HARNESS = ("config", "mechanisms", "recording", "reporting")
 TF_FREE = (["tff_canary"] + [
     f"tff_canary.stats.{p.stem}" for p in sorted((PACKAGE / "stats").glob("*.py"))
     if p.stem != "__init__"] + [

@@ -21,24 +21,14 @@ server_learning_rate x a_t, which needs exactly that optimizer).
 `insertion_of(values)` reads the mode of a config.json (older files
 without the key are server-side runs).
 
-Three DP aggregators (docs/guide/distributed-dp.md): `aggregator=
-"gaussian"` (the default: central Gaussian noise, TFF's
-`DifferentiallyPrivateFactory` or this package's) and `aggregator="ddp"`:
-TFF's distributed-DP chain (`ddp_chain`) with the `ddp_*` knobs (None:
-`DDP_DEFAULTS`). The DDP aggregator is refused,
-here, without `insertion="clients"` (server-side canaries are added inside
-this package's Gaussian aggregator, they cannot enter TFF's chain),
-without a fixed `clip` (the analytical epsilon, `ddp_accounting`, models a
-fixed clip, not adaptive clipping) and with `zeroing` (TFF's DDP
-aggregator estimates its zeroing norm with secure aggregation, which the
-simulation cannot run, and a zeroed client still adds its noise share; we
-do not model that). The `ddp_*` knobs are refused without "ddp"; their
-bits are checked against `clients_per_round` as TFF's factory checks them.
-`aggregator="tree"` is DP-FTRL (docs/method/dp-ftrl.md), with either
-insertion, its tree restarted after every epoch;
-`preflight.check_requirements` names what it needs and is missing.
+The DP mechanism (`aggregator`, a name of `registry.MECHANISMS`: "gaussian",
+the default, DP-FedAvg's central Gaussian noise; "ddp", TFF's distributed-DP
+chain; "tree", DP-FTRL) owns its settings (the `ddp_*` knobs are the DDP
+mechanism's, refused with any other) and says what it needs of the others
+(`preflight.check_requirements`, `protocol.Mechanism.requirements`) and
+which values it cannot run with (`protocol.Mechanism.resolve`).
 `aggregator_of(values)` reads the aggregator of a config.json (older files:
-"gaussian").
+`registry.DEFAULT`).
 """
 
 from __future__ import annotations
@@ -56,6 +46,7 @@ from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 from tff_canary.harness.config import model_sizes
+from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.config import preflight
 
 TASKS = ("emnist", "stackoverflow")
@@ -64,13 +55,9 @@ OPTIMIZERS = ("sgd", "adam")
 # Where the canaries enter (module docstring).
 Insertion = Literal["server", "clients"]
 INSERTIONS: tuple[str, ...] = typing.get_args(Insertion)
-# Which DP aggregator (module docstring).
-Aggregator = Literal["gaussian", "ddp", "tree"]
-AGGREGATORS: tuple[str, ...] = typing.get_args(Aggregator)
-# The ddp_* fields, and their values when None with aggregator="ddp": TFF's
-# DistributedDpSumFactory defaults, bits as tff.learning's DDP aggregator.
-DDP_DEFAULTS = dict(ddp_mechanism="distributed_skellam", ddp_bits=20,
-                    ddp_beta=0.0, ddp_rotation="dft")
+# Which DP mechanism (module docstring): a name of `registry.MECHANISMS`.
+Aggregator = str
+AGGREGATORS: tuple[str, ...] = registry.names()
 _NOISE_TAG = 0x401
 
 # Keys that may differ between a run and its resumption.
@@ -89,7 +76,7 @@ class ExperimentConfig:
   paper's), canary_seed and noise_seed from seed, canary_norm =
   `canary_config.DEFAULT_CANARY_NORM` with `insertion="clients"` (it is
   refused with "server", where canaries enter at the clip), the `ddp_*`
-  knobs = `DDP_DEFAULTS` with `aggregator="ddp"` (refused with "gaussian"),
+  knobs = `ddp.DEFAULTS` with `aggregator="ddp"` (refused with others),
   record_aggregates = gaussian canaries (`preflight.record_aggregates`).
   Canaries beyond 10% of the participants need `allow_large_canary_fraction`
   (`preflight.canary_fraction`).
@@ -143,7 +130,7 @@ class ExperimentConfig:
   resume: bool = False
   insertion: Insertion = "server"
   canary_norm: Optional[float] = None
-  aggregator: Aggregator = "gaussian"
+  aggregator: Aggregator = registry.DEFAULT
   ddp_mechanism: Optional[str] = None
   ddp_bits: Optional[int] = None
   ddp_beta: Optional[float] = None
@@ -250,65 +237,23 @@ class ExperimentConfig:
     if self.canary_norm is None:
       object.__setattr__(self, "canary_norm",
                          canary_config.DEFAULT_CANARY_NORM)
-    if self.seeded_noise or self.noise_seed is not None:
-      raise ValueError(
-          "insertion='clients' uses TFF's own DifferentiallyPrivateFactory, "
-          "whose Gaussian noise cannot be seeded: got seeded_noise="
-          f"{self.seeded_noise}, noise_seed={self.noise_seed}; pass "
-          "seeded_noise=False (--noseeded_noise) and no noise_seed.")
-    momentum = self.server_momentum if self.server_optimizer == "sgd" else None
-    if self.record_aggregates and momentum != 0.0:
-      raise ValueError(
-          "insertion='clients' reads each round's aggregate from the model "
-          "weights (theta_{t-1} - theta_t = server_learning_rate x the "
-          "noised mean), which needs server SGD without momentum: got "
-          f"server_optimizer={self.server_optimizer!r}, server_momentum="
-          f"{self.server_momentum}; pass server_momentum=0 (and sgd), or "
-          "record_aggregates=False for the final-model statistics only.")
 
   def _check_aggregator(self) -> None:
-    """What the DDP aggregator cannot do is refused (module docstring)."""
-    if self.aggregator != "ddp":
-      given = [f"{k}={getattr(self, k)!r}" for k in DDP_DEFAULTS
+    """Another mechanism's settings are refused; the run's own are resolved
+    by its mechanism (`protocol.Mechanism.resolve`; its requirements were
+    checked before, `preflight.check_requirements`)."""
+    mechanism = registry.get(self.aggregator)
+    for name in registry.names():
+      other = registry.get(name)
+      if other.name == mechanism.name:
+        continue
+      given = [f"{k}={getattr(self, k)!r}" for k in other.settings
                if getattr(self, k) is not None]
       if given:
-        raise ValueError(f"{', '.join(given)} is for aggregator='ddp'; got "
-                         f"aggregator={self.aggregator!r}.")
-      if self.aggregator == "tree" and self.noise_multiplier == 0.0:
-        raise ValueError("aggregator='tree' needs noise_multiplier > 0: the "
-                         "tree's scores are in units of its node noise; got "
-                         "noise_multiplier=0.0.")
-      return
-    if self.insertion != "clients":
-      raise ValueError(
-          "aggregator='ddp' needs insertion='clients' (--insertion=clients):"
-          " server-side canaries are added inside this package's Gaussian "
-          f"aggregator and cannot enter TFF's DDP chain; got insertion="
-          f"{self.insertion!r}.")
-    if self.clip is None:
-      raise ValueError(
-          "aggregator='ddp' needs a fixed clip (--clip): the DDP accounting "
-          "models a fixed clip, not adaptive clipping; got clip=None.")
-    if self.zeroing:
-      raise ValueError(
-          "aggregator='ddp' does not support zeroing=True: TFF's DDP "
-          "aggregator estimates its zeroing norm with secure aggregation, "
-          "which the simulation cannot run; pass --nozeroing.")
-    for name, default in DDP_DEFAULTS.items():
-      if getattr(self, name) is None:
-        object.__setattr__(self, name, default)
-    if self.ddp_bits > ddp_parameters.MAX_BITS:
-      raise ValueError(f"ddp_bits must be at most {ddp_parameters.MAX_BITS} "
-                       f"(TFF's limit), got {self.ddp_bits}.")
-    try:  # TFF's checks of bits against the cohort (dim does not matter)
-      ddp_parameters.ddp_parameters(
-          self.noise_multiplier, self.clients_per_round, self.ddp_bits,
-          self.clip, 1, beta=self.ddp_beta, mechanism=self.ddp_mechanism,
-          rotation=self.ddp_rotation)
-    except ValueError as e:
-      raise ValueError(f"aggregator='ddp' with ddp_bits={self.ddp_bits}, "
-                       f"clients_per_round={self.clients_per_round}: "
-                       f"{e}") from None
+        raise ValueError(f"{', '.join(given)} is for aggregator="
+                         f"{other.name!r}; got aggregator={self.aggregator!r}.")
+    for name, value in mechanism.resolve(self).items():
+      object.__setattr__(self, name, value)
 
   def as_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -322,10 +267,10 @@ def insertion_of(values: dict[str, Any]) -> Insertion:
 
 
 def aggregator_of(values: dict[str, Any]) -> Aggregator:
-  """The DP aggregator of a config.json's `values`: "gaussian" when the key
-  is missing (files written before the DDP aggregator) or None."""
-  name = values.get("aggregator") or "gaussian"
-  return validation.as_choice(name, "config.json's aggregator", AGGREGATORS)
+  """The DP mechanism's name of a config.json's `values` (`registry.DEFAULT`
+  when the key is missing, in files written before the DDP aggregator, or
+  None)."""
+  return registry.of_config(values).name
 
 
 def default_num_clients(config: ExperimentConfig) -> int:
@@ -420,7 +365,7 @@ def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
   saved.setdefault("insertion", insertion_of(saved))
   saved.setdefault("canary_norm", None)
   saved.setdefault("aggregator", aggregator_of(saved))
-  for name in DDP_DEFAULTS:
+  for name in registry.setting_keys():
     saved.setdefault(name, None)
   differ = [k for k in resolved if k not in RESUMABLE_KEYS
             and k != "versions" and saved.get(k) != resolved[k]]

@@ -8,7 +8,7 @@ and noise_check.json, by a `run_writer.RunWriter` from any loop) holds:
   metrics.csv          one row per round (training metrics, clip, canaries
                        inserted, and evaluation metrics on evaluation rounds)
   ledger.json          the run's DpEvents, one per round (`ledger.Ledger`;
-                       none with the DDP aggregator, `harness.reporting.ddp_claim`)
+                       none with the DDP aggregator, `harness.mechanisms.ddp_claim`)
   participation.npz    the (round, canary id) events of the inserted canaries
                        and each client's participation count (client_counts)
   cosines.csv/.npz     the cosine table (`cosine_table.CosineTable`)

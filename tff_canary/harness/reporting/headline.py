@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from tff_canary.harness.reporting import analytical_epsilons
+from tff_canary.harness.mechanisms import analytical_epsilons
 from tff_canary.stats import results
 from tff_canary.stats.audit import table_estimates
 

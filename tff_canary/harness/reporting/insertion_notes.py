@@ -40,7 +40,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from tff_canary.harness.reporting import ddp_claim
+from tff_canary.harness.mechanisms import protocol
+from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.stats import atomic_files
@@ -59,10 +60,13 @@ class InsertionNotes:
     clients_per_round: The DP query's denominator.
     outcomes: canary_outcomes.json's records (one per canary and round of
       participation; `client_insertion.ClientRounds`), [] for server.
-    chain: With the DDP aggregator, its description
-      (`ddp_claim.describe_chain`); None: TFF's Gaussian or tree
-      `DifferentiallyPrivateFactory`.
-    tree: DP-FTRL's tree query (config.json's aggregator="tree").
+    chain: The aggregation chain's description when it is not TFF's
+      `DifferentiallyPrivateFactory` (`protocol.Mechanism.chain`: the DDP
+      aggregator's, `ddp_claim.describe_chain`), else None.
+    aggregator: How TFF's aggregator is named after "TFF's own DP
+      aggregator" (`protocol.Mechanism.client_aggregator`).
+    accounting: What the analytical epsilon counts
+      (`protocol.Mechanism.client_accounting`).
   """
 
   mode: experiment_config.Insertion
@@ -70,7 +74,8 @@ class InsertionNotes:
   clients_per_round: Optional[float] = None
   outcomes: tuple[dict[str, Any], ...] = ()
   chain: Optional[str] = None
-  tree: bool = False
+  aggregator: str = ""
+  accounting: str = protocol.Mechanism.client_accounting
 
   @property
   def zeroed(self) -> list[dict[str, Any]]:
@@ -99,20 +104,16 @@ class InsertionNotes:
           "mean divides by every participant (the recorded aggregate is "
           "rescaled to sum / clients_per_round); SecAgg's sums are plain "
           "sums in this simulation (the same sum, without its secrecy)")
-    claim = ("the tree accounting (the analytical ε) is that of "
-             "clients_per_round real clients, each once per tree" if self.tree
-             else "the ledger's DpEvents (the analytical ε) are those of "
-             "clients_per_round real clients")
     return (
         f"insertion: canary clients of norm {self.canary_norm:g} through "
-        f"TFF's own DP aggregator{' (DP-FTRL tree)' if self.tree else ''}; "
+        f"TFF's own DP aggregator{self.aggregator}; "
         f"{len(self.outcomes)} canary-client "
         f"participations: {dp_clipped} clipped by the DP query (entered at "
         f"its clip), {stage_clipped} by a clipping stage, "
         f"{len(self.zeroed)} ZEROED; canary clients are extra members of the "
         f"cohort (up to {max(by_round.values(), default=0)} a round): the DP "
         f"query divides by clients_per_round = {self.clients_per_round:g} "
-        f"and {claim}")
+        f"and {self.accounting}")
 
   def findings(self) -> list[str]:
     """One line per zeroed canary and round."""
@@ -159,6 +160,7 @@ class InsertionNotes:
 def load(rd: run_dir_lib.RunDir, config: dict[str, Any]) -> InsertionNotes:
   """The notes of a run directory (its config.json `config`)."""
   mode = experiment_config.insertion_of(config)
+  mechanism = registry.of_config(config)
   if mode == "server":
     return InsertionNotes("server")
   path = rd.file(run_dir_lib.CANARY_OUTCOMES)
@@ -174,9 +176,8 @@ def load(rd: run_dir_lib.RunDir, config: dict[str, Any]) -> InsertionNotes:
       "clients", canary_norm=float(config["canary_norm"]),
       clients_per_round=float(config["clients_per_round"]),
       outcomes=tuple(outcomes),
-      chain=(ddp_claim.describe_chain(config)
-             if experiment_config.aggregator_of(config) == "ddp" else None),
-      tree=experiment_config.aggregator_of(config) == "tree")
+      chain=mechanism.chain(config), aggregator=mechanism.client_aggregator,
+      accounting=mechanism.client_accounting)
 
 
 __all__ = ["InsertionNotes", "load"]

@@ -7,14 +7,11 @@ ledger (`ledger.Ledger`), audits the claim (`audit.audit_table`), and
 `write_report` writes report.json, report.md and the plots. No TensorFlow
 (`python -m tff_canary report RUN_DIR`).
 
-The analytical epsilons (docs/method/accounting.md), all from the ledger:
-  * one participation: the paper's "analytical epsilon" (the adversary knows
-    the one round a user took part in; no amplification);
-  * the run's participation: the canary that took part most often (r rounds),
-    composed over its rounds without amplification;
-  * Poisson: with per-round sampling, every round Poisson-sampled with the
-    run's client sampling rate (PLD accountant; amplification by sampling).
-The claim audited by default is the one the canaries face (`canary_claim`).
+The analytical epsilons (docs/method/accounting.md; `analytical_epsilons`):
+one participation (the paper's "analytical epsilon"), the run's largest
+participation composed without amplification, and with per-round sampling
+the Poisson-sampled rounds (PLD). The claim audited by default is the one
+the canaries face (`canary_claim`).
 
 The analytical bound: no attack on a canary can exceed the epsilon of the
 rounds it took part in, composed without amplification, if the mechanism is
@@ -32,9 +29,10 @@ report. Each bound the audit uses carries, in its row, its value at the
 audit's (Bonferroni) level, above the table's.
 
 The insertion mode is in every report, and for canary clients what the
-aggregator did with them (`insertion_notes`). A DDP run has no ledger: its
-analytical epsilons are the DDP bound (`ddp_claim`), audited as the claim.
-A DP-FTRL run (`aggregator="tree"`) has its own report, `tree_report`.
+aggregator did with them (`insertion_notes`). The analytical epsilons are
+the run's mechanism's claim (`protocol.Mechanism.claim`: the ledger's, or
+e.g. the DDP bound); a mechanism scored per round (`round_scores`, DP-FTRL)
+has its own report, `tree_report`.
 """
 
 from __future__ import annotations
@@ -48,10 +46,10 @@ from tff_canary.stats import atomic_files
 from tff_canary.stats.audit import audit
 from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats import results
-from tff_canary.harness.reporting import analytical_epsilons
-from tff_canary.harness.reporting import canary_claim as canary_claim_lib
-from tff_canary.harness.reporting import ddp_claim
-from tff_canary.harness.config import experiment_config
+from tff_canary.harness.mechanisms import analytical_epsilons
+from tff_canary.harness.mechanisms import canary_claim as canary_claim_lib
+from tff_canary.harness.mechanisms import protocol
+from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.reporting import headline as headline_lib
 from tff_canary.harness.reporting import insertion_notes
 from tff_canary.harness.recording import run_dir as run_dir_lib
@@ -78,6 +76,8 @@ AUDITED_AS = headline_lib.AUDITED_AS
 class RunReport:
   """Everything the report shows, frozen; `as_dict()` is report.json."""
 
+  draws_plots = True  # write_report draws plots/ (`PLOT_FILES`)
+
   run_dir: str
   config: dict[str, Any]
   delta: float
@@ -99,7 +99,8 @@ class RunReport:
   delta_source: str = "given"
   insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
       "server")
-  ddp: Optional[ddp_claim.DdpClaim] = None  # the DDP bound, DDP runs only
+  # The mechanism's claim behind `analytical` (`protocol.AnalyticalClaim`).
+  analytical_claim: Optional[protocol.AnalyticalClaim] = None
   canary_claim: Optional[canary_claim_lib.CanaryClaim] = None  # `choose`
 
   @property
@@ -210,7 +211,8 @@ class RunReport:
     """(name, kind, epsilon, detail) rows of the report's table."""
     out = []
     for name, value in self.analytical.items():
-      row = ddp_claim.analytical_row(name, value, self.ddp)
+      row = (self.analytical_claim or protocol.AnalyticalClaim(
+          self.analytical, self.max_participation)).row(name)
       out.append(row[:3] + (row[3] + self.canary_claim.row_note(name),))
     above = {item["name"] for item in self.above_analytical_bound()}
     bound = self.analytical_bound[1]
@@ -298,7 +300,9 @@ class RunReport:
         known_canaries_removed=self.table.known_canaries_removed,
         known_canaries_line=self.known_canaries_line(),
         insertion=self.insertion.as_dict(),
-        ddp_bound=None if self.ddp is None else self.ddp.as_dict(),
+        ddp_bound=(None if self.analytical_claim is None
+                   or self.analytical_claim.detail is None
+                   else self.analytical_claim.detail.as_dict()),
         estimates=self.estimates.as_dict(),
         config={k: self.config[k] for k in sorted(self.config)})
 
@@ -357,7 +361,7 @@ class RunReport:
     return "\n".join(lines)
 
 
-# A run's report: DP-FTRL runs have their own (`tree_report`).
+# A run's report: mechanisms scored per round have their own (`tree_report`).
 Report = Union[RunReport, tree_report.TreeRunReport]
 
 
@@ -381,7 +385,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
   delta = validation.as_open_unit(config["delta"] if delta is None else delta,
                                   "delta")
   confidence = validation.as_open_unit(confidence, "confidence")
-  if experiment_config.aggregator_of(config) == "tree":  # DP-FTRL
+  if registry.of_config(config).round_scores:  # e.g. DP-FTRL
     return tree_report.build_tree_report(
         rd, config, delta=delta, confidence=confidence, delta_source=source,
         claimed_epsilon=claimed_epsilon)
@@ -389,33 +393,30 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
   events = rd.load_participation()
   estimates = table_estimates.estimate_table(table, delta=delta,
                                              confidence=confidence)
-  analytical, max_participation, ddp, faced = analytical_epsilons.of_run(
+  analytical_claim, faced = analytical_epsilons.of_run(
       rd, config, table.schedule, events, delta)
   if claimed_epsilon is None:
     claim_name, claimed_epsilon = faced.name, faced.epsilon
-    claim = (f"analytical ε ({claim_name})" if ddp is None
-             else f"analytical DDP bound ({claim_name})")
+    claim = f"{analytical_claim.label} ({claim_name})"
   else:
     claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
                                                 "claimed_epsilon")
     claim = "claimed ε"
   # Poisson and DDP claims are not Gaussian: Steinke et al.'s bound (`audit`).
-  gaussian_claim = ddp is None and not faced.amplified
+  gaussian_claim = analytical_claim.gaussian and not faced.amplified
   verdict = audit.audit_table(table, claimed_epsilon=claimed_epsilon,
                               delta=delta, confidence=confidence,
                               gaussian_claim=gaussian_claim)
   accuracy, loss = rd.final_evaluation()
-  noise_check = rd.load_noise_check()
-  return RunReport(run_dir=rd.path, config=config, delta=delta,
-                   confidence=confidence, estimates=estimates,
-                   analytical=analytical, claimed_epsilon=claimed_epsilon,
-                   claim=claim, verdict=verdict, accuracy=accuracy, loss=loss,
-                   max_participation=max_participation, table=table,
-                   participation=config.get("participation"),
-                   noise_check=noise_check,
-                   delta_source=source,
-                   insertion=insertion_notes.load(rd, config), ddp=ddp,
-                   canary_claim=faced)
+  return RunReport(
+      run_dir=rd.path, config=config, delta=delta, confidence=confidence,
+      estimates=estimates, analytical=analytical_claim.epsilons,
+      claimed_epsilon=claimed_epsilon, claim=claim, verdict=verdict,
+      accuracy=accuracy, loss=loss, table=table, delta_source=source,
+      max_participation=analytical_claim.max_participation,
+      participation=config.get("participation"), noise_check=rd.load_noise_check(),
+      insertion=insertion_notes.load(rd, config),
+      analytical_claim=analytical_claim, canary_claim=faced)
 
 
 def write_report(report: Report, plots: bool = True,
@@ -434,10 +435,9 @@ def write_report(report: Report, plots: bool = True,
   os.makedirs(out, exist_ok=True)
   plot_dir = os.path.join(out, run_dir_lib.PLOTS)
   written = []
-  if plots and isinstance(report, tree_report.TreeRunReport):
-    plots = False  # no figures (tree_report), and none of an older report
+  plots = plots and report.draws_plots  # tree_report: none, nor old ones
   if plots:
-    from tff_canary.harness.reporting import plots as plots_lib# pylint: disable=g-import-not-at-top
+    from tff_canary.harness.reporting import plots as plots_lib  # pylint: disable=g-import-not-at-top
     written += plots_lib.write_report_plots(report, report.table, plot_dir)
   else:
     for name in PLOT_FILES:

@@ -44,7 +44,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.harness.reporting import analytical_epsilons
+from tff_canary.harness.mechanisms import analytical_epsilons
 from tff_canary.harness.reporting import headline as headline_lib
 from tff_canary.harness.reporting import insertion_notes
 from tff_canary.harness.recording import run_dir as run_dir_lib
@@ -70,6 +70,8 @@ TARGET_NAMES = {FINAL: "final model", SCHEDULED: "this run's canaries"}
 @dataclasses.dataclass(frozen=True)
 class TreeRunReport:
   """Everything a DP-FTRL run's report shows, frozen (module docstring)."""
+
+  draws_plots = False  # no figures (module docstring)
 
   run_dir: str
   config: dict[str, Any]

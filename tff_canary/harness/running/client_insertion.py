@@ -61,6 +61,7 @@ from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.structures import tree_search
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.running import tasks
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import canary_config
@@ -125,14 +126,13 @@ class ClientRounds:
     self.canaries = canaries
     self.dim = dim
     self.outcomes = list(outcomes or [])
+    self.mechanism = mechanism_tff.of(config)
 
   def round(self, process, state, round_num: int, client_data: list,
             recorder) -> ClientRound:
     """Runs one round (module docstring)."""
     ids = canary_clients.scheduled_canary_ids(self.canaries, round_num)
-    ddp = self.config.aggregator == "ddp"
-    clip = (float(self.config.clip) if ddp
-            else client_round_state.query_clip(state))
+    clip = self.mechanism.client_clip(self.config, state)
     before = tasks.flat_trainable(process.get_model_weights(state))
     output = process.next(state, canary_clients.with_canary_clients(
         client_data, ids, self.canaries))
@@ -146,22 +146,15 @@ class ClientRounds:
       aggregate = client_round_state.round_aggregate(
           before, tasks.flat_trainable(process.get_model_weights(
               output.state)), self.config.server_learning_rate)
-      if ddp:  # the mean of all participants -> sum / clients_per_round
-        aggregate = aggregate * np.float32(
-            (len(client_data) + ids.size) / self.config.clients_per_round)
-      recorder.write(round_num, aggregate)
+      recorder.write(round_num, self.mechanism.client_aggregate(
+          self.config, aggregate, len(client_data) + ids.size))
     norm = self.config.canary_norm
     for outcome in canary_client_outcomes.canary_client_outcomes(
         output.metrics, round_num, ids, self.canaries.seed, norm, self.dim,
         canaries=self.canaries):
       self.outcomes.append(dict(outcome.as_dict(), dp_clip=clip,
                                 dp_clipped=bool(norm > clip)))
-    scores = event = None
-    if self.config.aggregator == "tree":
-      scores = tree_scores(output.metrics, self.config.clients_per_round,
-                           self.config.noise_multiplier, clip)
-    elif not ddp:
-      event = client_round_state.dp_event(output.state)
+    event, scores = self.mechanism.client_round(self.config, output, clip)
     return ClientRound(output, clip, inserted, event, scores)
 
   def save(self, rd: run_dir_lib.RunDir) -> None:

@@ -61,6 +61,7 @@ from tff_canary.harness.running import datasets
 from tff_canary.harness.running import dp_fedavg
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.config import preflight
+from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.running import resume
 from tff_canary.harness.recording import run_dir as run_dir_lib
@@ -164,10 +165,11 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   manager = tff.program.FileProgramStateManager(
       rd.file(run_dir_lib.CHECKPOINTS), keep_total=2)
   state, done = resume.start_state(process, manager, task, config.seed, rd)
-  tree = config.aggregator == "tree"
+  mechanism = registry.get(config.aggregator)
   history = resume.load_history(
-      rd, done, ledger=config.aggregator == "gaussian",
-      tree_candidates=canaries.num_canaries if tree else None)
+      rd, done, ledger=mechanism.records_ledger,
+      tree_candidates=(canaries.num_canaries if mechanism.round_scores
+                       else None))
   recorder = _recorder(canaries, rd, dim, num_rounds, done)
   clients = None
   if config.insertion == "clients":
@@ -212,7 +214,7 @@ def _after_training(config, canaries, process, state, rd, log,
   if config.insertion == "clients" and canaries.directions == "gaussian":
     state = None  # nothing to check it against
   atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final)
-  if config.aggregator == "tree":  # the scores are the rounds' (tree_report)
+  if registry.get(config.aggregator).round_scores:  # tree_report's scores
     report = report_lib.build_report(rd.path)
     report_lib.write_report(report)
     return report

@@ -3,7 +3,9 @@
 `train` runs rounds `done`..num_rounds-1 of a run: each round the sampler's
 clients (`client_sampling.ClientSampler`, a function of seed and round), the
 process's `next`, the noised aggregate recorded (gaussian canaries,
-`aggregate_recorder.AggregateRecorder`), the round's DpEvent taken from the aggregator state, a row of metrics.csv
+`aggregate_recorder.AggregateRecorder`), what the round records for the run's mechanism
+(`mechanism_tff.TffMechanism.server_round`: its DpEvent for the ledger, or
+its canaries' scores), a row of metrics.csv
 (loss, accuracy, clip norm, canaries inserted, clients, seconds, and the
 evaluation every `eval_every` rounds and after the last), and a checkpoint
 every `checkpoint_every` rounds and after the last. A progress bar on stderr
@@ -11,13 +13,11 @@ shows the round, loss, accuracy, clip norm and canaries inserted.
 
 With `clients` (a `client_insertion.ClientRounds`, `insertion="clients"`)
 the round, its aggregate, clip, canaries and DpEvent are the client mode's
-(`client_insertion`; with DP-FTRL also its canary scores), and its canary
-outcomes are saved with each checkpoint. With the DDP aggregator a round
-has no DpEvent (TFF's DDP queries emit none): the run writes no
-ledger.json. Neither does DP-FTRL
-(`aggregator="tree"`: its privacy is per tree, not per round,
-`tree_factory`); its rounds' canary scores (`TREE_SCORES_KEY`) are kept
-instead, and saved to tree_scores.npy with each checkpoint.
+(`client_insertion`), and its canary outcomes are saved with each
+checkpoint. A mechanism without a per-round DpEvent (the DDP aggregator:
+TFF's DDP queries emit none; DP-FTRL: its privacy is per tree) writes no
+ledger.json; the canary scores of a mechanism scored per round (DP-FTRL's
+`TREE_SCORES_KEY`) are saved to tree_scores.npy with each checkpoint.
 """
 
 from __future__ import annotations
@@ -25,16 +25,13 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Any, Optional
+from typing import Optional
 
-import numpy as np
-import tensorflow_federated as tff
 
-from tff_canary.federated.insertion import canary_process
-from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.structures import tree_search
 from tff_canary.harness.running import client_insertion
+from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.running import resume
 from tff_canary.harness.recording import run_dir as run_dir_lib
@@ -45,11 +42,6 @@ def _canary_measurements(metrics) -> dict:
   return tree_search.find_first(
       metrics, lambda m: isinstance(m, dict) and "canaries_inserted" in m
   ) or {}
-
-
-def _canary_state(state) -> Any:
-  return tree_search.find_first(state.aggregator, lambda s: isinstance(
-      s, canary_process.CanaryDPAggregatorState))
 
 
 def _train_metrics(metrics) -> tuple[float, float]:
@@ -86,6 +78,7 @@ def train(process, state, *, task: tasks.Task,
     bar = tqdm(total=num_rounds, initial=done, desc=config.task, unit="round",
                file=sys.stderr, dynamic_ncols=True)
   rows, events = history.rows, history.events
+  mechanism = mechanism_tff.of(config)
   try:
     for round_num in range(done, num_rounds):
       start = time.perf_counter()
@@ -98,18 +91,12 @@ def train(process, state, *, task: tasks.Task,
         canary = _canary_measurements(output.metrics.get("aggregator", {}))
         clip = float(canary.get("clip", float("nan")))
         inserted = int(canary.get("canaries_inserted", 0))
-        if config.aggregator == "tree":
-          event = None
-          history.tree_scores.append(np.asarray(
-              canary[measurement_keys.TREE_SCORES_KEY], np.float64))
-        else:
-          event = tff.aggregators.differential_privacy.extract_dp_event_from_state(
-              _canary_state(output.state))
+        event, scores = mechanism.server_round(output, canary)
       else:
         output, clip, inserted, event, scores = clients.round(
             process, state, round_num, client_data, recorder)
-        if scores is not None:  # DP-FTRL
-          history.tree_scores.append(scores)
+      if scores is not None:  # a mechanism scored per round (DP-FTRL)
+        history.tree_scores.append(scores)
       state = output.state
       loss, accuracy = _train_metrics(output.metrics)
       if event is not None:  # None: DDP and DP-FTRL (module docstring)

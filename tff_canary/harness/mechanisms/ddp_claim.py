@@ -25,7 +25,7 @@ cohort and add their own shares on top (more noise than the claim counts).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +35,6 @@ from tff_canary.stats.accounting import ddp_parameters
 
 _KEYS = ("noise_multiplier", "clients_per_round", "ddp_bits", "clip", "dim",
          "ddp_beta", "ddp_mechanism", "ddp_rotation")
-# The analytical rows' detail of a run with a DpEvent ledger.
-LEDGER_DETAIL = "dp-accounting, from the run's DpEvent ledger"
 
 
 def parameters(config: dict[str, Any]) -> ddp_parameters.DdpParameters:
@@ -90,15 +88,6 @@ class DdpClaim:
     return {name: e.as_dict() for name, e in self.epsilons.items()}
 
 
-def analytical_row(name: str, value: float, claim: Optional[DdpClaim]
-                   ) -> tuple[str, str, float, str]:
-  """The report's row of analytical epsilon `name` (the ledger's without a
-  DDP claim)."""
-  if claim is None:
-    return (f"analytical: {name}", "analytical", value, LEDGER_DETAIL)
-  return (claim.row_name(name), "analytical", value, claim.detail(name))
-
-
 def analytical(config: dict[str, Any], events: np.ndarray, delta: float
                ) -> tuple[dict[str, float], int, DdpClaim]:
   """(analytical epsilons by name, the largest canary participation, the
@@ -125,5 +114,5 @@ def analytical(config: dict[str, Any], events: np.ndarray, delta: float
           DdpClaim(epsilons))
 
 
-__all__ = ["DdpClaim", "LEDGER_DETAIL", "analytical", "analytical_row",
+__all__ = ["DdpClaim", "analytical",
            "describe_chain", "parameters"]

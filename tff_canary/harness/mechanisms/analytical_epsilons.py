@@ -16,9 +16,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.harness.reporting import canary_claim
-from tff_canary.harness.reporting import ddp_claim
-from tff_canary.harness.config import experiment_config
+from tff_canary.harness.mechanisms import canary_claim
+from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.recording import run_dir as run_dir_lib
 
 
@@ -84,11 +83,12 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
 
 
 def of_run(rd: run_dir_lib.RunDir, config: dict[str, Any],
-           table_schedule: str, events: np.ndarray, delta: float
-           ) -> tuple[dict[str, float], int, Any, canary_claim.CanaryClaim]:
-  """(analytical epsilons, largest participation, the DDP claim or None,
-  the claim the canaries face) of a run directory `rd`: the DDP bound of a
-  DDP run (`ddp_claim`, no ledger), else the ledger's (`analytical`).
+           table_schedule: str, events: np.ndarray, delta: float):
+  """(the run's `protocol.AnalyticalClaim`, the claim the canaries face) of
+  a run directory `rd`: its mechanism's claim (`protocol.Mechanism.claim`:
+  the DpEvent ledger's, `analytical`, or e.g. the DDP bound of a DDP run,
+  `ddp_claim`), and which of its epsilons the canaries face
+  (`canary_claim.choose`).
 
   Args:
     rd: the run directory (`run_dir.RunDir`).
@@ -98,13 +98,6 @@ def of_run(rd: run_dir_lib.RunDir, config: dict[str, Any],
     delta: in (0, 1).
   """
   schedule = canary_claim.recorded_schedule(config, table_schedule)
-  ddp = None
-  if experiment_config.aggregator_of(config) == "ddp":  # no ledger
-    values, max_participation, ddp = ddp_claim.analytical(config, events,
-                                                          delta)
-  else:
-    values, max_participation = analytical(
-        config, rd.load_ledger(), events, delta,
-        canary_rate=canary_claim.poisson_rate(schedule))
-  return (values, max_participation, ddp,
-          canary_claim.choose(config, schedule, values))
+  claim = registry.of_config(config).claim(
+      rd, config, events, delta, canary_claim.poisson_rate(schedule))
+  return claim, canary_claim.choose(config, schedule, claim.epsilons)

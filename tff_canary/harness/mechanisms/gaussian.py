@@ -1,0 +1,27 @@
+"""DP-FedAvg's Gaussian mechanism: central Gaussian noise (the default).
+
+The DP query is tensorflow_privacy's Gaussian sum (TFF's
+`DifferentiallyPrivateFactory.gaussian_fixed` / `gaussian_adaptive`, or this
+package's `CanaryDPFactory` with server-side canaries), fixed or adaptive
+clipping (Andrew et al. 2021), with TFF's zeroing if asked. Every round
+emits its `DpEvent` (ledger.json), and the claim is the ledger's
+(docs/method/accounting.md). Its TFF half is
+`tff_canary.harness.running.gaussian_tff`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tff_canary.harness.mechanisms import protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianMechanism(protocol.Mechanism):
+  """DP-FedAvg with Gaussian noise: every default of `protocol.Mechanism`."""
+
+  name = "gaussian"
+  tff_half = "tff_canary.harness.running.gaussian_tff"
+
+
+MECHANISM = GaussianMechanism()

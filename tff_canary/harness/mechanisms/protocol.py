@@ -1,0 +1,196 @@
+"""What a DP mechanism tells the harness: the NumPy half of its protocol.
+
+A mechanism (DP-FedAvg's Gaussian noise, TFF's distributed DP, DP-FTRL's
+tree) is two modules, registered by one line in `registry.MECHANISMS`:
+
+  * its NumPy half, a `Mechanism` (this module's interface; no TensorFlow):
+    the settings it owns (config.json keys and their defaults), what it
+    requires of the rest of a run (`requirements`, one `Requirement` per
+    missing setting, like dp-accounting's `supports()` names the
+    unsupported part), what its runs record, and its claim (`claim`: the
+    analytical epsilons as plain data, `AnalyticalClaim`), which the report
+    shows and audits;
+  * its TFF half (`tff_half`, a module of `tff_canary.harness.running` or
+    the user's own), a `tff_canary.harness.running.mechanism_tff.
+    TffMechanism`: the aggregator with canaries, the same without them, its
+    noise self-test, and what a round records.
+
+How to add one: subclass `Mechanism` (a frozen dataclass, like
+`dp_accounting.dp_event`'s events), set `name` to the registry key and
+`tff_half` to its TFF half's module; override what differs from DP-FedAvg's
+defaults below (a per-round `DpEvent` ledger, any insertion, no settings of
+its own). The harness asks the mechanism, never its name: a mechanism whose
+canaries are scored per round in units of correlated node noise sets
+`round_scores`; one without a ledger gives its `claim` from its settings.
+tests/test_mechanisms.py registers a test mechanism that touches nothing
+else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+
+from tff_canary.harness.mechanisms import analytical_epsilons
+from tff_canary.stats.canaries import canary_config
+
+# The analytical rows' detail of a run with a DpEvent ledger.
+LEDGER_DETAIL = "dp-accounting, from the run's DpEvent ledger"
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+  """A setting a mechanism needs and the config lacks.
+
+  Attributes:
+    flag: What to add on the experiments' command line ("--clip=C").
+    argument: The same as Python arguments ("clip=C").
+    why: Why the mechanism needs it.
+  """
+
+  flag: str
+  argument: str
+  why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalyticalClaim:
+  """A run's analytical epsilons, as the report shows and audits them.
+
+  Attributes:
+    epsilons: Name ("one participation", "<r> participations", "Poisson
+      sampling (PLD)", ...) -> epsilon at the report's delta.
+    max_participation: The largest number of rounds an inserted canary
+      took part in.
+    label: How the report names the claim ("analytical ε", "analytical DDP
+      bound").
+    gaussian: Whether the claim is a Gaussian mechanism's (the one-run
+      bounds of a Gaussian claim apply; `audit.audit_table`).
+    detail: The mechanism's own account of each epsilon, or None (a
+      ledger's): `row(name)` and `as_dict()` (report.json's `ddp_bound`).
+  """
+
+  epsilons: dict[str, float]
+  max_participation: int
+  label: str = "analytical ε"
+  gaussian: bool = True
+  detail: Any = None
+
+  def row(self, name: str) -> tuple[str, str, float, str]:
+    """The report's row of analytical epsilon `name`."""
+    if self.detail is None:
+      return (f"analytical: {name}", "analytical", self.epsilons[name],
+              LEDGER_DETAIL)
+    return (self.detail.row_name(name), "analytical", self.epsilons[name],
+            self.detail.detail(name))
+
+
+@dataclasses.dataclass(frozen=True)
+class Mechanism:
+  """The NumPy half of a DP mechanism (module docstring).
+
+  Class attributes (set by each mechanism):
+    name: Its key in `registry.MECHANISMS` (`--aggregator`).
+    tff_half: The module of its TFF half (`TffMechanism`).
+    settings: The config.json keys it owns -> their values when None;
+      another mechanism's run refuses them.
+    records_ledger: Each round's `DpEvent` is recorded (ledger.json).
+    round_scores: Its canaries' evidence is a score per round in units of
+      its (correlated) node noise (tree_scores.npy), not a cosine table.
+    client_aggregator: How the report names TFF's own aggregator that
+      canary clients go through ("" for DP-FedAvg's).
+    client_accounting: What the analytical epsilon of canary clients'
+      runs counts.
+  """
+
+  name: ClassVar[str] = ""
+  tff_half: ClassVar[str] = ""
+  settings: ClassVar[dict[str, Any]] = {}
+  records_ledger: ClassVar[bool] = True
+  round_scores: ClassVar[bool] = False
+  client_aggregator: ClassVar[str] = ""
+  client_accounting: ClassVar[str] = (
+      "the ledger's DpEvents (the analytical ε) are those of "
+      "clients_per_round real clients")
+
+  @property
+  def flag(self) -> str:
+    return f"aggregator={self.name!r} (--aggregator={self.name})"
+
+  def subject(self, config) -> str:
+    """What the one refusal message says needs the missing settings."""
+    if config.insertion == "clients":
+      return "insertion='clients' (--insertion=clients)"
+    return self.flag
+
+  def requirements(self, config) -> list[Requirement]:
+    """The settings this mechanism needs and `config` (an
+    `ExperimentConfig`) lacks, in the order the refusal names them; by
+    default those of canary clients (`client_requirements`)."""
+    if config.insertion != "clients":
+      return []
+    return client_requirements(config)
+
+  def resolve(self, config) -> dict[str, Any]:
+    """The values of `settings` for `config`, defaults filled; raises
+    ValueError for a value this mechanism cannot run with. Called after
+    `requirements` are met."""
+    return {}
+
+  def check_dim(self, config, dim: int) -> None:
+    """Refuses, before TensorFlow loads, settings that cannot work for a
+    model of `dim` parameters."""
+
+  def claim(self, rd, config: dict[str, Any], events: np.ndarray,
+            delta: float, canary_rate: Optional[float]) -> AnalyticalClaim:
+    """The analytical epsilons of run directory `rd` (config.json
+    `config`, participation.npz's `events`) at `delta`; `canary_rate`: the
+    canaries' Poisson rate, if Poisson-sampled. By default the DpEvent
+    ledger's (`analytical_epsilons.analytical`)."""
+    values, max_participation = analytical_epsilons.analytical(
+        config, rd.load_ledger(), events, delta, canary_rate=canary_rate)
+    return AnalyticalClaim(values, max_participation)
+
+  def chain(self, config: dict[str, Any]) -> Optional[str]:
+    """A description of the aggregation chain canary clients go through,
+    for the report, or None (TFF's `DifferentiallyPrivateFactory`)."""
+    return None
+
+
+def seeded_noise_requirement(config) -> list[Requirement]:
+  """Canary clients go through TFF's own factory: no seeded noise."""
+  if not (config.seeded_noise or config.noise_seed is not None):
+    return []
+  return [Requirement("--noseeded_noise" + (
+      " and no --noise_seed" if config.noise_seed is not None else ""),
+                      "seeded_noise=False, noise_seed=None",
+                      "TFF's own DP aggregators cannot seed their noise")]
+
+
+def aggregate_requirement(config) -> list[Requirement]:
+  """Canary clients' recorded aggregates are read from the model weights."""
+  if not (config.record_aggregates and (config.server_optimizer != "sgd"
+                                        or config.server_momentum != 0.0)):
+    return []
+  return [Requirement("--server_optimizer=sgd --server_momentum=0",
+                      "server_optimizer='sgd', server_momentum=0",
+                      "each round's aggregate is read from the model "
+                      "weights, which needs server SGD without momentum")]
+
+
+def client_requirements(config) -> list[Requirement]:
+  """What canary clients need (docs/guide/insertion-modes.md)."""
+  return seeded_noise_requirement(config) + aggregate_requirement(config)
+
+
+def default_canary_norm(config) -> float:
+  """The canary clients' norm of `config` (its default when None)."""
+  return (canary_config.DEFAULT_CANARY_NORM if config.canary_norm is None
+          else config.canary_norm)
+
+
+__all__ = ["AnalyticalClaim", "LEDGER_DETAIL", "Mechanism", "Requirement",
+           "aggregate_requirement", "client_requirements",
+           "default_canary_norm", "seeded_noise_requirement"]

@@ -1,0 +1,68 @@
+"""The registry of DP mechanisms: the one place their names are spelled.
+
+`MECHANISMS` maps each name (the experiments' `--aggregator`, config.json's
+`aggregator`) to the module of its NumPy half, a `protocol.Mechanism`; that
+module names its TFF half (`Mechanism.tff_half`). Adding a mechanism is its
+two modules and one line here; nothing else in the package branches on a
+name (tests/test_mechanisms.py greps for it).
+
+`get(name)` is the NumPy half, imported on first use (no TensorFlow);
+`of_config(values)` is a config.json's, where files written before the
+`aggregator` key are `DEFAULT`'s runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from tff_canary.stats import validation
+
+MECHANISMS = {
+    "gaussian": "tff_canary.harness.mechanisms.gaussian",  # DP-FedAvg
+    "ddp": "tff_canary.harness.mechanisms.ddp",  # TFF's distributed DP
+    "tree": "tff_canary.harness.mechanisms.tree",  # DP-FTRL's tree
+}
+# The mechanism of a config.json without the key (written before the DDP
+# aggregator), and of the experiments by default.
+DEFAULT = "gaussian"
+
+
+def names() -> tuple[str, ...]:
+  """Every registered mechanism's name, in registry order."""
+  return tuple(MECHANISMS)
+
+
+def get(name: str):
+  """The NumPy half (`protocol.Mechanism`) of mechanism `name`."""
+  name = validation.as_choice(name, "aggregator", names())
+  module = importlib.import_module(MECHANISMS[name])
+  mechanism = module.MECHANISM
+  if mechanism.name != name:
+    raise ValueError(f"{MECHANISMS[name]}.MECHANISM is named "
+                     f"{mechanism.name!r}, registered as {name!r}.")
+  return mechanism
+
+
+def of_config(values: dict[str, Any]):
+  """The mechanism of a config.json's `values` (`DEFAULT` when the key is
+  missing or None: files written before the DDP aggregator)."""
+  name = values.get("aggregator") or DEFAULT
+  return get(validation.as_choice(name, "config.json's aggregator", names()))
+
+
+def owner_of_setting(key: str):
+  """The mechanism whose settings include config key `key`, or None."""
+  for name in names():
+    if key in get(name).settings:
+      return get(name)
+  return None
+
+
+def setting_keys() -> tuple[str, ...]:
+  """Every mechanism's settings keys (config.json keys), in order."""
+  return tuple(k for name in names() for k in get(name).settings)
+
+
+__all__ = ["DEFAULT", "MECHANISMS", "get", "names", "of_config",
+           "owner_of_setting", "setting_keys"]

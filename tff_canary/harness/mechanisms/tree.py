@@ -1,0 +1,93 @@
+"""DP-FTRL's tree aggregation: its requirements and what its runs record.
+
+DP-FTRL (Kairouz et al. 2021, arXiv 2103.00039; docs/method/dp-ftrl.md)
+with a fixed clip, its tree restarted after every shuffled epoch, in either
+insertion mode. Its canaries must be orthogonal (their per-round scores
+exist for orthogonal canaries only), inserted by fair coins (the one-run
+bounds), once per tree as the clients are (shuffle sampling, no allowed
+mismatch); zeroing is not validated with the tree's scores. There is no
+ledger: each round records its canaries' scores in units of the node noise
+(tree_scores.npy, `round_scores`), and the report is DP-FTRL's
+(`tff_canary.harness.reporting.tree_report`, which computes the tree's
+claim from its accounting). Its TFF half is
+`tff_canary.harness.running.tree_tff`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tff_canary.harness.mechanisms import protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeMechanism(protocol.Mechanism):
+  """DP-FTRL's tree (module docstring)."""
+
+  name = "tree"
+  tff_half = "tff_canary.harness.running.tree_tff"
+  records_ledger = False
+  round_scores = True
+  client_aggregator = " (DP-FTRL tree)"
+  client_accounting = ("the tree accounting (the analytical ε) is that of "
+                       "clients_per_round real clients, each once per tree")
+
+  def subject(self, config) -> str:
+    if config.insertion == "clients":
+      return ("aggregator='tree' with insertion='clients' (--aggregator=tree "
+              "--insertion=clients)")
+    return self.flag
+
+  def requirements(self, config) -> list[protocol.Requirement]:
+    """What DP-FTRL needs and the config lacks; with canary clients also
+    what they need (unseeded noise, a norm that the tree's clip reaches)."""
+    missing = []
+    if config.insertion == "clients":
+      missing += protocol.seeded_noise_requirement(config)
+      norm = protocol.default_canary_norm(config)
+      if config.clip is not None and norm < config.clip:
+        missing.append(protocol.Requirement(
+            f"--canary_norm={config.clip:g} or more (got {norm:g})",
+            f"canary_norm >= clip = {config.clip:g}",
+            "the tree's scores count a canary client as entering the sum at "
+            "the clip, which one below it does not"))
+    if config.directions != "orthogonal":
+      missing.append(protocol.Requirement(
+          "--directions=orthogonal", "directions='orthogonal'",
+          "the tree's per-round scores exist for orthogonal canaries only"))
+    if config.clip is None:
+      missing.append(protocol.Requirement(
+          "--clip=C (e.g. --clip=0.1)", "clip=C",
+          "the experiments run DP-FTRL at a fixed clip; adaptive clipping "
+          "is CanaryDPFactory.tree_adaptive, in your own loop"))
+    if config.assignment != "coin":
+      missing.append(protocol.Requirement(
+          "--assignment=coin", "assignment='coin'",
+          "the DP-FTRL audit's one-run bounds need candidates inserted by "
+          "fair coins"))
+    if config.sampling != "shuffle":
+      missing.append(protocol.Requirement(
+          "--sampling=shuffle", "sampling='shuffle'",
+          "DP-FTRL's accounting needs each client at most once per tree, "
+          "one tree per shuffled epoch"))
+    if config.allow_participation_mismatch:
+      missing.append(protocol.Requirement(
+          "--noallow_participation_mismatch",
+          "allow_participation_mismatch=False", "canaries must take part "
+          "once per tree, as the clients do"))
+    if config.zeroing:
+      missing.append(protocol.Requirement(
+          "--nozeroing", "zeroing=False",
+          "zeroing is not validated with the tree's scores"))
+    return missing
+
+  def resolve(self, config) -> dict[str, Any]:
+    if config.noise_multiplier == 0.0:
+      raise ValueError("aggregator='tree' needs noise_multiplier > 0: the "
+                       "tree's scores are in units of its node noise; got "
+                       "noise_multiplier=0.0.")
+    return {}
+
+
+MECHANISM = TreeMechanism()

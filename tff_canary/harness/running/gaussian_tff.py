@@ -1,0 +1,55 @@
+"""DP-FedAvg's Gaussian mechanism in TFF: the TFF half of `mechanisms.gaussian`.
+
+Server-side canaries: `CanaryDPFactory.gaussian_fixed` when the config's
+`clip` is set, else `gaussian_adaptive` (Andrew et al. 2021), wrapped in
+TFF's zeroing (`factory.with_zeroing`) if asked. Canary clients go through
+TFF's own `DifferentiallyPrivateFactory.gaussian_fixed` or
+`gaussian_adaptive` with the same arguments and the same zeroing; its
+noise is unseeded. The noise self-test, the rounds' `DpEvent`s and the
+canary clients' clip are `mechanism_tff.TffMechanism`'s defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import tensorflow_federated as tff
+
+from tff_canary.federated.insertion import factory
+from tff_canary.harness.running import mechanism_tff
+
+
+class GaussianTff(mechanism_tff.TffMechanism):
+  """DP-FedAvg's aggregators (module docstring)."""
+
+  def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
+                        rounds_per_epoch: Optional[int] = None):
+    if config.clip is not None:
+      aggregator = factory.CanaryDPFactory.gaussian_fixed(
+          config.noise_multiplier, config.clients_per_round, config.clip,
+          canaries=canaries, noise_seed=noise_seed)
+    else:
+      aggregator = factory.CanaryDPFactory.gaussian_adaptive(
+          config.noise_multiplier, config.clients_per_round,
+          initial_l2_norm_clip=config.initial_clip,
+          target_unclipped_quantile=config.target_unclipped_quantile,
+          canaries=canaries, noise_seed=noise_seed)
+    return factory.with_zeroing(aggregator) if config.zeroing else aggregator
+
+  def tff_aggregator(self, config, task=None,
+                     rounds_per_epoch: Optional[int] = None):
+    dp = tff.aggregators.DifferentiallyPrivateFactory
+    if config.clip is not None:
+      aggregator = dp.gaussian_fixed(
+          noise_multiplier=config.noise_multiplier,
+          clients_per_round=float(config.clients_per_round), clip=config.clip)
+    else:
+      aggregator = dp.gaussian_adaptive(
+          noise_multiplier=config.noise_multiplier,
+          clients_per_round=float(config.clients_per_round),
+          initial_l2_norm_clip=config.initial_clip,
+          target_unclipped_quantile=config.target_unclipped_quantile)
+    return factory.with_zeroing(aggregator) if config.zeroing else aggregator
+
+
+TFF_MECHANISM = GaussianTff()

@@ -1,0 +1,139 @@
+"""What a DP mechanism tells the runner: the TFF half of its protocol.
+
+The NumPy half (`tff_canary.harness.mechanisms.protocol.Mechanism`) names
+its TFF half (`Mechanism.tff_half`), a module whose `TFF_MECHANISM` is a
+`TffMechanism`; `of(config)` loads the run's. The runner asks it, never the
+mechanism's name, for:
+
+  * `canary_aggregator`: the aggregator with server-side canaries (this
+    package's `CanaryDPFactory`), for `tff.learning`'s `model_aggregator=`;
+  * `tff_aggregator`: TFF's own aggregator of the same settings without
+    canaries, which canary clients go through;
+  * `noise_check`: the noise self-test of the same aggregator built afresh
+    without canaries, on zero client values, before training;
+  * `server_round` and `client_round`: what a round records beside its
+    metrics (a `DpEvent` for the ledger, or the canaries' scores in units of
+    the node noise);
+  * `client_clip` and `client_aggregate`: what canary-client rounds read
+    (the clip the DP query applied; the recorded aggregate's scale).
+
+The defaults are DP-FedAvg's (`gaussian_tff`); a mechanism overrides what
+differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_canary.federated.audit import noise_check as noise_check_lib
+from tff_canary.federated.insertion import canary_process
+from tff_canary.federated.insertion import client_round_state
+from tff_canary.federated.structures import tree_search
+from tff_canary.harness.mechanisms import registry
+from tff_canary.harness.running import tasks
+
+# The noise check draws from its own seed: the run's noise seed + this tag.
+NOISE_CHECK_TAG = 0xC4EC
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseCheckInputs:
+  """What every noise self-test is built from.
+
+  Attributes:
+    task: The run's task (its model's trainable weights are the values).
+    value_type: The TFF type of the trainable weights.
+    tensor_names: Their names, for the per-tensor tests (None if ambiguous).
+    no_canaries: A `CanaryConfig` without canaries.
+    seed: The check's own noise seed (None: unseeded).
+    rounds_per_epoch: The client sampler's epoch length.
+  """
+
+  task: tasks.Task
+  value_type: Any
+  tensor_names: Optional[list[str]]
+  no_canaries: Any
+  seed: Optional[int]
+  rounds_per_epoch: Optional[int]
+
+
+class TffMechanism:
+  """The TFF half of a DP mechanism (module docstring)."""
+
+  # How canary clients are scored around TFF's aggregator
+  # (`CanaryScoringFactory`'s `scores`).
+  client_scores = "cosines"
+
+  def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
+                        rounds_per_epoch: Optional[int] = None):
+    """The run's aggregator with server-side `canaries`."""
+    raise NotImplementedError(
+        f"aggregator={config.aggregator!r} has no server-side canaries.")
+
+  def tff_aggregator(self, config, task: tasks.Task,
+                     rounds_per_epoch: Optional[int] = None):
+    """TFF's own aggregator of the run's settings, no canaries."""
+    raise NotImplementedError
+
+  def noise_check(self, config, inputs: NoiseCheckInputs):
+    """The noise self-test of the run's aggregator without canaries:
+    server-side, this package's (`canary_aggregator`), with canary clients
+    TFF's own (`tff_aggregator`, unseeded)."""
+    if config.insertion == "clients":
+      aggregator = self.tff_aggregator(config, inputs.task,
+                                       inputs.rounds_per_epoch)
+    else:
+      aggregator = self.canary_aggregator(config, inputs.no_canaries,
+                                          inputs.seed)
+    return noise_check_lib.check_aggregation_noise(
+        aggregator, inputs.value_type, tensor_names=inputs.tensor_names)
+
+  def server_round(self, output, measurements: dict[str, Any]
+                   ) -> tuple[Any, Optional[np.ndarray]]:
+    """(the round's `DpEvent` or None, its canaries' scores or None) of a
+    server-side round: its `output` and the canary aggregator's
+    `measurements`. DP-FedAvg's: the canary aggregator's DpEvent."""
+    return (tff.aggregators.differential_privacy.extract_dp_event_from_state(
+        canary_state(output.state)), None)
+
+  def client_round(self, config, output, clip: float
+                   ) -> tuple[Any, Optional[np.ndarray]]:
+    """The same for a canary-client round through TFF's aggregator, whose
+    DP query clipped at `clip`. DP-FedAvg's: TFF's DpEvent."""
+    return client_round_state.dp_event(output.state), None
+
+  def client_clip(self, config, state) -> float:
+    """The clip the DP query applies in the round after `state`."""
+    return client_round_state.query_clip(state)
+
+  def client_aggregate(self, config, aggregate: np.ndarray,
+                       participants: int) -> np.ndarray:
+    """A canary-client round's recorded aggregate, read from the model
+    weights (the query's noised mean), in the units of the report."""
+    return aggregate
+
+
+def of(config) -> TffMechanism:
+  """The TFF half of `config`'s mechanism (`Mechanism.tff_half`)."""
+  mechanism = registry.get(config.aggregator)
+  return importlib.import_module(mechanism.tff_half).TFF_MECHANISM
+
+
+def canary_state(state) -> Any:
+  """The canary aggregator's state in a process `state`."""
+  return tree_search.find_first(state.aggregator, lambda s: isinstance(
+      s, canary_process.CanaryDPAggregatorState))
+
+
+def trainable_type(task: tasks.Task):
+  """The TFF type of the task's trainable weights."""
+  return tff.learning.models.weights_type_from_model(task.model_fn).trainable
+
+
+__all__ = ["NOISE_CHECK_TAG", "NoiseCheckInputs", "TffMechanism",
+           "canary_state", "of", "trainable_type"]

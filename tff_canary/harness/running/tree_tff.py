@@ -1,0 +1,107 @@
+"""DP-FTRL's tree in TFF: the TFF half of `mechanisms.tree`.
+
+The aggregator is DP-FTRL with the fixed clip, its tree restarted after
+every epoch of `rounds_per_epoch` rounds (the client sampler's):
+server-side, `CanaryDPFactory.tree_aggregation`; with canary clients, TFF's
+own public `DifferentiallyPrivateFactory` over the same tree query
+(`tree_factory.TreeAggregation.tff_factory`: TFF's `tree_aggregation` has
+no restart argument), unseeded, wrapped by the canary-client process in
+`CanaryScoringFactory(..., scores="dot_products")`, which reports each
+round's <c_j, result> (`client_insertion.tree_scores` turns them into the
+scores). The noise check is the tree's (`tree_noise_check`) either way: the
+released noise over two restarts of the run's tree (restarted at
+`check_period`), whitened by the tree's claimed covariance. A round records
+no DpEvent (the tree's privacy is per tree) but its canaries' scores in
+units of the node noise (tree_scores.npy).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_canary.federated.audit import tree_noise_check
+from tff_canary.federated.insertion import factory
+from tff_canary.federated.insertion import measurement_keys
+from tff_canary.federated.insertion import tree_factory
+from tff_canary.harness.running import client_insertion
+from tff_canary.harness.running import mechanism_tff
+from tff_canary.harness.running import tasks
+
+# DP-FTRL's noise check spans two restarts in at most this many rounds
+# (`check_period`).
+MAX_CHECK_ROUNDS = 256
+
+
+def _period(rounds_per_epoch: Optional[int]) -> int:
+  if rounds_per_epoch is None:
+    raise ValueError("aggregator='tree' needs rounds_per_epoch, the tree's "
+                     "restart period; got None.")
+  return int(rounds_per_epoch)
+
+
+def tff_tree(config, restart_period: Optional[int]
+             ) -> tree_factory.TreeAggregation:
+  """DP-FTRL's tree of the run's settings restarted every `restart_period`
+  rounds, for TFF's own factory (`TreeAggregation.tff_factory`, no seed)."""
+  return tree_factory.TreeAggregation(
+      noise_multiplier=config.noise_multiplier, clip=config.clip,
+      efficient=True, restart_period=_period(restart_period))
+
+
+def check_period(rounds_per_epoch: Optional[int]) -> int:
+  """The restart period of DP-FTRL's noise check: the run's, when two
+  restarts fit in `MAX_CHECK_ROUNDS` rounds, else the largest period that
+  fits (the same query, restarted sooner), so that the check's [rounds, d]
+  noise stays in memory at StackOverflow's epochs of thousands of rounds."""
+  return min(_period(rounds_per_epoch), (MAX_CHECK_ROUNDS - 2) // 2)
+
+
+class TreeTff(mechanism_tff.TffMechanism):
+  """DP-FTRL's aggregators (module docstring)."""
+
+  client_scores = "dot_products"
+
+  def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
+                        rounds_per_epoch: Optional[int] = None):
+    return factory.CanaryDPFactory.tree_aggregation(
+        config.noise_multiplier, config.clients_per_round, config.clip,
+        canaries=canaries, noise_seed=noise_seed,
+        restart_period=_period(rounds_per_epoch))
+
+  def tff_aggregator(self, config, task: tasks.Task,
+                     rounds_per_epoch: Optional[int] = None):
+    specs = tff.types.type_to_tf_tensor_specs(
+        mechanism_tff.trainable_type(task))
+    return tff_tree(config, rounds_per_epoch).tff_factory(
+        specs, config.clients_per_round)
+
+  def noise_check(self, config, inputs: mechanism_tff.NoiseCheckInputs):
+    period = check_period(inputs.rounds_per_epoch)
+    if config.insertion == "clients":  # TFF's factory, unseeded
+      tree = tff_tree(config, period)
+      return tree_noise_check.check_tree_noise(
+          tree.tff_factory(tff.types.type_to_tf_tensor_specs(
+              inputs.value_type), config.clients_per_round),
+          inputs.value_type,
+          noise=tree.noise(tree_noise_check.default_rounds(period)),
+          noise_multiplier=config.noise_multiplier,
+          tensor_names=inputs.tensor_names)
+    aggregator = self.canary_aggregator(config, inputs.no_canaries,
+                                        inputs.seed, period)
+    return tree_noise_check.check_tree_noise(
+        aggregator, inputs.value_type, tensor_names=inputs.tensor_names)
+
+  def server_round(self, output, measurements):
+    return None, np.asarray(measurements[measurement_keys.TREE_SCORES_KEY],
+                            np.float64)
+
+  def client_round(self, config, output, clip: float):
+    return None, client_insertion.tree_scores(
+        output.metrics, config.clients_per_round, config.noise_multiplier,
+        clip)
+
+
+TFF_MECHANISM = TreeTff()
