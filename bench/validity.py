@@ -67,6 +67,7 @@ import numpy as np
 import ftrl_validity
 import gaussian_bounds
 import smoke_mode
+from tff_canary.harness.mechanisms import registry
 from tff_canary.stats.audit import audit
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.simulation import gaussian_mechanism
@@ -74,6 +75,11 @@ from tff_canary.stats.simulation import orthogonal_mechanism
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.canaries.cosine_table import CosineTable
 
+# The mechanisms simulated here: the default (the Gaussian sum) and those
+# scored per round in correlated noise, simulated as DP-FTRL's tree
+# (bench/ftrl_validity.py).
+SIMULATED = tuple(name for name in registry.names()
+                  if name == registry.DEFAULT or registry.get(name).round_scores)
 BOUNDS = ("epsilon_lo exact (simultaneous)", "epsilon_lo held-out (simultaneous)",
           "one-run bound", "epsilon_lo exact (paper)", "epsilon_lo held-out (paper)")
 VALID = BOUNDS[:3]
@@ -242,15 +248,16 @@ def main(argv=None):
   parser.add_argument("--deltas", default="1e-6,1e-4",
                       help="comma-separated deltas of the settings")
   parser.add_argument("--skip_planted_bug", action="store_true")
-  parser.add_argument("--mechanism", choices=("gaussian", "tree"),
-                      default="gaussian",
+  # The Gaussian sum mechanism's simulation, or that of a mechanism scored
+  # per round in correlated noise (DP-FTRL's tree, bench/ftrl_validity.py).
+  parser.add_argument("--mechanism", choices=SIMULATED, default=registry.DEFAULT,
                       help="the Gaussian sum mechanism, or DP-FTRL's tree "
                            "(bench/ftrl_validity.py; only --trials applies)")
   args = smoke_mode.parse_args(
       parser, argv, dict(trials=4, dim=2000, canaries=40, new_trials=2,
                          deltas="1e-6", only="fixed"),
       "4 trials per setting, d = 2000, 40 canaries")
-  if args.mechanism == "tree":
+  if registry.get(args.mechanism).round_scores:
     warnings.simplefilter("ignore")
     ftrl_validity.main(args.trials)
     return

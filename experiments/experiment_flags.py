@@ -19,6 +19,7 @@ from typing import Any
 from absl import flags
 
 from tff_canary.harness.config import experiment_config
+from tff_canary.harness.mechanisms import registry
 
 FLAGS = flags.FLAGS
 
@@ -33,8 +34,7 @@ GROUPS = (
                   "eval_every", "eval_examples")),
     ("DP", ("noise_multiplier", "clip", "target_unclipped_quantile",
             "initial_clip", "zeroing", "seeded_noise", "noise_seed",
-            "delta", "aggregator", "ddp_mechanism", "ddp_bits", "ddp_beta",
-            "ddp_rotation")),
+            "delta", "aggregator") + registry.setting_keys()),
     ("Canaries", ("insertion", "canary_norm", "num_inserted", "num_held_out",
                   "assignment", "directions",
                   "presentations", "allow_participation_mismatch",
@@ -140,18 +140,13 @@ _HELP = {
                   "the canary clients go through TFF's own factory over the "
                   "tree; audited against the tree "
                   "accounting, docs/method/dp-ftrl.md).",
-    "ddp_mechanism": "With --aggregator=ddp: distributed_skellam or "
-                     "distributed_dgauss (default distributed_skellam).",
-    "ddp_bits": "With --aggregator=ddp: SecAgg bit width b, the sum is "
-                "taken modulo 2^b (1-22; default 20, tff.learning's).",
-    "ddp_beta": "With --aggregator=ddp: conditional rounding's beta in "
-                "[0, 1) (default 0, unconditional rounding).",
-    "ddp_rotation": "With --aggregator=ddp: dft or hd (randomized Hadamard, "
-                    "pads d to a power of two; default dft).",
     "canary_norm": "L2 norm of a canary client's update, with "
                    "--insertion=clients (default 10, above the clip, so the "
                    "aggregator under test clips it).",
 }
+# Each mechanism's settings are fields and flags with their own help.
+_HELP.update({name: setting.help
+              for name, setting in registry.settings().items()})
 
 
 # --smoke: the smallest run that still trains, evaluates, checkpoints and

@@ -61,13 +61,16 @@ from absl import logging
 
 import experiment_cli  # pylint: disable=unused-import  (quiet TF logs: first)
 from tff_canary.harness.config import experiment_config
+from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.stats import atomic_files
 
 flags.DEFINE_string("output_dir", "runs/sweep", "Where sweep.csv, sweep.png "
                     "and the runs go.")
-flags.DEFINE_enum("aggregator", "gaussian", ["gaussian", "tree"],
+flags.DEFINE_enum("aggregator", registry.DEFAULT,
+                  [name for name in registry.names()
+                   if registry.get(name).sweep is not None],
                   "gaussian (DP-FedAvg, the paper's table) or tree (DP-FTRL, "
                   "restarted every epoch).")
 flags.DEFINE_list("noise_multipliers", None,
@@ -102,9 +105,8 @@ FLAGS = flags.FLAGS
 # the figure; the tree refuses noise 0).
 SMOKE = dict(num_rounds=2, clients_per_round=4, examples_per_client=8,
              num_inserted=4, num_held_out=4, presentations=["2"])
-SMOKE_NOISE_MULTIPLIERS = {"gaussian": ["0", "0.1"], "tree": ["1"]}
-NOISE_MULTIPLIERS = {"gaussian": ["0", "0.0487", "0.0958", "0.2207"],
-                     "tree": ["0.5", "1", "2", "4"]}
+# The noise multipliers and clip of each mechanism: its
+# `protocol.SweepDefaults` (`registry.get(name).sweep`).
 
 COLUMNS = ("noise_multiplier", "presentations", "analytical_epsilon",
            "analytical_epsilon_presentations", "epsilon_all", "epsilon_lo_all",
@@ -310,10 +312,15 @@ def figure(rows: list[dict]):
   return fig
 
 
+def _sweep():
+  """The swept mechanism's defaults (`protocol.SweepDefaults`)."""
+  return registry.get(FLAGS.aggregator).sweep
+
+
 def apply_smoke() -> None:
   """--smoke's sizes and temporary output, for the flags not given."""
-  smoke = dict(SMOKE, noise_multipliers=SMOKE_NOISE_MULTIPLIERS[
-      FLAGS.aggregator])
+  smoke = dict(SMOKE, noise_multipliers=list(
+      _sweep().smoke_noise_multipliers))
   for name, value in smoke.items():
     if not FLAGS[name].present:
       setattr(FLAGS, name, value)
@@ -330,7 +337,7 @@ def main(argv):
     apply_smoke()
   try:
     noises = [float(v) for v in (FLAGS.noise_multipliers
-                                 or NOISE_MULTIPLIERS[FLAGS.aggregator])]
+                                 or _sweep().noise_multipliers)]
     presentations = [int(v) for v in FLAGS.presentations]
   except ValueError as e:
     print(f"error: --noise_multipliers and --presentations must be numbers: "
@@ -344,8 +351,8 @@ def main(argv):
                   allow_large_canary_fraction=(
                       FLAGS.allow_large_canary_fraction),
                   aggregator=FLAGS.aggregator, clip=FLAGS.clip)
-  if FLAGS.aggregator == "tree" and FLAGS.clip is None:
-    settings["clip"] = 0.1
+  if FLAGS.clip is None:
+    settings["clip"] = _sweep().clip
   try:  # every run's settings, before any of them trains
     configs = [config_of(FLAGS.output_dir, noise, count, **settings)
                for noise in noises for count in presentations]
@@ -368,8 +375,8 @@ def main(argv):
     return 2
   csv_path = os.path.join(FLAGS.output_dir, "sweep.csv")
   png_path = os.path.join(FLAGS.output_dir, "sweep.png")
-  write_csv(csv_path, rows, TREE_COLUMNS if FLAGS.aggregator == "tree"
-            else COLUMNS)
+  write_csv(csv_path, rows, TREE_COLUMNS
+            if registry.get(FLAGS.aggregator).round_scores else COLUMNS)
   plot(png_path, rows)
   with open(csv_path) as f:
     print(f.read())

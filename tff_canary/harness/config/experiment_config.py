@@ -34,6 +34,7 @@ which values it cannot run with (`protocol.Mechanism.resolve`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import typing
 from typing import Any, Literal, Optional
@@ -42,7 +43,6 @@ import numpy as np
 
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import client_sampling
-from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 from tff_canary.harness.config import model_sizes
@@ -66,7 +66,19 @@ RESUMABLE_KEYS = ("resume", "eval_every", "checkpoint_every",
                   "output_dir")
 
 
+def _with_mechanism_settings(cls):
+  """Adds every mechanism's settings (`registry.settings`) to `cls` as
+  Optional fields with default None, after its own: a new mechanism's
+  settings become fields, config.json keys and flags without an edit
+  here."""
+  for name, setting in registry.settings().items():
+    cls.__annotations__[name] = f"Optional[{setting.kind.__name__}]"
+    setattr(cls, name, None)
+  return cls
+
+
 @dataclasses.dataclass(frozen=True)
+@_with_mechanism_settings
 class ExperimentConfig:
   """Everything that defines a run (config.json holds it, resolved).
 
@@ -131,10 +143,8 @@ class ExperimentConfig:
   insertion: Insertion = "server"
   canary_norm: Optional[float] = None
   aggregator: Aggregator = registry.DEFAULT
-  ddp_mechanism: Optional[str] = None
-  ddp_bits: Optional[int] = None
-  ddp_beta: Optional[float] = None
-  ddp_rotation: Optional[str] = None
+  # ... and every mechanism's settings, None by default
+  # (`_with_mechanism_settings`).
 
   def __post_init__(self):
     v = validation
@@ -184,14 +194,9 @@ class ExperimentConfig:
         "delta": lambda x: v.as_open_unit(x, "delta"),
         "eval_examples": lambda x: v.as_int(x, "eval_examples", 1),
         "canary_norm": lambda x: v.as_positive(x, "canary_norm"),
-        "ddp_mechanism": lambda x: v.as_choice(x, "ddp_mechanism",
-                                               ddp_parameters.MECHANISMS),
-        "ddp_bits": lambda x: v.as_int(x, "ddp_bits", 1),
-        "ddp_beta": lambda x: v.as_unit_interval(x, "ddp_beta",
-                                                 include_high=False),
-        "ddp_rotation": lambda x: v.as_choice(x, "ddp_rotation",
-                                              ddp_parameters.ROTATIONS),
     }
+    optional.update({name: functools.partial(setting.check, name=name)
+                     for name, setting in registry.settings().items()})
     for name, fn in check.items():
       object.__setattr__(self, name, fn(getattr(self, name)))
     for name, fn in optional.items():

@@ -27,14 +27,39 @@ import numpy as np
 
 from tff_canary.harness.mechanisms import ddp_claim
 from tff_canary.harness.mechanisms import protocol
+from tff_canary.stats import validation
 from tff_canary.stats.accounting import ddp_parameters
 
 # TFF's distributed queries check each client's integer L1 norm as int32.
 INT32_MAX = 2**31 - 1
-# The ddp_* settings, and their values when None: TFF's
+# The ddp_* settings; their values when None are TFF's
 # DistributedDpSumFactory defaults, bits as tff.learning's DDP aggregator.
-DEFAULTS = dict(ddp_mechanism="distributed_skellam", ddp_bits=20,
-                ddp_beta=0.0, ddp_rotation="dft")
+SETTINGS = dict(
+    ddp_mechanism=protocol.Setting(
+        "distributed_skellam", str,
+        "With --aggregator=ddp: distributed_skellam or distributed_dgauss "
+        "(default distributed_skellam).",
+        lambda x, name: validation.as_choice(x, name,
+                                             ddp_parameters.MECHANISMS)),
+    ddp_bits=protocol.Setting(
+        20, int,
+        "With --aggregator=ddp: SecAgg bit width b, the sum is taken modulo "
+        "2^b (1-22; default 20, tff.learning's).",
+        lambda x, name: validation.as_int(x, name, 1)),
+    ddp_beta=protocol.Setting(
+        0.0, float,
+        "With --aggregator=ddp: conditional rounding's beta in [0, 1) "
+        "(default 0, unconditional rounding).",
+        lambda x, name: validation.as_unit_interval(x, name,
+                                                    include_high=False)),
+    ddp_rotation=protocol.Setting(
+        "dft", str,
+        "With --aggregator=ddp: dft or hd (randomized Hadamard, pads d to a "
+        "power of two; default dft).",
+        lambda x, name: validation.as_choice(x, name,
+                                             ddp_parameters.ROTATIONS)),
+)
+DEFAULTS = {name: setting.default for name, setting in SETTINGS.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +68,7 @@ class DdpMechanism(protocol.Mechanism):
 
   name = "ddp"
   tff_half = "tff_canary.harness.running.ddp_tff"
-  settings = DEFAULTS
+  settings = SETTINGS
   records_ledger = False
 
   def subject(self, config) -> str:

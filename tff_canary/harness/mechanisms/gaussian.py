@@ -22,6 +22,9 @@ class GaussianMechanism(protocol.Mechanism):
 
   name = "gaussian"
   tff_half = "tff_canary.harness.running.gaussian_tff"
+  # The paper's EMNIST noise levels (Table 3) and no noise; adaptive clip.
+  sweep = protocol.SweepDefaults(("0", "0.0487", "0.0958", "0.2207"),
+                                 ("0", "0.1"))
 
 
 MECHANISM = GaussianMechanism()

@@ -29,7 +29,7 @@ else.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
 
@@ -53,6 +53,40 @@ class Requirement:
   flag: str
   argument: str
   why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """A setting a mechanism owns: a config.json key, an `ExperimentConfig`
+  field and an experiments' flag of the same name (None: `default`).
+
+  Attributes:
+    default: Its value when not given.
+    kind: int, float, str or bool (the flag's type).
+    help: The flag's help.
+    check: (value, name) -> the checked value; raises ValueError or
+      TypeError naming `name` and the value (`tff_canary.stats.validation`).
+  """
+
+  default: Any
+  kind: type
+  help: str
+  check: Callable[[Any, str], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepDefaults:
+  """What experiments/sweep.py runs for a mechanism by default.
+
+  Attributes:
+    noise_multipliers: The sweep's noise multipliers (flag strings).
+    smoke_noise_multipliers: Those of `--smoke`.
+    clip: The fixed clip, or None for adaptive clipping.
+  """
+
+  noise_multipliers: tuple[str, ...]
+  smoke_noise_multipliers: tuple[str, ...]
+  clip: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +128,9 @@ class Mechanism:
   Class attributes (set by each mechanism):
     name: Its key in `registry.MECHANISMS` (`--aggregator`).
     tff_half: The module of its TFF half (`TffMechanism`).
-    settings: The config.json keys it owns -> their values when None;
-      another mechanism's run refuses them.
+    settings: The config.json keys it owns -> their `Setting` (each is an
+      `ExperimentConfig` field and a flag); another mechanism's run
+      refuses them.
     records_ledger: Each round's `DpEvent` is recorded (ledger.json).
     round_scores: Its canaries' evidence is a score per round in units of
       its (correlated) node noise (tree_scores.npy), not a cosine table.
@@ -103,17 +138,19 @@ class Mechanism:
       canary clients go through ("" for DP-FedAvg's).
     client_accounting: What the analytical epsilon of canary clients'
       runs counts.
+    sweep: experiments/sweep.py's defaults, or None (not swept).
   """
 
   name: ClassVar[str] = ""
   tff_half: ClassVar[str] = ""
-  settings: ClassVar[dict[str, Any]] = {}
+  settings: ClassVar[dict[str, Setting]] = {}
   records_ledger: ClassVar[bool] = True
   round_scores: ClassVar[bool] = False
   client_aggregator: ClassVar[str] = ""
   client_accounting: ClassVar[str] = (
       "the ledger's DpEvents (the analytical ε) are those of "
       "clients_per_round real clients")
+  sweep: ClassVar[Optional[SweepDefaults]] = None
 
   @property
   def flag(self) -> str:
@@ -192,5 +229,6 @@ def default_canary_norm(config) -> float:
 
 
 __all__ = ["AnalyticalClaim", "LEDGER_DETAIL", "Mechanism", "Requirement",
+           "Setting", "SweepDefaults",
            "aggregate_requirement", "client_requirements",
            "default_canary_norm", "seeded_noise_requirement"]

@@ -51,18 +51,23 @@ def of_config(values: dict[str, Any]):
   return get(validation.as_choice(name, "config.json's aggregator", names()))
 
 
-def owner_of_setting(key: str):
-  """The mechanism whose settings include config key `key`, or None."""
+def settings() -> dict[str, Any]:
+  """Every mechanism's settings (`protocol.Setting` by config.json key), in
+  registry order; a key two mechanisms own is an error."""
+  out = {}
   for name in names():
-    if key in get(name).settings:
-      return get(name)
-  return None
+    for key, setting in get(name).settings.items():
+      if key in out:
+        raise ValueError(f"setting {key!r} of aggregator={name!r} is "
+                         "another mechanism's too.")
+      out[key] = setting
+  return out
 
 
 def setting_keys() -> tuple[str, ...]:
   """Every mechanism's settings keys (config.json keys), in order."""
-  return tuple(k for name in names() for k in get(name).settings)
+  return tuple(settings())
 
 
 __all__ = ["DEFAULT", "MECHANISMS", "get", "names", "of_config",
-           "owner_of_setting", "setting_keys"]
+           "setting_keys", "settings"]

@@ -32,6 +32,8 @@ class TreeMechanism(protocol.Mechanism):
   client_aggregator = " (DP-FTRL tree)"
   client_accounting = ("the tree accounting (the analytical ε) is that of "
                        "clients_per_round real clients, each once per tree")
+  # No noise is refused (`resolve`); a fixed clip (`requirements`).
+  sweep = protocol.SweepDefaults(("0.5", "1", "2", "4"), ("1",), clip=0.1)
 
   def subject(self, config) -> str:
     if config.insertion == "clients":

@@ -242,7 +242,8 @@ class TreeRunReport:
 
   def as_dict(self) -> dict[str, Any]:
     return dict(
-        run_dir=self.run_dir, aggregator="tree", delta=self.delta,
+        run_dir=self.run_dir, aggregator=self.config["aggregator"],
+        delta=self.delta,
         delta_source=self.delta_source, confidence=self.confidence,
         analytical=self.analytical, claimed_epsilon=self.claimed_epsilon,
         claim=self.claim, headline=self.headline().as_dict(),

@@ -45,10 +45,9 @@ def parameters(config, dim: int) -> ddp_parameters.DdpParameters:
 class DdpTff(mechanism_tff.TffMechanism):
   """TFF's distributed-DP chain (module docstring)."""
 
-  def tff_aggregator(self, config, task: tasks.Task,
+  def tff_aggregator(self, config, task: tasks.Task, dim: int,
                      rounds_per_epoch: Optional[int] = None):
-    return ddp_chain.ddp_mean_factory(
-        parameters(config, tasks.num_parameters(task)))
+    return ddp_chain.ddp_mean_factory(parameters(config, dim))
 
   def noise_check(self, config, inputs: mechanism_tff.NoiseCheckInputs):
     params = parameters(config, tasks.num_parameters(inputs.task))

@@ -51,8 +51,8 @@ def build_process(config: experiment_config.ExperimentConfig,
   if config.insertion == "clients":
     return canary_clients.build_canary_client_fedavg(
         task.model_fn, client_optimizer, server_optimizer,
-        model_aggregator=mechanism.tff_aggregator(config, task,
-                                                  rounds_per_epoch),
+        model_aggregator=mechanism.tff_aggregator(
+            config, task, tasks.num_parameters(task), rounds_per_epoch),
         canary_seed=canaries.seed, canary_norm=config.canary_norm,
         canaries=canaries, scores=mechanism.client_scores)
   return tff.learning.algorithms.build_unweighted_fed_avg(

@@ -36,7 +36,7 @@ class GaussianTff(mechanism_tff.TffMechanism):
           canaries=canaries, noise_seed=noise_seed)
     return factory.with_zeroing(aggregator) if config.zeroing else aggregator
 
-  def tff_aggregator(self, config, task=None,
+  def tff_aggregator(self, config, task=None, dim=None,
                      rounds_per_epoch: Optional[int] = None):
     dp = tff.aggregators.DifferentiallyPrivateFactory
     if config.clip is not None:

@@ -75,9 +75,10 @@ class TffMechanism:
     raise NotImplementedError(
         f"aggregator={config.aggregator!r} has no server-side canaries.")
 
-  def tff_aggregator(self, config, task: tasks.Task,
+  def tff_aggregator(self, config, task: tasks.Task, dim: int,
                      rounds_per_epoch: Optional[int] = None):
-    """TFF's own aggregator of the run's settings, no canaries."""
+    """TFF's own aggregator of the run's settings, no canaries, for the
+    `task`'s model of `dim` trainable parameters."""
     raise NotImplementedError
 
   def noise_check(self, config, inputs: NoiseCheckInputs):
@@ -85,7 +86,7 @@ class TffMechanism:
     server-side, this package's (`canary_aggregator`), with canary clients
     TFF's own (`tff_aggregator`, unseeded)."""
     if config.insertion == "clients":
-      aggregator = self.tff_aggregator(config, inputs.task,
+      aggregator = self.tff_aggregator(config, inputs.task, None,
                                        inputs.rounds_per_epoch)
     else:
       aggregator = self.canary_aggregator(config, inputs.no_canaries,

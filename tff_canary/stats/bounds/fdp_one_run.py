@@ -46,7 +46,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
 import numpy.typing as npt
 from scipy import optimize, special
 

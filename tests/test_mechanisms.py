@@ -1,0 +1,106 @@
+"""A mechanism is its modules and one registry line (issue 27).
+
+`registry.MECHANISMS` is the only place mechanism names are spelled
+(tests/test_mechanism_names.py greps for the rest). Here: the registry's
+own checks, and a test mechanism (tests/mechanism_example.py, Gaussian
+noise with a different claim and one setting of its own) that is added by
+one registry line and runs an experiment end to end, with its setting a
+config field and its claim in the report, touching nothing else.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.mechanisms import protocol
+from tff_canary.harness.mechanisms import registry
+from tff_canary.stats.accounting import gaussian_accounting
+
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+def test_every_registered_mechanism_is_named_as_registered():
+  for name in registry.names():
+    mechanism = registry.get(name)
+    assert isinstance(mechanism, protocol.Mechanism)
+    assert mechanism.name == name
+    # Its TFF half exists (found, not imported: no TensorFlow here).
+    assert importlib.util.find_spec(mechanism.tff_half) is not None, name
+
+
+def test_an_unknown_mechanism_is_refused_by_name():
+  with pytest.raises(ValueError, match="aggregator.*'dp_sgd'"):
+    registry.get("dp_sgd")
+  with pytest.raises(ValueError, match="config.json's aggregator.*'x'"):
+    registry.of_config({"aggregator": "x"})
+  with pytest.raises(ValueError, match="aggregator"):
+    experiment_config.ExperimentConfig(aggregator="dp_sgd")
+
+
+def test_a_config_without_the_key_is_the_default_mechanism():
+  assert registry.of_config({}).name == registry.DEFAULT
+  assert registry.of_config({"aggregator": None}).name == registry.DEFAULT
+
+
+def test_each_setting_is_a_config_field_owned_by_one_mechanism():
+  fields = experiment_config.ExperimentConfig.__dataclass_fields__
+  for key in registry.setting_keys():
+    assert key in fields and fields[key].default is None, key
+
+
+# One line in the registry; the experiment, config.json, the flags' fields
+# and the report are the package's own. A subprocess, so the registry line
+# is added before the config class is built (as it is in registry.py).
+SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from tff_canary.harness.mechanisms import registry
+registry.MECHANISMS["scaled_claim_gaussian"] = "mechanism_example"
+from tff_canary.harness.config import experiment_config
+try:
+  experiment_config.ExperimentConfig(claim_noise_scale=2.0)
+except ValueError as e:
+  refused = str(e)
+from tff_canary.harness.running import experiment
+config = experiment_config.ExperimentConfig(
+    aggregator="scaled_claim_gaussian", claim_noise_scale=2.0,
+    output_dir=sys.argv[2], num_rounds=2, clients_per_round=8,
+    examples_per_client=4, num_inserted=4, num_held_out=4, eval_every=0,
+    checkpoint_every=1, eval_examples=16, allow_large_canary_fraction=True,
+    noise_multiplier=0.5, clip=0.1)
+report = experiment.run_experiment(config, progress=False, log=lambda m: None)
+print(json.dumps(dict(refused=refused, claim=report.claim,
+                      headline=report.terminal_text())))
+"""
+
+
+def test_a_new_mechanism_is_its_modules_and_one_registry_line(tmp_path):
+  out = tmp_path / "run"
+  proc = subprocess.run(
+      [sys.executable, "-c", SCRIPT, str(TESTS), str(out)],
+      capture_output=True, text=True, timeout=600,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert result["refused"] == ("claim_noise_scale=2.0 is for aggregator="
+                               "'scaled_claim_gaussian'; got aggregator="
+                               "'gaussian'.")
+  config = json.loads((out / "config.json").read_text())
+  assert config["aggregator"] == "scaled_claim_gaussian"
+  assert config["claim_noise_scale"] == 2.0
+  saved = json.loads((out / "report.json").read_text())
+  # The claim is the test mechanism's: z x 2 = 1.0, one participation.
+  expected = gaussian_accounting.gaussian_epsilon(1.0, config["delta"])
+  assert saved["analytical"]["one participation"] == pytest.approx(
+      expected, rel=1e-12)
+  assert result["claim"].startswith("analytical ε (scaled claim) (")
+  assert saved["claim"] == result["claim"]
+  # The rest is the package's own report, with the run's noise self-test.
+  assert saved["noise_check"]["passed"] in (True, False)
+  assert "analytical ε" in result["headline"]
