@@ -292,3 +292,14 @@ def of_report(report: Any) -> Headline:
       audit_verdict=verdict.verdict, audit_text=audit_text,
       noise_check_verdict=noise_verdict, noise_check_text=noise_text,
       audit_reach=verdict.reach_dict())
+
+
+def terminal_text(report, details: bool = False) -> str:
+  """A report's terminal output: its headline, then with `details` its full
+  table (`table_text()`), else a pointer to it."""
+  text = report.headline().text()
+  if details:
+    return text + "\n\n" + report.table_text()
+  return (text + "\n(every epsilon, bound and note: report.md, or "
+          "`python -m tff_canary report RUN_DIR --details`)")
+

@@ -245,11 +245,7 @@ class RunReport:
 
   def terminal_text(self, details: bool = False) -> str:
     """The headline, then the full table with `details` (else a pointer)."""
-    text = self.headline().text()
-    if details:
-      return text + "\n\n" + self.table_text()
-    return (text + "\n(every epsilon, bound and note: report.md, or "
-            "`python -m tff_canary report RUN_DIR --details`)")
+    return headline_lib.terminal_text(self, details)
 
   def table_text(self) -> str:
     """A fixed-width table of every epsilon, for the terminal."""

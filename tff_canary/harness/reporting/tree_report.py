@@ -234,11 +234,8 @@ class TreeRunReport:
     return "\n".join(lines + self._notes())
 
   def terminal_text(self, details: bool = False) -> str:
-    text = self.headline().text()
-    if details:
-      return text + "\n\n" + self.table_text()
-    return (text + "\n(every epsilon, bound and note: report.md, or "
-            "`python -m tff_canary report RUN_DIR --details`)")
+    """The headline, then the full table with `details` (else a pointer)."""
+    return headline_lib.terminal_text(self, details)
 
   def as_dict(self) -> dict[str, Any]:
     return dict(
