@@ -8,7 +8,7 @@ over a tensorflow_privacy tree query, or a given unweighted
 `tff.templates.AggregationProcess`, initialized anew), runs it for
 `num_rounds` rounds on clients whose values are all ZERO, so that each
 round's result is its noise alone, and tests that noise against the claimed
-tree (`tff_canary.stats.tree.tree_noise.TreeNoise`).
+tree (`tff_canary.stats.correlated.tree_noise.TreeNoise`).
 
 The claim. Round t's released noise is e_t = sum_k B[t, k] xi_k with xi_k
 iid N(0, sigma^2 I) node noises (`tree_noise`, docs/method/dp-ftrl.md), so
@@ -60,7 +60,7 @@ from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.federated.structures import tree_search
 from tff_canary.stats.noise import noise_stats
-from tff_canary.stats.tree import tree_noise as tree_noise_lib
+from tff_canary.stats.correlated import tree_noise as tree_noise_lib
 from tff_canary.stats import validation
 
 worker_guard.install()

@@ -46,7 +46,7 @@ from typing import Literal
 
 import numpy as np
 
-from tff_canary.stats.tree import tree_noise
+from tff_canary.stats.correlated import tree_noise
 from tff_canary.stats import validation
 
 Bug = Literal["none", "restart_reuse", "double_participation",

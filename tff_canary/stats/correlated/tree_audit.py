@@ -60,7 +60,8 @@ from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.estimators import estimates, scheduled_sums
 from tff_canary.stats.noise import noise_stats
-from tff_canary.stats.tree import tree_accounting, tree_noise, tree_statistics
+from tff_canary.stats.correlated import (tree_accounting, tree_noise,
+                                         tree_statistics)
 from tff_canary.stats import results
 from tff_canary.stats import validation
 

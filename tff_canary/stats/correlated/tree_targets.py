@@ -44,7 +44,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.tree import tree_accounting, tree_noise, tree_statistics
+from tff_canary.stats.correlated import (tree_accounting, tree_noise,
+                                         tree_statistics)
 from tff_canary.stats import validation
 
 NODES = "node release"
