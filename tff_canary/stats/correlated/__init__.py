@@ -1,1 +1,1 @@
-"""DP-FTRL: the tree's correlated noise, statistics that use it, its accounting and its audit."""
+"""Correlated noise as a known linear map of independent node noises (DP-FTRL's tree is one): its statistics, accounting and audit."""
