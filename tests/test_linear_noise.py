@@ -154,7 +154,7 @@ def test_whitening_b_xi_gives_iid_standard_normal():
   assert abs(white.mean()) < 0.01   # 96000 values: standard error 0.0032
 
 
-def test_the_audit_runs_on_a_matrix_mechanism_and_its_self_test_catches_a_wrong_b():
+def test_the_audit_of_a_matrix_mechanism_catches_a_wrong_b():
   noise = linear_noise.linear_noise(_B)
   z = 1.0
   scores, schedule, inserted, rng = _simulated_run(_B, 400, z, seed=4)

@@ -40,10 +40,11 @@ the canary's participation indicators and K =
 restart_period=..., restart_warmup=...).covariance` (`TreeAggregation.noise`),
 what `tff_canary.stats.correlated.tree_statistics` takes. With z = 0 (no
 noise) the unit is the clip, sigma_t = C_t, so an inserted canary adds
-exactly 1; a zero clip gives zero scores. The running statistics of `round_scores` (max
-cosine, scheduled sums) assume independent rounds and are not kept (the
-state's `scores` are empty). Gaussian canaries are not scored in the round
-(record their aggregates, `CanaryConfig.record_aggregates`).
+exactly 1; a zero clip gives zero scores. The running statistics of
+`round_scores` (max cosine, scheduled sums) assume independent rounds and
+are not kept (the state's `scores` are empty). Gaussian canaries are not
+scored in the round (record their aggregates,
+`CanaryConfig.record_aggregates`).
 
 Accounting. The tree query's DpEvent is `dp_accounting.UnsupportedDpEvent`
 every round, and the state carries it unchanged. DP-FTRL's privacy is per
