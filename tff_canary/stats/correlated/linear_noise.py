@@ -155,10 +155,10 @@ class LinearNoise:
     """
     if self.num_nodes != self.num_rounds:
       raise ValueError(
-          f"released is [{self.num_rounds}, {self.num_nodes}]: a B with more "
-          "nodes than rounds releases more than the rounds, so its "
-          "accounting is the mechanism's own (a LinearNoise subclass gives "
-          "release_mu and claim, as tree_noise.TreeNoise does).")
+          f"released is [{self.num_rounds}, {self.num_nodes}], not square: "
+          "its nodes are not its rounds, so its accounting is the "
+          "mechanism's own (a LinearNoise subclass gives release_mu and "
+          "claim, as tree_noise.TreeNoise does).")
     e = np.asarray(epochs)
     return tree_statistics.worst_case_mu(
         self.covariance, e if e.dtype == bool else e != 0,
