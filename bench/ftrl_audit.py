@@ -4,7 +4,7 @@
       [--smoke]
 
 Each trial is one DP-FTRL run with fair-coin orthogonal canaries, simulated
-exactly in the canaries' scores (`tff_canary.stats.tree.tree_simulation`):
+exactly in the canaries' scores (`tff_canary.stats.correlated.tree_simulation`):
 4 epochs of 64 rounds, the tree restarted after each epoch, every inserted
 canary in one drawn round per epoch, plus the mechanism run on zero values
 for the self-test. Each run is audited (`tree_audit.audit_ftrl`, family-wise
@@ -31,7 +31,7 @@ import time
 
 
 import smoke_mode
-from tff_canary.stats.tree import tree_audit, tree_simulation
+from tff_canary.stats.correlated import tree_audit, tree_simulation
 
 DELTA = 1e-5
 SETTINGS = [  # (bug, efficient)

@@ -4,8 +4,8 @@
       [--candidates 2000] [--smoke]
 
 For each noise multiplier z, `trials` seeded DP-FTRL runs with 2000 fair-coin
-orthogonal canaries (`tff_canary.stats.tree.tree_simulation`: 4 epochs of 64
-rounds, the tree restarted after each epoch, one participation per epoch)
+orthogonal canaries (`tff_canary.stats.correlated.tree_simulation`: 4 epochs of
+64 rounds, the tree restarted after each epoch, one participation per epoch)
 and, per run, the estimates of `tree_audit.ftrl_estimates`. The table gives,
 at delta = 1e-5:
 
@@ -36,8 +36,8 @@ import time
 import numpy as np
 
 import smoke_mode
-from tff_canary.stats.tree import (tree_accounting, tree_audit,
-                                   tree_simulation, tree_targets)
+from tff_canary.stats.correlated import (tree_accounting, tree_audit,
+                                         tree_simulation, tree_targets)
 
 DELTA = 1e-5
 

@@ -2,7 +2,7 @@
 
   .venv/bin/python bench/validity.py --mechanism tree [--trials 500]
 
-Each trial is one simulated DP-FTRL run (`tff_canary.stats.tree.
+Each trial is one simulated DP-FTRL run (`tff_canary.stats.correlated.
 tree_simulation`: the efficient tree, 4 epochs of 64 rounds restarted after
 each epoch, 2000 fair-coin orthogonal candidates, one participation per
 epoch). The truth a bound must not exceed is what the released rounds
@@ -29,7 +29,7 @@ import numpy as np
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.audit import audit
 from tff_canary.stats.bounds import lower_bounds
-from tff_canary.stats.tree import tree_simulation, tree_statistics
+from tff_canary.stats.correlated import tree_simulation, tree_statistics
 
 DELTA = 1e-5
 NOISE_MULTIPLIERS = (None, 8.0, 4.0, 2.0)  # None: no canary inserted

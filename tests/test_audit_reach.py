@@ -19,7 +19,8 @@ from tff_canary.stats.audit import audit
 from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.bounds import tight_one_run
-from tff_canary.stats.tree import tree_audit, tree_simulation, tree_targets
+from tff_canary.stats.correlated import (tree_audit, tree_simulation,
+                                         tree_targets)
 
 # 512 coin-flipped candidates, as in the TFF sweep; a small tree.
 _SETTING = tree_simulation.FtrlSetting(

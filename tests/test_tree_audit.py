@@ -14,8 +14,9 @@ from scipy import stats
 
 from tff_canary.stats import results
 from tff_canary.stats.estimators import scheduled_sums
-from tff_canary.stats.tree import (tree_audit, tree_noise, tree_simulation,
-                                   tree_statistics, tree_targets)
+from tff_canary.stats.correlated import (tree_audit, tree_noise,
+                                         tree_simulation, tree_statistics,
+                                         tree_targets)
 
 _SETTING = tree_simulation.FtrlSetting(
     epochs=2, rounds_per_epoch=32, noise_multiplier=2.0, num_candidates=600,

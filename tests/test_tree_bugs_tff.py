@@ -27,8 +27,8 @@ from tff_canary.federated.insertion import factory
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.noise import noise_stats
-from tff_canary.stats.tree import tree_noise
-from tff_canary.stats.tree import tree_simulation
+from tff_canary.stats.correlated import tree_noise
+from tff_canary.stats.correlated import tree_simulation
 
 pytestmark = pytest.mark.tff
 

@@ -78,7 +78,8 @@ def _simulated_run(path, *, extra_participations=0, z=1.0, seed=0):
   400 candidates."""
   from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
   from tff_canary.stats.canaries import canary_config, schedules  # pylint: disable=g-import-not-at-top
-  from tff_canary.stats.tree import tree_noise  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from tff_canary.stats.correlated import tree_noise
   config = dict(task="emnist", data="synthetic", seed=seed, canary_seed=7,
                 dim=10_000, noise_multiplier=z, clip=0.1, clients_per_round=4,
                 num_rounds=32, num_inserted=200, num_held_out=200,

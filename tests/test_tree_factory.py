@@ -5,7 +5,7 @@ The value is two tensors, [32, 8] and [8] (d = 264), the aggregation
 processes are used directly (`factory.create(VALUE).next(state, clients)`),
 and every noisy process has a `noise_seed`, so each test is deterministic
 (`tree_adaptive`'s clipped-count tree too: `seeded_tree_query`). The
-reference law of the scores is `tff_canary.stats.tree.tree_noise`'s
+reference law of the scores is `tff_canary.stats.correlated.tree_noise`'s
 covariance; the reference process is TFF's own
 `DifferentiallyPrivateFactory.tree_aggregation` / `tree_adaptive`.
 """
@@ -31,8 +31,8 @@ from tff_canary.harness.running import run_writer
 from tff_canary.stats.accounting import ledger as ledger_lib
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
-from tff_canary.stats.tree import tree_accounting
-from tff_canary.stats.tree import tree_noise
+from tff_canary.stats.correlated import tree_accounting
+from tff_canary.stats.correlated import tree_noise
 import tensorflow_federated as tff  # pylint: disable=g-bad-import-order
 import tensorflow_privacy as tfp  # pylint: disable=g-bad-import-order
 import test_canary_clients as client_mode  # pylint: disable=g-bad-import-order

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_privacy as tfp
 
-from tff_canary.stats.tree import tree_noise
+from tff_canary.stats.correlated import tree_noise
 
 _DIM = 256  # more basis vectors than any test's generator calls
 

@@ -13,7 +13,8 @@ from scipy import stats
 import tensorflow_privacy as tfp
 
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.tree import tree_accounting, tree_noise, tree_statistics
+from tff_canary.stats.correlated import (tree_accounting, tree_noise,
+                                         tree_statistics)
 
 _NOISE = tree_noise.tree_noise(48, efficient=True, restart_period=16)
 _K = _NOISE.covariance

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.tree import (tree_accounting, tree_noise,
-                                   tree_simulation, tree_statistics,
-                                   tree_targets)
+from tff_canary.stats.correlated import (tree_accounting, tree_noise,
+                                         tree_simulation, tree_statistics,
+                                         tree_targets)
 
 _SETTING = tree_simulation.FtrlSetting(
     epochs=4, rounds_per_epoch=64, noise_multiplier=2.0, num_candidates=200,

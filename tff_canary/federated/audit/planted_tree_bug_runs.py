@@ -1,6 +1,6 @@
 """One real TFF DP-FTRL run per planted tree bug, judged by the DP-FTRL audit.
 
-The TFF counterpart of `tff_canary.stats.tree.tree_simulation` (and of
+The TFF counterpart of `tff_canary.stats.correlated.tree_simulation` (and of
 bench/ftrl_audit.py): `run(config)` runs a `CanaryDPFactory` tree
 aggregation (`planted_tree_bugs.PlantedTreeAggregation`, the tree restarted
 after every epoch, a fixed `noise_seed`) as a TFF aggregation process on a
@@ -47,8 +47,8 @@ from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
-from tff_canary.stats.tree import tree_audit
-from tff_canary.stats.tree import tree_simulation
+from tff_canary.stats.correlated import tree_audit
+from tff_canary.stats.correlated import tree_simulation
 from tff_canary.stats import validation
 
 worker_guard.install()

@@ -1,7 +1,7 @@
 """Planted DP-FTRL bugs as a user would write them: tree queries and a sampler.
 
-The TFF counterparts of `tff_canary.stats.tree.tree_simulation`'s four bugs,
-each an ordinary user-side subclass of a public tensorflow_privacy class
+The TFF counterparts of `tff_canary.stats.correlated.tree_simulation`'s four
+bugs, each an ordinary user-side subclass of a public tensorflow_privacy class
 (`tfp.TreeResidualSumQuery`, `tfp.tree_aggregation.TreeAggregator` /
 `EfficientTreeAggregator`) or of a canary schedule; no TFF or
 tensorflow_privacy module is patched:
@@ -66,7 +66,7 @@ import tensorflow_privacy as tfp
 from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import schedules
-from tff_canary.stats.tree import tree_simulation
+from tff_canary.stats.correlated import tree_simulation
 from tff_canary.stats import validation
 
 worker_guard.install()

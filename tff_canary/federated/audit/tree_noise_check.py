@@ -8,7 +8,7 @@ over a tensorflow_privacy tree query, or a given unweighted
 `tff.templates.AggregationProcess`, initialized anew), runs it for
 `num_rounds` rounds on clients whose values are all ZERO, so that each
 round's result is its noise alone, and tests that noise against the claimed
-tree (`tff_canary.stats.tree.tree_noise.TreeNoise`).
+tree (`tff_canary.stats.correlated.tree_noise.TreeNoise`).
 
 The claim. Round t's released noise is e_t = sum_k B[t, k] xi_k with xi_k
 iid N(0, sigma^2 I) node noises (`tree_noise`, docs/method/dp-ftrl.md), so
@@ -51,7 +51,6 @@ import dataclasses
 from typing import Any, Optional, Sequence
 
 import numpy as np
-from scipy import linalg
 import tensorflow as tf
 
 from tff_canary.federated.audit import noise_check
@@ -60,7 +59,8 @@ from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.federated.structures import tree_search
 from tff_canary.stats.noise import noise_stats
-from tff_canary.stats.tree import tree_noise as tree_noise_lib
+from tff_canary.stats.correlated import linear_noise
+from tff_canary.stats.correlated import tree_noise as tree_noise_lib
 from tff_canary.stats import validation
 
 worker_guard.install()
@@ -123,9 +123,9 @@ def default_rounds(restart_period: Optional[int] = None,
 
 
 def whiten(noise: np.ndarray, covariance: np.ndarray) -> np.ndarray:
-  """L^-1 noise, K = L L^T (as `tree_audit`'s self-test): rows are rounds."""
-  factor = np.linalg.cholesky(covariance)
-  return linalg.solve_triangular(factor, noise, lower=True)
+  """L^-1 noise, K = L L^T (as `tree_audit`'s self-test): rows are rounds
+  (`linear_noise.whiten`)."""
+  return linear_noise.whiten(noise, covariance)
 
 
 def _tree_state(query_state: Any) -> Any:
@@ -306,7 +306,7 @@ def check_tree_noise(
            f"({min(sigmas):.6g}..{max(sigmas):.6g}), denominator "
            f"{denominators[0]:g}")
   check = noise_stats.check_noise(
-      tree_noise_lib.split_tensors(whitened, sizes), 1.0, level=level,
+      linear_noise.split_tensors(whitened, sizes), 1.0, level=level,
       seed=seed, claim=claim, tensor_names=tensor_names)
   released.setflags(write=False)
   return TreeNoiseCheck(passed=check.passed, check=check, noise=released,

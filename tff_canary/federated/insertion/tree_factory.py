@@ -36,14 +36,15 @@ TFF derives with `adaptive_clip_noise_params`, above the argument). A canary
 that took part in round t adds exactly 1/z, and with orthonormal canaries and
 isotropic node noise the rows u_j are independent, u_j ~ N(a_j / z, K), a_j
 the canary's participation indicators and K =
-`tff_canary.stats.tree.tree_noise.tree_noise(T, efficient=...,
+`tff_canary.stats.correlated.tree_noise.tree_noise(T, efficient=...,
 restart_period=..., restart_warmup=...).covariance` (`TreeAggregation.noise`),
-what `tff_canary.stats.tree.tree_statistics` takes. With z = 0 (no noise) the
-unit is the clip, sigma_t = C_t, so an inserted canary adds exactly 1; a zero
-clip gives zero scores. The running statistics of `round_scores` (max
-cosine, scheduled sums) assume independent rounds and are not kept (the
-state's `scores` are empty). Gaussian canaries are not scored in the round
-(record their aggregates, `CanaryConfig.record_aggregates`).
+what `tff_canary.stats.correlated.tree_statistics` takes. With z = 0 (no
+noise) the unit is the clip, sigma_t = C_t, so an inserted canary adds
+exactly 1; a zero clip gives zero scores. The running statistics of
+`round_scores` (max cosine, scheduled sums) assume independent rounds and
+are not kept (the state's `scores` are empty). Gaussian canaries are not
+scored in the round (record their aggregates,
+`CanaryConfig.record_aggregates`).
 
 Accounting. The tree query's DpEvent is `dp_accounting.UnsupportedDpEvent`
 every round, and the state carries it unchanged. DP-FTRL's privacy is per
@@ -54,7 +55,7 @@ can hold it, and the ledger path refuses it with an error that says so
 (`tff_canary.stats.accounting.effective_noise`; `RunWriter` at the first
 round). When each client takes part at most once per tree (Kairouz et al.
 2021, Appendix D: restart every epoch), the claim is
-`tff_canary.stats.tree.tree_accounting.tree_epsilons(z, rounds_per_tree,
+`tff_canary.stats.correlated.tree_accounting.tree_epsilons(z, rounds_per_tree,
 delta=...)` with `TreeAggregation.rounds_per_tree(T)` and z the constructor's
 `noise_multiplier` (for `tree_adaptive` the effective one: its value and
 clipped-count trees compose to it, as in TFF's split).
@@ -97,7 +98,7 @@ from tff_canary.federated.insertion import seeded_tree_query
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
-from tff_canary.stats.tree import tree_noise
+from tff_canary.stats.correlated import tree_noise
 from tff_canary.stats import validation
 
 worker_guard.install()

@@ -53,9 +53,9 @@ from tff_canary.stats import validation
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats.canaries import schedules
-from tff_canary.stats.tree import tree_audit
-from tff_canary.stats.tree import tree_noise
-from tff_canary.stats.tree import tree_targets
+from tff_canary.stats.correlated import tree_audit
+from tff_canary.stats.correlated import tree_noise
+from tff_canary.stats.correlated import tree_targets
 
 FINAL = "final model: epsilon_final (sum of the rounds' scores)"
 SCHEDULED = "all iterates: epsilon_all (scheduled GLS statistic T)"

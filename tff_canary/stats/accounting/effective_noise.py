@@ -61,13 +61,13 @@ def event_precision(event: Any, where: str) -> float:
         "/ tree_adaptive) report it every round. DP-FTRL's privacy is per "
         "tree, not per round, and depends on how often each client takes "
         "part in a tree, which a per-round ledger cannot know: account it "
-        "with tff_canary.stats.tree.tree_accounting.tree_epsilons (each "
+        "with tff_canary.stats.correlated.tree_accounting.tree_epsilons (each "
         "client at most once per tree), distributed DP with "
         "tff_canary.stats.accounting.ddp_accounting.")
   if isinstance(event, dp_accounting.SingleEpochTreeAggregationDpEvent):
     raise ValueError(
         f"{where}: {event!r} is a whole tree's (an epoch of DP-FTRL), not a "
-        "round's Gaussian: account it with tff_canary.stats.tree."
+        "round's Gaussian: account it with tff_canary.stats.correlated."
         "tree_accounting.tree_epsilons, not in a per-round ledger.")
   if isinstance(event, dp_accounting.DpEvent):
     raise ValueError(

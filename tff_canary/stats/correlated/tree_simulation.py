@@ -6,7 +6,8 @@ isotropic Gaussian node noise, canary j's scores over the rounds
 
     u_j = a_j / z + B xi_j,     xi_j ~ N(0, I) independent across canaries,
 
-B the tree's released-noise coefficients (`tree_noise.TreeNoise.released`)
+B the tree's released-noise coefficients (`tree_noise.TreeNoise.released`;
+any `linear_noise.LinearNoise` has the same law of scores with its own B)
 and a_j the rounds canary j took part in, at the clip norm. That is the law
 of the scores in a real run, without the d-dimensional vectors, when the
 clients' data has no component along the canaries (its part is O(1/sqrt(d))
@@ -46,7 +47,7 @@ from typing import Literal
 
 import numpy as np
 
-from tff_canary.stats.tree import tree_noise
+from tff_canary.stats.correlated import tree_noise
 from tff_canary.stats import validation
 
 Bug = Literal["none", "restart_reuse", "double_participation",

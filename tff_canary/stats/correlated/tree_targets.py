@@ -31,6 +31,11 @@ final model holds the sum of the rounds, whose canary score is N(P_j / z,
 1^T K 1) (`tree_audit.ftrl_estimates`), so its target is the mean over the
 inserted canaries of P_j / (z sqrt(1^T K 1)), P_j canary j's rounds.
 
+Only the node release is the tree's own: the rest needs the rounds'
+covariance K alone, so `tree_targets` takes any `linear_noise.LinearNoise`.
+For a square B (a matrix mechanism, B = C^-1) the nodes are the rounds, and
+the node release equals the rounds' worst case (`LinearNoise.release_mu`).
+
 NumPy/SciPy only.
 """
 
@@ -44,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.tree import tree_accounting, tree_noise, tree_statistics
+from tff_canary.stats.correlated import linear_noise, tree_statistics
 from tff_canary.stats import validation
 
 NODES = "node release"
@@ -95,22 +100,27 @@ class TreeTargets:
     return dataclasses.asdict(self)
 
 
-def tree_targets(noise: tree_noise.TreeNoise, schedule: npt.ArrayLike,
+def tree_targets(noise: linear_noise.LinearNoise, schedule: npt.ArrayLike,
                  inserted: npt.ArrayLike, *, rounds_per_epoch: int,
                  noise_multiplier: float, delta: float) -> TreeTargets:
   """The epsilons of `TreeTargets` for a run's claimed tree and canaries.
 
   Args:
-    noise: the claimed tree (`tree_noise.tree_noise`), restarted after every
-      epoch of `rounds_per_epoch` rounds.
+    noise: the claimed noise, a `linear_noise.LinearNoise` (the tree's:
+      `tree_noise.tree_noise`), restarted after every epoch of
+      `rounds_per_epoch` rounds. Its node release is `noise.release_mu`
+      (the tree's `tree_accounting.node_mu`; for a square B, the rounds'
+      worst case).
     schedule: [candidates, rounds] Boolean (or 0/1), each candidate's rounds.
     inserted: [candidates] Boolean, which candidates were inserted.
     rounds_per_epoch: the epoch length.
     noise_multiplier: z > 0, the node noise over the clip.
     delta: in (0, 1).
   """
-  if not isinstance(noise, tree_noise.TreeNoise):
-    raise TypeError(f"noise must be a TreeNoise, got {type(noise).__name__}.")
+  if not isinstance(noise, linear_noise.LinearNoise):
+    raise TypeError(f"noise must be a linear_noise.LinearNoise (DP-FTRL's "
+                    f"tree: a tree_noise.TreeNoise), got "
+                    f"{type(noise).__name__}.")
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   delta = validation.as_open_unit(delta, "delta")
   per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
@@ -127,7 +137,7 @@ def tree_targets(noise: tree_noise.TreeNoise, schedule: npt.ArrayLike,
   covariance = noise.covariance
   epochs = tree_statistics.epoch_matrix(noise.num_rounds, per)
   mu_j = tree_statistics.schedule_mu(a[mask], covariance, noise_multiplier=z)
-  node = tree_accounting.node_mu(z, [int(n) for n in epochs.sum(axis=0)])
+  node = noise.release_mu(z, epochs)
   worst = tree_statistics.worst_case_mu(covariance, epochs,
                                         noise_multiplier=z)
   rounds = (a[mask] != 0).sum(axis=1)

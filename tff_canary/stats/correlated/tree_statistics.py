@@ -7,9 +7,12 @@ of clipped updates, in units of the node noise sigma = z C:
     u_{j,t} = <c_j, sum_t> / sigma  ~  N(a_{j,t} / z, K)   over t,
 
 where a_{j,t} = 1 when canary j took part in round t (at the clip norm C),
-K is the tree's round covariance (`tree_noise.TreeNoise.covariance`), and the
-canaries' noise vectors are exactly independent (orthonormal directions,
-isotropic noise). A statistic that treats the rounds as independent is wrong
+K is the rounds' covariance of the claimed noise, B B^T for released noise
+B xi (`linear_noise.LinearNoise.covariance`: the tree's, or any known linear
+map of independent node noises, such as a matrix mechanism's B = C^-1), and
+the canaries' noise vectors are exactly independent (orthonormal directions,
+isotropic noise). Nothing below uses more than K, so every statistic holds
+for any such B. A statistic that treats the rounds as independent is wrong
 here: the tree's released noises are differences of prefix noises, so
 neighbouring rounds are correlated, and the variance of a sum of rounds is
 not the sum of their variances.
@@ -126,7 +129,7 @@ def schedule_mu(schedule: npt.ArrayLike, covariance: npt.ArrayLike, *,
 
   Args:
     schedule: [canaries, rounds] Boolean a_j.
-    covariance: K, [rounds, rounds] (`TreeNoise.covariance`).
+    covariance: K, [rounds, rounds] (`LinearNoise.covariance`).
     noise_multiplier: z > 0, the node noise over the clip.
   """
   k = _covariance(covariance)
@@ -144,17 +147,19 @@ def worst_case_mu(covariance: npt.ArrayLike, epochs: npt.ArrayLike, *,
   What the released rounds reveal (GDP) about the participant they reveal
   most about, among those who take part at most once per epoch (DP-FTRL's
   participation; Kairouz et al. 2021, arXiv 2103.00039, Appendix D). With
-  the tree restarted after every epoch, K is block-diagonal by epoch, so
+  the noise restarted after every epoch (the tree; a matrix mechanism with a
+  per-epoch block of its strategy C), K is block-diagonal by epoch, so
   `schedule_mu` of one round t_e per epoch is sqrt(sum_e (K_e^-1)_{t_e t_e})
   / z and the largest is the formula above. The node release's mu
   (`tree_accounting.node_mu`, sqrt(sum_e h_e) / z) bounds it; for the plain
   tree the two are equal (round 0 of a tree is on a path of h nodes, each
   released alone), for Honaker's efficient tree ("Efficient Use of
   Differentially Private Binary Trees", 2015) this is smaller: its rounds
-  release less than its nodes.
+  release less than its nodes. For a square B = C^-1 the nodes are the
+  rounds, and this is the release's mu: sqrt(sum_e max_t ||C_e e_t||^2) / z.
 
   Args:
-    covariance: K, [rounds, rounds] (`TreeNoise.covariance`), with no
+    covariance: K, [rounds, rounds] (`LinearNoise.covariance`), with no
       covariance between rounds of different epochs.
     epochs: [rounds, epochs] Boolean, which epoch each round is in
       (`epoch_matrix`).
@@ -172,8 +177,8 @@ def worst_case_mu(covariance: npt.ArrayLike, epochs: npt.ArrayLike, *,
   same_epoch = (e.astype(np.float64) @ e.T.astype(np.float64)) > 0
   if np.any(np.abs(k[~same_epoch]) > 1e-12 * np.abs(k).max()):
     raise ValueError("covariance correlates rounds of different epochs: the "
-                     "tree must restart after every epoch for one "
-                     "participation per epoch to be its worst case.")
+                     "noise (the tree) must restart after every epoch for "
+                     "one participation per epoch to be its worst case.")
   precision = np.diag(linalg.cho_solve(_factor(k), np.eye(k.shape[0])))
   total = sum(float(precision[e[:, i]].max()) for i in range(e.shape[1])
               if e[:, i].any())

@@ -36,16 +36,23 @@ runs the real query on basis-vector noise and compares). The generator calls
 that a reset throws away (the node drawn for the next leaf of a finished
 tree) are columns of zeros.
 
-NumPy only.
+`TreeNoise` is the tree's `linear_noise.LinearNoise` (B, K, one block per
+tree), which is all the statistics, the targets and the audit use, plus the
+tree's own accounting of its node release (`tree_accounting`): more nodes
+than rounds, so not the rounds' worst case.
+
+NumPy and dp-accounting only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
+import numpy.typing as npt
 
+from tff_canary.stats.correlated import linear_noise, tree_accounting
 from tff_canary.stats import validation
 
 
@@ -126,74 +133,57 @@ def restart_rounds(num_rounds: int, restart_period: Optional[int],
 
 
 @dataclasses.dataclass(frozen=True)
-class TreeNoise:
-  """The released noise of a DP-FTRL run, in units of the node noise sigma.
+class TreeNoise(linear_noise.LinearNoise):
+  """The released noise of a DP-FTRL run, in units of the node noise sigma:
+  the tree's `linear_noise.LinearNoise`, one block per tree.
 
   Attributes:
-    num_rounds: T, rounds released.
+    released: [T, K] float64, B: round t's released noise is
+      sum_k released[t, k] xi_k, xi_k iid node noises (module docstring).
+    round_block: [T] int, the tree each round belongs to (`round_tree`).
     efficient: True for Honaker's efficient tree.
     restart_period: the restart period, as given (None: no restart).
     restart_warmup: the restart warmup, as given.
-    released: [T, K] float64, B: round t's released noise is
-      sum_k released[t, k] xi_k, xi_k iid node noises (module docstring).
     prefix: [T, K] float64, A: the noise on the prefix sum of round t within
       its tree.
     call_tree, call_index, call_level: [K] int, for each generator call its
       tree, its position among its tree's calls, and its node's level.
-    round_tree: [T] int, the tree each round belongs to.
   """
 
-  num_rounds: int
   efficient: bool
   restart_period: Optional[int]
   restart_warmup: Optional[int]
-  released: np.ndarray
   prefix: np.ndarray
   call_tree: np.ndarray
   call_index: np.ndarray
   call_level: np.ndarray
-  round_tree: np.ndarray
 
   @property
-  def covariance(self) -> np.ndarray:
-    """K = B B^T, [T, T]: the rounds' noise covariance over sigma^2."""
-    return self.released @ self.released.T
-
-  @property
-  def correlation(self) -> np.ndarray:
-    """K scaled to unit diagonal: the covariance of per-round z-scores."""
-    k = self.covariance
-    s = 1.0 / np.sqrt(np.diag(k))
-    return k * s[:, None] * s[None, :]
+  def round_tree(self) -> np.ndarray:
+    """[T] int, the tree each round belongs to (`round_block`)."""
+    return self.round_block
 
   @property
   def num_trees(self) -> int:
-    return int(self.round_tree[-1]) + 1
+    return self.num_blocks
 
-  def final_variance(self) -> float:
-    """1^T K 1: the variance over sigma^2 of the noise on the sum of all rounds."""
-    total = self.released.sum(axis=0)
-    return float(total @ total)
+  def release_mu(self, noise_multiplier: float,
+                 epochs: npt.ArrayLike) -> float:
+    """The node release's mu, one tree per epoch (`tree_accounting.node_mu`):
+    every node released, a participation on one leaf's path per tree."""
+    sizes = [int(n) for n in np.asarray(epochs).sum(axis=0)]
+    return tree_accounting.node_mu(noise_multiplier, sizes)
 
-  def with_coefficients(self, released: np.ndarray) -> "TreeNoise":
-    """The same structure with other released coefficients (a planted bug)."""
-    return dataclasses.replace(self, released=np.asarray(released, float))
+  def claim(self, noise_multiplier: float, epochs: npt.ArrayLike, *,
+            delta: float) -> tree_accounting.TreeEpsilons:
+    """Both accountings of the tree, one tree per epoch
+    (`tree_accounting.tree_epsilons`)."""
+    sizes = [int(n) for n in np.asarray(epochs).sum(axis=0)]
+    return tree_accounting.tree_epsilons(noise_multiplier, sizes,
+                                         delta=delta)
 
 
-def split_tensors(noise: np.ndarray,
-                  sizes: Sequence[int]) -> list[list[np.ndarray]]:
-  """[T, d] rows (a value's tensors side by side) -> T rounds of the tensors
-  of `sizes`: `noise_stats.check_noise`'s input, so that its tests between
-  tensors run (a tree self-test's whitened noise keeps each coordinate's
-  column, so it splits like the released noise)."""
-  noise = np.asarray(noise)
-  sizes = [validation.as_int(n, f"sizes[{k}]", minimum=1)
-           for k, n in enumerate(sizes)]
-  if noise.ndim != 2 or sum(sizes) != noise.shape[1]:
-    raise ValueError(f"the tensor sizes {sizes} must add up to the noise's "
-                     f"coordinates, got noise of shape {noise.shape}.")
-  edges = np.cumsum([0] + sizes)
-  return [[row[a:b] for a, b in zip(edges[:-1], edges[1:])] for row in noise]
+split_tensors = linear_noise.split_tensors
 
 
 def tree_noise(num_rounds: int, *, efficient: bool = True,
@@ -252,13 +242,12 @@ def tree_noise(num_rounds: int, *, efficient: bool = True,
     for k, c in released_rows[t].items():
       released[t, k] = c
   return TreeNoise(
-      num_rounds=num_rounds, efficient=efficient,
+      released=released, round_block=round_tree, efficient=efficient,
       restart_period=restart_period, restart_warmup=restart_warmup,
-      released=released, prefix=prefix,
+      prefix=prefix,
       call_tree=np.array([c.tree for c in calls], dtype=np.int64),
       call_index=np.array([c.index for c in calls], dtype=np.int64),
-      call_level=np.array([c.level for c in calls], dtype=np.int64),
-      round_tree=round_tree)
+      call_level=np.array([c.level for c in calls], dtype=np.int64))
 
 
 __all__ = ["TreeNoise", "restart_rounds", "split_tensors", "tree_noise"]

@@ -5,7 +5,10 @@ tree's (independent N(0, sigma^2) node noises, combined as the query says),
 each client contributes at most once per epoch and at most the clip norm
 C, and together these give the epsilon claimed. `audit_ftrl` checks each,
 at a family-wise level `level` split evenly (Bonferroni), so a correct
-mechanism raises an alarm with probability at most `level`:
+mechanism raises an alarm with probability at most `level`. The claimed
+noise is a `linear_noise.LinearNoise`: the tree's (`tree_noise.TreeNoise`),
+or any known B with one block per epoch (a matrix mechanism restarted every
+epoch), whose claim is then the rounds' own (`LinearNoise.claim`):
 
 * "self-test": the mechanism run on zero values (`self_test_noise`, rounds x
   coordinates) is whitened by the claimed round covariance, e_t -> L^-1 e
@@ -49,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -60,7 +63,8 @@ from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.estimators import estimates, scheduled_sums
 from tff_canary.stats.noise import noise_stats
-from tff_canary.stats.tree import tree_accounting, tree_noise, tree_statistics
+from tff_canary.stats.correlated import (linear_noise, tree_accounting,
+                                         tree_statistics)
 from tff_canary.stats import results
 from tff_canary.stats import validation
 
@@ -75,7 +79,8 @@ class FtrlAudit:
     refuted: True when any check failed.
     caught_by: the checks that failed, in `CHECKS` order.
     level: family-wise false-alarm level; each check runs at level / checks.
-    claim: the analytical epsilons (`tree_accounting.TreeEpsilons`).
+    claim: the analytical epsilons (`noise.claim`: the tree's
+      `tree_accounting.TreeEpsilons`, or `linear_noise.LinearEpsilons`).
     self_test: the whitened noise check, or None without self-test noise.
     contribution_excess: the inserted canaries' mean excess contribution
       per epoch, in units of one participation at the clip norm (0 under
@@ -95,7 +100,7 @@ class FtrlAudit:
   refuted: bool
   caught_by: tuple[str, ...]
   level: float
-  claim: tree_accounting.TreeEpsilons
+  claim: Union[tree_accounting.TreeEpsilons, linear_noise.LinearEpsilons]
   self_test: Optional[noise_stats.NoiseCheck]
   contribution_excess: float
   contribution_spread: float
@@ -153,22 +158,22 @@ class Contribution:
   inserted: int
 
 
-def _epochs(noise: tree_noise.TreeNoise, per: int) -> np.ndarray:
-  """E, float [rounds, epochs], after checking the tree restarts per epoch."""
+def _epochs(noise: linear_noise.LinearNoise, per: int) -> np.ndarray:
+  """E, float [rounds, epochs], after checking the noise restarts per epoch."""
   epochs = tree_statistics.epoch_matrix(noise.num_rounds, per)
   epoch_of_round = np.arange(noise.num_rounds) // per
-  if not np.array_equal(noise.round_tree, epoch_of_round):
-    starts = np.flatnonzero(np.diff(noise.round_tree, prepend=-1))
+  if not np.array_equal(noise.round_block, epoch_of_round):
     raise ValueError(
-        f"the claimed tree must restart after every epoch of "
-        f"rounds_per_epoch={per} rounds (tree_accounting assumes one tree "
-        f"per epoch); its trees start at rounds {starts.tolist()[:8]}.")
+        f"the claimed noise must restart after every epoch of "
+        f"rounds_per_epoch={per} rounds (the accounting assumes one block, "
+        f"e.g. one tree, per epoch); its blocks start at rounds "
+        f"{noise.block_starts()[:8]}.")
   return epochs.astype(np.float64)
 
 
 def contribution_check(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                        inserted: npt.ArrayLike, *,
-                       noise: tree_noise.TreeNoise, rounds_per_epoch: int,
+                       noise: linear_noise.LinearNoise, rounds_per_epoch: int,
                        noise_multiplier: float) -> Contribution:
   """What the inserted canaries put into the sums per epoch, tested.
 
@@ -211,13 +216,15 @@ def contribution_check(scores: npt.ArrayLike, schedule: npt.ArrayLike,
 
 def _inputs(scores, schedule, inserted, noise):
   """Checked (scores, schedule, inserted mask, covariance)."""
-  if not isinstance(noise, tree_noise.TreeNoise):
-    raise TypeError(f"noise must be a TreeNoise, got {type(noise).__name__}.")
+  if not isinstance(noise, linear_noise.LinearNoise):
+    raise TypeError(f"noise must be a linear_noise.LinearNoise (DP-FTRL's "
+                    f"tree: a tree_noise.TreeNoise), got "
+                    f"{type(noise).__name__}.")
   covariance = noise.covariance
   u = np.asarray(scores, dtype=np.float64)
   if u.ndim != 2 or u.shape[1] != noise.num_rounds:
     raise ValueError(f"scores must be [candidates, rounds] with "
-                     f"{noise.num_rounds} rounds (the tree's), got shape "
+                     f"{noise.num_rounds} rounds (the noise's), got shape "
                      f"{u.shape}.")
   mask = np.asarray(inserted)
   if mask.dtype != bool or mask.shape != (u.shape[0],):
@@ -230,13 +237,8 @@ def _inputs(scores, schedule, inserted, noise):
   return u, np.asarray(schedule), mask, covariance
 
 
-def _whitened(noise: np.ndarray, covariance: np.ndarray) -> np.ndarray:
-  factor = np.linalg.cholesky(covariance)
-  return linalg.solve_triangular(factor, noise, lower=True)
-
-
 def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
-               inserted: npt.ArrayLike, *, noise: tree_noise.TreeNoise,
+               inserted: npt.ArrayLike, *, noise: linear_noise.LinearNoise,
                rounds_per_epoch: int, noise_multiplier: float, delta: float,
                self_test_noise: Optional[npt.ArrayLike] = None,
                self_test_sizes: Optional[Sequence[int]] = None,
@@ -248,8 +250,10 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
     scores: [candidates, rounds] u_{j,t}, in units of the node noise.
     schedule: [candidates, rounds] Boolean, each candidate's schedule.
     inserted: [candidates] Boolean, the fair coins.
-    noise: the claimed tree (`tree_noise.tree_noise`).
-    rounds_per_epoch: the epoch length; the tree restarts after each epoch.
+    noise: the claimed noise, a `linear_noise.LinearNoise` (the tree's:
+      `tree_noise.tree_noise`).
+    rounds_per_epoch: the epoch length; the noise restarts after each
+      epoch (one block per epoch).
     noise_multiplier: the claimed z.
     delta: the claim's delta.
     self_test_noise: [rounds, coordinates] the mechanism on zero values in
@@ -260,15 +264,15 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       tensor.
     level: family-wise false-alarm level in (0, 1).
     claimed_epsilon: the epsilon the bounds are held against; default the
-      tree's analytical one (`tree_accounting.tree_epsilons(...).epsilon`).
+      noise's analytical one (`noise.claim(...).epsilon`; the tree's:
+      `tree_accounting.tree_epsilons(...).epsilon`).
   """
   u, a, mask, covariance = _inputs(scores, schedule, inserted, noise)
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   level = validation.as_open_unit(level, "level")
   per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
   epochs = _epochs(noise, per)
-  claim = tree_accounting.tree_epsilons(
-      z, [int(n) for n in epochs.sum(axis=0)], delta=delta)
+  claim = noise.claim(z, epochs, delta=delta)
   checks = len(CHECKS) if self_test_noise is not None else len(CHECKS) - 1
   each = level / checks
   t_stat = tree_statistics.scheduled_statistic(u, a, covariance)
@@ -299,7 +303,7 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                        f"{noise.num_rounds} rounds, got shape {e.shape}.")
     sizes = [e.shape[1]] if self_test_sizes is None else self_test_sizes
     try:
-      tensors = tree_noise.split_tensors(_whitened(e, covariance), sizes)
+      tensors = linear_noise.split_tensors(noise.whiten(e), sizes)
     except ValueError as error:
       raise ValueError(f"self_test_sizes: {error}") from None
     self_test = noise_stats.check_noise(
@@ -344,7 +348,7 @@ class FtrlEstimates:
 
 
 def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
-                   inserted: npt.ArrayLike, *, noise: tree_noise.TreeNoise,
+                   inserted: npt.ArrayLike, *, noise: linear_noise.LinearNoise,
                    noise_multiplier: float, delta: float,
                    confidence: float = 0.95) -> FtrlEstimates:
   """The estimates of `FtrlEstimates` from one run's canary scores."""

@@ -1,1 +1,0 @@
-"""DP-FTRL: the tree's correlated noise, statistics that use it, its accounting and its audit."""
