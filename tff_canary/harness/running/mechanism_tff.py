@@ -31,10 +31,9 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_canary.federated.audit import noise_check as noise_check_lib
-from tff_canary.federated.insertion import canary_process
 from tff_canary.federated.insertion import client_round_state
-from tff_canary.federated.structures import tree_search
 from tff_canary.harness.mechanisms import registry
+from tff_canary.harness.running import round_metrics
 from tff_canary.harness.running import tasks
 
 # The noise check draws from its own seed: the run's noise seed + this tag.
@@ -100,7 +99,7 @@ class TffMechanism:
     server-side round: its `output` and the canary aggregator's
     `measurements`. DP-FedAvg's: the canary aggregator's DpEvent."""
     return (tff.aggregators.differential_privacy.extract_dp_event_from_state(
-        canary_state(output.state)), None)
+        round_metrics.canary_state(output.state)), None)
 
   def client_round(self, config, output, clip: float
                    ) -> tuple[Any, Optional[np.ndarray]]:
@@ -125,16 +124,10 @@ def of(config) -> TffMechanism:
   return importlib.import_module(mechanism.tff_half).TFF_MECHANISM
 
 
-def canary_state(state) -> Any:
-  """The canary aggregator's state in a process `state`."""
-  return tree_search.find_first(state.aggregator, lambda s: isinstance(
-      s, canary_process.CanaryDPAggregatorState))
-
-
 def trainable_type(task: tasks.Task):
   """The TFF type of the task's trainable weights."""
   return tff.learning.models.weights_type_from_model(task.model_fn).trainable
 
 
-__all__ = ["NOISE_CHECK_TAG", "NoiseCheckInputs", "TffMechanism",
-           "canary_state", "of", "trainable_type"]
+__all__ = ["NOISE_CHECK_TAG", "NoiseCheckInputs", "TffMechanism", "of",
+           "trainable_type"]

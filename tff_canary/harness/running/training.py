@@ -29,29 +29,13 @@ from typing import Optional
 
 
 from tff_canary.federated.scores import aggregate_recorder
-from tff_canary.federated.structures import tree_search
 from tff_canary.harness.running import client_insertion
 from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.running import resume
+from tff_canary.harness.running import round_metrics
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.running import tasks
-
-
-def _canary_measurements(metrics) -> dict:
-  return tree_search.find_first(
-      metrics, lambda m: isinstance(m, dict) and "canaries_inserted" in m
-  ) or {}
-
-
-def _train_metrics(metrics) -> tuple[float, float]:
-  train = tree_search.find_first(metrics.get("client_work", metrics),
-                                 lambda m: isinstance(m, dict) and "loss" in m)
-  if not train:
-    return float("nan"), float("nan")
-  accuracy = next((v for k, v in train.items() if "accuracy" in k),
-                  float("nan"))
-  return float(train["loss"]), float(accuracy)
 
 
 def _evaluate(keras_model, test_data, model_weights) -> tuple[float, float]:
@@ -88,7 +72,8 @@ def train(process, state, *, task: tasks.Task,
         output = process.next(state, client_data)
         if recorder is not None:
           recorder.record(output.metrics)
-        canary = _canary_measurements(output.metrics.get("aggregator", {}))
+        canary = round_metrics.canary_measurements(
+            output.metrics.get("aggregator", {})) or {}
         clip = float(canary.get("clip", float("nan")))
         inserted = int(canary.get("canaries_inserted", 0))
         event, scores = mechanism.server_round(output, canary)
@@ -98,7 +83,7 @@ def train(process, state, *, task: tasks.Task,
       if scores is not None:  # a mechanism scored per round (DP-FTRL)
         history.tree_scores.append(scores)
       state = output.state
-      loss, accuracy = _train_metrics(output.metrics)
+      loss, accuracy = round_metrics.train_loss_accuracy(output.metrics)
       if event is not None:  # None: DDP and DP-FTRL (module docstring)
         events.append(event)
       row = dict(round=round_num, loss=loss, accuracy=accuracy, clip=clip,
