@@ -109,7 +109,7 @@ def _outcome(round_num, canary_id, zeroed):
 
 def test_an_old_run_directory_reports_server_side_canaries(tmp_path):
   import fake_runs  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
   report = report_lib.build_report(fake_runs.make_run(tmp_path / "old"))
   line = ("insertion: server-side canaries, added to the DP sum at the "
           "round's clip (they see the noise step only)")
@@ -121,7 +121,7 @@ def test_an_old_run_directory_reports_server_side_canaries(tmp_path):
 
 def test_the_report_lists_every_zeroed_canary(tmp_path):
   import fake_runs  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
   from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
   path = fake_runs.make_run(tmp_path / "run")
   rd = run_dir.RunDir(path)
@@ -279,7 +279,7 @@ def _tiny(path, **overrides):
 
 
 def _run(config):
-  from tff_canary.harness.running import experiment# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
   return experiment.run_experiment(config, progress=False,
                                    log=lambda *a: None)
 
@@ -394,7 +394,7 @@ def test_a_killed_client_mode_run_resumes_with_its_outcomes(tmp_path,
                                                             monkeypatch):
   # Killed at the second checkpoint (round 4 of 4): the resumed run redoes
   # rounds 2-3 and keeps rounds 0-1's canary outcomes, each once.
-  from tff_canary.harness.running import training# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import training  # pylint: disable=g-import-not-at-top
   checkpoint = training._checkpoint  # pylint: disable=protected-access
   calls = []
 

@@ -19,6 +19,7 @@ import pytest
 
 import run_files
 from tff_canary.harness.config import experiment_config
+from tff_canary.harness.mechanisms import ddp as ddp_mechanism
 from tff_canary.harness.recording import run_dir
 from tff_canary.stats import atomic_files
 from tff_canary.stats.accounting import ddp_accounting
@@ -48,7 +49,7 @@ def test_ddp_defaults_are_tffs_and_gaussian_has_none(tmp_path):
   gaussian = experiment_config.ExperimentConfig(output_dir=str(tmp_path))
   assert gaussian.aggregator == "gaussian"
   assert all(getattr(gaussian, k) is None
-             for k in experiment_config.DDP_DEFAULTS)
+             for k in ddp_mechanism.DEFAULTS)
   assert experiment_config.AGGREGATORS == ("gaussian", "ddp", "tree")
 
 
@@ -86,7 +87,7 @@ def test_config_json_round_trip_and_old_files(tmp_path):
       if k in config.as_dict()})
   assert again.aggregator == "ddp" and all(
       getattr(again, k) == getattr(config, k)
-      for k in experiment_config.DDP_DEFAULTS)
+      for k in ddp_mechanism.DEFAULTS)
   assert (again.ddp_bits, again.ddp_mechanism, again.ddp_rotation,
           again.ddp_beta) == (16, "distributed_dgauss", "hd", 0.1)
   assert experiment_config.aggregator_of(values) == "ddp"
@@ -149,7 +150,7 @@ def test_a_bad_ddp_flag_is_answered_before_tensorflow_loads(tmp_path, flags,
 def test_the_report_of_a_ddp_run_shows_and_audits_the_ddp_bound(
     tmp_path, mechanism, paper):
   import fake_runs  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
   path = fake_runs.make_run(tmp_path / "run", noise_multiplier=0.8)
   rd = run_dir.RunDir(path)
   os.remove(rd.file(run_dir.LEDGER))  # a DDP run has none
@@ -195,7 +196,7 @@ def test_the_report_of_a_ddp_run_shows_and_audits_the_ddp_bound(
 
 def test_a_ddp_config_json_without_its_parameters_is_an_error(tmp_path):
   import fake_runs  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
   path = fake_runs.make_run(tmp_path / "run")
   rd = run_dir.RunDir(path)
   atomic_files.write_json(rd.file(run_dir.CONFIG), dict(
@@ -210,9 +211,10 @@ def test_a_ddp_config_json_without_its_parameters_is_an_error(tmp_path):
 
 def test_a_gaussian_report_has_no_ddp_bound(tmp_path):
   import fake_runs  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
   report = report_lib.build_report(fake_runs.make_run(tmp_path / "run"))
-  assert report.ddp is None and report.as_dict()["ddp_bound"] is None
+  assert report.analytical_claim.detail is None
+  assert report.as_dict()["ddp_bound"] is None
   assert [r[0] for r in report.rows() if r[1] == "analytical"][0] == (
       "analytical: one participation")
 
@@ -266,8 +268,8 @@ def _tiny(path, **overrides):
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
   """One tiny DDP run at noise 0: (report, run dir, trained state)."""
-  from tff_canary.harness.running import experiment# pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import training# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import training  # pylint: disable=g-import-not-at-top
   path = tmp_path_factory.mktemp("ddp") / "run"
   trained = {}
   train = training.train
@@ -373,9 +375,10 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
   # std the factory claims in model units, zero.
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import dp_fedavg# pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import experiment# pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import tasks# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import dp_fedavg  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import ddp_tff  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import tasks  # pylint: disable=g-import-not-at-top
   config = _tiny(tmp_path / "run", noise_multiplier=0.7, ddp_bits=18,
                  ddp_mechanism="distributed_dgauss")
   task = experiment.build_task(config, experiment.load_data(config))
@@ -388,9 +391,9 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
       return "checked"
     return record
 
-  monkeypatch.setattr(dp_fedavg.ddp_noise_check, "check_ddp_noise",
+  monkeypatch.setattr(ddp_tff.ddp_noise_check, "check_ddp_noise",
                       spy("rotated"))
-  monkeypatch.setattr(dp_fedavg.noise_check, "check_aggregation_noise",
+  monkeypatch.setattr(ddp_tff.noise_check_lib, "check_aggregation_noise",
                       spy("released"))
   assert dp_fedavg.run_noise_check(config, task, 1, None) == "checked"
   params = ddp_parameters.ddp_parameters(
@@ -418,7 +421,7 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
 def test_a_ddp_run_resumes_without_a_ledger(tmp_path):
   # A DDP run writes no ledger.json: its history up to a checkpoint is
   # metrics.csv alone (a Gaussian run's would be incomplete without it).
-  from tff_canary.harness.running import resume# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import resume  # pylint: disable=g-import-not-at-top
   rd = run_dir.RunDir(tmp_path)
   rd.save_metrics([dict(round=r, clip=1.0) for r in range(3)])
   history = resume.load_history(rd, 2, ledger=False)

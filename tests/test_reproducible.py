@@ -39,7 +39,7 @@ FLAGS = ["--num_rounds=8", "--clients_per_round=10", "--num_inserted=4",
 
 @pytest.fixture(scope="module")
 def emnist():
-  from tff_canary.harness.running import datasets, tasks# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import datasets, tasks  # pylint: disable=g-import-not-at-top
   return tasks.emnist_task(datasets.synthetic_emnist(
       num_clients=10, examples_per_client=32))
 
@@ -76,7 +76,7 @@ def test_metrics_rows_read_back_keep_their_text(tmp_path):
   # A resumed run reads metrics.csv back and rewrites it. Integer columns
   # used to come back as floats ("2" became "2.0"), so a killed-then-resumed
   # run's metrics.csv differed in text from an uninterrupted run's.
-  from tff_canary.harness.recording import run_dir# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.recording import run_dir  # pylint: disable=g-import-not-at-top
   rows = [dict(round=0, loss=4.131603240966797, accuracy=0.015625,
                clip=0.10000000149011612, canaries_inserted=2, clients=50,
                seconds=22.472),

@@ -265,7 +265,7 @@ def defined_flags(name: str) -> set[str]:
     elif attr == "define_flags" and getattr(node.func.value, "id",
                                             None) == "experiment_flags":
       absl = True
-      from tff_canary.harness.config import experiment_config# pylint: disable=g-import-not-at-top
+      from tff_canary.harness.config import experiment_config  # pylint: disable=g-import-not-at-top
       for field in dataclasses.fields(experiment_config.ExperimentConfig):
         names |= {field.name, "no" + field.name}
       names |= {"smoke", "nosmoke"}

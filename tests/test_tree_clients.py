@@ -161,7 +161,7 @@ def test_a_canary_client_adds_exactly_one_over_z_to_its_rounds_score():
   from tff_canary.federated.insertion import orthogonal_transform  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import scoring_factory  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import tree_factory  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import client_insertion# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import client_insertion  # pylint: disable=g-import-not-at-top
   from tff_canary.stats.canaries import canary_config, schedules  # pylint: disable=g-import-not-at-top
   z, clip, n, rounds = 0.5, 0.1, 4.0, 6
   shapes = ([40], [24])
@@ -216,7 +216,7 @@ Z, CLIP, PER_ROUND, ROUNDS, CANDIDATES = 0.1, 0.1, 3, 4, 12
 
 @pytest.fixture(scope="module")
 def tree_clients_run(tmp_path_factory):
-  from tff_canary.harness.running import experiment# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
   path = tmp_path_factory.mktemp("tree_clients") / "run"
   config = _config(
       path, num_rounds=ROUNDS, num_clients=6, clients_per_round=PER_ROUND,

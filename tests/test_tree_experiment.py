@@ -107,7 +107,7 @@ def _simulated_run(path, *, extra_participations=0, z=1.0, seed=0):
 
 
 def test_the_report_of_simulated_scores_finds_their_signal(tmp_path):
-  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
   rd = _simulated_run(tmp_path / "run")
   report = report_lib.build_report(rd.path)
   assert not report.audit.refuted, str(report.audit)
@@ -126,8 +126,8 @@ def test_the_report_of_simulated_scores_finds_their_signal(tmp_path):
 
 def test_the_tree_report_shows_the_three_epsilons_and_what_each_targets(
     tmp_path):
-  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
-  from tff_canary.harness.reporting import tree_report# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import tree_report  # pylint: disable=g-import-not-at-top
   report = report_lib.build_report(_simulated_run(tmp_path / "run").path)
   t = report.targets
   # The efficient tree of 8 rounds: its rounds show less than its nodes.
@@ -163,7 +163,7 @@ def test_the_tree_report_shows_the_three_epsilons_and_what_each_targets(
 
 
 def test_a_tree_report_refuses_a_run_without_fair_coins(tmp_path):
-  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
   rd = _simulated_run(tmp_path / "run")
   config = rd.load_config()
   config["assignment"] = "fixed"
@@ -174,7 +174,7 @@ def test_a_tree_report_refuses_a_run_without_fair_coins(tmp_path):
 
 
 def test_the_report_refutes_a_client_counted_twice_per_tree(tmp_path):
-  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
   rd = _simulated_run(tmp_path / "run", extra_participations=1)
   report = report_lib.build_report(rd.path)
   assert report.audit.refuted and "contribution" in report.audit.caught_by
@@ -201,7 +201,7 @@ def test_the_report_refutes_a_client_counted_twice_per_tree(tmp_path):
 
 
 def test_a_tree_report_needs_the_whole_run(tmp_path):
-  from tff_canary.harness.reporting import report as report_lib# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
   rd = _simulated_run(tmp_path / "run")
   rd.save_tree_scores(list(rd.load_tree_scores(400)[:20]))
   with pytest.raises(run_dir.RunDirError, match=r"has 20 rounds of the "
@@ -228,7 +228,7 @@ def _tiny(path, **overrides):
 
 @pytest.fixture(scope="module")
 def tree_run(tmp_path_factory):
-  from tff_canary.harness.running import experiment# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
   path = tmp_path_factory.mktemp("tree") / "run"
   report = experiment.run_experiment(_tiny(path), progress=False,
                                      log=lambda *a: None)
@@ -309,7 +309,7 @@ def test_a_tree_run_resumes_from_its_checkpoint(tree_run, tmp_path):
   # last checkpoint, the report and the final weights gone. --resume redoes
   # rounds 4-6 from the checkpoint (tree_scores.npy cut back to 3 rows) and
   # must give the same scores (seeded noise) and report.
-  from tff_canary.harness.running import experiment# pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
   report, rd = tree_run
   copy = tmp_path / "run"
   shutil.copytree(rd.path, copy)
