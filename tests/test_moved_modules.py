@@ -144,6 +144,38 @@ def test_a_real_module_wins_over_the_table():
   assert result == {"name": "tff_canary.stats.validation", "warnings": 0}
 
 
+def test_the_old_audit_module_names_resolve_on_its_package():
+  # tff_canary.stats.audit was a module and is now the package of that name
+  # (no table entry can alias it): the package forwards the old module's
+  # names to its module `audit`, with the same warning.
+  result = run("""
+      import json, warnings
+      with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from tff_canary.stats import audit
+        from tff_canary.stats.audit import audit as module
+        names = audit._OLD_MODULE_NAMES
+        same = [getattr(audit, name) is getattr(module, name)
+                for name in names]
+      try:
+        audit.no_such_name
+        missing = None
+      except AttributeError as e:
+        missing = str(e)
+      print(json.dumps(dict(names=len(names), same=same, missing=missing,
+                            first=str(caught[0].message),
+                            where=caught[0].filename,
+                            warned=len(caught))))
+      """)
+  assert result["names"] == 8 and all(result["same"])
+  assert result["warned"] == 8 and result["where"] == "<string>"
+  assert result["first"] == (
+      "tff_canary.stats.audit.AuditVerdict moved to "
+      "tff_canary.stats.audit.audit.AuditVerdict; the old path will be "
+      "removed in the next release")
+  assert "no attribute 'no_such_name'" in result["missing"]
+
+
 def test_importing_the_package_loads_nothing_from_the_table():
   result = run(f"""
       import json, sys

@@ -43,10 +43,10 @@ def _into(parent: str, folder: str, names: str) -> dict[str, str]:
 # (a release, or the commit of a layout that came with no release note).
 MOVED_IN: dict[str, dict[str, str]] = {
     # Commit 842ba1e ("Layout by concept"), during 0.1.0, without a note.
-    # Not here: tff_canary.stats.audit (now the package of the same name;
-    # the module is tff_canary.stats.audit.audit) and the five modules that
-    # 7f82da6 deleted (federated.canary_cache, cosine_chunks, cosine_stream,
-    # known_canary_removal, stream_worker).
+    # Not here: tff_canary.stats.audit (now the package of the same name,
+    # which forwards the old module's names itself) and the five modules
+    # that 7f82da6 deleted (federated.canary_cache, cosine_chunks,
+    # cosine_stream, known_canary_removal, stream_worker).
     "842ba1e": {
         **_into("tff_canary.federated", "audit",
                 "noise_check planted_bug_runs planted_bugs"),
