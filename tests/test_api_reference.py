@@ -105,12 +105,21 @@ def test_every_module_is_in_the_api_reference():
   assert modules - documented == set(), "modules missing from docs/api"
 
 
+# Files that name old module paths and old names on purpose: the table of
+# moved modules, its tests, and the changelog (a record of what was renamed).
+# tests/test_moved_modules.py checks that every new path of the table exists.
+OLD_NAMES_ON_PURPOSE = ("tff_canary/moved_modules.py",
+                        "tests/test_moved_modules.py", "docs/changelog.md")
+
+
 def test_every_dotted_name_in_the_repository_resolves():
   unresolved = set()
   files = repository_files()
   assert len(files) > 100
   for path in files:
     if path.name == "test_api_reference.py":  # its examples of what fails
+      continue
+    if path.relative_to(ROOT).as_posix() in OLD_NAMES_ON_PURPOSE:
       continue
     for name in NAME.findall(path.read_text(encoding="utf-8")):
       if not resolves(name):

@@ -170,8 +170,10 @@ def test_checker_sees_a_forbidden_import(tmp_path):
 
 
 def test_no_module_outside_the_layers():
+  # moved_modules.py is the import hook of old module paths (stdlib only):
+  # it belongs to the package's imports, not to a layer.
   top = sorted(p.name for p in PACKAGE.glob("*.py"))
-  assert top == ["__init__.py", "__main__.py"], top
+  assert top == ["__init__.py", "__main__.py", "moved_modules.py"], top
 
 
 # One concept per module: a module that grows past this holds two.

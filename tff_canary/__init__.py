@@ -18,8 +18,13 @@ TensorFlow. The TFF side lives in submodules that import it on demand:
                                                 and report from any loop
 
 The method these implement is in docs/method/ (start at docs/method/index.md);
-the package's layout, one line per module, is docs/guide/layout.md.
+the package's layout, one line per module, is docs/guide/layout.md. Modules
+that moved keep their old import path for one release, with a
+DeprecationWarning naming the new one (tff_canary.moved_modules; the list is
+in docs/changelog.md).
 """
+
+from tff_canary import moved_modules as _moved_modules
 
 from tff_canary.stats.estimators.estimates import epsilon_all
 from tff_canary.stats.estimators.estimates import epsilon_final
@@ -48,3 +53,5 @@ __all__ = [
     "poisson_epsilon", "repeated_epsilon",
 ]
 __version__ = "0.1.0"
+
+_moved_modules.install()

@@ -1,0 +1,193 @@
+"""Old import paths of moved modules, kept working for one release.
+
+A module that moved keeps its old dotted path for one release: importing the
+old path (`import tff_canary.stats.canary_config`,
+`from tff_canary.stats import canary_config`) emits a `DeprecationWarning`
+naming the new path and gives THE SAME module object as the new path (one
+module, so `isinstance` checks and module state are shared). The hook is a
+`sys.meta_path` finder (PEP 451) that `tff_canary/__init__.py` installs; it
+imports a new module only when its old path is imported, so `import
+tff_canary` stays free of TensorFlow.
+
+An old path never shadows a module that exists: if the regular import system
+finds a module or package under an old path, that module wins
+(`tests/test_moved_modules.py` also checks that no old path is a live module).
+An old package (`tff_canary.stats.tree`) maps its submodules too:
+`from tff_canary.stats.tree import tree_noise` and
+`import tff_canary.stats.tree.tree_noise` give the new package's modules.
+
+`docs/changelog.md` lists the table: its tables between the `moved-modules`
+markers are this module's `changelog_table()` of each group; print them with
+
+  python -c "import tff_canary.moved_modules as m; print(m.changelog_blocks())"
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from typing import Optional, Sequence
+import warnings
+
+
+def _into(parent: str, folder: str, names: str) -> dict[str, str]:
+  """{parent.name: parent.folder.name} for each of the space-separated names."""
+  return {f"{parent}.{name}": f"{parent}.{folder}.{name}"
+          for name in names.split()}
+
+
+# Old dotted path -> new dotted path, grouped by the change that moved them
+# (a release, or the commit of a layout that came with no release note).
+MOVED_IN: dict[str, dict[str, str]] = {
+    # Commit 842ba1e ("Layout by concept"), during 0.1.0, without a note.
+    # Not here: tff_canary.stats.audit (now the package of the same name,
+    # which forwards the old module's names itself) and the five modules
+    # that 7f82da6 deleted (federated.canary_cache, cosine_chunks,
+    # cosine_stream, known_canary_removal, stream_worker).
+    "842ba1e": {
+        **_into("tff_canary.federated", "audit",
+                "noise_check planted_bug_runs planted_bugs"),
+        **_into("tff_canary.federated", "insertion",
+                "canary_client_outcomes canary_clients canary_directions "
+                "canary_process client_round_state ddp_chain factory "
+                "seeded_query state_check"),
+        **_into("tff_canary.federated", "runtime", "multi_worker worker_guard"),
+        **_into("tff_canary.federated", "scores",
+                "aggregate_recorder cosine_pass row_reader"),
+        **_into("tff_canary.federated", "structures",
+                "flat_layout tree_search"),
+        **_into("tff_canary.stats", "accounting",
+                "adaptive_split ddp_accounting ddp_parameters dp_event_data "
+                "effective_noise gaussian_accounting ledger "
+                "poisson_accounting"),
+        **_into("tff_canary.stats", "audit", "table_estimates"),
+        **_into("tff_canary.stats", "bounds",
+                "fdp_one_run gdp_bound lower_bounds threshold_strategies "
+                "tight_one_run"),
+        **_into("tff_canary.stats", "canaries",
+                "canary_config client_sampling cosine_table schedules"),
+        **_into("tff_canary.stats", "estimators",
+                "estimates known_canaries max_of_rounds null_law "
+                "two_gaussians"),
+        **_into("tff_canary.stats", "noise", "noise_stats noise_tests"),
+        **_into("tff_canary.stats", "simulation",
+                "discrete_noise gaussian_mechanism pipeline_simulator "
+                "round_simulation"),
+    },
+    # This release: the harness in config / running / recording / reporting,
+    # and the correlated-noise statistics (stats/tree) in stats/correlated.
+    "0.2.0": {
+        **_into("tff_canary.harness", "config",
+                "experiment_config preflight model_sizes"),
+        **_into("tff_canary.harness", "running",
+                "experiment training tasks datasets synthetic dp_fedavg "
+                "client_insertion resume"),
+        **_into("tff_canary.harness", "recording",
+                "run_dir round_metrics run_writer release_manager "
+                "loop_settings run_results"),
+        **_into("tff_canary.harness", "reporting",
+                "report tree_report headline plots epsilon_plot "
+                "insertion_notes canary_claim analytical_epsilons ddp_claim"),
+        "tff_canary.stats.tree": "tff_canary.stats.correlated",
+        **{f"tff_canary.stats.tree.{name}":
+               f"tff_canary.stats.correlated.{name}"
+           for name in ("tree_accounting", "tree_audit", "tree_noise",
+                        "tree_simulation", "tree_statistics", "tree_targets")},
+    },
+}
+
+# The one table the hook reads: old dotted path -> new dotted path.
+MOVED_MODULES: dict[str, str] = {
+    old: new for moves in MOVED_IN.values() for old, new in moves.items()}
+
+
+def new_path(old: str) -> Optional[str]:
+  """The new dotted path of module `old`, or None if it did not move.
+
+  A submodule of a moved package moves with it, listed or not (so that no
+  second copy of a module is made under the old package's name).
+  """
+  if old in MOVED_MODULES:
+    return MOVED_MODULES[old]
+  parent, _, child = old.rpartition(".")
+  new_parent = new_path(parent) if parent else None
+  return f"{new_parent}.{child}" if new_parent else None
+
+
+def deprecation_message(old: str, new: str) -> str:
+  return (f"{old} moved to {new}; the old path will be removed in the next "
+          "release")
+
+
+class _AliasLoader(importlib.abc.Loader):
+  """Loads an old path as the module of its new path (one object, two names)."""
+
+  def __init__(self, new: str):
+    self._new = new
+
+  def create_module(self, spec):
+    return None  # A placeholder, replaced in sys.modules by exec_module.
+
+  def exec_module(self, module):
+    old = module.__spec__.name
+    # stacklevel=2 names the frame above this one that is not the import
+    # system's own (warnings skips importlib._bootstrap frames): the user's
+    # import line.
+    warnings.warn(deprecation_message(old, self._new), DeprecationWarning,
+                  stacklevel=2)
+    # The import system returns whatever sys.modules holds for the name once
+    # exec_module is done (importlib._bootstrap._load_unlocked), so the old
+    # name binds the new module itself, and its __spec__ stays its own.
+    sys.modules[old] = importlib.import_module(self._new)
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder):
+  """Finds the old paths of MOVED_MODULES (first on sys.meta_path)."""
+
+  finds_moved_modules = True
+
+  def find_spec(self, fullname: str, path: Optional[Sequence[str]],
+                target=None):
+    if not fullname.startswith("tff_canary."):
+      return None
+    new = new_path(fullname)
+    if new is None:
+      return None
+    # A real module under the old path wins over the table. (Under an old
+    # package that is an alias, `path` is the new package's: nothing real.)
+    parent = sys.modules.get(fullname.rpartition(".")[0])
+    parent_is_real = getattr(parent, "__name__", None) == fullname.rpartition(
+        ".")[0]
+    if parent_is_real and importlib.machinery.PathFinder.find_spec(
+        fullname, path) is not None:
+      return None
+    return importlib.util.spec_from_loader(fullname, _AliasLoader(new))
+
+
+def install() -> None:
+  """Puts MovedModuleFinder first on sys.meta_path (once)."""
+  if not any(getattr(finder, "finds_moved_modules", False)
+             for finder in sys.meta_path):
+    sys.meta_path.insert(0, MovedModuleFinder())
+
+
+def changelog_table(release: str) -> str:
+  """The markdown table of the modules moved by `release` (old -> new)."""
+  if release not in MOVED_IN:
+    raise ValueError(f"release must be one of {list(MOVED_IN)}, got "
+                     f"{release!r}.")
+  rows = ["| old path | new path |", "| --- | --- |"]
+  rows += [f"| `{old}` | `{new}` |"
+           for old, new in sorted(MOVED_IN[release].items())]
+  return "\n".join(rows)
+
+
+def changelog_blocks() -> str:
+  """Every release's table between its markers, as docs/changelog.md has it."""
+  return "\n\n".join(f"<!-- moved-modules:begin {release} -->\n"
+                     f"{changelog_table(release)}\n"
+                     f"<!-- moved-modules:end {release} -->"
+                     for release in MOVED_IN)
