@@ -77,20 +77,25 @@ MOVED_IN: dict[str, dict[str, str]] = {
                 "discrete_noise gaussian_mechanism pipeline_simulator "
                 "round_simulation"),
     },
-    # This release: the harness in config / running / recording / reporting,
-    # and the correlated-noise statistics (stats/tree) in stats/correlated.
+    # This release: the harness in config / mechanisms / running / recording
+    # / reporting, the planted-bug runs with the mechanisms (their bugs are
+    # the mechanisms'), and the correlated-noise statistics (stats/tree) in
+    # stats/correlated.
     "0.2.0": {
         **_into("tff_canary.harness", "config",
                 "experiment_config preflight model_sizes"),
+        **_into("tff_canary.harness", "mechanisms",
+                "canary_claim analytical_epsilons ddp_claim"),
         **_into("tff_canary.harness", "running",
                 "experiment training tasks datasets synthetic dp_fedavg "
-                "client_insertion resume"),
-        **_into("tff_canary.harness", "recording",
-                "run_dir round_metrics run_writer release_manager "
-                "loop_settings run_results"),
+                "client_insertion resume round_metrics run_writer "
+                "release_manager loop_settings run_results"),
+        **_into("tff_canary.harness", "recording", "run_dir"),
         **_into("tff_canary.harness", "reporting",
                 "report tree_report headline plots epsilon_plot "
-                "insertion_notes canary_claim analytical_epsilons ddp_claim"),
+                "insertion_notes"),
+        "tff_canary.federated.audit.planted_bug_runs":
+            "tff_canary.harness.running.planted_bug_runs",
         "tff_canary.stats.tree": "tff_canary.stats.correlated",
         **{f"tff_canary.stats.tree.{name}":
                f"tff_canary.stats.correlated.{name}"
