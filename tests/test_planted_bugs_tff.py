@@ -1,8 +1,8 @@
 """Each planted DP bug in a real TFF run, caught (or not) by the tool (issue 10).
 
-`tff_canary.federated.audit.planted_bug_runs.run` trains a 2-layer MLP (d = 2410)
-with a `tff.learning` process for a few rounds and applies the audit (95%)
-and the noise self-test. The runs here are small (20 participants, 4 rounds,
+`tff_canary.harness.running.planted_bug_runs.run` trains a 2-layer MLP
+(d = 2410) with a `tff.learning` process for a few rounds and applies the
+audit (95%) and the noise self-test. The runs here are small (20 participants, 4 rounds,
 100 coin-flipped candidates, so about 12 canary clients a round) to keep the
 file near a minute; `experiments/planted_bugs.py` is the full-size table.
 
@@ -25,8 +25,8 @@ from tensorflow_federated.python.aggregators import distributed_dp
 
 from tff_canary.federated.audit import ddp_noise_check
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import planted_bug_runs as runs
 from tff_canary.federated.audit import planted_bugs
+from tff_canary.harness.running import planted_bug_runs as runs
 from tff_canary.stats.accounting import ddp_parameters
 
 pytestmark = pytest.mark.tff
