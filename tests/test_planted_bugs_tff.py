@@ -2,9 +2,9 @@
 
 `tff_canary.harness.running.planted_bug_runs.run` trains a 2-layer MLP
 (d = 2410) with a `tff.learning` process for a few rounds and applies the
-audit (95%) and the noise self-test. The runs here are small (20 participants, 4 rounds,
-100 coin-flipped candidates, so about 12 canary clients a round) to keep the
-file near a minute; `experiments/planted_bugs.py` is the full-size table.
+audit (95%) and the noise self-test. The runs here are small (20
+participants, 4 rounds, 100 coin-flipped candidates, so about 12 canary
+clients a round) to keep the file near a minute; `experiments/planted_bugs.py` is the full-size table.
 
 Seeds: the central-DP runs are deterministic (seeded data, canaries and
 `seeded_query` noise). TFF's distributed Skellam query and its DFT rotation
@@ -204,8 +204,8 @@ def test_a_registered_mechanism_brings_its_planted_bugs(monkeypatch):
   with pytest.raises(ValueError, match="mode 'client' .* needs aggregator "
                      "'gaussian' or 'ddp', got 'test_planted'"):
     runs.BugRunConfig(aggregator="test_planted")
-  table = experiment_scripts.load("planted_bugs", "planted_bugs_script").configs(
-      shortfall_sizes=["2"], clip_factor=10.0)
+  script = experiment_scripts.load("planted_bugs", "planted_bugs_script")
+  table = script.configs(shortfall_sizes=["2"], clip_factor=10.0)
   assert [c.label for c in table[-2:]] == ["shortfall x2 ddp client",
                                            "new_bug x1 test_planted server"]
 
