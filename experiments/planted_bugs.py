@@ -2,10 +2,11 @@
 
   .venv/bin/python experiments/planted_bugs.py [--output_json FILE] [--smoke]
 
-One `tff.learning` run per row (`tff_canary.federated.audit.planted_bug_runs`): a
-2-layer MLP (d = 2410) on synthetic Gaussian-class clients, 50 participants
+One `tff.learning` run per row (`tff_canary.harness.running.planted_bug_runs`):
+a 2-layer MLP (d = 2410) on synthetic Gaussian-class clients, 50 participants
 per round, 20 rounds, 1000 coin-flipped candidate canaries each inserted
-once, noise multiplier 4, delta 1e-5. Rows:
+once, noise multiplier 4, delta 1e-5. The rows are each registered
+mechanism's with planted bugs (`PlantedBugs.table`), in registry order:
 
   none       gaussian client/server  the correct central-DP aggregator
   clip       gaussian client/server  clients clipped at --clip_factor x C
@@ -72,20 +73,17 @@ SMOKE = dict(num_rounds=2, clients_per_round=10, num_candidates=20,
 
 
 def configs(*, shortfall_sizes, clip_factor, **common):
-  """The runs, in table order (module docstring); `common` goes to each."""
-  from tff_canary.federated.audit import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
-  out = [runs.BugRunConfig(mode=mode, **common)
-         for mode in ("client", "server")]
-  out += [runs.BugRunConfig(bug="clip", bug_size=clip_factor, mode=mode,
-                            **common) for mode in ("client", "server")]
-  out.append(runs.BugRunConfig(bug="reuse", **common))
-  out.append(runs.BugRunConfig(aggregator="ddp", **common))
-  out.append(runs.BugRunConfig(bug="clip", bug_size=clip_factor,
-                               aggregator="ddp", **common))
-  out.append(runs.BugRunConfig(bug="reuse", aggregator="ddp", **common))
-  out += [runs.BugRunConfig(bug="shortfall", bug_size=float(k),
-                            aggregator="ddp", **common)
-          for k in shortfall_sizes]
+  """The runs, in table order (module docstring): each mechanism's rows
+  (`PlantedBugs.table`), the clip bug at `clip_factor`, the shortfall at
+  each of `shortfall_sizes`; `common` goes to each."""
+  from tff_canary.harness.running import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
+  sizes = {"clip": [clip_factor], "shortfall": shortfall_sizes}
+  out = []
+  for name in runs.aggregator_names():
+    for bug, mode in runs.planted(name).table:
+      out += [runs.BugRunConfig(bug=bug, bug_size=float(size), mode=mode,
+                                aggregator=name, **common)
+              for size in sizes.get(bug, [1.0])]
   return out
 
 
@@ -97,7 +95,7 @@ def main(argv) -> int:
     for name, value in SMOKE.items():
       if not _FLAGS[name].present:
         setattr(_FLAGS, name, value)
-  from tff_canary.federated.audit import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
   from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
   planned = configs(
       shortfall_sizes=_FLAGS.shortfall_sizes, clip_factor=_FLAGS.clip_factor,

@@ -1,10 +1,10 @@
 """Each planted DP bug in a real TFF run, caught (or not) by the tool (issue 10).
 
-`tff_canary.federated.audit.planted_bug_runs.run` trains a 2-layer MLP (d = 2410)
-with a `tff.learning` process for a few rounds and applies the audit (95%)
-and the noise self-test. The runs here are small (20 participants, 4 rounds,
-100 coin-flipped candidates, so about 12 canary clients a round) to keep the
-file near a minute; `experiments/planted_bugs.py` is the full-size table.
+`tff_canary.harness.running.planted_bug_runs.run` trains a 2-layer MLP
+(d = 2410) with a `tff.learning` process for a few rounds and applies the
+audit (95%) and the noise self-test. The runs here are small (20
+participants, 4 rounds, 100 coin-flipped candidates, so about 12 canary
+clients a round) to keep the file near a minute; `experiments/planted_bugs.py` is the full-size table.
 
 Seeds: the central-DP runs are deterministic (seeded data, canaries and
 `seeded_query` noise). TFF's distributed Skellam query and its DFT rotation
@@ -14,6 +14,9 @@ assertions are ones whose failure probability is stated in a comment.
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+import types
 import warnings
 
 import numpy as np
@@ -23,10 +26,15 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.aggregators import discretization
 from tensorflow_federated.python.aggregators import distributed_dp
 
+import experiment_scripts
 from tff_canary.federated.audit import ddp_noise_check
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import planted_bug_runs as runs
 from tff_canary.federated.audit import planted_bugs
+from tff_canary.harness.mechanisms import gaussian
+from tff_canary.harness.mechanisms import registry
+from tff_canary.harness.running import gaussian_planted
+from tff_canary.harness.running import gaussian_tff
+from tff_canary.harness.running import planted_bug_runs as runs
 from tff_canary.stats.accounting import ddp_parameters
 
 pytestmark = pytest.mark.tff
@@ -148,10 +156,58 @@ def test_ddp_chain_holds_the_real_factorys_state():
     (dict(aggregator="ddp", mode="server"), "needs aggregator 'gaussian'"),
     (dict(bug_size=0.5), "bug_size must be >= 1"),
     (dict(bug="typo"), "bug"),
+    (dict(aggregator="tree"), "aggregator 'tree' has no planted bugs"),
+    (dict(aggregator="typo"), r"aggregator must be one of \('gaussian', "
+                              r"'ddp'\), got 'typo'"),
 ])
 def test_bad_config_names_the_argument(kwargs, match):
   with pytest.raises(ValueError, match=match):
     runs.BugRunConfig(**kwargs)
+
+
+def test_a_registered_mechanism_brings_its_planted_bugs(monkeypatch):
+  # A test mechanism: DP-FedAvg's TFF half with one more planted bug, its
+  # own two modules and one registry line; the run's config and the
+  # experiment's table find it through the registry alone.
+  numpy_half = types.ModuleType("planted_test_numpy_half")
+  tff_half = types.ModuleType("planted_test_tff_half")
+  planted_half = types.ModuleType("planted_test_planted_half")
+
+  @dataclasses.dataclass(frozen=True)
+  class TestMechanism(gaussian.GaussianMechanism):
+    name = "test_planted"
+    tff_half = "planted_test_tff_half"
+
+  class TestTff(gaussian_tff.GaussianTff):
+    planted_bugs_module = "planted_test_planted_half"
+
+  class TestPlanted(gaussian_planted.GaussianPlanted):
+    bugs = ("none", "new_bug")
+    modes = ("server",)
+    table = (("new_bug", "server"),)
+
+  numpy_half.MECHANISM = TestMechanism()
+  tff_half.TFF_MECHANISM = TestTff()
+  planted_half.PLANTED_BUGS = TestPlanted()
+  for module in (numpy_half, tff_half, planted_half):
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+  monkeypatch.setitem(registry.MECHANISMS, "test_planted",
+                      "planted_test_numpy_half")
+  assert runs.aggregator_names() == ("gaussian", "ddp", "test_planted")
+  config = runs.BugRunConfig(bug="new_bug", mode="server",
+                             aggregator="test_planted")
+  assert config.planted is planted_half.PLANTED_BUGS
+  assert config.label == "new_bug x1 test_planted server"
+  with pytest.raises(ValueError, match="'new_bug' is planted in the "
+                     "'test_planted' aggregator, got aggregator 'gaussian'"):
+    runs.BugRunConfig(bug="new_bug")
+  with pytest.raises(ValueError, match="mode 'client' .* needs aggregator "
+                     "'gaussian' or 'ddp', got 'test_planted'"):
+    runs.BugRunConfig(aggregator="test_planted")
+  script = experiment_scripts.load("planted_bugs", "planted_bugs_script")
+  table = script.configs(shortfall_sizes=["2"], clip_factor=10.0)
+  assert [c.label for c in table[-2:]] == ["shortfall x2 ddp client",
+                                           "new_bug x1 test_planted server"]
 
 
 def _ddp_check(rotation, mechanism="distributed_skellam", share_reuse=False):

@@ -104,9 +104,24 @@ MOVED_IN: dict[str, dict[str, str]] = {
     },
 }
 
-# The one table the hook reads: old dotted path -> new dotted path.
+
+
+def _current(path: str, moves: dict[str, str]) -> str:
+  """Where `path` lives now, following a module moved again later."""
+  seen = {path}
+  while path in moves:
+    path = moves[path]
+    if path in seen:
+      raise ValueError(f"moved_modules: {path} moves in a cycle.")
+    seen.add(path)
+  return path
+
+
+_ALL_MOVES = {old: new for moves in MOVED_IN.values()
+              for old, new in moves.items()}
+# The one table the hook reads: old dotted path -> its current dotted path.
 MOVED_MODULES: dict[str, str] = {
-    old: new for moves in MOVED_IN.values() for old, new in moves.items()}
+    old: _current(new, _ALL_MOVES) for old, new in _ALL_MOVES.items()}
 
 
 def new_path(old: str) -> Optional[str]:
@@ -185,8 +200,8 @@ def changelog_table(release: str) -> str:
     raise ValueError(f"release must be one of {list(MOVED_IN)}, got "
                      f"{release!r}.")
   rows = ["| old path | new path |", "| --- | --- |"]
-  rows += [f"| `{old}` | `{new}` |"
-           for old, new in sorted(MOVED_IN[release].items())]
+  rows += [f"| `{old}` | `{MOVED_MODULES[old]}` |"
+           for old in sorted(MOVED_IN[release])]
   return "\n".join(rows)
 
 

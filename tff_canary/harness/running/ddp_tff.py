@@ -11,8 +11,8 @@ Its noise self-test runs the SUM chain as configured on zero values from
 `clients_per_round` clients and tests it where the clients added it: each
 round's release rotated back with the round's rotation seed, against the
 factory's claim per rotated coordinate (`ddp_noise_check.check_ddp_noise`),
-as `planted_bug_runs` does. A chain whose summed noise is under
-`ddp_noise_check.MIN_INTEGER_STD` integer units (a few bits for many
+as its planted-bug runs do (`ddp_planted`). A chain whose summed noise is
+under `ddp_noise_check.MIN_INTEGER_STD` integer units (a few bits for many
 clients) is too coarse for that check; its noise is tested as released
 against the std the factory claims (`ddp_chain.claimed_std`).
 
@@ -44,6 +44,8 @@ def parameters(config, dim: int) -> ddp_parameters.DdpParameters:
 
 class DdpTff(mechanism_tff.TffMechanism):
   """TFF's distributed-DP chain (module docstring)."""
+
+  planted_bugs_module = "tff_canary.harness.running.ddp_planted"
 
   def tff_aggregator(self, config, task: tasks.Task, dim: int,
                      rounds_per_epoch: Optional[int] = None):

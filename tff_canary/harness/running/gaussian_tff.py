@@ -6,7 +6,8 @@ TFF's zeroing (`factory.with_zeroing`) if asked. Canary clients go through
 TFF's own `DifferentiallyPrivateFactory.gaussian_fixed` or
 `gaussian_adaptive` with the same arguments and the same zeroing; its
 noise is unseeded. The noise self-test, the rounds' `DpEvent`s and the
-canary clients' clip are `mechanism_tff.TffMechanism`'s defaults.
+canary clients' clip are `mechanism_tff.TffMechanism`'s defaults. Its
+planted bugs are `gaussian_planted`'s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from tff_canary.harness.running import mechanism_tff
 
 class GaussianTff(mechanism_tff.TffMechanism):
   """DP-FedAvg's aggregators (module docstring)."""
+
+  planted_bugs_module = "tff_canary.harness.running.gaussian_planted"
 
   def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):

@@ -15,7 +15,9 @@ mechanism's name, for:
     metrics (a `DpEvent` for the ledger, or the canaries' scores in units of
     the node noise);
   * `client_clip` and `client_aggregate`: what canary-client rounds read
-    (the clip the DP query applied; the recorded aggregate's scale).
+    (the clip the DP query applied; the recorded aggregate's scale);
+  * `planted_bugs`: its planted DP bugs and how to run and judge them
+    (`planted_bug_runs.PlantedBugs`, from `planted_bugs_module`), or None.
 
 The defaults are DP-FedAvg's (`gaussian_tff`); a mechanism overrides what
 differs.
@@ -67,6 +69,9 @@ class TffMechanism:
   # How canary clients are scored around TFF's aggregator
   # (`CanaryScoringFactory`'s `scores`).
   client_scores = "cosines"
+  # The module whose PLANTED_BUGS is its `planted_bug_runs.PlantedBugs`, or
+  # None: no planted bugs.
+  planted_bugs_module: Optional[str] = None
 
   def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):
@@ -117,11 +122,21 @@ class TffMechanism:
     weights (the query's noised mean), in the units of the report."""
     return aggregate
 
+  def planted_bugs(self):
+    """Its planted bugs (`planted_bug_runs.PlantedBugs`), or None."""
+    if self.planted_bugs_module is None:
+      return None
+    return importlib.import_module(self.planted_bugs_module).PLANTED_BUGS
+
+
+def named(name: str) -> TffMechanism:
+  """The TFF half of registered mechanism `name` (`Mechanism.tff_half`)."""
+  return importlib.import_module(registry.get(name).tff_half).TFF_MECHANISM
+
 
 def of(config) -> TffMechanism:
   """The TFF half of `config`'s mechanism (`Mechanism.tff_half`)."""
-  mechanism = registry.get(config.aggregator)
-  return importlib.import_module(mechanism.tff_half).TFF_MECHANISM
+  return named(config.aggregator)
 
 
 def trainable_type(task: tasks.Task):
@@ -129,5 +144,5 @@ def trainable_type(task: tasks.Task):
   return tff.learning.models.weights_type_from_model(task.model_fn).trainable
 
 
-__all__ = ["NOISE_CHECK_TAG", "NoiseCheckInputs", "TffMechanism", "of",
-           "trainable_type"]
+__all__ = ["NOISE_CHECK_TAG", "NoiseCheckInputs", "TffMechanism", "named",
+           "of", "trainable_type"]

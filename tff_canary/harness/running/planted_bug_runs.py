@@ -14,42 +14,31 @@ data) with a `tff.learning` process and canaries:
   on the same query; canaries are added at the query's clip C after the
   clients' pipeline, and `clients_per_round` real clients take part.
 
-The aggregators (`tff_canary.federated.audit.planted_bugs`): ``"gaussian"`` is
-`tff.aggregators.DifferentiallyPrivateFactory(NormalizedQuery(q,
-clients_per_round))`, q a seeded Gaussian sum query (correct, `ClipBugQuery`
-or `NoiseReuseQuery`); ``"ddp"`` is TFF's distributed-DP chain
-(`planted_bugs.ddp_sum_factory`, distributed Skellam, `bits`) under
-`UnweightedMeanFactory`, told `expected_clients_per_round` = bug_size x
-clients_per_round for the shortfall bug (1 x otherwise); its clip bug clips
-at bug_size x C with the query's norm bounds to match (`ddp_sum_factory`'s
-`clip_factor`); its reuse bug is
-`planted_bugs.ShareReuseSkellamQuery` (each client's share repeated between
-the halves of its rotated vector).
+The run asks its mechanism (`config.aggregator`, a name of
+`tff_canary.harness.mechanisms.registry`), never its name: the mechanism's
+TFF half (`mechanism_tff.TffMechanism.planted_bugs`) gives a `PlantedBugs`,
+its planted bugs (user code, `tff_canary.federated.audit.planted_bugs`), the
+modes they run in, the training and self-test aggregators of a bug, the
+claim, and the noise self-test. DP-FedAvg's are `gaussian_planted`'s, TFF's
+distributed DP's `ddp_planted`'s; a mechanism without planted bugs has none
+(DP-FTRL's tree: `tff_canary.federated.audit.planted_tree_bug_runs`, an
+aggregation-only run judged by the DP-FTRL audit).
 
 The claim is the run's analytical epsilon for one participation (every
-canary takes part once, `FixedPresentations(num_rounds, 1)`) at `delta`:
-the Gaussian mechanism's exact epsilon at the claimed noise multiplier
-(`gaussian_accounting`) or `ddp_accounting.ddp_epsilon` for the parameters
-the factory was told. The canaries are `num_candidates` candidates inserted
-by fair coins (`CanaryConfig(assignment="coin")`); the cosines with
-theta_0 - theta_R (final model) and the max over rounds with
-theta_t - theta_{t+1} (all iterates) make a `CosineTable`. The audit
-(`audit.audit`, 95%) uses the table's valid bounds (`audit.table_bounds`:
-epsilon_lo on both statistics, and the f-DP one-run bound of a Gaussian
-claim); a distributed-DP claim is not Gaussian, so there Steinke et al.'s
+canary takes part once, `FixedPresentations(num_rounds, 1)`) at `delta`.
+The canaries are `num_candidates` candidates inserted by fair coins
+(`CanaryConfig(assignment="coin")`); the cosines with theta_0 - theta_R
+(final model) and the max over rounds with theta_t - theta_{t+1} (all
+iterates) make a `CosineTable`. The audit (`audit.audit`, 95%) uses the
+table's valid bounds (`audit.table_bounds`: epsilon_lo on both statistics,
+and the f-DP one-run bound of a Gaussian claim); a claim that is not a
+Gaussian mechanism's (`PlantedBugs.gaussian_claim`) gets Steinke et al.'s
 one-run bound (`lower_bounds.one_run_bound`, valid for any (epsilon, delta)
-claim) takes the f-DP bound's place, as in the simulator. The point
-estimates (`table_estimates`) are shown and decide nothing. The noise
-self-test (`noise_check.check_aggregation_noise`) runs the run's aggregator
-as configured, with the same participants, on zero values (in server mode
-TFF's factory on the same query: `CanaryDPFactory` adds that query's noise,
-and its scheduled canaries would be in the self-test's rounds); for distributed
-DP it is `ddp_noise_check.check_ddp_noise`: the sum chain as configured, its
-released noise rotated back with each round's rotation seed and tested
-against the factory's claim per rotated coordinate, where the share reuse
-shows (the two halves of the rotated vector are equal).
-"The tool" caught a run when the audit refuted the claim or the self-test
-failed.
+claim) in the f-DP bound's place, as in the simulator. The point estimates
+(`table_estimates`) are shown and decide nothing. The noise self-test runs
+the run's aggregator as configured, with the same participants, on zero
+values (`PlantedBugs.noise_check`). "The tool" caught a run when the audit
+refuted the claim or the self-test failed.
 """
 
 from __future__ import annotations
@@ -57,50 +46,111 @@ from __future__ import annotations
 import dataclasses
 import time
 import typing
-from typing import Literal
+from typing import Any, Literal, Optional
 import warnings
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-import tensorflow_privacy as tfp
 
+from tff_canary.federated.audit import noise_check
 from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import canary_directions
-from tff_canary.federated.insertion import factory
 from tff_canary.federated.structures import flat_layout
-from tff_canary.federated.audit import ddp_noise_check
-from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import planted_bugs
-from tff_canary.federated.insertion import seeded_query
+from tff_canary.harness.mechanisms import registry
+from tff_canary.harness.running import mechanism_tff
+from tff_canary.stats import results
+from tff_canary.stats import validation
 from tff_canary.stats.audit import audit as audit_lib
+from tff_canary.stats.audit import table_estimates
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import cosine_table
-from tff_canary.stats.accounting import ddp_accounting
-from tff_canary.stats.accounting import ddp_parameters
-from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.noise import noise_stats
-from tff_canary.stats import results
 from tff_canary.stats.canaries import schedules
-from tff_canary.stats.audit import table_estimates
-from tff_canary.stats import validation
 
-Bug = Literal["none", "clip", "shortfall", "reuse"]
-BUGS = typing.get_args(Bug)
 Mode = Literal["client", "server"]
 MODES = typing.get_args(Mode)
-Aggregator = Literal["gaussian", "ddp"]
-AGGREGATORS = typing.get_args(Aggregator)
+# How the refusals name each mode.
+_MODE_NAMES = {"client": "canary clients", "server": "CanaryDPFactory"}
+
+
+class PlantedBugs:
+  """A mechanism's planted bugs and how to run them (module docstring).
+
+  Its TFF half's `planted_bugs()` returns one; the defaults are DP-FedAvg's
+  (a Gaussian claim, the noise self-test of the released noise).
+
+  Attributes:
+    bugs: The bugs planted in its aggregator ("none": the correct one).
+    modes: The insertion modes (`MODES`) its runs support.
+    table: The (bug, mode) rows of `experiments/planted_bugs.py`'s table,
+      in order.
+    gaussian_claim: Its claim is a Gaussian mechanism's (the f-DP one-run
+      bound of a Gaussian claim applies).
+  """
+
+  bugs: tuple[str, ...] = ("none",)
+  modes: tuple[str, ...] = ("client",)
+  table: tuple[tuple[str, str], ...] = (("none", "client"),)
+  gaussian_claim: bool = True
+
+  def aggregators(self, config: "BugRunConfig",
+                  canaries: canary_config.CanaryConfig):
+    """(the training aggregator, the self-test's aggregator, its claimed
+    std or None: read from the DpEvent) of `config`'s bug."""
+    raise NotImplementedError
+
+  def claim(self, config: "BugRunConfig") -> tuple[float, str]:
+    """The analytical epsilon of one participation at config.delta, and its
+    description."""
+    raise NotImplementedError
+
+  def noise_check(self, config: "BugRunConfig", checked,
+                  claimed_std: Optional[float]) -> Any:
+    """The noise self-test of `checked` (`aggregators`' second), with
+    `config.clients_per_round` clients for `config.noise_check_rounds`
+    rounds: by default the released noise's
+    (`noise_check.check_aggregation_noise`)."""
+    return noise_check.check_aggregation_noise(
+        checked, trainable_type(config), num_rounds=config.noise_check_rounds,
+        num_clients=config.clients_per_round, claimed_std=claimed_std,
+        seed=config.seed)
+
+
+def planted(aggregator: str) -> Optional[PlantedBugs]:
+  """The planted bugs of mechanism `aggregator`, or None if it has none."""
+  return mechanism_tff.named(aggregator).planted_bugs()
+
+
+def aggregator_names() -> tuple[str, ...]:
+  """The registered mechanisms with planted bugs, in registry order."""
+  return tuple(name for name in registry.names()
+               if planted(name) is not None)
+
+
+def bugs() -> tuple[str, ...]:
+  """Every planted bug, in the order of `aggregator_names`' mechanisms."""
+  out = []
+  for name in aggregator_names():
+    out += [bug for bug in planted(name).bugs if bug not in out]
+  return tuple(out)
+
+
+def _either(names: typing.Sequence[str]) -> str:
+  return " or ".join(repr(name) for name in names)
 
 
 @dataclasses.dataclass(frozen=True)
 class BugRunConfig:
-  """One run: the bug, the insertion mode, the aggregator, the sizes."""
+  """One run: the bug, the insertion mode, the aggregator, the sizes.
 
-  bug: Bug = "none"
+  `aggregator` is a registered mechanism with planted bugs
+  (`aggregator_names()`); `bug` one of its bugs (`PlantedBugs.bugs`).
+  """
+
+  bug: str = "none"
   bug_size: float = 1.0
   mode: Mode = "client"
-  aggregator: Aggregator = "gaussian"
+  aggregator: str = registry.DEFAULT
   noise_multiplier: float = 4.0
   clients_per_round: int = 50
   num_rounds: int = 20
@@ -118,19 +168,26 @@ class BugRunConfig:
   noise_check_rounds: int = noise_check.DEFAULT_ROUNDS
 
   def __post_init__(self):
-    validation.as_choice(self.bug, "bug", BUGS)
+    validation.as_choice(self.bug, "bug", bugs())
     validation.as_choice(self.mode, "mode", MODES)
-    validation.as_choice(self.aggregator, "aggregator", AGGREGATORS)
+    names = aggregator_names()
+    if self.aggregator in registry.names() and self.aggregator not in names:
+      raise ValueError(f"aggregator {self.aggregator!r} has no planted bugs "
+                       f"(PlantedBugs); the aggregators with planted bugs "
+                       f"are {names}.")
+    validation.as_choice(self.aggregator, "aggregator", names)
     if validation.as_float(self.bug_size, "bug_size") < 1.0:
       raise ValueError(f"bug_size must be >= 1, got {self.bug_size}.")
-    needs = {"shortfall": "ddp"}
-    if self.bug in needs and self.aggregator != needs[self.bug]:
-      raise ValueError(f"bug {self.bug!r} is planted in the "
-                       f"{needs[self.bug]!r} aggregator, got aggregator "
+    mechanism = planted(self.aggregator)
+    if self.bug not in mechanism.bugs:
+      owners = [n for n in names if self.bug in planted(n).bugs]
+      raise ValueError(f"bug {self.bug!r} is planted in the {_either(owners)}"
+                       f" aggregator, got aggregator {self.aggregator!r}.")
+    if self.mode not in mechanism.modes:
+      owners = [n for n in names if self.mode in planted(n).modes]
+      raise ValueError(f"mode {self.mode!r} ({_MODE_NAMES[self.mode]}) needs "
+                       f"aggregator {_either(owners)}, got "
                        f"{self.aggregator!r}.")
-    if self.mode == "server" and self.aggregator != "gaussian":
-      raise ValueError("mode 'server' (CanaryDPFactory) needs aggregator "
-                       f"'gaussian', got {self.aggregator!r}.")
     validation.as_positive(self.noise_multiplier, "noise_multiplier")
     for name, low in (("clients_per_round", 1), ("num_rounds", 1),
                       ("num_candidates", 8), ("bits", 1), ("seed", 0),
@@ -153,13 +210,10 @@ class BugRunConfig:
     size = f" x{self.bug_size:g}" if self.bug != "none" else ""
     return f"{self.bug}{size} {self.aggregator} {self.mode}"
 
-  def ddp(self) -> ddp_parameters.DdpParameters:
-    """What the distributed-DP factory derives from what it was told."""
-    k = self.bug_size if self.bug == "shortfall" else 1.0
-    return ddp_parameters.ddp_parameters(
-        self.noise_multiplier, int(round(k * self.clients_per_round)),
-        self.bits, self.l2_clip, self.dim, mechanism="distributed_skellam",
-        rotation="dft")
+  @property
+  def planted(self) -> PlantedBugs:
+    """Its mechanism's planted bugs."""
+    return planted(self.aggregator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +225,7 @@ class BugRun:
   claim: str
   verdict: audit_lib.AuditVerdict
   estimates: table_estimates.TableEstimates
-  noise_check: noise_stats.NoiseCheck | ddp_noise_check.DdpNoiseCheck
+  noise_check: Any  # noise_stats.NoiseCheck, or the mechanism's own
   seconds: float
 
   @property
@@ -268,56 +322,22 @@ def _canaries(config: BugRunConfig) -> canary_config.CanaryConfig:
         assignment="coin")
 
 
-def _sum_query(config: BugRunConfig):
-  c, seed = config.l2_clip, config.seed
-  std = config.noise_multiplier * c
-  if config.bug == "clip":
-    return planted_bugs.ClipBugQuery(c, std, seed, clip_factor=config.bug_size)
-  if config.bug == "reuse":
-    return planted_bugs.NoiseReuseQuery(c, std, seed)
-  return seeded_query.SeededGaussianSumQuery(c, std, seed)
-
-
 def aggregators(config: BugRunConfig, canaries: canary_config.CanaryConfig):
-  """(the training aggregator, the self-test's aggregator, its claimed std).
-
-  The claimed std is None when the self-test reads it from the DpEvent; for
-  DDP it is the factory's in model units (`run`'s rotated-domain self-test
-  takes `config.ddp()` instead).
-  """
-  if config.aggregator == "ddp":
-    params = config.ddp()
-    bugs = dict(share_reuse=config.bug == "reuse",
-                clip_factor=config.bug_size if config.bug == "clip" else 1.0)
-    training = tff.aggregators.UnweightedMeanFactory(
-        value_sum_factory=planted_bugs.ddp_sum_factory(params, **bugs))
-    return (training, planted_bugs.ddp_sum_factory(params, **bugs),
-            planted_bugs.ddp_claimed_std(params))
-  checked = tff.aggregators.DifferentiallyPrivateFactory(tfp.NormalizedQuery(
-      _sum_query(config), denominator=config.clients_per_round))
-  if config.mode == "server":
-    training = factory.CanaryDPFactory(
-        _sum_query(config), canaries,
-        clients_per_round=config.clients_per_round)
-    return training, checked, None
-  return checked, checked, None
+  """(the training aggregator, the self-test's aggregator, its claimed std
+  or None) of `config`'s bug: its mechanism's (`PlantedBugs.aggregators`)."""
+  return config.planted.aggregators(config, canaries)
 
 
 def claimed_epsilon(config: BugRunConfig) -> tuple[float, str]:
-  """The analytical epsilon of one participation at config.delta, described."""
-  if config.aggregator == "ddp":
-    eps = ddp_accounting.ddp_epsilon(config.ddp(), delta=config.delta)
-    return eps.epsilon, str(eps)
-  eps = gaussian_accounting.gaussian_epsilon(config.noise_multiplier,
-                                             config.delta)
-  return eps, (f"Gaussian mechanism, z = {config.noise_multiplier:g}, one "
-               f"participation: ε = {eps:.4g} at δ = {config.delta:g}")
+  """The analytical epsilon of one participation at config.delta, described
+  (`PlantedBugs.claim`)."""
+  return config.planted.claim(config)
 
 
-def _bound_fns(table, config: BugRunConfig):
-  # A DDP claim is not a Gaussian one (module docstring).
-  return audit_lib.table_bounds(table, config.delta,
-                                gaussian_claim=config.aggregator != "ddp")
+def trainable_type(config: BugRunConfig):
+  """The TFF type of the run's model's trainable weights."""
+  return tff.learning.models.weights_type_from_model(
+      _model_fn(config)).trainable
 
 
 def _train(config, canaries, training_aggregator) -> np.ndarray:
@@ -393,25 +413,18 @@ def run(config: BugRunConfig) -> BugRun:
     # Under no leak the inserted mean sits below the null's half the time.
     warnings.simplefilter("ignore", results.VarianceMismatchWarning)
     warnings.simplefilter("ignore", results.SignConventionWarning)
-    verdict = audit_lib.audit(_bound_fns(table, config), claimed_epsilon=eps,
-                              delta=config.delta)
+    verdict = audit_lib.audit(
+        audit_lib.table_bounds(table, config.delta,
+                               gaussian_claim=config.planted.gaussian_claim),
+        claimed_epsilon=eps, delta=config.delta)
     estimated = table_estimates.estimate_table(table, delta=config.delta)
-  value_type = tff.learning.models.weights_type_from_model(
-      _model_fn(config)).trainable
-  if config.aggregator == "ddp":  # in the rotated domain (module docstring)
-    check = ddp_noise_check.check_ddp_noise(
-        checked, config.ddp(), num_rounds=config.noise_check_rounds,
-        num_clients=config.clients_per_round, seed=config.seed)
-  else:
-    check = noise_check.check_aggregation_noise(
-        checked, value_type, num_rounds=config.noise_check_rounds,
-        num_clients=config.clients_per_round, claimed_std=claimed_std,
-        seed=config.seed)
+  check = config.planted.noise_check(config, checked, claimed_std)
   return BugRun(config=config, claimed_epsilon=eps, claim=claim,
                 verdict=verdict, estimates=estimated, noise_check=check,
                 seconds=time.perf_counter() - start)
 
 
-__all__ = ["AGGREGATORS", "BUGS", "BugRun", "BugRunConfig", "MODES",
-           "aggregators", "claimed_epsilon", "cosine_table_of",
-           "format_table", "run"]
+__all__ = ["BugRun", "BugRunConfig", "MODES", "PlantedBugs",
+           "aggregator_names", "aggregators", "bugs", "claimed_epsilon",
+           "cosine_table_of", "format_table", "planted", "run",
+           "trainable_type"]

@@ -1,0 +1,77 @@
+"""TFF's distributed DP's planted-bug runs: the DDP mechanism's `PlantedBugs`.
+
+Its aggregator is TFF's distributed-DP chain (`planted_bugs.ddp_sum_factory`,
+distributed Skellam, `bits`, DFT rotation) under `UnweightedMeanFactory`,
+told `expected_clients_per_round` = bug_size x clients_per_round for the
+shortfall bug (1 x otherwise; `parameters`); its clip bug clips at
+bug_size x C with the query's norm bounds to match (`ddp_sum_factory`'s
+`clip_factor`); its reuse bug is `planted_bugs.ShareReuseSkellamQuery` (each
+client's share repeated between the halves of its rotated vector). It runs
+with canary clients only (there are no server-side DDP canaries).
+
+The claim is `ddp_accounting.ddp_epsilon` for the parameters the factory
+was told; it is not a Gaussian mechanism's. The noise self-test is
+`ddp_noise_check.check_ddp_noise`: the sum chain as configured, its released
+noise rotated back with each round's rotation seed and tested against the
+factory's claim per rotated coordinate, where the share reuse shows (the
+two halves of the rotated vector are equal).
+"""
+
+from __future__ import annotations
+
+import tensorflow_federated as tff
+
+from tff_canary.federated.audit import ddp_noise_check
+from tff_canary.federated.audit import planted_bugs
+from tff_canary.harness.running import planted_bug_runs
+from tff_canary.stats.accounting import ddp_accounting
+from tff_canary.stats.accounting import ddp_parameters
+
+
+def parameters(config: planted_bug_runs.BugRunConfig
+               ) -> ddp_parameters.DdpParameters:
+  """What the distributed-DP factory derives from what it was told."""
+  k = config.bug_size if config.bug == "shortfall" else 1.0
+  return ddp_parameters.ddp_parameters(
+      config.noise_multiplier, int(round(k * config.clients_per_round)),
+      config.bits, config.l2_clip, config.dim, mechanism="distributed_skellam",
+      rotation="dft")
+
+
+def _sum_factory(config: planted_bug_runs.BugRunConfig):
+  return planted_bugs.ddp_sum_factory(
+      parameters(config), share_reuse=config.bug == "reuse",
+      clip_factor=config.bug_size if config.bug == "clip" else 1.0)
+
+
+class DdpPlanted(planted_bug_runs.PlantedBugs):
+  """TFF's distributed DP's planted bugs (module docstring)."""
+
+  bugs = ("none", "clip", "shortfall", "reuse")
+  modes = ("client",)
+  table = (("none", "client"), ("clip", "client"), ("reuse", "client"),
+           ("shortfall", "client"))
+  gaussian_claim = False
+
+  def aggregators(self, config, canaries):
+    """The claimed std is the factory's in model units; the self-test
+    takes `parameters(config)` instead (`noise_check`)."""
+    training = tff.aggregators.UnweightedMeanFactory(
+        value_sum_factory=_sum_factory(config))
+    return (training, _sum_factory(config),
+            planted_bugs.ddp_claimed_std(parameters(config)))
+
+  def claim(self, config):
+    eps = ddp_accounting.ddp_epsilon(parameters(config), delta=config.delta)
+    return eps.epsilon, str(eps)
+
+  def noise_check(self, config, checked, claimed_std):
+    # In the rotated domain (module docstring).
+    return ddp_noise_check.check_ddp_noise(
+        checked, parameters(config), num_rounds=config.noise_check_rounds,
+        num_clients=config.clients_per_round, seed=config.seed)
+
+
+PLANTED_BUGS = DdpPlanted()
+
+__all__ = ["DdpPlanted", "PLANTED_BUGS", "parameters"]
