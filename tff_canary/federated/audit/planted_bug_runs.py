@@ -265,7 +265,7 @@ def _canaries(config: BugRunConfig) -> canary_config.CanaryConfig:
         seed=config.seed, num_inserted=half,
         num_held_out=config.num_candidates - half,
         schedule=schedules.FixedPresentations(config.num_rounds, 1),
-        assignment="coin")
+        assignment="coin", directions="gaussian")
 
 
 def _sum_query(config: BugRunConfig):
