@@ -62,7 +62,7 @@ from tff_canary.harness import tasks
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import schedules
 
-_NOISE_CHECK_TAG = 0xC4EC
+_NOISE_CHECK_TAG = factory.NOISE_CHECK_SEED_TAG
 # DP-FTRL's noise check spans two restarts in at most this many rounds
 # (`tree_check_period`).
 MAX_TREE_CHECK_ROUNDS = 256
@@ -215,7 +215,7 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
       seed=canary_seed, num_inserted=0, num_held_out=0,
       schedule=schedules.FixedPresentations(
           num_rounds=noise_check.DEFAULT_ROUNDS, presentations=0),
-      record_aggregates=False)
+      record_aggregates=False, directions="gaussian")  # no in-round scoring
   value_type = _trainable_type(task)
   names = [w.name.split(":")[0]
            for w in task.keras_model_fn().trainable_weights]
