@@ -28,10 +28,11 @@ Usage: PYTHONPATH=. .venv/bin/python bench/client_mode_cost.py [--rounds 20]
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from tff_canary.federated.runtime import quiet_start
+
+quiet_start.quiet_tensorflow()  # before TensorFlow loads
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top

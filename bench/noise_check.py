@@ -39,6 +39,7 @@ import time
 import numpy as np
 
 import smoke_mode
+from tff_canary.federated.runtime import quiet_start
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "tests"))
@@ -155,7 +156,7 @@ def main(argv=None):
   args = smoke_mode.parse_args(
       parser, argv, SMOKE,
       "one TFF run per row, 20 NumPy trials, no EMNIST timing")
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  quiet_start.quiet_tensorflow()  # before TensorFlow loads, below
   start = time.perf_counter()
   print(f"{'process':44s} {'kind':12s} {'rejected':>11s} {'rate':>7s} "
         "± SE", flush=True)

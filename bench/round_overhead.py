@@ -50,7 +50,9 @@ import sys
 import threading
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from tff_canary.federated.runtime import quiet_start
+
+quiet_start.quiet_tensorflow()  # before TensorFlow loads (and its subprocess)
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top

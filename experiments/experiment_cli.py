@@ -9,8 +9,9 @@ experiments/stackoverflow.py:
   * The flags are parsed and validated (`ExperimentConfig`) before
     TensorFlow is imported: a bad value is one line on stderr,
     `error: noise_multiplier must be nonnegative, got -1.0.`, exit 2.
-  * TensorFlow's C++ INFO and WARNING lines are off (TF_CPP_MIN_LOG_LEVEL=2
-    unless it is set), and absl's and TensorFlow's Python loggers print
+  * TensorFlow's C++ log lines are off, the cuDNN/cuFFT/cuBLAS
+    registration errors of a CPU machine too (`quiet_start`:
+    TF_CPP_MIN_LOG_LEVEL=3 unless it is set), and absl's and TensorFlow's Python loggers print
     WARNING and above unless `--verbosity` is given, so the progress bar
     stays on one line; each Python warning is shown once.
   * Ctrl-C (SIGINT) ends with `interrupted: resume with <the same command>
@@ -29,6 +30,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tff_canary.federated.runtime import quiet_start
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir
 
@@ -36,7 +38,7 @@ import experiment_flags
 
 # TensorFlow reads it when first imported, in `_run` (nothing above imports
 # TensorFlow).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+quiet_start.quiet_tensorflow()
 
 FLAGS = flags.FLAGS
 HELP_ARGS = ("-h", "-?", "--help", "-help", "--helpshort", "-helpshort")

@@ -26,7 +26,9 @@ import os
 import tempfile
 from typing import Any, Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
+from tff_canary.federated.runtime import quiet_start
+
+quiet_start.quiet_tensorflow()  # before TensorFlow loads
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -98,7 +100,8 @@ def build_process(num_rounds: int, clients_per_round: int,
   config = canary_config.CanaryConfig(
       seed=seed, num_inserted=2, num_held_out=2,
       schedule=schedules.ShuffledEpochs(num_rounds=num_rounds,
-                                        rounds_per_epoch=1))
+                                        rounds_per_epoch=1),
+      assignment="fixed", directions="gaussian")  # records the aggregates
   aggregator = factory.canary_dp_aggregator(
       noise_multiplier, clients_per_round, canaries=config, noise_seed=seed)
   return tff.learning.algorithms.build_unweighted_fed_avg(

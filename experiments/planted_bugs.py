@@ -32,11 +32,12 @@ tool (a refutation or a failed self-test) caught it.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app
 from absl import flags
+
+from tff_canary.federated.runtime import quiet_start
 
 _FLAGS = flags.FLAGS
 
@@ -90,7 +91,7 @@ def configs(*, shortfall_sizes, clip_factor, **common):
 def main(argv) -> int:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  quiet_start.quiet_tensorflow()  # before TensorFlow loads, below
   if _FLAGS.smoke:
     for name, value in SMOKE.items():
       if not _FLAGS[name].present:

@@ -59,7 +59,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-import experiment_cli  # pylint: disable=unused-import  (quiet TF logs: first)
+import experiment_cli  # first: its import runs quiet_start before TensorFlow loads
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.reporting import report as report_lib

@@ -124,7 +124,8 @@ def test_real_data_is_untouched_and_canaries_carry_their_id(clients):
 def test_scheduled_ids_are_the_server_side_schedule(clients):
   config = canary_config.CanaryConfig(
       seed=SEED, num_inserted=6, num_held_out=4,
-      schedule=schedules.FixedPresentations(5, 2))
+      schedule=schedules.FixedPresentations(5, 2), assignment="fixed",
+      directions="gaussian")
   rounds = [canary_clients.scheduled_canary_ids(config, r) for r in range(5)]
   events = sorted((r, int(j)) for r, ids in enumerate(rounds) for j in ids)
   assert events == sorted(map(tuple, config.participation.events.tolist()))
@@ -181,7 +182,8 @@ def test_a_tenfold_client_clip_is_visible_to_canary_clients_only(clients):
   # at the clip the query claims, C: the bug is invisible to them.
   config = canary_config.CanaryConfig(
       seed=SEED, num_inserted=1, num_held_out=0,
-      schedule=schedules.FixedPresentations(1, 1))
+      schedule=schedules.FixedPresentations(1, 1), assignment="fixed",
+      directions="gaussian")
   server_side = factory.CanaryDPFactory(query, config,
                                         clients_per_round=CLIENTS_PER_ROUND)
   server_weights, _ = _one_round(_plain(server_side), clients)
@@ -299,15 +301,17 @@ def test_a_clipping_stage_is_recorded_as_clipping():
      ValueError, "canary_id must fit in int32"),
     (lambda c: canary_clients.with_canary_clients(
         c, [0, 1], canary_config.CanaryConfig(
-            SEED, 1, 1, schedules.FixedPresentations(2, 1))),
+            SEED, 1, 1, schedules.FixedPresentations(2, 1),
+            assignment="fixed", directions="gaussian")),
      ValueError, r"canary_ids\[1\] = 1 is held out in canaries"),
     (lambda c: canary_clients.with_canary_clients(
         c, [5], canary_config.CanaryConfig(
-            SEED, 1, 1, schedules.FixedPresentations(2, 1))),
+            SEED, 1, 1, schedules.FixedPresentations(2, 1),
+            assignment="fixed", directions="gaussian")),
      ValueError, r"canary_ids\[0\] = 5 is not one of its 2 canaries"),
     (lambda c: canary_clients.scheduled_canary_ids(
         canary_config.CanaryConfig(SEED, 1, 0, schedules.FixedPresentations(
-            2, 1)), 2),
+            2, 1), assignment="fixed", directions="gaussian"), 2),
      ValueError, "round_num must be below the schedule's num_rounds = 2"),
     (lambda c: outcomes_lib.canary_client_outcomes(
         {}, 0, [1], SEED, 1.0, DIM, zeroing_norm_order=3),

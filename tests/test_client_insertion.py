@@ -204,7 +204,8 @@ def test_the_aggregate_from_the_weights_is_the_noised_aggregate(momentum):
   from tff_canary.stats.canaries import schedules  # pylint: disable=g-import-not-at-top
   canaries = canary_config.CanaryConfig(
       seed=3, num_inserted=2, num_held_out=2,
-      schedule=schedules.FixedPresentations(3, 1), record_aggregates=True)
+      schedule=schedules.FixedPresentations(3, 1), record_aggregates=True,
+      assignment="fixed", directions="gaussian")
   aggregator = factory.CanaryDPFactory.gaussian_fixed(
       0.5, 5.0, 0.5, canaries=canaries, noise_seed=7)
   eta = 0.7

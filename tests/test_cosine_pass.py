@@ -28,7 +28,8 @@ def _config(num_inserted=4, num_held_out=3, seed=3, rounds=10, r=2,
             **kwargs):
   return canary_config.CanaryConfig(
       seed=seed, num_inserted=num_inserted, num_held_out=num_held_out,
-      schedule=schedules.FixedPresentations(rounds, r), **kwargs)
+      schedule=schedules.FixedPresentations(rounds, r),
+      **(dict(assignment="fixed", directions="gaussian") | kwargs))
 
 
 def _brute_force(seed, m, theta0, theta_t, aggregates):

@@ -96,7 +96,8 @@ def _config(num_inserted=5, num_held_out=5, rounds=6, presentations=2,
             seed=11, **kwargs):
   return canary_config.CanaryConfig(
       seed=seed, num_inserted=num_inserted, num_held_out=num_held_out,
-      schedule=schedules.FixedPresentations(rounds, presentations), **kwargs)
+      schedule=schedules.FixedPresentations(rounds, presentations),
+      **(dict(assignment="fixed", directions="gaussian") | kwargs))
 
 
 def _flat(weights):
@@ -525,7 +526,8 @@ def test_seeded_noise_never_coincides_with_a_canary_of_the_same_seed(adaptive):
   seed = 29
   config = canary_config.CanaryConfig(
       seed=seed, num_inserted=3, num_held_out=3,
-      schedule=schedules.FixedPresentations(2, 2))
+      schedule=schedules.FixedPresentations(2, 2), assignment="fixed",
+      directions="gaussian")
   process = _seeded_factory(adaptive, seed, config).create(_mlp_type())
   state, dim = process.initialize(), sum(np.prod(s) for s in MLP_SHAPES)
   block = canary_directions.canary_block(seed, range(6), dim).astype(np.float64)

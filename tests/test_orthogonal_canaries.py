@@ -184,7 +184,7 @@ def _process(canaries, noise_multiplier, noise_seed=None):
 def _config(**kwargs):
   kwargs = dict(seed=3, num_inserted=6, num_held_out=4,
                 schedule=schedules.FixedPresentations(5, 2),
-                directions="orthogonal") | kwargs
+                assignment="fixed", directions="orthogonal") | kwargs
   return canary_config.CanaryConfig(**kwargs)
 
 

@@ -62,8 +62,11 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
   blocks = python_blocks(README)
   assert len(blocks) == 3 and "build_unweighted_fed_avg" in blocks[0]
   assert "RunWriter" in blocks[1] and "run_training_process" in blocks[2]
-  assert 'assignment="coin"' in blocks[0]
-  assert "record_noise_check" in blocks[1]
+  # The recommended design is CanaryConfig's default, and the aggregator
+  # runs its own noise self-test: no design argument, no second config.
+  assert "assignment=" not in blocks[0] and "directions=" not in blocks[0]
+  assert "self_test.check_noise(aggregator" in blocks[1]
+  assert "CanaryConfig(" not in blocks[1] + blocks[2]
   # The guide's page on your own loop shows the same code, never an older one.
   assert python_blocks(os.path.join(GUIDE, "drop-in.md"))[:3] == blocks
   code = "\n".join(blocks)
@@ -121,7 +124,8 @@ def test_readme_canary_clients_block_runs(capsys):
   code = code.replace("clients_per_round=100", "clients_per_round=4")
   config = canary_config.CanaryConfig(
       seed=3, num_inserted=4, num_held_out=2,
-      schedule=schedules.FixedPresentations(2, 1))
+      schedule=schedules.FixedPresentations(2, 1), assignment="fixed",
+      directions="gaussian")  # the guide's block: the paper's construction
   namespace = dict(_toy_loop(), np=np, config=config, num_rounds=2)
   exec(compile(code, "insertion-modes.md", "exec"), namespace)  # pylint: disable=exec-used
   outcomes = namespace["outcomes"]

@@ -79,7 +79,7 @@ def _config(seed=1, num_inserted=3, **kwargs):
       seed=seed, num_inserted=num_inserted, num_held_out=3,
       schedule=schedules.ShuffledEpochs(num_rounds=NUM_ROUNDS,
                                         rounds_per_epoch=NUM_ROUNDS),
-      **kwargs)
+      **(dict(assignment="fixed", directions="gaussian") | kwargs))
 
 
 def _aggregator(config):

@@ -190,8 +190,11 @@ def test_realize_bad_ids_and_seed():
 
 
 def _config(**kwargs):
+  # The paper's construction (fixed ids, gaussian directions), not the
+  # defaults: these tests read the fixed membership.
   base = dict(seed=3, num_inserted=10, num_held_out=5,
-              schedule=schedules.FixedPresentations(8, 2))
+              schedule=schedules.FixedPresentations(8, 2),
+              assignment="fixed", directions="gaussian")
   base.update(kwargs)
   return canary_config.CanaryConfig(**base)
 
@@ -227,6 +230,20 @@ def test_config_coin_assignment():
                   assignment="coin",
                   schedule=schedules.FixedPresentations(8, 1))
   assert not np.array_equal(config.inserted, other.inserted)
+
+
+def test_config_defaults_are_the_recommended_design():
+  # README.md's recommendation: coin assignment, orthogonal directions, which
+  # record no aggregate; the paper's construction is one argument away.
+  config = canary_config.CanaryConfig(
+      seed=3, num_inserted=10, num_held_out=5,
+      schedule=schedules.FixedPresentations(8, 2))
+  assert (config.assignment, config.directions) == ("coin", "orthogonal")
+  assert config.record_aggregates is False
+  assert config == _config(assignment="coin", directions="orthogonal")
+  paper = _config()
+  assert (paper.assignment, paper.directions) == ("fixed", "gaussian")
+  assert paper.record_aggregates is True
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -140,7 +140,8 @@ def test_dot_products_need_a_known_mode_and_orthogonal_canaries():
     scoring_factory.CanaryScoringFactory(
         tff.aggregators.UnweightedMeanFactory(), orthogonal, scores="dots")
   gaussian = canary_config.CanaryConfig(seed=1, num_inserted=2,
-                                        num_held_out=2, schedule=schedule)
+                                        num_held_out=2, schedule=schedule,
+                                        directions="gaussian")
   with pytest.raises(ValueError, match=r"scores='dot_products' needs "
                      r"orthogonal canaries"):
     canary_clients.build_canary_client_fedavg(
@@ -168,7 +169,8 @@ def test_a_canary_client_adds_exactly_one_over_z_to_its_rounds_score():
   dim = sum(int(np.prod(s)) for s in shapes)
   canaries = canary_config.CanaryConfig(
       seed=3, num_inserted=5, num_held_out=5,
-      schedule=schedules.ShuffledEpochs(rounds, 3), directions="orthogonal")
+      schedule=schedules.ShuffledEpochs(rounds, 3), assignment="fixed",
+      directions="orthogonal")
   specs = [tf.TensorSpec(s, tf.float32) for s in shapes]
   value_type = tff.StructWithPythonType(
       [tff.TensorType(np.float32, s) for s in shapes], list)

@@ -52,7 +52,7 @@ def _config(num_inserted=6, num_held_out=4, rounds=8, presentations=2,
   return canary_config.CanaryConfig(
       seed=seed, num_inserted=num_inserted, num_held_out=num_held_out,
       schedule=schedules.FixedPresentations(rounds, presentations),
-      directions=directions)
+      assignment="fixed", directions=directions)
 
 
 def _client_values(rng, count, scale=0.3):

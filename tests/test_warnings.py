@@ -60,7 +60,8 @@ def test_too_many_canaries_through_the_tff_factory_warns_at_the_callers_line():
   from tff_canary.federated.insertion import factory  # pylint: disable=g-import-not-at-top
   config = canary_config.CanaryConfig(
       seed=0, num_inserted=20, num_held_out=20,
-      schedule=schedules.FixedPresentations(num_rounds=2, presentations=1))
+      schedule=schedules.FixedPresentations(num_rounds=2, presentations=1),
+      directions="gaussian")  # orthogonal canaries are exactly orthogonal
   aggregator = factory.CanaryDPFactory.gaussian_fixed(
       noise_multiplier=1.0, clients_per_round=4, clip=1.0, canaries=config)
   with pytest.warns(canary_config.TooManyCanariesWarning) as caught:

@@ -18,6 +18,7 @@ import argparse
 import importlib.util
 import sys
 
+from tff_canary.federated.runtime import quiet_start
 from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.recording import run_dir as run_dir_lib
 
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+  quiet_start.quiet_tensorflow()  # should a report path ever load TensorFlow
   args = _parser().parse_args(argv)
   if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
     # A plain `pip install .` has no matplotlib: say how to get the plots

@@ -30,6 +30,10 @@ Zeroing (`canary_dp_aggregator(..., zeroing=True)`, like
 zeroes client values before the DP factory sees them; canaries are added
 inside, at the server, so they are never zeroed.
 
+The noise self-test (`tff_canary.federated.audit.self_test`) runs on the
+factory built again without canaries (`without_canaries`); a zeroed
+aggregator's is its inner factory's (zeroing adds no noise).
+
 Server-side canaries change nothing a real client sees.
 
 Noise. The noise is the query's own. With `noise_seed=None` (the default)
@@ -54,11 +58,13 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from tff_canary.federated.insertion import canary_process
+from tff_canary.federated.insertion import construction
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.insertion import seeded_query
 from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 
 worker_guard.install()
@@ -76,6 +82,10 @@ _tff_dp = tff.aggregators.differential_privacy
 _ZEROING_QUANTILE = dict(initial_estimate=10.0, target_quantile=0.98,
                          learning_rate=math.log(10.0), multiplier=2.0,
                          increment=1.0)
+
+# Seeded noise of the noise self-test (`without_canaries`) is drawn from
+# noise_seed + this tag, never from the run's own noise_seed.
+NOISE_CHECK_SEED_TAG = 0xC4EC
 
 
 def _check_noise(noise_multiplier: Any, clients_per_round: Any):
@@ -131,7 +141,7 @@ class CanaryDPFactory(tree_factory.TreeConstructors,
   `tree_factory.TreeConstructors`'.
   """
 
-  @classmethod
+  @construction.remembered
   def gaussian_adaptive(
       cls,
       noise_multiplier: float,
@@ -202,7 +212,7 @@ class CanaryDPFactory(tree_factory.TreeConstructors,
           **arguments, noise_seed=noise_seed)
     return cls(query, canaries, clients_per_round=clients_per_round)
 
-  @classmethod
+  @construction.remembered
   def gaussian_fixed(
       cls,
       noise_multiplier: float,
@@ -304,10 +314,39 @@ class CanaryDPFactory(tree_factory.TreeConstructors,
                       "tff.aggregators.UnweightedAggregationFactory, got "
                       f"{record_aggregation_factory!r}.")
     self._record_aggregation_factory = record_aggregation_factory
+    # A named constructor replaces this record with its own call.
+    self._construction = construction.Construction(None, dict(
+        sum_query=sum_query, clients_per_round=clients_per_round,
+        record_aggregation_factory=record_aggregation_factory))
 
   @property
   def canaries(self) -> canary_config.CanaryConfig:
     return self._canaries
+
+  @property
+  def construction(self) -> construction.Construction:
+    """The constructor and arguments this factory was built with."""
+    return self._construction
+
+  def without_canaries(self, num_rounds: int) -> CanaryDPFactory:
+    """This aggregator without canaries, for the noise self-test.
+
+    Built again by the same constructor from the same arguments
+    (`construction`) with no canary in `num_rounds` rounds (same seed and
+    directions, nothing recorded); seeded noise (`noise_seed=s`) from
+    s + `NOISE_CHECK_SEED_TAG`: the same code path, never the run's draws.
+    `CanaryDPFactory(sum_query, ...)`'s copy shares the query (and its seed).
+    """
+    no_canaries = canary_config.CanaryConfig(
+        seed=self._canaries.seed, num_inserted=0, num_held_out=0,
+        schedule=schedules.FixedPresentations(num_rounds=num_rounds,
+                                              presentations=0),
+        record_aggregates=False, directions=self._canaries.directions)
+    changed = {}
+    noise_seed = self._construction.arguments.get("noise_seed")
+    if noise_seed is not None:
+      changed["noise_seed"] = noise_seed + NOISE_CHECK_SEED_TAG
+    return self._construction.build(type(self), no_canaries, **changed)
 
   @property
   def query(self) -> Optional[tfp.DPQuery]:

@@ -94,6 +94,7 @@ from typing import Any, Optional
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
+from tff_canary.federated.insertion import construction
 from tff_canary.federated.insertion import seeded_tree_query
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
@@ -287,10 +288,11 @@ class TreeConstructors:
   """DP-FTRL's constructors of `CanaryDPFactory` (a mixin; module docstring).
 
   `cls(tree_aggregation, canaries, clients_per_round=...)` must take a
-  `TreeAggregation` as its query, as `CanaryDPFactory` does.
+  `TreeAggregation` as its query, as `CanaryDPFactory` does; each
+  constructor records its call (`construction.remembered`).
   """
 
-  @classmethod
+  @construction.remembered
   def tree_aggregation(
       cls,
       noise_multiplier: float,
@@ -344,7 +346,7 @@ class TreeConstructors:
         noise_seed=noise_seed)
     return cls(tree, canaries, clients_per_round=clients_per_round)
 
-  @classmethod
+  @construction.remembered
   def tree_adaptive(
       cls,
       noise_multiplier: float,

@@ -34,12 +34,14 @@ import tensorflow_federated as tff
 
 from tff_canary.federated.audit import noise_check as noise_check_lib
 from tff_canary.federated.insertion import client_round_state
+from tff_canary.federated.insertion import factory
 from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.running import round_metrics
 from tff_canary.harness.running import tasks
 
-# The noise check draws from its own seed: the run's noise seed + this tag.
-NOISE_CHECK_TAG = 0xC4EC
+# The noise check draws from its own seed: the run's noise seed + this tag
+# (the canary aggregator's own, `CanaryDPFactory.without_canaries`).
+NOISE_CHECK_TAG = factory.NOISE_CHECK_SEED_TAG
 
 
 @dataclasses.dataclass(frozen=True)

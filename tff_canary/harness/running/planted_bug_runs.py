@@ -319,7 +319,7 @@ def _canaries(config: BugRunConfig) -> canary_config.CanaryConfig:
         seed=config.seed, num_inserted=half,
         num_held_out=config.num_candidates - half,
         schedule=schedules.FixedPresentations(config.num_rounds, 1),
-        assignment="coin")
+        assignment="coin", directions="gaussian")
 
 
 def aggregators(config: BugRunConfig, canaries: canary_config.CanaryConfig):

@@ -8,23 +8,28 @@ the model's parameter space, regenerated from (seed, id) by
 configuration, NumPy only, so that tables and reports use it without
 TensorFlow.
 
-With the default `assignment="fixed"`, ids 0..k-1 are inserted and k..m-1 held
-out (never inserted). With `assignment="coin"` (for the one-run bound of
-Steinke, Nasr and Jagielski 2023, docs/method/lower-bounds.md) each of the m candidates is
+The defaults are the recommended design (README.md): coin assignment and
+orthogonal directions. The paper's construction is
+`CanaryConfig(..., assignment="fixed", directions="gaussian")`.
+
+With `assignment="coin"` (the default; for the one-run bound of Steinke, Nasr
+and Jagielski 2023, docs/method/lower-bounds.md) each of the m candidates is
 inserted by an independent fair coin drawn from the seed, so the number
 inserted is Binomial(m, 1/2) and only the total m is fixed by the two counts.
-Either way the membership is the explicit boolean array
-`CanaryConfig.inserted`.
+With `assignment="fixed"` (the paper's), ids 0..k-1 are inserted and k..m-1
+held out (never inserted). Either way the membership is the explicit boolean
+array `CanaryConfig.inserted`.
 
-Directions (docs/method/orthogonal-canaries.md). `directions="gaussian"`
-(the paper's construction) makes each canary an independent uniform
-direction, `tff_canary.federated.insertion.canary_directions`;
-`directions="orthogonal"` makes the canaries rows of one seeded random
-orthogonal matrix, `tff_canary.federated.insertion.orthogonal_transform`:
-exactly orthogonal, scored inside each round by one transform. Orthogonal
-canaries also have schedules for the held-out ones
+Directions (docs/method/orthogonal-canaries.md). `directions="orthogonal"`
+(the default) makes the canaries rows of one seeded random orthogonal
+matrix, `tff_canary.federated.insertion.orthogonal_transform`: exactly
+orthogonal, scored inside each round by one transform, so no aggregate is
+recorded. Orthogonal canaries also have schedules for the held-out ones
 (`held_out_participation`, drawn like the inserted ones' but never used to
-insert), for the schedule-aware statistic.
+insert), for the schedule-aware statistic. `directions="gaussian"` (the
+paper's construction) makes each canary an independent uniform direction,
+`tff_canary.federated.insertion.canary_directions`, and records each round's
+noised aggregate for the all-iterates cosines after training.
 """
 
 from __future__ import annotations
@@ -96,17 +101,20 @@ class CanaryConfig:
   Attributes:
     seed: Nonnegative integer seed of the canary directions, the coin and the
       schedule.
-    num_inserted: k >= 0, inserted canaries (ids 0..k-1 with "fixed").
+    num_inserted: k >= 0, inserted canaries (ids 0..k-1 with "fixed"; with
+      "coin", k + k' is the number of candidates).
     num_held_out: k' >= 0, held-out canaries (ids k..k+k'-1 with "fixed").
     schedule: A `tff_canary.stats.canaries.schedules.Schedule`.
-    assignment: "fixed" (above) or "coin" (each of the k + k' candidates is
-      inserted by an independent fair coin from the seed).
+    assignment: "coin" (the default: each of the k + k' candidates is
+      inserted by an independent fair coin from the seed) or "fixed" (the
+      paper's: the ids above).
     record_aggregates: Whether the aggregation process reports each round's
       noised aggregate (measurement `noised_aggregate`), needed for the
       all-iterates cosines of gaussian canaries. None (the default): True
       for gaussian canaries, False for orthogonal ones, which are scored in
       the round and record nothing (True with them is refused).
-    directions: "gaussian" or "orthogonal" (module docstring).
+    directions: "orthogonal" (the default) or "gaussian" (the paper's;
+      module docstring).
     inserted: bool [k + k'], canary id -> inserted (derived).
     participation: `schedules.Participation` of the inserted canaries
       (derived).
@@ -120,9 +128,9 @@ class CanaryConfig:
   num_inserted: int
   num_held_out: int
   schedule: schedules.Schedule
-  assignment: str = "fixed"
+  assignment: str = "coin"
   record_aggregates: bool | None = None
-  directions: Directions = "gaussian"
+  directions: Directions = "orthogonal"
   inserted: np.ndarray = dataclasses.field(init=False, repr=False)
   participation: schedules.Participation = dataclasses.field(
       init=False, repr=False)

@@ -1,0 +1,62 @@
+"""The noise self-test of a canary aggregator, from the aggregator alone.
+
+`check_noise(aggregator, value_type)` takes the `CanaryDPFactory` a loop
+trains with, builds it again without canaries
+(`CanaryDPFactory.without_canaries`: the same constructor and arguments, the
+seeded noise from its own stream) and runs the check of its noise on zero
+client values: `tree_noise_check.check_tree_noise` for DP-FTRL's tree
+aggregation (`tree_aggregation`, `tree_adaptive`), else
+`noise_check.check_aggregation_noise` (docs/method/noise-self-test.md). The
+result goes to `RunWriter.record_noise_check`.
+
+It lives here, not as a method of the factory: the audit layer imports the
+insertion layer (the planted bugs build canary factories), so the factory
+cannot import the checks without a cycle.
+
+Zeroing adds no noise and leaves zero values as they are, so a zeroed
+aggregator (`factory.with_zeroing(aggregator)`, a TFF factory) is
+self-tested by its inner `CanaryDPFactory`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tff_canary.federated.audit import noise_check
+from tff_canary.federated.audit import tree_noise_check
+from tff_canary.federated.insertion import factory
+from tff_canary.stats import validation
+from tff_canary.stats.noise import noise_stats
+
+
+def check_noise(aggregator: factory.CanaryDPFactory, value_type: Any,
+                **kwargs: Any
+                ) -> noise_stats.NoiseCheck | tree_noise_check.TreeNoiseCheck:
+  """The noise self-test of `aggregator`, built again without canaries.
+
+  Args:
+    aggregator: The `CanaryDPFactory` of the run (with its canaries).
+    value_type: The value's TFF type, e.g.
+      `tff.learning.models.weights_type_from_model(model_fn).trainable`.
+    **kwargs: Passed on to the check (`num_rounds`, `level`, `seed`,
+      `tensor_names`, ...).
+
+  Returns:
+    The check's result (a `TreeNoiseCheck` for a tree).
+
+  Raises:
+    TypeError: if `aggregator` is not a `CanaryDPFactory` (a zeroed one:
+      pass the factory inside `with_zeroing`).
+  """
+  if not isinstance(aggregator, factory.CanaryDPFactory):
+    raise TypeError(
+        "aggregator must be a tff_canary.federated.insertion.factory."
+        "CanaryDPFactory (for a zeroed aggregator, its inner factory: "
+        f"zeroing adds no noise), got {validation.show(aggregator)}.")
+  without = aggregator.without_canaries(noise_check.DEFAULT_ROUNDS)
+  if aggregator.tree is not None:
+    return tree_noise_check.check_tree_noise(without, value_type, **kwargs)
+  return noise_check.check_aggregation_noise(without, value_type, **kwargs)
+
+
+__all__ = ["check_noise"]
