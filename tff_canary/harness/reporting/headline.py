@@ -66,8 +66,8 @@ NOISE_CHECK_DEGENERATE = (
     "which is all a check of zero noise can say")
 # What a headline says when a user's loop ran no noise self-test.
 NOISE_CHECK_NOT_RUN = (
-    "not run (run tff_canary.federated.audit.noise_check."
-    "check_aggregation_noise on your aggregator; docs/guide/drop-in.md)")
+    "not run (run tff_canary.federated.audit.self_test.check_noise on your "
+    "aggregator; docs/guide/drop-in.md)")
 
 
 @dataclasses.dataclass(frozen=True)
