@@ -44,7 +44,7 @@ def test_planted_bug_in_the_gaussian_mechanism():
 @pytest.mark.tff
 @pytest.mark.slow
 def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
-  from tff_canary.harness.running import dp_fedavg, experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.running import experiment, gaussian_tff  # pylint: disable=g-import-not-at-top
   from tff_canary.harness.config import experiment_config
   from tff_canary.federated.insertion import factory
   from tff_canary.federated.insertion import seeded_query
@@ -85,7 +85,9 @@ def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", experiment.CanaryFractionWarning)
     correct = run("correct")
-    monkeypatch.setattr(dp_fedavg, "canary_aggregator", buggy)
+    # The user's buggy aggregator in place of DP-FedAvg's (its TFF half).
+    monkeypatch.setattr(gaussian_tff.GaussianTff, "canary_aggregator",
+                        lambda self, *args, **kwargs: buggy(*args, **kwargs))
     bug = run("bug")
   # Both ledgers claim z = 1, so both audit the same analytical epsilon.
   print("buggy:", bug.verdict)
