@@ -88,7 +88,7 @@ def test_estimate_flags_only_an_interval_entirely_above():
 
 def test_noise_check_verdicts():
   assert headline.noise_check_verdict(None)[0] == "not run"
-  assert "check_aggregation_noise" in headline.noise_check_verdict(None)[1]
+  assert "self_test.check_noise" in headline.noise_check_verdict(None)[1]
   assert headline.noise_check_verdict(
       {"passed": True, "summary": "s"}) == ("passed", "passed")
   assert headline.noise_check_verdict(
