@@ -47,8 +47,10 @@ class DdpTff(mechanism_tff.TffMechanism):
 
   planted_bugs_module = "tff_canary.harness.running.ddp_planted"
 
-  def tff_aggregator(self, config, task: tasks.Task, dim: int,
+  def tff_aggregator(self, config, task: tasks.Task, dim: Optional[int],
                      rounds_per_epoch: Optional[int] = None):
+    if dim is None:
+      dim = tasks.num_parameters(task)
     return ddp_chain.ddp_mean_factory(parameters(config, dim))
 
   def noise_check(self, config, inputs: mechanism_tff.NoiseCheckInputs):

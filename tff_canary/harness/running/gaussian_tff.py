@@ -18,6 +18,7 @@ import tensorflow_federated as tff
 
 from tff_canary.federated.insertion import factory
 from tff_canary.harness.running import mechanism_tff
+from tff_canary.harness.running import tasks
 
 
 class GaussianTff(mechanism_tff.TffMechanism):
@@ -39,7 +40,7 @@ class GaussianTff(mechanism_tff.TffMechanism):
           canaries=canaries, noise_seed=noise_seed)
     return factory.with_zeroing(aggregator) if config.zeroing else aggregator
 
-  def tff_aggregator(self, config, task=None, dim=None,
+  def tff_aggregator(self, config, task: tasks.Task, dim: Optional[int],
                      rounds_per_epoch: Optional[int] = None):
     dp = tff.aggregators.DifferentiallyPrivateFactory
     if config.clip is not None:

@@ -81,10 +81,11 @@ class TffMechanism:
     raise NotImplementedError(
         f"aggregator={config.aggregator!r} has no server-side canaries.")
 
-  def tff_aggregator(self, config, task: tasks.Task, dim: int,
+  def tff_aggregator(self, config, task: tasks.Task, dim: Optional[int],
                      rounds_per_epoch: Optional[int] = None):
     """TFF's own aggregator of the run's settings, no canaries, for the
-    `task`'s model of `dim` trainable parameters."""
+    `task`'s model of `dim` trainable parameters (None where not counted: a
+    mechanism whose aggregator depends on d counts them from `task`)."""
     raise NotImplementedError
 
   def noise_check(self, config, inputs: NoiseCheckInputs):

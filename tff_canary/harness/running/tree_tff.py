@@ -71,7 +71,7 @@ class TreeTff(mechanism_tff.TffMechanism):
         canaries=canaries, noise_seed=noise_seed,
         restart_period=_period(rounds_per_epoch))
 
-  def tff_aggregator(self, config, task: tasks.Task, dim: int,
+  def tff_aggregator(self, config, task: tasks.Task, dim: Optional[int],
                      rounds_per_epoch: Optional[int] = None):
     specs = tff.types.type_to_tf_tensor_specs(
         mechanism_tff.trainable_type(task))
