@@ -303,3 +303,16 @@ def terminal_text(report, details: bool = False) -> str:
   return (text + "\n(every epsilon, bound and note: report.md, or "
           "`python -m tff_canary report RUN_DIR --details`)")
 
+
+def table_lines(delta_line: str, rows: list[tuple[str, str, float, str]],
+                kind_width: int) -> list[str]:
+  """A report's fixed-width table of every epsilon, for the terminal: its
+  delta, a header and one line per (name, kind, epsilon, detail) row."""
+  width = max([46] + [len(name) for name, _, _, _ in rows])
+  header = f"{'epsilon':{width}s} {'kind':{kind_width}s} {'value':>10s}  detail"
+  return [f"every epsilon at {delta_line}", header,
+          "-" * (len(header) + 30)] + [
+              f"{name:{width}s} {kind:{kind_width}s} "
+              f"{results.format_number(value):>10s}  {detail}"
+              for name, kind, value, detail in rows]
+

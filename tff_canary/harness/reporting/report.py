@@ -249,14 +249,7 @@ class RunReport:
 
   def table_text(self) -> str:
     """A fixed-width table of every epsilon, for the terminal."""
-    rows = self.rows()
-    width = max([46] + [len(name) for name, _, _, _ in rows])
-    header = f"{'epsilon':{width}s} {'kind':14s} {'value':>10s}  detail"
-    lines = [f"every epsilon at {self.delta_line()}", header,
-             "-" * (len(header) + 30)]
-    for name, kind, value, detail in rows:
-      value = results.format_number(value)
-      lines.append(f"{name:{width}s} {kind:14s} {value:>10s}  {detail}")
+    lines = headline_lib.table_lines(self.delta_line(), self.rows(), 14)
     lines.append(f"audit ({self.claim}): {self.verdict}")
     lines.append(f"claim: {self.claim_line()}")
     lines += [f"flag: {self._flag(item)}"

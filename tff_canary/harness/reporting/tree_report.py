@@ -223,14 +223,8 @@ class TreeRunReport:
     return lines
 
   def table_text(self) -> str:
-    rows = self.rows()
-    width = max([46] + [len(name) for name, _, _, _ in rows])
-    header = f"{'epsilon':{width}s} {'kind':11s} {'value':>10s}  detail"
-    lines = [f"every epsilon at {self.delta_line()}", header,
-             "-" * (len(header) + 30)]
-    lines += [f"{name:{width}s} {kind:11s} "
-              f"{results.format_number(value):>10s}  {detail}"
-              for name, kind, value, detail in rows]
+    """A fixed-width table of every epsilon, for the terminal."""
+    lines = headline_lib.table_lines(self.delta_line(), self.rows(), 11)
     return "\n".join(lines + self._notes())
 
   def terminal_text(self, details: bool = False) -> str:
