@@ -8,16 +8,19 @@ one registry line and runs an experiment end to end, with its setting a
 config field and its claim in the report, touching nothing else.
 """
 
+import dataclasses
 import importlib.util
 import json
 import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 
 from tff_canary.harness.config import experiment_config
+from tff_canary.harness.mechanisms import ddp
 from tff_canary.harness.mechanisms import protocol
 from tff_canary.harness.mechanisms import registry
 from tff_canary.stats.accounting import gaussian_accounting
@@ -41,6 +44,39 @@ def test_an_unknown_mechanism_is_refused_by_name():
     registry.of_config({"aggregator": "x"})
   with pytest.raises(ValueError, match="aggregator"):
     experiment_config.ExperimentConfig(aggregator="dp_sgd")
+
+
+def _registered(monkeypatch, key, mechanism):
+  """Registers `mechanism` under `key` for one test (a module of its own)."""
+  module = types.ModuleType(f"test_mechanism_{key}")
+  module.MECHANISM = mechanism
+  monkeypatch.setitem(sys.modules, module.__name__, module)
+  monkeypatch.setitem(registry.MECHANISMS, key, module.__name__)
+
+
+def test_a_setting_two_mechanisms_own_is_refused(monkeypatch):
+  @dataclasses.dataclass(frozen=True)
+  class Twin(protocol.Mechanism):
+    name = "twin"
+    tff_half = "mechanism_example_tff"
+    settings = dict(ddp_bits=ddp.SETTINGS["ddp_bits"])
+
+  _registered(monkeypatch, "twin", Twin())
+  with pytest.raises(ValueError, match="setting 'ddp_bits' of aggregator="
+                     "'twin' is another mechanism's too"):
+    registry.settings()
+
+
+def test_a_mechanism_registered_under_another_name_is_refused(monkeypatch):
+  @dataclasses.dataclass(frozen=True)
+  class Misnamed(protocol.Mechanism):
+    name = "gaussian_copy"
+    tff_half = "mechanism_example_tff"
+
+  _registered(monkeypatch, "misnamed", Misnamed())
+  with pytest.raises(ValueError, match="named 'gaussian_copy', registered as "
+                     "'misnamed'"):
+    registry.get("misnamed")
 
 
 def test_a_config_without_the_key_is_the_default_mechanism():
