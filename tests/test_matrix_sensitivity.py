@@ -1,0 +1,147 @@
+"""Sensitivity under b-min-separated participation: structure against enumeration.
+
+The structural worst case (k participations b apart from round 0; Kalinin &
+Lampert 2024, Thm 2) must equal the exhaustive maximum over all allowed
+patterns on every small case, and its conditions are checked, not assumed.
+The reference numbers are jax_privacy 2.0.0's
+`toeplitz.minsep_sensitivity_squared` (docs/method: METHOD.md sec. 13),
+printed to 4 decimals. Also: a canary's mu_a = ||C a|| / z equals the GLS
+sqrt(a^T K^-1 a) / z of the strategy's `LinearNoise`, and the analytical
+epsilon is the exact GDP epsilon of sens / z.
+"""
+
+import numpy as np
+import pytest
+
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.correlated import tree_statistics
+from tff_canary.stats.matrix import (analytical, blt, sensitivity,
+                                     strategy_noise, toeplitz)
+
+_STRATEGIES = {
+    "sqrt, 1 band": toeplitz.square_root_coefficients(1),
+    "sqrt, 2 bands": toeplitz.square_root_coefficients(2),
+    "sqrt, 5 bands": toeplitz.square_root_coefficients(5),
+    "sqrt, full": toeplitz.square_root_coefficients(16),
+    "blt, 2 buffers": blt.blt([0.3, 0.1], [0.5, 0.95]).coefficients(16),
+    "blt, 3 buffers": blt.blt([0.2, 0.15, 0.05],
+                              [0.3, 0.8, 0.99]).coefficients(16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_STRATEGIES))
+def test_structure_equals_enumeration_on_small_cases(name):
+  c = _STRATEGIES[name]
+  for n in (6, 11, 16):
+    dense = toeplitz.strategy_matrix(c, n)
+    for k in (1, 2, 3, 5):
+      for b in (1, 2, 3, 5, 8):
+        fast = sensitivity.toeplitz_sensitivity(
+            c, rounds=n, participations=k, separation=b)
+        slow = sensitivity.enumerated_sensitivity(
+            dense, participations=k, separation=b)
+        assert fast.method == "structure"
+        assert fast.value == pytest.approx(slow.value, rel=1e-12), (n, k, b)
+        # The returned pattern is allowed and attains the value.
+        rounds = np.flatnonzero(fast.pattern)
+        assert rounds.size <= k and np.all(np.diff(rounds) >= b)
+        assert np.linalg.norm(dense @ fast.pattern) == pytest.approx(
+            fast.value, rel=1e-12)
+
+
+def test_allowed_patterns_are_exactly_the_rules():
+  patterns = sensitivity.allowed_patterns(7, 2, 3)
+  # One round: 7; two rounds >= 3 apart: pairs (i, j), j - i >= 3: 4+3+2+1.
+  assert patterns.shape == (7 + 10, 7)
+  assert len({p.tobytes() for p in patterns}) == patterns.shape[0]
+  for p in patterns:
+    rounds = np.flatnonzero(p)
+    assert 1 <= rounds.size <= 2 and np.all(np.diff(rounds) >= 3)
+
+
+def test_one_participation_is_the_largest_column_norm():
+  rng = np.random.default_rng(3)
+  dense = np.tril(rng.normal(size=(9, 9)))  # any C, not Toeplitz
+  single = sensitivity.enumerated_sensitivity(dense, participations=1,
+                                              separation=1)
+  assert single.value == pytest.approx(np.linalg.norm(dense, axis=0).max())
+  for name, c in _STRATEGIES.items():
+    fast = sensitivity.toeplitz_sensitivity(c, rounds=16, participations=1,
+                                            separation=4)
+    assert fast.value == pytest.approx(toeplitz.column_norms(c, 16).max(),
+                                       rel=1e-14), name
+    assert np.flatnonzero(fast.pattern).tolist() == [0]
+
+
+@pytest.mark.parametrize("bands,expected", [(4, 2.4399), (16, 2.7885),
+                                            (64, 3.0912), (256, 4.1810)])
+def test_jax_privacy_reference_numbers(bands, expected):
+  c = toeplitz.square_root_coefficients(bands)
+  found = sensitivity.toeplitz_sensitivity(c, rounds=256, participations=4,
+                                           separation=64)
+  assert found.value == pytest.approx(expected, abs=5e-5)  # 4 decimals
+  assert np.flatnonzero(found.pattern).tolist() == [0, 64, 128, 192]
+  if bands <= 64:  # the columns of the pattern do not overlap
+    assert found.value == pytest.approx(2 * np.linalg.norm(c), rel=1e-14)
+
+
+def test_conditions_are_checked_not_assumed():
+  # Rising coefficients: the greedy pattern is not the worst case here.
+  c = [1.0, 0.0, 0.0, 0.9]
+  n = 10
+  found = sensitivity.toeplitz_sensitivity(c, rounds=n, participations=2,
+                                           separation=1)
+  assert found.method == "enumeration"
+  exact = sensitivity.enumerated_sensitivity(
+      toeplitz.strategy_matrix(c, n), participations=2, separation=1)
+  assert found.value == exact.value
+  greedy = np.linalg.norm(toeplitz.strategy_matrix(c, n) @ np.eye(n)[0:2].sum(
+      axis=0))
+  assert found.value > greedy + 0.1
+  with pytest.raises(ValueError, match="rise from c_2 = 0.0 to c_3 = 0.9; "
+                     "enumeration needs rounds <= 20, got 40"):
+    sensitivity.toeplitz_sensitivity(c, rounds=40, participations=2,
+                                     separation=1)
+  with pytest.raises(ValueError, match=r"c_1 = -0.5 is negative; enumeration "
+                     r"was not allowed \(fallback=False\)"):
+    sensitivity.toeplitz_sensitivity([1.0, -0.5], rounds=6, participations=2,
+                                     separation=1, fallback=False)
+  with pytest.raises(ValueError, match="rounds must be at most 20"):
+    sensitivity.allowed_patterns(21, 1, 1)
+  with pytest.raises(ValueError, match="separation must be at least 1"):
+    sensitivity.toeplitz_sensitivity([1.0], rounds=4, participations=1,
+                                     separation=0)
+
+
+@pytest.mark.parametrize("name", ["sqrt, 5 bands", "blt, 3 buffers"])
+def test_pattern_mu_is_the_gls_mu_of_the_linear_noise(name):
+  c, n, z = _STRATEGIES[name], 16, 0.8
+  noise = strategy_noise.strategy_noise(c, n)
+  patterns = np.random.default_rng(4).random((20, n)) < 0.3
+  patterns[:, 0] = True  # no empty pattern
+  gls = tree_statistics.schedule_mu(patterns, noise.covariance,
+                                    noise_multiplier=z)
+  direct = [strategy_noise.pattern_mu(c, a, noise_multiplier=z)
+            for a in patterns]
+  np.testing.assert_allclose(gls, direct, rtol=1e-9)
+  # One participation per epoch (one epoch): the worst round's mu is the
+  # one-participation sensitivity over z.
+  single = sensitivity.toeplitz_sensitivity(c, rounds=n, participations=1,
+                                            separation=1)
+  assert noise.release_mu(z, np.ones((n, 1), dtype=bool)) == pytest.approx(
+      single.value / z, rel=1e-9)
+
+
+def test_analytical_epsilon_is_exact_gdp_of_sensitivity_over_z():
+  c = toeplitz.square_root_coefficients(16)
+  worst = sensitivity.toeplitz_sensitivity(c, rounds=256, participations=4,
+                                           separation=64)
+  claim = analytical.matrix_epsilon(worst, noise_multiplier=3.0, delta=1e-5)
+  assert claim.mu == pytest.approx(worst.value / 3.0)
+  # mu-GDP with mu = sens / z is the Gaussian mechanism of multiplier z / sens.
+  assert claim.epsilon == pytest.approx(gaussian_accounting.gaussian_epsilon(
+      3.0 / worst.value, 1e-5), rel=1e-9)
+  with pytest.raises(ValueError, match="delta must be strictly between"):
+    analytical.matrix_epsilon(worst, noise_multiplier=3.0, delta=1.0)
+  with pytest.raises(TypeError, match="sensitivity must be a Sensitivity"):
+    analytical.matrix_epsilon(2.0, noise_multiplier=3.0, delta=1e-5)

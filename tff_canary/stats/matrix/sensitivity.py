@@ -1,0 +1,176 @@
+"""Sensitivity of a strategy C under b-min-separated participation, and its worst case.
+
+A participant contributes (at norm 1) to at most k rounds, any two at least
+b rounds apart ("b-min-sep", Choquette-Choo et al. 2023, arXiv 2306.08153,
+Sec. 2): its 0/1 pattern a over the n rounds has at most k ones, pairwise
+>= b apart. The release C x + xi (equivalently x + C^-1 xi) then has L2
+sensitivity
+
+    sens = max_a ||C a||,
+
+and a participant on the maximizing pattern a* is the one the release
+reveals most about: a canary placed on a* has GLS statistic ~ N(sens / z, 1)
+(docs/method/dp-ftrl.md). Two ways to find a* and sens:
+
+* enumeration (`enumerated_sensitivity`): every allowed pattern of a dense
+  C, exact for any C, for n <= `MAX_ENUMERATION_ROUNDS`;
+* structure (`toeplitz_sensitivity`): for a lower-triangular Toeplitz C
+  whose coefficients are nonnegative and non-increasing (the square root
+  binom(2i, i) / 4^i, banded or not; a BLT with positive scales, decays in
+  (0, 1) and scales summing to at most 1), the worst case is k' =
+  min(k, ceil(n / b)) participations exactly b apart from round 0 (Kalinin &
+  Lampert 2024, "Banded Square Root Matrix Factorization for Differentially
+  Private Model Training", arXiv 2405.13763, Thm 2; jax_privacy's
+  `toeplitz.minsep_sensitivity_squared`), O(n k). The condition is checked
+  on the coefficients, not assumed: when it fails this falls back to
+  enumeration for small n and refuses otherwise.
+
+NumPy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from tff_canary.stats.matrix import toeplitz
+from tff_canary.stats import validation
+
+# Enumeration visits up to 2^n patterns.
+MAX_ENUMERATION_ROUNDS = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Sensitivity:
+  """max_a ||C a|| over the allowed patterns, and a maximizing pattern.
+
+  Attributes:
+    value: sens = ||C a*||.
+    pattern: [rounds] bool, a*: the rounds the worst-case participant (and
+      the worst-case canaries) take part in.
+    method: "structure" (Kalinin & Lampert 2024, Thm 2) or "enumeration".
+    participations: k, the most rounds a participant joins.
+    separation: b, the fewest rounds between two of them.
+  """
+
+  value: float
+  pattern: np.ndarray
+  method: str
+  participations: int
+  separation: int
+
+  @property
+  def rounds(self) -> int:
+    return int(self.pattern.size)
+
+  def __str__(self) -> str:
+    return (f"sensitivity {self.value:.6g} ({self.method}) for at most "
+            f"{self.participations} participations >= {self.separation} "
+            f"rounds apart in {self.rounds} rounds; worst case in rounds "
+            f"{np.flatnonzero(self.pattern).tolist()}")
+
+
+def _rules(rounds: Any, participations: Any,
+           separation: Any) -> tuple[int, int, int]:
+  return (validation.as_int(rounds, "rounds", minimum=1),
+          validation.as_int(participations, "participations", minimum=1),
+          validation.as_int(separation, "separation", minimum=1))
+
+
+def most_participations(rounds: int, participations: int,
+                        separation: int) -> int:
+  """k' = min(k, ceil(n / b)): the most rounds a pattern can hold."""
+  n, k, b = _rules(rounds, participations, separation)
+  return min(k, math.ceil(n / b))
+
+
+def allowed_patterns(rounds: int, participations: int,
+                     separation: int) -> np.ndarray:
+  """Every nonempty pattern of at most k rounds pairwise >= b apart.
+
+  Returns: [patterns, rounds] bool, in increasing order of the pattern read
+  as a binary number with round 0 as the lowest bit.
+  """
+  n, k, b = _rules(rounds, participations, separation)
+  if n > MAX_ENUMERATION_ROUNDS:
+    raise ValueError(f"rounds must be at most {MAX_ENUMERATION_ROUNDS} to "
+                     f"enumerate the patterns, got {n}.")
+  codes = np.arange(1, 2**n, dtype=np.int64)
+  for shift in range(1, b):  # no two rounds closer than b
+    codes = codes[(codes & (codes >> shift)) == 0]
+  bits = ((codes[:, None] >> np.arange(n)[None, :]) & 1).astype(bool)
+  return bits[bits.sum(axis=1) <= k]
+
+
+def enumerated_sensitivity(strategy: Any, *, participations: int,
+                           separation: int) -> Sensitivity:
+  """sens and a* by trying every allowed pattern of a dense C (exact).
+
+  Args:
+    strategy: C, a finite [rounds, rounds] array (any C, Toeplitz or not),
+      rounds <= MAX_ENUMERATION_ROUNDS.
+    participations: k >= 1.
+    separation: b >= 1 (b = 1 allows consecutive rounds).
+  """
+  c = np.asarray(strategy, dtype=np.float64)
+  if c.ndim != 2 or c.shape[0] != c.shape[1] or not np.all(np.isfinite(c)):
+    raise ValueError(f"strategy must be a finite square [rounds, rounds] "
+                     f"array, got shape {c.shape}.")
+  patterns = allowed_patterns(c.shape[0], participations, separation)
+  squared = np.sum((patterns @ c.T) ** 2, axis=1)
+  best = int(np.argmax(squared))
+  return Sensitivity(value=float(np.sqrt(squared[best])),
+                     pattern=patterns[best].copy(), method="enumeration",
+                     participations=int(participations),
+                     separation=int(separation))
+
+
+def toeplitz_sensitivity(coefficients: Any, *, rounds: int,
+                         participations: int, separation: int,
+                         fallback: bool = True) -> Sensitivity:
+  """sens and a* of a lower-triangular Toeplitz C by its structure.
+
+  With c_0 .. c_{n-1} nonnegative and non-increasing, a* is rounds 0, b, 2b,
+  ... (k' of them) and C a* = sum_j c shifted down by j b (Kalinin & Lampert
+  2024, Thm 2; module docstring).
+
+  Args:
+    coefficients: c_0, c_1, ... (fewer than rounds: zeros after; banded).
+    rounds: n.
+    participations: k >= 1.
+    separation: b >= 1.
+    fallback: when the coefficients are not nonnegative and non-increasing,
+      enumerate (rounds <= MAX_ENUMERATION_ROUNDS) instead of refusing.
+
+  Raises:
+    ValueError: when the condition fails and enumeration is not allowed or
+      not possible, naming the offending coefficients.
+  """
+  n, k, b = _rules(rounds, participations, separation)
+  c = toeplitz.padded(coefficients, n)
+  violation = toeplitz.nonincreasing_violation(c)
+  if violation is not None:
+    if fallback and n <= MAX_ENUMERATION_ROUNDS:
+      return enumerated_sensitivity(toeplitz.strategy_matrix(c, n),
+                                    participations=k, separation=b)
+    raise ValueError(
+        f"coefficients must be nonnegative and non-increasing for the "
+        f"structural worst case (Kalinin & Lampert 2024, Thm 2), but "
+        f"{violation}; enumeration "
+        + ("was not allowed (fallback=False)." if not fallback else
+           f"needs rounds <= {MAX_ENUMERATION_ROUNDS}, got {n}."))
+  pattern = np.zeros(n, dtype=bool)
+  pattern[np.arange(most_participations(n, k, b)) * b] = True
+  image = np.zeros(n)
+  for start in np.flatnonzero(pattern):
+    image[start:] += c[:n - start]
+  return Sensitivity(value=float(np.linalg.norm(image)), pattern=pattern,
+                     method="structure", participations=k, separation=b)
+
+
+__all__ = ["MAX_ENUMERATION_ROUNDS", "Sensitivity", "allowed_patterns",
+           "enumerated_sensitivity", "most_participations",
+           "toeplitz_sensitivity"]

@@ -1,0 +1,48 @@
+"""A Toeplitz strategy's released noise as a `LinearNoise`, and a pattern's mu.
+
+The streaming release y = x + C^-1 xi is a `linear_noise.LinearNoise` with
+the square B = C^-1 (one node per round; Choquette-Choo et al. 2023, arXiv
+2306.08153), so the correlated-noise statistics, self-test and audit of
+`tff_canary.stats.correlated` apply with K = B B^T = C^-1 C^-T. A canary on
+0/1 pattern a (at norm equal to the clip) then has GLS statistic T ~ N(mu_a,
+1) with
+
+    mu_a = sqrt(a^T K^-1 a) / z = ||C a|| / z,
+
+since K^-1 = C^T C: the release is equivalent to C x + xi (C invertible).
+Over the allowed patterns the largest mu_a is `sensitivity.Sensitivity.value`
+/ z, the accounting's own mu (`analytical`).
+
+NumPy only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tff_canary.stats.correlated import linear_noise
+from tff_canary.stats.matrix import toeplitz
+from tff_canary.stats import validation
+
+
+def strategy_noise(coefficients: Any, rounds: int) -> linear_noise.LinearNoise:
+  """The `LinearNoise` with B = C^-1, [rounds, rounds], one block."""
+  n = validation.as_int(rounds, "rounds", minimum=1)
+  return linear_noise.linear_noise(toeplitz.noise_matrix(coefficients, n),
+                                   round_block=np.zeros(n, dtype=np.int64))
+
+
+def pattern_mu(coefficients: Any, pattern: Any, *,
+               noise_multiplier: float) -> float:
+  """mu_a = ||C a|| / z for a [rounds] 0/1 (or Boolean) pattern a."""
+  z = validation.as_positive(noise_multiplier, "noise_multiplier")
+  a = np.asarray(pattern)
+  a = validation.as_counts(a.astype(np.int64) if a.dtype == bool else a,
+                           "pattern", maximum=1)
+  image = toeplitz.strategy_matrix(coefficients, a.size) @ a
+  return float(np.linalg.norm(image)) / z
+
+
+__all__ = ["pattern_mu", "strategy_noise"]
