@@ -49,6 +49,28 @@ def test_structure_equals_enumeration_on_small_cases(name):
             fast.value, rel=1e-12)
 
 
+def test_structure_equals_enumeration_for_random_nonincreasing_coefficients():
+  # The theorem's condition alone (nonnegative, non-increasing), on
+  # sequences no strategy family produces: sorted uniforms, some with zeros
+  # (banded) and plateaus (ties).
+  rng = np.random.default_rng(5)
+  for trial in range(12):
+    c = np.sort(rng.random(13))[::-1]
+    c[rng.integers(1, 13):] *= trial % 2  # every other trial banded
+    if trial % 3 == 0:
+      c[2:5] = c[2]  # a plateau
+    for n in (7, 13):
+      dense = toeplitz.strategy_matrix(c, n)
+      for k in (2, 3, 4):
+        for b in (1, 2, 4):
+          fast = sensitivity.toeplitz_sensitivity(
+              c, rounds=n, participations=k, separation=b, fallback=False)
+          slow = sensitivity.enumerated_sensitivity(
+              dense, participations=k, separation=b)
+          assert fast.value == pytest.approx(slow.value, rel=1e-12), (
+              trial, n, k, b)
+
+
 def test_allowed_patterns_are_exactly_the_rules():
   patterns = sensitivity.allowed_patterns(7, 2, 3)
   # One round: 7; two rounds >= 3 apart: pairs (i, j), j - i >= 3: 4+3+2+1.
@@ -132,6 +154,21 @@ def test_pattern_mu_is_the_gls_mu_of_the_linear_noise(name):
       single.value / z, rel=1e-9)
 
 
+def test_restarted_strategy_noise_is_block_diagonal_with_per_epoch_accounting():
+  c, z = toeplitz.square_root_coefficients(4), 1.5
+  noise = strategy_noise.strategy_noise(c, 10, restart_every=4)
+  assert noise.block_starts() == [0, 4, 8]
+  np.testing.assert_allclose(noise.released[4:8, 4:8],
+                             toeplitz.noise_matrix(c, 4), atol=1e-15)
+  assert not noise.released[4:, :4].any() and not noise.released[8:, :8].any()
+  # One participation per epoch: each epoch's worst round is its first, with
+  # the column norm of C over that epoch's length (4, 4 and 2 rounds).
+  epochs = np.eye(3, dtype=bool)[np.arange(10) // 4]
+  norms = [toeplitz.column_norms(c, size)[0] for size in (4, 4, 2)]
+  assert noise.release_mu(z, epochs) == pytest.approx(
+      np.sqrt(np.sum(np.square(norms))) / z, rel=1e-9)
+
+
 def test_analytical_epsilon_is_exact_gdp_of_sensitivity_over_z():
   c = toeplitz.square_root_coefficients(16)
   worst = sensitivity.toeplitz_sensitivity(c, rounds=256, participations=4,
@@ -141,6 +178,11 @@ def test_analytical_epsilon_is_exact_gdp_of_sensitivity_over_z():
   # mu-GDP with mu = sens / z is the Gaussian mechanism of multiplier z / sens.
   assert claim.epsilon == pytest.approx(gaussian_accounting.gaussian_epsilon(
       3.0 / worst.value, 1e-5), rel=1e-9)
+  # Canaries on the worst-case schedule face exactly the analytical mu.
+  noise = strategy_noise.strategy_noise(c, 256)
+  placed = tree_statistics.schedule_mu(worst.schedule(3), noise.covariance,
+                                       noise_multiplier=3.0)
+  np.testing.assert_allclose(placed, claim.mu, rtol=1e-8)
   with pytest.raises(ValueError, match="delta must be strictly between"):
     analytical.matrix_epsilon(worst, noise_multiplier=3.0, delta=1.0)
   with pytest.raises(TypeError, match="sensitivity must be a Sensitivity"):

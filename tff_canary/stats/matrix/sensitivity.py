@@ -66,6 +66,16 @@ class Sensitivity:
   def rounds(self) -> int:
     return int(self.pattern.size)
 
+  def schedule(self, canaries: int) -> np.ndarray:
+    """[canaries, rounds] bool, every canary on a*: the worst-case placement.
+
+    Each such canary's GLS statistic is N(value / z, 1), the analytical mu
+    (`strategy_noise`, `analytical`); held-out canaries go on the same
+    pattern.
+    """
+    count = validation.as_int(canaries, "canaries", minimum=1)
+    return np.tile(self.pattern, (count, 1))
+
   def __str__(self) -> str:
     return (f"sensitivity {self.value:.6g} ({self.method}) for at most "
             f"{self.participations} participations >= {self.separation} "

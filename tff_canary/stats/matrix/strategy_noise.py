@@ -18,7 +18,7 @@ NumPy only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -27,11 +27,30 @@ from tff_canary.stats.matrix import toeplitz
 from tff_canary.stats import validation
 
 
-def strategy_noise(coefficients: Any, rounds: int) -> linear_noise.LinearNoise:
-  """The `LinearNoise` with B = C^-1, [rounds, rounds], one block."""
+def strategy_noise(coefficients: Any, rounds: int,
+                   restart_every: Optional[int] = None
+                   ) -> linear_noise.LinearNoise:
+  """The `LinearNoise` with B = C^-1, [rounds, rounds].
+
+  Args:
+    coefficients: C's c_0, c_1, ...
+    rounds: n.
+    restart_every: None for one C over all rounds (one block); E for the
+      noise restarted every E rounds (an epoch): B is block-diagonal with
+      blocks C_E^-1 (the last one shorter if E does not divide n), one
+      `LinearNoise` block each, so `LinearNoise.release_mu` gives the
+      accounting of one participation per epoch.
+  """
   n = validation.as_int(rounds, "rounds", minimum=1)
-  return linear_noise.linear_noise(toeplitz.noise_matrix(coefficients, n),
-                                   round_block=np.zeros(n, dtype=np.int64))
+  e = n if restart_every is None else validation.as_int(
+      restart_every, "restart_every", minimum=1)
+  released = np.zeros((n, n))
+  for start in range(0, n, e):
+    size = min(e, n - start)
+    released[start:start + size, start:start + size] = (
+        toeplitz.noise_matrix(coefficients, size))
+  return linear_noise.linear_noise(
+      released, round_block=np.arange(n, dtype=np.int64) // e)
 
 
 def pattern_mu(coefficients: Any, pattern: Any, *,
