@@ -4,7 +4,7 @@ The structural worst case (k participations b apart from round 0; Kalinin &
 Lampert 2024, Thm 2) must equal the exhaustive maximum over all allowed
 patterns on every small case, and its conditions are checked, not assumed.
 The reference numbers are jax_privacy 2.0.0's
-`toeplitz.minsep_sensitivity_squared` (docs/method: METHOD.md sec. 13),
+`toeplitz.minsep_sensitivity_squared` (docs/method/matrix-mechanisms.md),
 printed to 4 decimals. Also: a canary's mu_a = ||C a|| / z equals the GLS
 sqrt(a^T K^-1 a) / z of the strategy's `LinearNoise`, and the analytical
 epsilon is the exact GDP epsilon of sens / z.
