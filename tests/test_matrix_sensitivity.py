@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.correlated import tree_statistics
+from tff_canary.stats.correlated import tree_noise, tree_statistics
 from tff_canary.stats.matrix import (analytical, blt, sensitivity,
                                      strategy_noise, toeplitz)
 
@@ -167,6 +167,27 @@ def test_restarted_strategy_noise_is_block_diagonal_with_per_epoch_accounting():
   norms = [toeplitz.column_norms(c, size)[0] for size in (4, 4, 2)]
   assert noise.release_mu(z, epochs) == pytest.approx(
       np.sqrt(np.sum(np.square(norms))) / z, rel=1e-9)
+
+
+def test_covariance_strategy_recovers_c_and_finds_the_trees_worst_round():
+  c = _STRATEGIES["blt, 2 buffers"]
+  k = strategy_noise.strategy_noise(c, 12).covariance
+  np.testing.assert_allclose(sensitivity.covariance_strategy(k),
+                             toeplitz.strategy_matrix(c, 12), atol=1e-9)
+  # The plain tree over 16 rounds (no restart): round 0 is on a path of
+  # h = ceil(log2(17)) = 5 nodes, each released alone, the accounting's own
+  # value; the efficient tree releases less about its worst round.
+  plain = tree_noise.tree_noise(16, efficient=False).covariance
+  worst = sensitivity.enumerated_sensitivity(
+      sensitivity.covariance_strategy(plain), participations=1, separation=1)
+  assert worst.value**2 == pytest.approx(5.0, rel=1e-9)
+  assert np.flatnonzero(worst.pattern).tolist() == [0]
+  efficient = tree_noise.tree_noise(16, efficient=True).covariance
+  assert sensitivity.enumerated_sensitivity(
+      sensitivity.covariance_strategy(efficient), participations=1,
+      separation=1).value**2 < 5.0 - 0.1
+  with pytest.raises(ValueError, match="covariance must be positive definite"):
+    sensitivity.covariance_strategy(np.zeros((3, 3)))
 
 
 def test_analytical_epsilon_is_exact_gdp_of_sensitivity_over_z():

@@ -138,6 +138,28 @@ def enumerated_sensitivity(strategy: Any, *, participations: int,
                      separation=int(separation))
 
 
+def covariance_strategy(covariance: Any) -> np.ndarray:
+  """L^-1 for the rounds' covariance K = L L^T (Cholesky): ||L^-1 a||^2 =
+  a^T K^-1 a, the squared GLS mu (times z^2) of a canary on pattern a.
+
+  So `enumerated_sensitivity(covariance_strategy(K), ...)` finds the
+  worst-case pattern of any correlated noise, the tree's included
+  (`linear_noise.LinearNoise.covariance`). For K = C^-1 C^-T with a
+  lower-triangular C of positive diagonal this is C itself (the Cholesky
+  factor is unique).
+  """
+  k = np.asarray(covariance, dtype=np.float64)
+  if k.ndim != 2 or k.shape[0] != k.shape[1] or not np.all(np.isfinite(k)):
+    raise ValueError(f"covariance must be a finite square [rounds, rounds] "
+                     f"array, got shape {k.shape}.")
+  try:
+    factor = np.linalg.cholesky(k)
+  except np.linalg.LinAlgError:
+    raise ValueError("covariance must be positive definite (its Cholesky "
+                     "factorization failed).") from None
+  return np.linalg.inv(factor)
+
+
 def toeplitz_sensitivity(coefficients: Any, *, rounds: int,
                          participations: int, separation: int,
                          fallback: bool = True) -> Sensitivity:
@@ -182,5 +204,5 @@ def toeplitz_sensitivity(coefficients: Any, *, rounds: int,
 
 
 __all__ = ["MAX_ENUMERATION_ROUNDS", "Sensitivity", "allowed_patterns",
-           "enumerated_sensitivity", "most_participations",
+           "covariance_strategy", "enumerated_sensitivity", "most_participations",
            "toeplitz_sensitivity"]
