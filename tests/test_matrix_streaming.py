@@ -3,12 +3,16 @@
 The streams keep only b - 1 past rounds or one buffer per BLT pair; the
 dense B = C^-1 (`toeplitz.noise_matrix`) is computed independently (series
 inverse of the coefficients). Float64 throughout: the tolerance is rounding.
+Last, canaries scored against streamed noise on the worst-case pattern have
+the GLS statistic the analytical mu predicts.
 """
 
 import numpy as np
 import pytest
 
-from tff_canary.stats.matrix import blt, streaming, toeplitz
+from tff_canary.stats.correlated import tree_statistics
+from tff_canary.stats.matrix import (analytical, blt, sensitivity, streaming,
+                                     strategy_noise, toeplitz)
 
 ROUNDS = 40
 SHAPE = (3, 2)
@@ -59,3 +63,30 @@ def test_a_round_of_the_wrong_shape_is_refused():
     noise.next(np.zeros(6))
   with pytest.raises(TypeError, match="strategy must be a BLT"):
     streaming.BltNoise([0.5], SHAPE)
+
+
+@pytest.mark.parametrize("strategy", ["banded", "blt"])
+def test_canaries_on_the_worst_case_pattern_have_the_analytical_mu(strategy):
+  # End to end: the streamed noise (not C^-1 itself), the GLS statistic of
+  # tree_statistics with the strategy's K, and the structural a*. Each of
+  # the 4,000 canaries' scores u_j = a*/z + w_j, w_j streamed from fresh
+  # xi_j (the canaries are the noise's coordinates). T_j ~ N(sens/z, 1):
+  # its sample mean has SE 1/sqrt(4000) = 0.016 and its sample variance SE
+  # sqrt(2/4000) = 0.022; the tolerances are 4 SE (fixed seed).
+  n, k, b, z, m = 48, 3, 16, 1.2, 4000
+  if strategy == "banded":
+    c = toeplitz.square_root_coefficients(8)
+    noise = streaming.BandedNoise(c, (m,))
+  else:
+    fitted = blt.blt([0.3, 0.1], [0.5, 0.95])
+    c = fitted.coefficients(n)
+    noise = streaming.BltNoise(fitted, (m,))
+  worst = sensitivity.toeplitz_sensitivity(c, rounds=n, participations=k,
+                                           separation=b)
+  claim = analytical.matrix_epsilon(worst, noise_multiplier=z, delta=1e-5)
+  fresh = np.random.default_rng(7).normal(size=(n, m))
+  scores = worst.schedule(m) / z + streaming.stream(noise, fresh).T
+  statistic = tree_statistics.scheduled_statistic(
+      scores, worst.schedule(m), strategy_noise.strategy_noise(c, n).covariance)
+  assert abs(statistic.mean() - claim.mu) < 4 * 0.016
+  assert abs(statistic.var() - 1.0) < 4 * 0.022
