@@ -25,6 +25,13 @@ reveals most about: a canary placed on a* has GLS statistic ~ N(sens / z, 1)
   on the coefficients, not assumed: when it fails this falls back to
   enumeration for small n and refuses otherwise.
 
+One participation per epoch of E rounds is b-min-sep with b = E only if
+every participant keeps its position in each epoch (cyclic order). Drawn
+anew each epoch, two participations can be one round apart (the end of an
+epoch and the start of the next): that rule is `rounds_per_epoch` in the
+enumeration, and its sensitivity can exceed the E-min-sep one by far. A
+claim computed with b = E for such a run is too small.
+
 NumPy only.
 """
 
@@ -32,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -54,6 +61,8 @@ class Sensitivity:
     method: "structure" (Kalinin & Lampert 2024, Thm 2) or "enumeration".
     participations: k, the most rounds a participant joins.
     separation: b, the fewest rounds between two of them.
+    rounds_per_epoch: E when at most one participation per epoch of E
+      rounds is also a rule (enumeration only), else None.
   """
 
   value: float
@@ -61,6 +70,7 @@ class Sensitivity:
   method: str
   participations: int
   separation: int
+  rounds_per_epoch: Optional[int] = None
 
   @property
   def rounds(self) -> int:
@@ -79,7 +89,10 @@ class Sensitivity:
   def __str__(self) -> str:
     return (f"sensitivity {self.value:.6g} ({self.method}) for at most "
             f"{self.participations} participations >= {self.separation} "
-            f"rounds apart in {self.rounds} rounds; worst case in rounds "
+            f"rounds apart"
+            + ("" if self.rounds_per_epoch is None else
+               f", one per epoch of {self.rounds_per_epoch}")
+            + f" in {self.rounds} rounds; worst case in rounds "
             f"{np.flatnonzero(self.pattern).tolist()}")
 
 
@@ -97,9 +110,10 @@ def most_participations(rounds: int, participations: int,
   return min(k, math.ceil(n / b))
 
 
-def allowed_patterns(rounds: int, participations: int,
-                     separation: int) -> np.ndarray:
-  """Every nonempty pattern of at most k rounds pairwise >= b apart.
+def allowed_patterns(rounds: int, participations: int, separation: int,
+                     rounds_per_epoch: Optional[int] = None) -> np.ndarray:
+  """Every nonempty pattern of at most k rounds pairwise >= b apart (and, with
+  `rounds_per_epoch` E, at most one in each epoch of E rounds).
 
   Returns: [patterns, rounds] bool, in increasing order of the pattern read
   as a binary number with round 0 as the lowest bit.
@@ -111,12 +125,19 @@ def allowed_patterns(rounds: int, participations: int,
   codes = np.arange(1, 2**n, dtype=np.int64)
   for shift in range(1, b):  # no two rounds closer than b
     codes = codes[(codes & (codes >> shift)) == 0]
+  if rounds_per_epoch is not None:
+    e = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
+    for start in range(0, n, e):  # drop codes with two rounds in an epoch
+      block = codes & (((1 << min(e, n - start)) - 1) << start)
+      codes = codes[(block & (block - 1)) == 0]
   bits = ((codes[:, None] >> np.arange(n)[None, :]) & 1).astype(bool)
   return bits[bits.sum(axis=1) <= k]
 
 
 def enumerated_sensitivity(strategy: Any, *, participations: int,
-                           separation: int) -> Sensitivity:
+                           separation: int,
+                           rounds_per_epoch: Optional[int] = None
+                           ) -> Sensitivity:
   """sens and a* by trying every allowed pattern of a dense C (exact).
 
   Args:
@@ -124,18 +145,24 @@ def enumerated_sensitivity(strategy: Any, *, participations: int,
       rounds <= MAX_ENUMERATION_ROUNDS.
     participations: k >= 1.
     separation: b >= 1 (b = 1 allows consecutive rounds).
+    rounds_per_epoch: E for the rule "at most one participation per epoch
+      of E rounds" on top (DP-FTRL's sampling without a fixed order: two
+      participations can then be 1 round apart), or None.
   """
   c = np.asarray(strategy, dtype=np.float64)
   if c.ndim != 2 or c.shape[0] != c.shape[1] or not np.all(np.isfinite(c)):
     raise ValueError(f"strategy must be a finite square [rounds, rounds] "
                      f"array, got shape {c.shape}.")
-  patterns = allowed_patterns(c.shape[0], participations, separation)
+  patterns = allowed_patterns(c.shape[0], participations, separation,
+                              rounds_per_epoch)
   squared = np.sum((patterns @ c.T) ** 2, axis=1)
   best = int(np.argmax(squared))
   return Sensitivity(value=float(np.sqrt(squared[best])),
                      pattern=patterns[best].copy(), method="enumeration",
                      participations=int(participations),
-                     separation=int(separation))
+                     separation=int(separation),
+                     rounds_per_epoch=(None if rounds_per_epoch is None
+                                       else int(rounds_per_epoch)))
 
 
 def covariance_strategy(covariance: Any) -> np.ndarray:
