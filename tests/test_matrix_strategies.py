@@ -14,7 +14,7 @@ from scipy import special
 from tff_canary.stats.matrix import blt, toeplitz
 
 
-def test_square_root_coefficients_are_the_binomials_and_square_to_the_prefix_sums():
+def test_square_root_coefficients_are_binomials_squaring_to_prefix_sums():
   c = toeplitz.square_root_coefficients(60)
   exact = np.array([special.comb(2 * i, i, exact=True) / 4**i
                     for i in range(60)], dtype=float)

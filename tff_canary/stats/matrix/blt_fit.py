@@ -129,11 +129,17 @@ def fit_blt(*, rounds: int, participations: int, separation: int,
   best = None
   for run in range(starts):
     x0 = first if run == 0 else first + rng.normal(scale=1.0, size=first.size)
-    result = optimize.minimize(_loss, x0, args=(n, k, b), method="L-BFGS-B")
+    # Bounds keep expit below 1 in float64 (theta = 1 has no decay).
+    result = optimize.minimize(_loss, x0, args=(n, k, b), method="L-BFGS-B",
+                               bounds=[(-30.0, 30.0)] * x0.size)
     if best is None or result.fun < best.fun:
       best = result
   omega, theta = _parameters(best.x)
-  strategy = blt_lib.blt(output_scale=omega, buf_decay=theta)
+  try:
+    strategy = blt_lib.blt(output_scale=omega, buf_decay=theta)
+  except ValueError as e:
+    raise ValueError(f"the fit with num_buffers={m} ended on a degenerate "
+                     f"BLT ({e}); fit fewer buffers.") from None
   c = strategy.coefficients(n)
   worst = sensitivity_lib.toeplitz_sensitivity(
       c, rounds=n, participations=k, separation=b, fallback=False)

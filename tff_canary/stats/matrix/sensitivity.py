@@ -10,7 +10,7 @@ sensitivity
 
 and a participant on the maximizing pattern a* is the one the release
 reveals most about: a canary placed on a* has GLS statistic ~ N(sens / z, 1)
-(docs/method/dp-ftrl.md). Two ways to find a* and sens:
+(docs/method/matrix-mechanisms.md). Two ways to find a* and sens:
 
 * enumeration (`enumerated_sensitivity`): every allowed pattern of a dense
   C, exact for any C, for n <= `MAX_ENUMERATION_ROUNDS`;
@@ -231,5 +231,5 @@ def toeplitz_sensitivity(coefficients: Any, *, rounds: int,
 
 
 __all__ = ["MAX_ENUMERATION_ROUNDS", "Sensitivity", "allowed_patterns",
-           "covariance_strategy", "enumerated_sensitivity", "most_participations",
-           "toeplitz_sensitivity"]
+           "covariance_strategy", "enumerated_sensitivity",
+           "most_participations", "toeplitz_sensitivity"]

@@ -62,7 +62,7 @@ class BandedNoise:
   """w = C^-1 xi for a banded Toeplitz C, keeping the b - 1 last w."""
 
   def __init__(self, coefficients: Any, shape: Sequence[int]):
-    """Args: coefficients c_0 .. c_{b-1} (b bands); shape of one round's noise."""
+    """Args: coefficients c_0 .. c_{b-1} (b bands); shape: one round's."""
     self.coefficients = toeplitz.as_coefficients(coefficients)
     self.shape = _shape(shape)
     self.past = np.zeros((self.coefficients.size - 1,) + self.shape)

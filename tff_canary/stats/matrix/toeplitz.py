@@ -32,7 +32,7 @@ from tff_canary.stats import validation
 
 def as_coefficients(coefficients: Any,
                     name: str = "coefficients") -> np.ndarray:
-  """1-D finite float64 coefficients c_0, c_1, ... with c_0 != 0 (C invertible)."""
+  """Finite 1-D float64 c_0, c_1, ... with c_0 != 0 (C invertible)."""
   c = validation.as_sample(coefficients, name, min_size=1)
   if c[0] == 0.0:
     raise ValueError(f"{name}[0] must be nonzero (C is invertible only with a "
@@ -50,7 +50,7 @@ def padded(coefficients: Any, rounds: int) -> np.ndarray:
 
 
 def square_root_coefficients(count: int) -> np.ndarray:
-  """c_0 .. c_{count-1} of (1 - x)^(-1/2): binom(2i, i) / 4^i (module docstring).
+  """c_0 .. c_{count-1} of (1 - x)^(-1/2): binom(2i, i) / 4^i (module doc).
 
   The full square root for `count` = rounds; the banded square root with b
   bands for `count` = b.
