@@ -1,16 +1,17 @@
 """Buffered linear Toeplitz (BLT) strategies: a Toeplitz C with a few buffers.
 
 A BLT (Dvijotham et al. 2024, "Efficient and Near-Optimal Noise Generation
-for Streaming Differential Privacy", arXiv 2404.16706, Def. 4.1) with output
+for Streaming Differential Privacy", arXiv 2404.16706) with output
 scales omega_i and buffer decays theta_i, i = 1 .. m, is the lower-triangular
 Toeplitz C with coefficients
 
     c_0 = 1,    c_t = sum_i omega_i theta_i^(t-1)   (t >= 1),
 
 that is c(x) = 1 + sum_i omega_i x / (1 - theta_i x), a rational function
-of degree m. Its inverse is again a BLT with m buffers (McMahan & Pillutla
-2025, "An Inversion Theorem for Buffered Linear Toeplitz (BLT) Matrices",
-arXiv 2504.21413, Thm 2): writing c(x) = 1 + x omega^T (I - x Theta)^-1 1,
+of degree m. Its inverse is again a BLT with m buffers (Dvijotham et al.
+2024, Lemma 5.2; in closed form McMahan & Pillutla 2025, "An Inversion
+Theorem for Buffered Linear Toeplitz (BLT) Matrices", arXiv 2504.21413,
+Thm 2): writing c(x) = 1 + x omega^T (I - x Theta)^-1 1,
 Sherman-Morrison gives 1 / c(x) = 1 - x omega^T (I - x (Theta - 1 omega^T))^-1
 1, so the inverse's decays theta^ are the eigenvalues of Theta - 1 omega^T
 and its scales are

@@ -2,8 +2,8 @@
 
 The objective is jax_privacy's for BLTs under b-min-separated participation
 (`buffered_toeplitz.LossFn.build_min_sep`, error "max"; McMahan, Xu & Zhang
-2024, arXiv 2408.08868, Sec. 4): for the prefix-sum workload A (the model
-after t rounds is a prefix sum of the noised updates) and noise C^-1 xi,
+2024, arXiv 2408.08868): for the prefix-sum workload A (the model after t
+rounds is a prefix sum of the noised updates) and noise C^-1 xi,
 
     loss(C) = max_t ||(A C^-1)[t, :]||^2  *  sens(C)^2,
 

@@ -1,9 +1,9 @@
 """Sensitivity of a strategy C under b-min-separated participation, and its worst case.
 
 A participant contributes (at norm 1) to at most k rounds, any two at least
-b rounds apart ("b-min-sep", Choquette-Choo et al. 2023, arXiv 2306.08153,
-Sec. 2): its 0/1 pattern a over the n rounds has at most k ones, pairwise
->= b apart. The release C x + xi (equivalently x + C^-1 xi) then has L2
+b rounds apart ("b-min-sep", Choquette-Choo et al. 2023, arXiv 2306.08153):
+its 0/1 pattern a over the n rounds has at most k ones, pairwise >= b
+apart. The release C x + xi (equivalently x + C^-1 xi) then has L2
 sensitivity
 
     sens = max_a ||C a||,
