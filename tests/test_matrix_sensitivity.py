@@ -207,6 +207,39 @@ def test_covariance_strategy_recovers_c_and_finds_the_trees_worst_round():
     sensitivity.covariance_strategy(np.zeros((3, 3)))
 
 
+def test_restarted_sensitivity_is_the_per_epoch_worst_round():
+  z = 2.0
+  plain = tree_noise.tree_noise(64, efficient=False, restart_period=16)
+  worst = sensitivity.restarted_sensitivity(plain)
+  # Round 0 of each of the 4 trees, on a path of h = 5 nodes each.
+  assert np.flatnonzero(worst.pattern).tolist() == [0, 16, 32, 48]
+  assert worst.value**2 == pytest.approx(4 * 5.0, rel=1e-9)
+  epochs = tree_statistics.epoch_matrix(64, 16)
+  for noise in (plain, tree_noise.tree_noise(64, efficient=True,
+                                             restart_period=16),
+                strategy_noise.strategy_noise(
+                    toeplitz.square_root_coefficients(6), 64,
+                    restart_every=16)):
+    found = sensitivity.restarted_sensitivity(noise)
+    assert found.value / z == pytest.approx(
+        tree_statistics.worst_case_mu(noise.covariance, epochs,
+                                      noise_multiplier=z), rel=1e-9)
+    # Canaries on a* have exactly that mu.
+    np.testing.assert_allclose(
+        tree_statistics.schedule_mu(found.schedule(2), noise.covariance,
+                                    noise_multiplier=z),
+        found.value / z, rtol=1e-8)
+  small = strategy_noise.strategy_noise(toeplitz.square_root_coefficients(3),
+                                        12, restart_every=4)
+  exact = sensitivity.enumerated_sensitivity(
+      sensitivity.covariance_strategy(small.covariance), participations=3,
+      separation=1, rounds_per_epoch=4)
+  assert sensitivity.restarted_sensitivity(small).value == pytest.approx(
+      exact.value, rel=1e-9)
+  with pytest.raises(TypeError, match="noise must be a LinearNoise"):
+    sensitivity.restarted_sensitivity(np.eye(3))
+
+
 def test_analytical_epsilon_is_exact_gdp_of_sensitivity_over_z():
   c = toeplitz.square_root_coefficients(16)
   worst = sensitivity.toeplitz_sensitivity(c, rounds=256, participations=4,

@@ -10,7 +10,7 @@ sensitivity
 
 and a participant on the maximizing pattern a* is the one the release
 reveals most about: a canary placed on a* has GLS statistic ~ N(sens / z, 1)
-(docs/method/matrix-mechanisms.md). Two ways to find a* and sens:
+(docs/method/matrix-mechanisms.md). Three ways to find a* and sens:
 
 * enumeration (`enumerated_sensitivity`): every allowed pattern of a dense
   C, exact for any C, for n <= `MAX_ENUMERATION_ROUNDS`;
@@ -23,7 +23,10 @@ reveals most about: a canary placed on a* has GLS statistic ~ N(sens / z, 1)
   Private Model Training", arXiv 2405.13763, Thm 2; jax_privacy's
   `toeplitz.minsep_sensitivity_squared`), O(n k). The condition is checked
   on the coefficients, not assumed: when it fails this falls back to
-  enumeration for small n and refuses otherwise.
+  enumeration for small n and refuses otherwise;
+* restarts (`restarted_sensitivity`): one participation per block of any
+  noise restarted by block (the tree, a strategy restarted every epoch),
+  the worst round of each block, exact for any n.
 
 One participation per epoch of E rounds is b-min-sep with b = E only if
 every participant keeps its position in each epoch (cyclic order). Drawn
@@ -43,6 +46,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tff_canary.stats.correlated import linear_noise
 from tff_canary.stats.matrix import toeplitz
 from tff_canary.stats import validation
 
@@ -58,7 +62,8 @@ class Sensitivity:
     value: sens = ||C a*||.
     pattern: [rounds] bool, a*: the rounds the worst-case participant (and
       the worst-case canaries) take part in.
-    method: "structure" (Kalinin & Lampert 2024, Thm 2) or "enumeration".
+    method: "structure" (Kalinin & Lampert 2024, Thm 2), "enumeration",
+      or "restarts" (`restarted_sensitivity`).
     participations: k, the most rounds a participant joins.
     separation: b, the fewest rounds between two of them.
     rounds_per_epoch: E when at most one participation per epoch of E
@@ -187,6 +192,36 @@ def covariance_strategy(covariance: Any) -> np.ndarray:
   return np.linalg.inv(factor)
 
 
+def restarted_sensitivity(noise: linear_noise.LinearNoise) -> Sensitivity:
+  """sens and a* for one participation per block of a noise restarted by block.
+
+  The tree restarted every epoch, or a matrix mechanism restarted every
+  epoch (`strategy_noise.strategy_noise(..., restart_every=E)`): the
+  blocks' noises are independent, so K^-1 is block-diagonal and a pattern
+  with one round t_e per block has a^T K^-1 a = sum_e (K_e^-1)_{t_e t_e},
+  largest with t_e = argmax of block e's diagonal (`tree_statistics.
+  worst_case_mu` is the same value over z). For the plain tree a* is round
+  0 of every tree. Exact for any number of rounds.
+
+  Args:
+    noise: a `linear_noise.LinearNoise` whose `round_block` are the epochs.
+  """
+  if not isinstance(noise, linear_noise.LinearNoise):
+    raise TypeError(f"noise must be a LinearNoise (linear_noise.linear_noise),"
+                    f" got {validation.show(noise)}.")
+  covariance = noise.covariance
+  pattern = np.zeros(noise.num_rounds, dtype=bool)
+  total = 0.0
+  for block in range(noise.num_blocks):
+    rounds = np.flatnonzero(noise.round_block == block)
+    precision = np.diag(np.linalg.inv(covariance[np.ix_(rounds, rounds)]))
+    pattern[rounds[np.argmax(precision)]] = True
+    total += float(precision.max())
+  return Sensitivity(value=math.sqrt(total), pattern=pattern,
+                     method="restarts", participations=noise.num_blocks,
+                     separation=1)
+
+
 def toeplitz_sensitivity(coefficients: Any, *, rounds: int,
                          participations: int, separation: int,
                          fallback: bool = True) -> Sensitivity:
@@ -232,4 +267,5 @@ def toeplitz_sensitivity(coefficients: Any, *, rounds: int,
 
 __all__ = ["MAX_ENUMERATION_ROUNDS", "Sensitivity", "allowed_patterns",
            "covariance_strategy", "enumerated_sensitivity",
-           "most_participations", "toeplitz_sensitivity"]
+           "most_participations", "restarted_sensitivity",
+           "toeplitz_sensitivity"]
