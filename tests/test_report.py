@@ -13,6 +13,7 @@ from tff_canary.stats import atomic_files
 from tff_canary.stats.audit import audit
 
 from tff_canary.stats import results
+from tff_canary.harness.reporting import cosine_report
 from tff_canary.harness.reporting import report
 from tff_canary.harness.recording import run_dir
 from tff_canary.stats.canaries import schedules
@@ -262,9 +263,9 @@ def test_a_bound_row_states_the_audits_level_and_value(tmp_path):
   verdict = r.verdict
   assert len(verdict.bounds) == 4 and verdict.per_bound_confidence == 0.9875
   details = {name: detail for name, kind, _, detail in r.rows()
-             if kind == "bound" and report.AUDITED_AS.get(name)
+             if kind == "bound" and cosine_report.AUDITED_AS.get(name)
              in verdict.bounds}
-  assert {report.AUDITED_AS[name] for name in details} == set(verdict.bounds)
+  assert {cosine_report.AUDITED_AS[name] for name in details} == set(verdict.bounds)
   assert verdict.claim_kind == "gaussian"
   # Steinke et al.'s one-run bound is shown, valid, but the audit of a
   # Gaussian claim uses the stronger f-DP one-run bound in its place.
@@ -272,7 +273,7 @@ def test_a_bound_row_states_the_audits_level_and_value(tmp_path):
     if kind == "bound" and name not in details:
       assert name.endswith(": one-run bound") and "not in the audit" in detail
   for name, detail in details.items():
-    audited = verdict.bounds[report.AUDITED_AS[name]]
+    audited = verdict.bounds[cosine_report.AUDITED_AS[name]]
     assert (f"in the audit: {results.format_number(audited.epsilon)} at "
             "98.75%, not 95% (Bonferroni over 4 bounds)") in detail
   # Estimates and the paper's nominal bounds are not in the audit; the
@@ -305,8 +306,9 @@ def test_the_report_says_whether_the_other_canaries_were_removed(tmp_path):
     assert ("ther inserted canaries: not removed (gaussian canaries, the "
             "paper's construction)") in text
   assert r.as_dict()["known_canaries_removed"] == "none"
-  removed = dataclasses.replace(r, table=dataclasses.replace(
-      r.table, known_canaries_removed="all_iterates"))
+  removed = dataclasses.replace(r, section=dataclasses.replace(
+      r.section, table=dataclasses.replace(
+          r.table, known_canaries_removed="all_iterates")))
   for text in (removed.table_text(), removed.to_markdown()):
     assert ("ther inserted canaries: removed from each round's aggregate "
             "for the all-iterates cosines; not from the final model") in text

@@ -18,7 +18,8 @@ from before the client mode, or a `RunWriter`'s, is "server"):
     and its DpEvent (the ledger, the analytical epsilon) is that of
     `clients_per_round` real clients; the canaries are added beside them,
     not in their place. A table of an older version that removed the other
-    inserted canaries says at what norm (`known_canaries_line`).
+    inserted canaries says at what norm
+    (`cosine_report.CosineSection.known_canaries_line`).
   * clients with the DDP aggregator (`chain`, config.json's
     `aggregator="ddp"`): the same, through TFF's distributed-DP chain
     (its mechanism, bits, rotation and clip); a canary client is clipped
@@ -127,18 +128,6 @@ class InsertionNotes:
           f"{stage['threshold']:.4g} < its norm {stage['canary_norm']:.4g} "
           "in the stage's order; it did not reach the sum")
     return out
-
-  def known_canaries_line(self, removed: str) -> Optional[str]:
-    """The client mode's `RunReport.known_canaries_line` for a table of an
-    older version that removed the other inserted canaries (None: the
-    report's own line)."""
-    if self.mode == "server" or removed != "all_iterates":
-      return None
-    return ("other inserted canaries: removed from each round's aggregate "
-            "(from the weights, (θ_{r-1} − θ_r) / server_learning_rate) at "
-            "min(canary_norm, the round's clip), the norm a canary client "
-            "enters TFF's sum with, for the all-iterates cosines; not from "
-            "the final model")
 
   def lines(self, limit: Optional[int] = None) -> list[str]:
     """The mode line, then the findings (at most `limit` of them)."""
