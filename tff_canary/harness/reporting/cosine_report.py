@@ -30,12 +30,12 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Optional
 
+from tff_canary.harness.config import experiment_config
 from tff_canary.harness.mechanisms import analytical_epsilons
 from tff_canary.harness.mechanisms import canary_claim as canary_claim_lib
 from tff_canary.harness.mechanisms import protocol
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.reporting import headline as headline_lib
-from tff_canary.harness.reporting import insertion_notes
 from tff_canary.stats import results
 from tff_canary.stats.audit import audit
 from tff_canary.stats.audit import table_estimates
@@ -81,8 +81,7 @@ class CosineSection:
   analytical_claim: protocol.AnalyticalClaim
   canary_claim: canary_claim_lib.CanaryClaim
   table: CosineTable = dataclasses.field(repr=False, compare=False)
-  insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
-      "server")
+  insertion: str = "server"  # the mode (`experiment_config.insertion_of`)
 
   @property
   def analytical(self) -> dict[str, float]:
@@ -154,7 +153,7 @@ class CosineSection:
       return ("other inserted canaries: their projections removed from every "
               "round's aggregate and from the final model, exactly "
               "(orthogonal canaries)")
-    if removed == "all_iterates" and self.insertion.mode != "server":
+    if removed == "all_iterates" and self.insertion != "server":
       return ("other inserted canaries: removed from each round's aggregate "
               "(from the weights, (θ_{r-1} − θ_r) / server_learning_rate) at "
               "min(canary_norm, the round's clip), the norm a canary client "
@@ -277,7 +276,7 @@ class CosineSection:
       before += [f"Participation: {line}.", ""]
     known = self.known_canaries_line()
     before += [known[0].upper() + known[1:] + ".", ""]
-    mode, *findings = self.insertion.lines()
+    mode, *findings = report.insertion.lines()
     before += [mode[0].upper() + mode[1:] + ".", ""]
     before += [f"- **{f[0].upper() + f[1:]}**." for f in findings]
     before += [""] if findings else []
@@ -324,8 +323,8 @@ class CosineSection:
 
 
 def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
-          confidence: float, claimed_epsilon: Optional[float],
-          insertion: insertion_notes.InsertionNotes) -> CosineSection:
+          confidence: float, claimed_epsilon: Optional[float]
+          ) -> CosineSection:
   """The section of run directory `rd` (config.json `config`); the
   arguments are checked by `report.build_report`."""
   table = rd.load_table(config)
@@ -346,4 +345,5 @@ def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
   return CosineSection(
       confidence=confidence, claim=claim, claimed_epsilon=claimed_epsilon,
       estimates=estimates, verdict=verdict, analytical_claim=analytical_claim,
-      canary_claim=faced, table=table, insertion=insertion)
+      canary_claim=faced, table=table,
+      insertion=experiment_config.insertion_of(config))

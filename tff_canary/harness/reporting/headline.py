@@ -111,13 +111,12 @@ class Headline:
   # The audit's reach (`audit.AuditVerdict.reach_dict`); None if unknown.
   audit_reach: Optional[dict[str, Any]] = None
   targets: tuple[Target, ...] = ()
-  targets_label: str = "rounds ε"
 
   def _targets_line(self) -> list[str]:
     if not self.targets:
       return []
     first, *rest = self.targets
-    return [f"{self.targets_label:14s}"
+    return [f"{'rounds ε':14s}"
             f"{results.format_number(first.value):>8s}  {first.name}"
             + "".join(f"; {t.name}: {results.format_number(t.value)}"
                       for t in rest)]

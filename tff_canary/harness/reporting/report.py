@@ -3,9 +3,8 @@
 `build_report(run_dir)` reads a run directory (`run_dir.RunDir`) and asks
 the run's mechanism for its section: the module named by its
 `protocol.Mechanism.report_section` (of this package or the user's own)
-makes it with `build(rd, config, *, delta, confidence, claimed_epsilon,
-insertion)` (the arguments checked; `claimed_epsilon` None: the analytical
-claim). The sections: a cosine table's (`cosine_report`, the default) and
+makes it with `build(rd, config, *, delta, confidence, claimed_epsilon)`
+(the arguments checked; `claimed_epsilon` None: the analytical claim). The sections: a cosine table's (`cosine_report`, the default) and
 DP-FTRL's per-round scores (`tree_report`). The `RunReport` around it is
 the same for every mechanism: the headline, the terminal's table,
 report.json (`as_dict`) and report.md (`to_markdown`); `write_report`
@@ -219,18 +218,17 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
   if claimed_epsilon is not None:
     claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
                                                 "claimed_epsilon")
-  insertion = insertion_notes.load(rd, config)
   section = importlib.import_module(
       registry.of_config(config).report_section).build(
           rd, config, delta=delta, confidence=confidence,
-          claimed_epsilon=claimed_epsilon, insertion=insertion)
+          claimed_epsilon=claimed_epsilon)
   accuracy, loss = rd.final_evaluation()
   return RunReport(
       run_dir=rd.path, config=config, delta=delta, confidence=confidence,
       section=section, accuracy=accuracy, loss=loss,
       noise_check=rd.load_noise_check(),
       participation=config.get("participation"), delta_source=source,
-      insertion=insertion)
+      insertion=insertion_notes.load(rd, config))
 
 
 def write_report(report: RunReport, plots: bool = True,

@@ -220,12 +220,10 @@ def _canaries(config: dict[str, Any]) -> canary_config.CanaryConfig:
 
 
 def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
-          confidence: float, claimed_epsilon: Optional[float],
-          insertion=None) -> TreeSection:
+          confidence: float, claimed_epsilon: Optional[float]
+          ) -> TreeSection:
   """The section of a finished DP-FTRL run (module docstring); the
-  arguments are checked by `report.build_report` (`insertion` is the
-  report's own)."""
-  del insertion
+  arguments are checked by `report.build_report`."""
   if config.get("assignment") != "coin":
     raise run_dir_lib.RunDirError(
         f"{rd.file(run_dir_lib.CONFIG)} has assignment="
