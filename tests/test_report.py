@@ -3,11 +3,14 @@
 import dataclasses
 import json
 import os
+import pickle
 import subprocess
 import sys
+import types
 
 import pytest
 
+from tff_canary.harness.mechanisms import registry
 from tff_canary.stats import atomic_files
 
 from tff_canary.stats.audit import audit
@@ -29,6 +32,38 @@ def test_report_recomputes_at_any_delta(tmp_path):
   assert r7.estimates.final_mean_only.epsilon > r5.estimates.final_mean_only.epsilon
   assert r5.analytical["one participation"] < r7.analytical["one participation"]
   assert r5.accuracy == pytest.approx(0.61) and r5.loss == pytest.approx(1.1)
+
+
+def test_the_report_is_built_around_the_mechanisms_section(tmp_path,
+                                                           monkeypatch):
+  # build_report makes the section with the module the run's mechanism
+  # names (protocol.Mechanism.report_section, here the default cosine
+  # table's); the section's attributes are the report's, and the
+  # forwarding leaves copying and pickling alone.
+  path = make_run(tmp_path / "run")
+  r = report.build_report(path)
+  assert type(r.section) is cosine_report.CosineSection  # pylint: disable=unidiomatic-typecheck
+  assert r.verdict is r.section.verdict and r.table is r.section.table
+  assert pickle.loads(pickle.dumps(r)).as_dict() == r.as_dict()
+  with pytest.raises(AttributeError, match="no_such_attribute"):
+    r.no_such_attribute  # pylint: disable=pointless-statement
+
+  class Titled(cosine_report.CosineSection):
+    title = " with a test section"
+
+  def build(*args, **kwargs):
+    section = cosine_report.build(*args, **kwargs)
+    return Titled(**{f.name: getattr(section, f.name)
+                     for f in dataclasses.fields(section)})
+
+  monkeypatch.setitem(sys.modules, "a_test_section",
+                      types.SimpleNamespace(build=build))
+  monkeypatch.setattr(type(registry.get("gaussian")), "report_section",
+                      "a_test_section")
+  titled = report.build_report(path)
+  assert type(titled.section) is Titled  # pylint: disable=unidiomatic-typecheck
+  first = titled.to_markdown().splitlines()[0]
+  assert first.endswith(" with a test section (synthetic data)"), first
 
 
 def test_audit_refutes_a_claim_far_below_the_truth(tmp_path):
