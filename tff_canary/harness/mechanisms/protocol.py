@@ -139,6 +139,9 @@ class Mechanism:
     client_accounting: What the analytical epsilon of canary clients'
       runs counts.
     sweep: experiments/sweep.py's defaults, or None (not swept).
+    report_section: The module whose `build` makes its runs' report
+      section (`tff_canary.harness.reporting.report`); by default a cosine
+      table's.
   """
 
   name: ClassVar[str] = ""
@@ -151,6 +154,7 @@ class Mechanism:
       "the ledger's DpEvents (the analytical ε) are those of "
       "clients_per_round real clients")
   sweep: ClassVar[Optional[SweepDefaults]] = None
+  report_section: ClassVar[str] = "tff_canary.harness.reporting.cosine_report"
 
   @property
   def flag(self) -> str:
