@@ -85,7 +85,8 @@ class LinearNoise:
 
   Attributes:
     released: [T, K] float64, B: round t's released noise is
-      sum_k released[t, k] xi_k, xi_k iid node noises.
+      sum_k released[t, k] xi_k, xi_k iid node noises. Not to be changed in
+      place: K, its factor and K^-1 are computed once (`with_coefficients`).
     round_block: [T] int, the block of each round (0, 1, ... in order of
       their first round): the claim is that rounds of different blocks share
       no node, so their noises are independent (the tree's restarts).

@@ -82,16 +82,11 @@ class FtrlAudit:
     claim: the analytical epsilons (`noise.claim`: the tree's
       `tree_accounting.TreeEpsilons`, or `linear_noise.LinearEpsilons`).
     self_test: the whitened noise check, or None without self-test noise.
-    contribution_excess: the inserted canaries' mean excess contribution
-      per epoch, in units of one participation at the clip norm (0 under
-      the claim): extra participations, or updates larger than the clip.
-    contribution_spread: the variance of the inserted canaries' excess over
-      the variance the tree noise alone gives it (1 expected without the
-      clients' data; above 1 when the clients' updates have a component
-      along the canaries).
-    contribution_t, contribution_p_value: its t statistic (at the larger of
-      the two scales) and one-sided p (Student t, inserted - 1 degrees of
-      freedom).
+    contribution_excess: the contribution check's `Contribution.excess`:
+      extra participations, or updates larger than the clip.
+    contribution_spread: its `Contribution.spread`.
+    contribution_t: its `Contribution.t`.
+    contribution_p_value: its `Contribution.p_value`.
     bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks,
       with their reach ("beyond reach" when no bound could exceed the claim
       with these candidates).
@@ -143,7 +138,7 @@ class Contribution:
   Attributes:
     excess: the inserted canaries' mean excess contribution per epoch, in
       units of one participation at the clip norm (0 under the claim).
-    spread: the variance of a canary's excess over the variance the tree
+    spread: the variance of a canary's excess over the variance the claimed
       noise alone gives it (1 without the clients' data; above 1 when their
       updates have a component along the canaries).
     t: excess over its standard error at the larger of the two scales.

@@ -17,9 +17,7 @@ the tree (`tfp.RestartQuery`, `reset_state`). So the released noise is
 
     e_t = sum_k B[t, k] xi_k,   B = the rows of A differenced within a tree,
 
-and across rounds each coordinate's noise is N(0, sigma^2 K) with the
-rounds' covariance K = B B^T, the same for every coordinate and independent
-across coordinates. Two aggregators set A:
+a `linear_noise.LinearNoise` (K = B B^T). Two aggregators set A:
 
 * the plain tree (`tree_aggregation.TreeAggregator`): N_t is the sum of the
   nodes of the dyadic decomposition of rounds 0..t, one node per set bit of
@@ -36,10 +34,9 @@ runs the real query on basis-vector noise and compares). The generator calls
 that a reset throws away (the node drawn for the next leaf of a finished
 tree) are columns of zeros.
 
-`TreeNoise` is the tree's `linear_noise.LinearNoise` (B, K, one block per
-tree), which is all the statistics, the targets and the audit use, plus the
-tree's own accounting of its node release (`tree_accounting`): more nodes
-than rounds, so not the rounds' worst case.
+`TreeNoise` is the tree's `LinearNoise`, one block per tree, plus the tree's
+own accounting of its node release (`tree_accounting`): more nodes than
+rounds, so not the rounds' worst case.
 
 NumPy and dp-accounting only.
 """

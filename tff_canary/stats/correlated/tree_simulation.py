@@ -7,7 +7,7 @@ isotropic Gaussian node noise, canary j's scores over the rounds
     u_j = a_j / z + B xi_j,     xi_j ~ N(0, I) independent across canaries,
 
 B the released-noise coefficients: the tree's (`tree_noise.TreeNoise.
-released`), or any other `linear_noise.LinearNoise`'s (`simulate`'s `noise`)
+released`) or any other `linear_noise.LinearNoise`'s (`simulate`'s `noise`),
 and a_j the rounds canary j took part in, at the clip norm. That is the law
 of the scores in a real run, without the d-dimensional vectors, when the
 clients' data has no component along the canaries (its part is O(1/sqrt(d))
