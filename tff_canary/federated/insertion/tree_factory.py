@@ -38,7 +38,7 @@ isotropic node noise the rows u_j are independent, u_j ~ N(a_j / z, K), a_j
 the canary's participation indicators and K =
 `tff_canary.stats.correlated.tree_noise.tree_noise(T, efficient=...,
 restart_period=..., restart_warmup=...).covariance` (`TreeAggregation.noise`),
-what `tff_canary.stats.correlated.tree_statistics` takes. With z = 0 (no
+what `tff_canary.stats.correlated.gls_statistics` takes. With z = 0 (no
 noise) the unit is the clip, sigma_t = C_t, so an inserted canary adds
 exactly 1; a zero clip gives zero scores. The running statistics of
 `round_scores` (max cosine, scheduled sums) assume independent rounds and

@@ -213,7 +213,7 @@ class CanaryConfig:
   def schedule_matrix(self) -> np.ndarray:
     """Boolean [candidates, rounds]: True where a canary is scheduled
     (inserted or held out, `scheduled_events`), the schedule matrix of the
-    DP-FTRL statistics (`tff_canary.stats.correlated.tree_statistics`)."""
+    DP-FTRL statistics (`tff_canary.stats.correlated.gls_statistics`)."""
     a = np.zeros((self.num_canaries, self.num_rounds), dtype=bool)
     events = self.scheduled_events()
     a[events[:, 1], events[:, 0]] = True

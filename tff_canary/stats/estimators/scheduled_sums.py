@@ -60,7 +60,7 @@ canaries their mean and variance against N(0, 1).
 
 The variance check. Under the model an inserted T_j is N(s m_j, sigma_0^2):
 its mean is a known shape m_j times one scale s (sqrt(P_j) with unequal
-participations; `tree_statistics.schedule_mu` in DP-FTRL, where schedules
+participations; `gls_statistics.schedule_mu` in DP-FTRL, where schedules
 differ in what they reveal), its variance the null's. So the inserted T's
 variance is sigma_0^2 + s^2 Var(m_j), not sigma_0^2, when the m_j differ.
 Given the shape (`inserted_mu`), the check fits a + s m_j by least squares
@@ -287,7 +287,7 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
     delta: the delta at which epsilon is computed, in (0, 1).
     confidence: level of the interval, in (0, 1).
     inserted_mu: each inserted canary's mean T under the model, up to one
-      common scale (`tree_statistics.schedule_mu`; sqrt(P_j)), one per
+      common scale (`gls_statistics.schedule_mu`; sqrt(P_j)), one per
       inserted_T, or None when the means are equal. Only the variance check
       uses it (module docstring): the estimate is of the mean mu.
 
