@@ -43,14 +43,11 @@ float32 vector of length d in `tf.nest.flatten` order. Pop it with
 metric logs small.
 
 The process does not know its mechanism: what it needs of the query beyond
-the `tfp.DPQuery` interface (where the clip and the record sum are, the
-denominator, whether the rounds' noises are independent) is the query's
-`query_noise.QueryNoise`. With noises correlated across rounds (DP-FTRL's
-tree, `tree_factory`) orthogonal canaries get, instead of the running
-statistics in the state (which assume independent rounds), the measurement
-`measurement_keys.TREE_SCORES_KEY`: float64 [m], every canary's
-<c_j, S_r> / (z C_r), S_r the round's noised sum (`QueryNoise.scores`;
-`tree_factory` says why).
+the `tfp.DPQuery` interface is the query's `query_noise.QueryNoise`. With
+noises correlated across rounds (DP-FTRL, `tree_factory`) orthogonal canaries
+get, instead of the running statistics in the state (which assume
+independent rounds), the measurement `measurement_keys.TREE_SCORES_KEY`:
+every canary's score of the round (`QueryNoise.scores`).
 """
 
 from __future__ import annotations

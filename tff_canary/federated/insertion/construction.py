@@ -85,11 +85,12 @@ def as_bool(value: Any, name: str) -> bool:
   return bool(value)
 
 
-def as_unweighted_factory(value: Any, name: str, default: Callable[[], Any]
-                          ) -> Any:
-  """`value`, or `default()` for None, if it is a TFF
+def as_unweighted_factory(value: Any, name: str,
+                          default: Optional[Callable[[], Any]] = None) -> Any:
+  """`value` (`default()` for None, if given) if it is a TFF
   `UnweightedAggregationFactory`; else TypeError naming `name`."""
-  value = default() if value is None else value
+  if value is None and default is not None:
+    value = default()
   if not isinstance(value, tff.aggregators.UnweightedAggregationFactory):
     raise TypeError(f"{name} must be a tff.aggregators."
                     "UnweightedAggregationFactory, got "

@@ -35,16 +35,13 @@ aggregator's is its inner factory's (zeroing adds no noise).
 
 Server-side canaries change nothing a real client sees.
 
-Noise. The noise is the query's own. With `noise_seed=None` (the default)
-the named constructors build tensorflow_privacy's queries, whose noise is
-unseeded, as in TFF: a resumed run repeats the canaries, not the noise. With
-`noise_seed=s` they build the same queries with seeded noise
-(`tff_canary.federated.insertion.seeded_query`): the same N(0, (z C)^2) noise on the sum
-(and on the adaptive clipped count), every tensor of every round from its own
-independent stream of s, with the draw counter in the query's state, so an
-interrupted and resumed run equals an uninterrupted one. Only for simulation:
-anyone who knows the seed can subtract the noise, so a deployment must leave
-`noise_seed=None`.
+Noise. The noise is the query's own: with `noise_seed=None` (the default)
+tensorflow_privacy's unseeded noise, as in TFF (a resumed run repeats the
+canaries, not the noise); with `noise_seed=s` the same noise from seed s,
+every tensor of every round from its own stream (`seeded_query`,
+`seeded_tree_query`), the draw counter in the query's state, so a resumed
+run equals an uninterrupted one. Only for simulation: whoever knows the seed
+can subtract the noise, so a deployment leaves `noise_seed=None`.
 """
 
 from __future__ import annotations

@@ -18,13 +18,10 @@ from the value's specs at `create` (`TreeAggregation.sum_query`), in
 `tfp.restart_query.PeriodicRoundRestartIndicator(restart_period,
 restart_warmup)` when a `restart_period` is given.
 
-Canaries. As with the Gaussian queries (Andrew et al., ICLR 2024, arXiv
-2302.03098, Algorithm 1; `canary_process`), the round's canaries are added at
-the server to the query's sample state (its sum part, for `tree_adaptive`) at
-the round's clip C_t, the tree's `clip_value` that `derive_sample_params`
-returns and the clients are clipped to, before `get_noised_result` adds the
-tree's noise residual. They do not vote in `tree_adaptive`'s quantile
-estimate.
+Canaries go in as with the Gaussian queries (`canary_process`): at the
+round's clip C_t (the tree's `clip_value`, which the clients are clipped to),
+into the sum part for `tree_adaptive`, before `get_noised_result` adds the
+tree's noise residual; they do not vote in the quantile estimate.
 
 Scores. With orthogonal canaries each round reports, under
 `measurement_keys.TREE_SCORES_KEY`, every canary's score
@@ -32,7 +29,7 @@ Scores. With orthogonal canaries each round reports, under
     u_{j,t} = <c_j, S_t> / sigma_t,    sigma_t = z C_t,
 
 S_t the round's noised SUM (the released mean times `clients_per_round`;
-`round_scores.tree_scores`) and z the value tree's node noise multiplier
+`query_noise.QueryNoise.scores`) and z the value tree's node noise multiplier
 (`TreeAggregation.noise_multiplier`: for `tree_adaptive` the value multiplier
 TFF derives with `adaptive_clip_noise_params`, above the argument). A canary
 that took part in round t adds exactly 1/z, and with orthonormal canaries and
@@ -76,15 +73,11 @@ the same `noise_seed` (`seeded_tree_query`), so a seeded run, its clips
 after restarts included, is reproducible. Seeded noise is for simulation
 only: whoever knows the seed can subtract the noise.
 
-Canary clients (`canary_clients`, the client-insertion mode) need no
-canary factory: they are clients of the user's aggregator, e.g. TFF's own
-`DifferentiallyPrivateFactory.tree_aggregation` or, restarted,
-`TreeAggregation.tff_factory` (TFF's public `DifferentiallyPrivateFactory`
-over `sum_query`), which clips and noises them like any client. A canary
-client of norm above C_t enters the sum as C_t c_j, exactly what a
-server-side canary adds, so the same u_{j,t} follow from the round's
-<c_j, result> (`scoring_factory`'s scores="dot_products"; its cosine
-statistics assume independent rounds), times `clients_per_round` over
+Canary clients (`canary_clients`) need no canary factory: TFF's own
+`DifferentiallyPrivateFactory` over the tree (`TreeAggregation.tff_factory`,
+with restarts) clips a canary client of norm above C_t to C_t c_j, what a
+server-side canary adds, so the same u_{j,t} are the round's <c_j, result>
+(`scoring_factory`'s scores="dot_products") times `clients_per_round` over
 z C_t (`tff_canary.harness.running.client_insertion`).
 """
 
@@ -197,13 +190,8 @@ class TreeAggregation:
         raise ValueError("efficient must be True with adaptive clipping: "
                          "tfp.QAdaClipTreeResSumQuery uses the efficient "
                          "tree only.")
-      if (self.noise_seed is not None
-          and self.noise_seed > seeded_tree_query.MAX_NOISE_SEED):
-        raise ValueError(
-            f"noise_seed must be at most {seeded_tree_query.MAX_NOISE_SEED} "
-            "with adaptive clipping (the clipped count's tree is seeded "
-            f"{seeded_tree_query.COUNT_SEED_OFFSET} above), got "
-            f"{self.noise_seed}.")
+      if self.noise_seed is not None:
+        seeded_tree_query.check_noise_seed(self.noise_seed)
 
   def sum_query(self, record_specs: Any) -> tfp.DPQuery:
     """The tensorflow_privacy query for values of `record_specs`.
