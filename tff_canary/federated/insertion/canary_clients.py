@@ -193,16 +193,6 @@ def _keep_latest(unused_state, canary_id):
   return canary_id
 
 
-def _orthogonal(canaries: Any, seed: int) -> bool:
-  """Whether `canaries` (None or a CanaryConfig of `seed`) are orthogonal."""
-  if canaries is None:
-    return False
-  if construction.as_canaries(canaries).seed != seed:
-    raise ValueError(f"canaries.seed = {canaries.seed} but canary_seed = "
-                     f"{seed}: pass the same seed.")
-  return canaries.directions == "orthogonal"
-
-
 def _first_id(ids):
   """The id in a client's one-element id sequence (-1 if it is empty)."""
   return ids.take(1).reduce(tf.constant(REAL_CLIENT, tf.int32), _keep_latest)
@@ -239,7 +229,7 @@ def build_canary_client_work(
                     f"ClientWorkProcess, got {validation.show(client_work)}.")
   seed = schedules.as_seed(canary_seed, "canary_seed")
   norm = validation.as_positive(canary_norm, "canary_norm")
-  orthogonal = _orthogonal(canaries, seed)
+  orthogonal = construction.orthogonal(canaries, seed)
   signature = client_work.next.type_signature
   state_type, weights_type, data_type = signature.parameter
   if not isinstance(data_type.member, tff.SequenceType):
@@ -337,7 +327,7 @@ def build_canary_client_fedavg(
   Raises:
     TypeError, ValueError: for bad arguments, naming them.
   """
-  orthogonal = _orthogonal(canaries,
+  orthogonal = construction.orthogonal(canaries,
                            schedules.as_seed(canary_seed, "canary_seed"))
   validation.as_positive(canary_norm, "canary_norm")
   scores = validation.as_choice(scores, "scores", scoring_factory.SCORES)

@@ -6,7 +6,8 @@ runs the same aggregator with none (`CanaryDPFactory.without_canaries`).
 `remembered` marks a named constructor (a classmethod) whose call is
 recorded; `CanaryDPFactory(...)` itself records its own arguments. The
 checks of the arguments the insertion modules share (`as_canaries`,
-`as_bool`, `as_unweighted_factory`) are here too, each with one message.
+`orthogonal`, `as_bool`, `as_unweighted_factory`) are here too, each with
+one message.
 """
 
 from __future__ import annotations
@@ -78,6 +79,16 @@ def as_canaries(value: Any, name: str = "canaries"
   return value
 
 
+def orthogonal(canaries: Any, seed: int) -> bool:
+  """Whether `canaries` (None or a CanaryConfig of `seed`) are orthogonal."""
+  if canaries is None:
+    return False
+  if as_canaries(canaries).seed != seed:
+    raise ValueError(f"canaries.seed = {canaries.seed} but canary_seed = "
+                     f"{seed}: pass the same seed.")
+  return canaries.directions == "orthogonal"
+
+
 def as_bool(value: Any, name: str) -> bool:
   """`value` as a bool (a NumPy bool too), else TypeError naming `name`."""
   if not isinstance(value, (bool, np.bool_)):
@@ -99,4 +110,4 @@ def as_unweighted_factory(value: Any, name: str,
 
 
 __all__ = ["Construction", "as_bool", "as_canaries", "as_unweighted_factory",
-           "remembered"]
+           "orthogonal", "remembered"]

@@ -103,7 +103,8 @@ def _adaptive_clip(noise_multiplier, clients_per_round, initial_l2_norm_clip,
                               "target_unclipped_quantile")
   validation.as_nonnegative(learning_rate, learning_rate_name)
   if clipped_count_stddev is not None:
-    validation.as_nonnegative(clipped_count_stddev, "clipped_count_stddev")
+    clipped_count_stddev = validation.as_nonnegative(clipped_count_stddev,
+                                                     "clipped_count_stddev")
   value_noise_multiplier, count_stddev = _tff_dp.adaptive_clip_noise_params(
       noise_multiplier, clients_per_round, clipped_count_stddev)
   return value_noise_multiplier, clip, tree_factory.AdaptiveTreeClip(

@@ -3,29 +3,21 @@
 TFF's `DifferentiallyPrivateFactory` does not know its mechanism: the
 `tfp.DPQuery` is the mechanism. `CanaryDPFactory` adds one step to it (the
 round's canaries go into the query's sample state at the round's clip,
-`canary_process`) and scores orthogonal canaries, and for that it needs
-what the `tfp.DPQuery` interface does not say. A sum query given to the
-factory says it, as one `QueryNoise`:
+`canary_process`) and scores orthogonal canaries; what that needs beyond the
+`tfp.DPQuery` interface the query describes, as one `QueryNoise`: where it
+keeps the clip and the record sum (for an adaptive query, the first parts
+of its (sum part, quantile part) sample params and state: the canaries do
+not vote in the quantile estimate), the denominator of the mean, and whether
+the rounds' noises are independent (orthogonal canaries are then scored in
+the process state, `round_scores`) or correlated, as DP-FTRL's tree's are
+(`tree_factory`: each round then reports every canary's score in units of
+the round's noise, `QueryNoise.scores`).
 
-  * where the query keeps the clip and the record sum: in its sample params
-    and sample state, or, for an adaptive query, in their first parts (the
-    (sum part, quantile part) pairs of `tfp.QuantileAdaptiveClipSumQuery`
-    and `tfp.QAdaClipTreeResSumQuery`; canaries go into the sum part only,
-    `canary_process` says why);
-  * whether the rounds' noises are independent (orthogonal canaries are then
-    scored in the process state, `round_scores`) or correlated, with the
-    noise multiplier z of the noise a round meets, DP-FTRL's node noise
-    multiplier (`tree_factory`): each round then reports every canary's
-    u_j = <c_j, S_r> / (z C_r), S_r the round's noised sum (`scores`);
-  * the fixed denominator d of the mean, `clients_per_round` (None: the
-    result is the noised sum): the process aggregates with
-    `tfp.NormalizedQuery(query, d)`, and S_r is the result times d.
-
-A sum query is given as a "described query": an object with `query_noise`,
-`sum_query(record_specs)` (the `tfp.DPQuery`, built once the value's specs
-are known) and `check_canaries(canaries)` (refuses canaries that its noise
-would draw). `tree_factory.TreeAggregation` is one; a tensorflow_privacy
-Gaussian query is described by `GivenQuery` (`describe`).
+A sum query is given to the factory as a described query: an object with
+`query_noise`, `sum_query(record_specs)` (the `tfp.DPQuery`, built once the
+value's specs are known) and `check_canaries(canaries)` (refuses canaries
+that its noise would draw). `tree_factory.TreeAggregation` is one; a
+tensorflow_privacy Gaussian query is described by `GivenQuery` (`describe`).
 """
 
 from __future__ import annotations
@@ -43,11 +35,14 @@ class QueryNoise:
 
   Attributes:
     adaptive: Whether the query's sample params and sample state are
-      (sum part, quantile part) pairs.
+      (sum part, quantile part) pairs (`tfp.QuantileAdaptiveClipSumQuery`,
+      `tfp.QAdaClipTreeResSumQuery`).
     noise_multiplier: None for noises independent across rounds, else z:
       the rounds' noises are correlated, a round's noise has std z C_r, and
-      the process reports the scores of `scores` every round.
-    denominator: None (the result is the noised sum) or d > 0.
+      the process reports `scores` every round.
+    denominator: None (the result is the noised sum S) or d > 0: the
+      process aggregates with `tfp.NormalizedQuery(query, d)` (`normalized`)
+      and S is the result times d.
   """
 
   adaptive: bool = False
