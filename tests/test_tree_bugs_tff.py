@@ -27,6 +27,7 @@ from tff_canary.federated.insertion import factory
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.noise import noise_stats
+from tff_canary.stats.correlated import linear_noise
 from tff_canary.stats.correlated import tree_noise
 from tff_canary.stats.correlated import tree_simulation
 
@@ -155,7 +156,7 @@ def test_tffs_own_tree_aggregation_passes_and_wrong_claims_fail(efficient):
   # values (p-values far below 1e-10).
   other = tree_noise.tree_noise(16, efficient=not efficient).covariance
   for wrong in (other, np.eye(16)):
-    whitened = tree_noise_check.whiten(result.noise, wrong)
+    whitened = linear_noise.whiten(result.noise, wrong)
     check = noise_stats.check_noise([[row] for row in whitened], 1.0)
     assert not check.passed
     assert min(t.p_value for t in check.tests) < 1e-10
