@@ -30,6 +30,7 @@ import experiment_scripts
 from tff_canary.federated.audit import ddp_noise_check
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.audit import planted_bugs
+from tff_canary.federated.insertion import ddp_chain
 from tff_canary.harness.mechanisms import gaussian
 from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.running import gaussian_planted
@@ -294,7 +295,7 @@ def test_ddp_share_reuse_passes_the_released_noise_self_test():
       lambda: noise_check.check_aggregation_noise(
           planted_bugs.ddp_sum_factory(params, share_reuse=True),
           tff.types.to_type([(np.float32, [2410])]), num_clients=20,
-          claimed_std=planted_bugs.ddp_claimed_std(params)),
+          claimed_std=ddp_chain.claimed_std(params)),
       flagged=lambda check: not check.passed)
   assert checks[-1].passed, checks
 
