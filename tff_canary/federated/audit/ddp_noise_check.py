@@ -95,6 +95,7 @@ that the mechanism is private.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Mapping
@@ -367,23 +368,24 @@ def check_ddp_noise(
   half = _flat_size(value_type, parameters.rotation) // 2
   rounds, squared, count, strides = [], 0.0, 0, set()
   scale = rotation = None
-  for before_state, output in noise_check.zero_rounds(
-      process, value_type, num_rounds, num_clients):
-    if rotation is None:
-      scale = _scale(before_state, parameters)
-      rotation = _rotation(output.measurements, parameters)
-    before, after = rotation_seed(before_state), rotation_seed(output.state)
-    if after[0] != before[0] or after[1] <= before[1]:
-      raise ValueError(f"the rotation seed went from {before} to {after} in "
-                       "one round: not TFF's (timestamp, counter) seed.")
-    strides.add(int(after[1] - before[1]))
-    rotated = scale * forward_rotation(
-        np.concatenate(noise_check.flat_tensors(output.result)), before,
-        rotation, int(after[1] - before[1]))
-    integers = np.rint(rotated)
-    squared += float(np.sum((rotated - integers) ** 2))
-    count += rotated.size
-    rounds.append([integers[:half], integers[half:]])
+  with contextlib.closing(noise_check.zero_rounds(
+      process, value_type, num_rounds, num_clients)) as zero:
+    for before_state, output in zero:
+      if rotation is None:
+        scale = _scale(before_state, parameters)
+        rotation = _rotation(output.measurements, parameters)
+      before, after = rotation_seed(before_state), rotation_seed(output.state)
+      if after[0] != before[0] or after[1] <= before[1]:
+        raise ValueError(f"the rotation seed went from {before} to {after} in "
+                         "one round: not TFF's (timestamp, counter) seed.")
+      strides.add(int(after[1] - before[1]))
+      rotated = scale * forward_rotation(
+          np.concatenate(noise_check.flat_tensors(output.result)), before,
+          rotation, int(after[1] - before[1]))
+      integers = np.rint(rotated)
+      squared += float(np.sum((rotated - integers) ** 2))
+      count += rotated.size
+      rounds.append([integers[:half], integers[half:]])
   if len(strides) != 1:
     raise ValueError(f"the rotation seed advanced by {sorted(strides)} in "
                      "different rounds: not one num_repeats.")

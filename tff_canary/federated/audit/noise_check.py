@@ -50,6 +50,7 @@ do the tree and distributed-DP self-tests'.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Optional, Sequence
 
 import dp_accounting
@@ -159,15 +160,16 @@ def process_and_type(aggregator, value_type, check_type=None):
 def zero_rounds(process, value_type, num_rounds: int, num_clients: int):
   """Yields (the state before, the output) of each of `num_rounds` rounds of
   `process`, initialized anew, on `num_clients` clients of zero values, in a
-  private synchronous context (module docstring): every self-test's loop."""
-  specs = tff.types.type_to_tf_tensor_specs(value_type)
-  clients = [tf.nest.map_structure(
-      lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype), specs)
-            ] * num_clients
+  private synchronous context (module docstring): every self-test's loop.
+  Iterate it in `contextlib.closing`, so that an error while reading a round
+  leaves that context at once."""
+  zeros = tf.nest.map_structure(
+      lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype),
+      tff.types.type_to_tf_tensor_specs(value_type))
   with sync_context.synchronous():
     state = process.initialize()
     for _ in range(num_rounds):
-      output = process.next(state, clients)
+      output = process.next(state, [zeros] * num_clients)
       yield state, output
       state = output.state
 
@@ -228,22 +230,23 @@ def check_aggregation_noise(
     claimed = noise_stats.as_claimed_stds(claimed_std, num_rounds)
   process, value_type = process_and_type(aggregator, value_type)
   noise, stds, described = [], [], []
-  for state, output in zero_rounds(process, value_type, num_rounds,
-                                   num_clients):
-    if claimed_std is None:
-      dp_state = find_dp_state(state)
-      if dp_state is None:
-        raise NoClaimError("the process state has no DP aggregator state "
-                           "(fields query_state and dp_event); pass "
-                           "claimed_std.")
-      clip, denominator = clip_and_denominator(dp_state.query_state)
-      if clients_per_round is not None:
-        denominator = clients_per_round
-      z = value_noise_multiplier(_extract_dp_event(find_dp_state(
-          output.state)))
-      stds.append(z * clip / denominator)
-      described.append(f"z={z:.6g}, C={clip:.6g}")
-    noise.append(flat_tensors(output.result))
+  with contextlib.closing(zero_rounds(process, value_type, num_rounds,
+                                      num_clients)) as zero:
+    for state, output in zero:
+      if claimed_std is None:
+        dp_state = find_dp_state(state)
+        if dp_state is None:
+          raise NoClaimError("the process state has no DP aggregator state "
+                             "(fields query_state and dp_event); pass "
+                             "claimed_std.")
+        clip, denominator = clip_and_denominator(dp_state.query_state)
+        if clients_per_round is not None:
+          denominator = clients_per_round
+        z = value_noise_multiplier(_extract_dp_event(find_dp_state(
+            output.state)))
+        stds.append(z * clip / denominator)
+        described.append(f"z={z:.6g}, C={clip:.6g}")
+      noise.append(flat_tensors(output.result))
   if claimed_std is None:
     claim = (f"s_t = z_t (DpEvent) x C_t (l2_norm_clip before the round) / "
              f"denominator {denominator:g} "

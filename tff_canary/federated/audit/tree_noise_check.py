@@ -47,6 +47,7 @@ tree when it restarts (so that noise repeated by a restarted tree shows),
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Optional, Sequence
 
@@ -246,24 +247,25 @@ def check_tree_noise(
     raise ValueError(f"node_std must be positive, got {node_std!r}.")
   process, value_type = noise_check.process_and_type(aggregator, value_type)
   rows, sigmas, denominators = [], [], []
-  for t, (state, output) in enumerate(noise_check.zero_rounds(
-      process, value_type, num_rounds, num_clients)):
-    if given is not None:
-      sigma = given[t]
-    elif z is not None:
-      sigma = z * _clip(state)
-    else:
-      sigma = _node_std(state)
-    if sigma <= 0.0:
-      raise ValueError(f"the tree's node std before round {t} is {sigma}: "
-                       "zero noise has no tree law to test.")
-    denominator = (noise_check.denominator_of(_dp_query_state(state))[0]
-                   if clients_per_round is None else clients_per_round)
-    tensors = noise_check.flat_tensors(output.result)
-    sizes = [x.size for x in tensors]
-    rows.append(np.concatenate(tensors) * denominator / sigma)
-    sigmas.append(sigma)
-    denominators.append(denominator)
+  with contextlib.closing(noise_check.zero_rounds(
+      process, value_type, num_rounds, num_clients)) as zero:
+    for t, (state, output) in enumerate(zero):
+      if given is not None:
+        sigma = given[t]
+      elif z is not None:
+        sigma = z * _clip(state)
+      else:
+        sigma = _node_std(state)
+      if sigma <= 0.0:
+        raise ValueError(f"the tree's node std before round {t} is {sigma}: "
+                         "zero noise has no tree law to test.")
+      denominator = (noise_check.denominator_of(_dp_query_state(state))[0]
+                     if clients_per_round is None else clients_per_round)
+      tensors = noise_check.flat_tensors(output.result)
+      sizes = [x.size for x in tensors]
+      rows.append(np.concatenate(tensors) * denominator / sigma)
+      sigmas.append(sigma)
+      denominators.append(denominator)
   released = np.stack(rows)
   whitened = linear_noise.whiten(released, claimed.covariance)
   restarts = tree_noise_lib.restart_rounds(
