@@ -161,6 +161,12 @@ def check_spread(sample: np.ndarray, name: str) -> None:
                      f"equal {sample[0]!r}); a Gaussian cannot be fitted.")
 
 
+def as_bool(value: Any, name: str) -> bool:
+  if not isinstance(value, (bool, np.bool_)):
+    raise TypeError(f"{name} must be a bool, got {show(value)}.")
+  return bool(value)
+
+
 def as_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
   if not isinstance(value, str) or value not in choices:
     raise ValueError(f"{name} must be one of {choices}, got {show(value)}.")

@@ -164,15 +164,8 @@ def simulate(*,
   """
   dim, noise_std, seed, simulator, block_size = _check_common(
       dim, noise_std, seed, simulator, block_size)
-  num_inserted = validation.as_int(num_inserted, "num_inserted", minimum=0)
-  num_held_out = validation.as_int(num_held_out, "num_held_out", minimum=0)
-  if num_inserted + num_held_out == 0:
-    raise ValueError("num_inserted + num_held_out must be at least 1, got "
-                     "num_inserted=0 and num_held_out=0.")
-  if not isinstance(remove_known_canaries, (bool, np.bool_)):
-    raise TypeError(f"remove_known_canaries must be a bool, got "
-                    f"{validation.show(remove_known_canaries)}.")
-  remove_known_canaries = bool(remove_known_canaries)
+  num_inserted, num_held_out, remove_known_canaries = _check_canaries(
+      num_inserted, num_held_out, remove_known_canaries)
   _check_output_nonzero(num_inserted, noise_std)
   if simulator == "fast":
     _check_fast_dim(dim, num_inserted, "num_inserted")
@@ -237,7 +230,7 @@ def simulate_coin(*,
       dim, noise_std, seed, simulator, block_size)
   num_candidates = validation.as_int(num_candidates, "num_candidates",
                                      minimum=1)
-  mask = np.random.default_rng([seed, _TAG_COIN]).random(num_candidates) < 0.5
+  mask = _coins(seed, num_candidates)
   num_inserted = int(mask.sum())
   _check_output_nonzero(num_inserted, noise_std)
   if simulator == "fast":
@@ -265,6 +258,22 @@ def _check_common(dim, noise_std, seed, simulator, block_size):
   if block_size is not None:
     block_size = validation.as_int(block_size, "block_size", minimum=1)
   return dim, noise_std, seed, simulator, block_size
+
+
+def _check_canaries(num_inserted, num_held_out, remove_known_canaries):
+  """The arguments `simulate` shares with `orthogonal_mechanism.simulate`."""
+  num_inserted = validation.as_int(num_inserted, "num_inserted", minimum=0)
+  num_held_out = validation.as_int(num_held_out, "num_held_out", minimum=0)
+  if num_inserted + num_held_out == 0:
+    raise ValueError("num_inserted + num_held_out must be at least 1, got "
+                     "num_inserted=0 and num_held_out=0.")
+  return num_inserted, num_held_out, validation.as_bool(
+      remove_known_canaries, "remove_known_canaries")
+
+
+def _coins(seed: int, size: int) -> np.ndarray:
+  """The fair coins of `simulate_coin`, shared with `orthogonal_mechanism`."""
+  return np.random.default_rng([seed, _TAG_COIN]).random(size) < 0.5
 
 
 def _check_output_nonzero(num_inserted: int, noise_std: float) -> None:
