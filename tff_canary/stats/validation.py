@@ -167,6 +167,18 @@ def as_bool(value: Any, name: str) -> bool:
   return bool(value)
 
 
+def as_mask(values: Any, name: str, shape: tuple[int, ...],
+            shape_of: str) -> np.ndarray:
+  """`values` as a bool array of `shape`, the shape of the argument `shape_of`."""
+  mask = np.asarray(values)
+  if mask.dtype != bool:
+    raise TypeError(f"{name} must be a bool array, got dtype {mask.dtype}.")
+  if mask.shape != shape:
+    raise ValueError(f"{name} has shape {mask.shape} but {shape_of} has shape "
+                     f"{shape}; they must match.")
+  return mask
+
+
 def as_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
   if not isinstance(value, str) or value not in choices:
     raise ValueError(f"{name} must be one of {choices}, got {show(value)}.")

@@ -85,14 +85,8 @@ def check_coin_inputs(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike
                       ) -> tuple[np.ndarray, np.ndarray]:
   """Validated (statistics, bool mask) of a coin-flipped canary game."""
   s = validation.as_sample(statistics, "statistics")
-  mask = np.asarray(inserted_mask)
-  if mask.dtype != bool:
-    raise TypeError(f"inserted_mask must be a bool array, got dtype "
-                    f"{mask.dtype}.")
-  if mask.shape != s.shape:
-    raise ValueError(f"inserted_mask has shape {mask.shape} but statistics "
-                     f"has shape {s.shape}; they must match.")
-  return s, mask
+  return s, validation.as_mask(inserted_mask, "inserted_mask", s.shape,
+                               "statistics")
 
 
 def check_guesses(k_plus: int | None, k_minus: int | None,
