@@ -62,6 +62,11 @@ def as_open_unit(value: Any, name: str) -> float:
   return value
 
 
+def as_levels(delta: Any, confidence: Any) -> tuple[float, float]:
+  """(delta, confidence), each checked to lie in (0, 1)."""
+  return as_open_unit(delta, "delta"), as_open_unit(confidence, "confidence")
+
+
 def as_unit_interval(value: Any, name: str, *, include_low: bool = True,
                      include_high: bool = True) -> float:
   """`value` as a float in [0, 1], (0, 1], [0, 1) or (0, 1) as the flags say.

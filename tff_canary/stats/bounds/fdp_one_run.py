@@ -138,8 +138,7 @@ def fdp_one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
     A `GaussianClaimBound` with method "fdp_one_run".
   """
   s, mask = threshold_strategies.check_coin_inputs(statistics, inserted_mask)
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   strategy, splits, seed = threshold_strategies.check_strategy(
       strategy, splits, seed)
   m = s.size

@@ -119,8 +119,7 @@ def gdp_bound(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
   """
   x = validation.as_sample(inserted, "inserted")
   y = validation.as_sample(held_out, "held_out")
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   strategy, splits, seed = threshold_strategies.check_strategy(
       strategy, splits, seed)
   if strategy not in STRATEGIES:

@@ -200,8 +200,7 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
     A `LowerBound`.
   """
   x = validation.as_cosines(inserted, "inserted")
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   correction = validation.as_choice(correction, "correction", CORRECTIONS)
   if (dim is None) == (held_out is None):
     raise ValueError("give exactly one of dim (exact null) and held_out "

@@ -296,8 +296,7 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
   x = validation.as_sample(inserted_T, "inserted_T")
   y = (None if held_out_T is None else
        validation.as_sample(held_out_T, "held_out_T"))
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   validation.check_spread(x, "inserted_T")
   shape = None
   if inserted_mu is not None:

@@ -117,9 +117,7 @@ def effective_dim(dim: int, num_inserted: int) -> int:
   """
   dim = validation.as_dim(dim, "dim")
   num_inserted = validation.as_int(num_inserted, "num_inserted", minimum=0)
-  if num_inserted > dim:
-    raise ValueError(f"num_inserted must be at most dim={dim}, got "
-                     f"{num_inserted}.")
+  _check_fits(dim, num_inserted, "num_inserted")
   return dim - num_inserted + 1
 
 
