@@ -237,8 +237,7 @@ def simulate_coin(*,
     inserted, held_out, norm, _ = _fast_cosines(
         dim, num_inserted, num_candidates - num_inserted, noise_std, seed)
     statistics = np.empty(num_candidates)
-    statistics[mask] = inserted
-    statistics[~mask] = held_out
+    statistics[mask], statistics[~mask] = inserted, held_out
   else:
     statistics, norm, _ = _brute_cosines(dim, np.flatnonzero(mask),
                                       np.arange(num_candidates), noise_std,
@@ -282,8 +281,7 @@ def _check_canaries(num_inserted, num_held_out, remove_known_canaries):
       remove_known_canaries, "remove_known_canaries")
 
 
-def _coins(seed: int, size: int) -> np.ndarray:
-  """The fair coins of `simulate_coin`, shared with `orthogonal_mechanism`."""
+def _coins(seed: int, size: int) -> np.ndarray:  # also orthogonal_mechanism's
   return np.random.default_rng([seed, _TAG_COIN]).random(size) < 0.5
 
 
@@ -337,8 +335,7 @@ def _brute_cosines(dim: int, inserted_index: np.ndarray, index: np.ndarray,
                                 seed)
     rho += (block / norms[:, None]).sum(axis=0)
   rho_norm = float(np.linalg.norm(rho))
-  cosines = np.empty(index.size)
-  noise_dots = np.empty(index.size)
+  cosines, noise_dots = np.empty(index.size), np.empty(index.size)
   for start in range(0, index.size, block_size):
     block, norms = _brute_block(dim, index[start:start + block_size], seed)
     cosines[start:start + block_size] = (block @ rho) / (norms * rho_norm)
@@ -417,9 +414,7 @@ def _fast_cosines(dim: int, num_inserted: int, num_held_out: int,
     u[:stop] += (rows / np.linalg.norm(rows, axis=1)[:, None]).sum(axis=0)
   norm = float(np.linalg.norm(u))
   # Pass 2: <l_j, u> / |u|.
-  inserted = np.empty(num_inserted)
-  noise_dots = np.empty(num_inserted)
-  z_norm = 0.0
+  inserted, noise_dots = np.empty(num_inserted), np.empty(num_inserted)
   for block in range(num_blocks):
     start, rows = _bartlett_block(dim, size, seed, block)
     stop = start + rows.shape[0]

@@ -255,8 +255,8 @@ def _check_common(dim, noise_std, seed, num_candidates=None):
   num_candidates = validation.as_int(num_candidates, "num_candidates",
                                      minimum=1)
   _check_fits(checked[0], num_candidates, "num_candidates")
-  return checked + (num_candidates, gaussian_mechanism._coins(  # pylint: disable=protected-access
-      checked[2], num_candidates))
+  coins = gaussian_mechanism._coins  # pylint: disable=protected-access
+  return checked + (num_candidates, coins(checked[2], num_candidates))
 
 
 def _check_fits(dim: int, count: int, what: str) -> None:
