@@ -218,13 +218,7 @@ def scheduled_statistic(cosines: npt.ArrayLike, schedule: npt.ArrayLike, *,
     raise ValueError(f"cosines must be a 2-D array of numbers [canaries, "
                      f"rounds], got shape {x.shape} and dtype {x.dtype}.")
   validation.as_cosines(x.ravel(), "cosines", min_size=1)
-  mask = np.asarray(schedule)
-  if mask.dtype != bool:
-    raise TypeError(f"schedule must be a Boolean array, got dtype "
-                    f"{mask.dtype}.")
-  if mask.shape != x.shape:
-    raise ValueError(f"schedule has shape {mask.shape} but cosines has "
-                     f"{x.shape}; give one flag per canary and round.")
+  mask = validation.as_mask(schedule, "schedule", x.shape, "cosines")
   counts = mask.sum(axis=1)
   if (counts == 0).any():
     index = int(np.flatnonzero(counts == 0)[0])
@@ -302,8 +296,7 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
   x = validation.as_sample(inserted_T, "inserted_T")
   y = (None if held_out_T is None else
        validation.as_sample(held_out_T, "held_out_T"))
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   validation.check_spread(x, "inserted_T")
   shape = None
   if inserted_mu is not None:
