@@ -34,7 +34,6 @@ import dataclasses
 import os
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -245,9 +244,3 @@ def load_stackoverflow(cache_dir: str, vocab_size: int = SYNTHETIC_VOCAB_SIZE,
                      f"{e}") from None
   return FederatedData(train=train, test=test, source="tff", vocab=vocab)
 
-
-def num_examples(data: tff.simulation.datasets.ClientData,
-                 client_id: str) -> int:
-  """Number of examples of one client (iterates its dataset)."""
-  return int(data.create_tf_dataset_for_client(client_id).reduce(
-      np.int64(0), lambda n, _: n + 1))
