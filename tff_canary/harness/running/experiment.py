@@ -43,16 +43,15 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
-import tff_canary
 from tff_canary.stats.canaries import canary_config
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.harness.running import client_insertion
 from tff_canary.harness.running import datasets
 from tff_canary.harness.running import dp_fedavg
+from tff_canary.harness.running import loop_settings
 from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.config import preflight
@@ -116,9 +115,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   dim = tasks.num_parameters(task)
   resolved = experiment_config.resolve(
       config, len(data.train.client_ids), dim,
-      versions={"tensorflow": tf.__version__,
-                "tensorflow_federated": tff.__version__,
-                "tff_canary": tff_canary.__version__})
+      versions=loop_settings.versions())
   values, sampler = resolved.values, resolved.sampler
   num_rounds = resolved.num_rounds
   # Refused beyond 10% (the scripts refuse it before TensorFlow loads with
