@@ -400,7 +400,7 @@ def test_a_killed_client_mode_run_resumes_with_its_outcomes(tmp_path,
   calls = []
 
   def crash_at_the_second(*args, **kwargs):
-    calls.append(args[3])
+    calls.append(args[2])
     if len(calls) == 2:
       raise RuntimeError("killed")
     return checkpoint(*args, **kwargs)

@@ -34,7 +34,6 @@ from typing import Any, Callable, ClassVar, Optional
 import numpy as np
 
 from tff_canary.harness.mechanisms import analytical_epsilons
-from tff_canary.stats.canaries import canary_config
 
 # The analytical rows' detail of a run with a DpEvent ledger.
 LEDGER_DETAIL = "dp-accounting, from the run's DpEvent ledger"
@@ -226,13 +225,7 @@ def client_requirements(config) -> list[Requirement]:
   return seeded_noise_requirement(config) + aggregate_requirement(config)
 
 
-def default_canary_norm(config) -> float:
-  """The canary clients' norm of `config` (its default when None)."""
-  return (canary_config.DEFAULT_CANARY_NORM if config.canary_norm is None
-          else config.canary_norm)
-
-
 __all__ = ["AnalyticalClaim", "LEDGER_DETAIL", "Mechanism", "Requirement",
            "Setting", "SweepDefaults",
            "aggregate_requirement", "client_requirements",
-           "default_canary_norm", "seeded_noise_requirement"]
+           "seeded_noise_requirement"]

@@ -47,7 +47,7 @@ class TreeMechanism(protocol.Mechanism):
     missing = []
     if config.insertion == "clients":
       missing += protocol.seeded_noise_requirement(config)
-      norm = protocol.default_canary_norm(config)
+      norm = config.canary_norm  # its default set (ExperimentConfig)
       if config.clip is not None and norm < config.clip:
         missing.append(protocol.Requirement(
             f"--canary_norm={config.clip:g} or more (got {norm:g})",
