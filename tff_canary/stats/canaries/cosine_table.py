@@ -195,12 +195,10 @@ class CosineTable:
                             min_size=1)
     if rounds_recorded == 0 and not missing.all():
       raise ValueError("rounds_recorded = 0 but column max_cosine has values.")
-    for name, column in columns.items():
-      object.__setattr__(self, name, _readonly(column))
-    object.__setattr__(self, "seed", seed)
-    object.__setattr__(self, "dim", dim)
-    object.__setattr__(self, "num_rounds", num_rounds)
-    object.__setattr__(self, "rounds_recorded", rounds_recorded)
+    self.__dict__.update(  # frozen: past the dataclass's __setattr__
+        {name: _readonly(column) for name, column in columns.items()},
+        seed=seed, dim=dim, num_rounds=num_rounds,
+        rounds_recorded=rounds_recorded)
 
   # ------------------------------------------------------------- accessors
 
@@ -384,13 +382,9 @@ class CosineTable:
     import zipfile  # pylint: disable=g-import-not-at-top
     try:
       with np.load(path, allow_pickle=False) as data:
-        names = set(data.files)
-        missing = [c for c in COLUMNS + ("metadata",)
-                   if c not in names and c not in OPTIONAL_COLUMNS]
-        if missing:
-          raise ValueError(f"missing columns {missing}")
-        columns = {name: data[name] for name in COLUMNS if name in names}
-        metadata = json.loads(str(data["metadata"]))
+        columns = {name: data[name] for name in COLUMNS if name in data}
+        metadata = (json.loads(str(data["metadata"])) if "metadata" in data
+                    else {})
     except (zipfile.BadZipFile, OSError, EOFError) as e:
       raise ValueError(f"corrupt NPZ file ({e})") from None
     return cls._from_parts(columns, metadata)
@@ -419,10 +413,6 @@ class CosineTable:
     if not body:
       raise ValueError("no header line")
     header = [h.strip() for h in body[0].split(",")]
-    missing = [c for c in COLUMNS
-               if c not in header and c not in OPTIONAL_COLUMNS]
-    if missing:
-      raise ValueError(f"missing columns {missing}")
     rows = [line.split(",") for line in body[1:]]
     for i, row in enumerate(rows):
       if len(row) != len(header):
@@ -442,6 +432,10 @@ class CosineTable:
   @classmethod
   def _from_parts(cls, columns: dict[str, np.ndarray],
                   metadata: dict[str, Any]) -> CosineTable:
+    missing = [c for c in COLUMNS
+               if c not in columns and c not in OPTIONAL_COLUMNS]
+    if missing:
+      raise ValueError(f"missing columns {missing}")
     missing = [m for m in ("seed", "dim", "num_rounds", "rounds_recorded")
                if m not in metadata]
     if missing:
