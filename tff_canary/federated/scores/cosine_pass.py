@@ -272,20 +272,8 @@ def _table(canaries, dim, final, best, best_round, recorded, with_rounds):
           f"{canaries.num_rounds}): the table refuses epsilon_all and the "
           "all-iterates bounds.", cosine_table.UnrecordedRoundsWarning,
           stacklevel=3)
-  return cosine_table.CosineTable(
-      id=np.arange(m),
-      group=np.where(canaries.inserted, "inserted", "held_out"),
-      participation=canaries.counts(),
-      final_cosine=final,
-      max_cosine=best,
-      max_round=best_round,
-      seed=canaries.seed,
-      dim=dim,
-      num_rounds=canaries.num_rounds,
-      rounds_recorded=int(recorded.size),
-      assignment=canaries.assignment,
-      schedule=repr(canaries.schedule),
-      generator=canary_directions.GENERATOR,
-      unrecorded=unrecorded,
-      known_canaries_removed="none",
-  )
+  return cosine_table.of_canaries(
+      canaries, final_cosine=final, max_cosine=best, max_round=best_round,
+      dim=dim, rounds_recorded=int(recorded.size),
+      generator=canary_directions.GENERATOR, unrecorded=unrecorded,
+      known_canaries_removed="none")

@@ -327,11 +327,9 @@ class CosineTable:
 
   def save_npz(self, path: str | os.PathLike) -> None:
     """Writes the table as NPZ (columns and a JSON `metadata`), atomically."""
-    buffer = io.BytesIO()
     metadata = dict(self.metadata, format=_FORMAT)
-    np.savez(buffer, metadata=np.array(json.dumps(metadata)),
-             **{name: getattr(self, name) for name in COLUMNS})
-    atomic_files.write_bytes(path, buffer.getvalue())
+    atomic_files.save_npz(path, metadata=np.array(json.dumps(metadata)),
+                          **{name: getattr(self, name) for name in COLUMNS})
 
   def save(self, path: str | os.PathLike) -> None:
     """`save_csv` or `save_npz`, by the extension (.csv or .npz)."""
@@ -442,3 +440,15 @@ class CosineTable:
       raise ValueError(f"missing metadata {missing}")
     kwargs = {name: metadata[name] for name in METADATA if name in metadata}
     return cls(**columns, **kwargs)
+
+
+def of_canaries(canaries: Any, **columns: Any) -> CosineTable:
+  """The table of a run's `CanaryConfig` (`canaries`): its ids, groups,
+  participation counts, seed, schedule and assignment, and `columns` (the
+  cosines, `dim`, `generator`, ...)."""
+  return CosineTable(
+      id=np.arange(canaries.num_canaries),
+      group=np.where(canaries.inserted, "inserted", "held_out"),
+      participation=canaries.counts(), seed=canaries.seed,
+      num_rounds=canaries.num_rounds, assignment=canaries.assignment,
+      schedule=repr(canaries.schedule), **columns)
