@@ -334,12 +334,9 @@ class CosineTable:
   def save(self, path: str | os.PathLike) -> None:
     """`save_csv` or `save_npz`, by the extension (.csv or .npz)."""
     suffix = os.path.splitext(os.fspath(path))[1].lower()
-    if suffix == ".csv":
-      self.save_csv(path)
-    elif suffix == ".npz":
-      self.save_npz(path)
-    else:
+    if suffix not in (".csv", ".npz"):
       raise ValueError(f"path must end in .csv or .npz, got {path!r}.")
+    (self.save_csv if suffix == ".csv" else self.save_npz)(path)
 
   @classmethod
   def load(cls, path: str | os.PathLike, dim: int | None = None
@@ -361,11 +358,8 @@ class CosineTable:
     path = os.fspath(path)
     with open(path, "rb") as f:
       head = f.read(4)
-    try:
-      if head.startswith(b"PK"):
-        table = cls._load_npz(path)
-      else:
-        table = cls._load_csv(path)
+    try:  # an NPZ is a zip file
+      table = (cls._load_npz if head.startswith(b"PK") else cls._load_csv)(path)
     except (ValueError, TypeError, KeyError) as e:
       raise ValueError(f"{path} is not a valid cosine table: {e}") from None
     if dim is not None:
