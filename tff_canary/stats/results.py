@@ -175,9 +175,8 @@ class EpsilonEstimate(_Result):
 
   def _summary(self) -> str:
     name = "ε-final" if self.statistic == "final" else "ε-all"
-    method = self.method.replace("_", "-")
+    method = self.method.replace("_", "-") + " estimate"
     dim = f", d={self.dim}" if self.dim is not None else ""
-    method += " estimate"
     if self.method == "max_model":
       method += (f" of the mechanism, μ = {format_number(self.mu)} per "
                  f"participation, {self.participations} of "

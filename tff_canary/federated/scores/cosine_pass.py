@@ -168,8 +168,6 @@ def compute_cosine_table(
   if canaries.num_canaries == 0:
     raise ValueError("canaries has num_inserted = num_held_out = 0: no "
                      "canaries, no table to compute.")
-  budget = validation.as_int(memory_budget_bytes, "memory_budget_bytes",
-                             minimum=1)
   theta0, theta_t, dim = flat_layout.weights_pair(initial_weights,
                                                   final_weights)
   m = canaries.num_canaries
@@ -179,7 +177,7 @@ def compute_cosine_table(
     raise ValueError(f"aggregates have dim = {reader.shape[1]}, the weights "
                      f"dim = {dim}.")
   num_rows = int(rows.size)
-  chunk_rows, block = plan_blocks(dim, num_rows, m, budget)
+  chunk_rows, block = plan_blocks(dim, num_rows, m, memory_budget_bytes)
 
   u = theta0 - theta_t
   u_norm = float(np.sqrt(np.dot(u, u)))
