@@ -59,6 +59,7 @@ COLUMNS = ("id", "group", "participation", "final_cosine", "max_cosine",
 OPTIONAL_COLUMNS = ("unrecorded", "scheduled_sum", "scheduled_rounds")
 _INT_COLUMNS = ("id", "participation", "max_round", "unrecorded",
                 "scheduled_rounds")
+_FLOAT_COLUMNS = ("final_cosine", "max_cosine", "scheduled_sum")
 METADATA = ("seed", "dim", "num_rounds", "rounds_recorded", "assignment",
             "schedule", "generator", "known_canaries_removed")
 # Which statistic had the other inserted canaries removed from each canary's
@@ -175,7 +176,7 @@ class CosineTable:
                        f"{columns['participation'][i]}.")
     if columns["scheduled_rounds"].min() < 0:
       raise ValueError("column scheduled_rounds must be nonnegative.")
-    for name in ("final_cosine", "max_cosine", "scheduled_sum"):
+    for name in _FLOAT_COLUMNS:
       column = columns[name]
       if column.dtype.kind not in "fiu":
         raise TypeError(f"column {name} must hold real numbers, got dtype "
@@ -291,9 +292,8 @@ class CosineTable:
     if not isinstance(other, CosineTable):
       return NotImplemented
     return self.metadata == other.metadata and all(
-        np.array_equal(getattr(self, c), getattr(other, c), equal_nan=(
-            c in ("final_cosine", "max_cosine", "scheduled_sum")))
-        for c in COLUMNS)
+        np.array_equal(getattr(self, c), getattr(other, c),
+                       equal_nan=c in _FLOAT_COLUMNS) for c in COLUMNS)
 
   __hash__ = None
 
@@ -317,12 +317,9 @@ class CosineTable:
     for name in METADATA:
       buffer.write(f"# {name}: {json.dumps(getattr(self, name))}\n")
     buffer.write(",".join(COLUMNS) + "\n")
-    for i in range(len(self)):
-      buffer.write(
-          f"{self.id[i]},{self.group[i]},{self.participation[i]},"
-          f"{self.final_cosine[i]!r},{self.max_cosine[i]!r},"
-          f"{self.max_round[i]},{self.unrecorded[i]},"
-          f"{self.scheduled_sum[i]!r},{self.scheduled_rounds[i]}\n")
+    for row in zip(*(getattr(self, name) for name in COLUMNS)):
+      buffer.write(",".join(repr(v) if name in _FLOAT_COLUMNS else str(v)
+                            for name, v in zip(COLUMNS, row)) + "\n")
     atomic_files.write_bytes(path, buffer.getvalue().encode("utf-8"))
 
   def save_npz(self, path: str | os.PathLike) -> None:
