@@ -7,7 +7,7 @@ tree_simulation`: the efficient tree, 4 epochs of 64 rounds restarted after
 each epoch, 2000 fair-coin orthogonal candidates, one participation per
 epoch). The truth a bound must not exceed is what the released rounds
 reveal about the most exposed candidate: epsilon at delta of the largest
-`tree_statistics.schedule_mu` over the candidates (each candidate's scores
+`gls_statistics.schedule_mu` over the candidates (each candidate's scores
 are independent and its GLS statistic is N(mu_j, 1) or N(0, 1), so no
 canary is more private than that, and a valid bound stays below it); "no
 canary" inserts nothing, truth 0. The bounds are those `tree_audit` uses:
@@ -29,7 +29,7 @@ import numpy as np
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.audit import audit
 from tff_canary.stats.bounds import lower_bounds
-from tff_canary.stats.correlated import tree_simulation, tree_statistics
+from tff_canary.stats.correlated import gls_statistics, tree_simulation
 
 DELTA = 1e-5
 NOISE_MULTIPLIERS = (None, 8.0, 4.0, 2.0)  # None: no canary inserted
@@ -51,7 +51,7 @@ def exceedance(noise_multiplier, trials, seed):
   setting = tree_simulation.FtrlSetting(
       epochs=4, rounds_per_epoch=64, noise_multiplier=z, num_candidates=2000,
       self_test_dim=2)
-  covariance = setting.claimed_noise().covariance
+  noise = setting.claimed_noise()
   counts = dict.fromkeys(BOUNDS, 0)
   truths, values = [], {name: [] for name in BOUNDS}
   for trial in range(trials):
@@ -60,12 +60,12 @@ def exceedance(noise_multiplier, trials, seed):
     if noise_multiplier is None:
       truth = 0.0
     else:
-      mu = tree_statistics.schedule_mu(run.schedule, covariance,
-                                       noise_multiplier=z).max()
+      mu = gls_statistics.schedule_mu(run.schedule, noise,
+                                      noise_multiplier=z).max()
       truth = gaussian_accounting.gaussian_epsilon_of_mu(float(mu), DELTA)
-    t_stat = tree_statistics.scheduled_statistic(run.scores, run.schedule,
-                                                 covariance)
-    m_stat = tree_statistics.max_statistic(run.scores, covariance)
+    t_stat = gls_statistics.scheduled_statistic(run.scores, run.schedule,
+                                                noise)
+    m_stat = gls_statistics.max_statistic(run.scores, noise)
     truths.append(truth)
     for name, value in _bounds(t_stat, m_stat, run.inserted).items():
       counts[name] += value > truth

@@ -162,7 +162,8 @@ def run_one(config: experiment_config.ExperimentConfig
 
 
 def tree_row_of(report) -> dict:
-  """A DP-FTRL run's row (`TREE_COLUMNS`, a `tree_report.TreeRunReport`)."""
+  """A DP-FTRL run's row (`TREE_COLUMNS`; its section a
+  `tree_report.TreeSection`)."""
   e, claim, bounds = report.estimates, report.audit.claim, report.audit.bounds
   targets = report.targets
   row = dict(noise_multiplier=report.config["noise_multiplier"],
@@ -183,8 +184,8 @@ def tree_row_of(report) -> dict:
   return row
 
 
-def row_of(report: report_lib.Report) -> dict:
-  if not isinstance(report, report_lib.RunReport):
+def row_of(report: report_lib.RunReport) -> dict:
+  if registry.of_config(report.config).round_scores:
     return tree_row_of(report)
   e = report.estimates
   analytical = report.analytical

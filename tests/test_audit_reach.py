@@ -87,12 +87,12 @@ def test_512_candidates_cannot_test_a_claim_of_23_35_and_say_so():
       _SETTING.claimed_noise(), run.schedule, run.inserted,
       rounds_per_epoch=_SETTING.rounds_per_epoch,
       noise_multiplier=_SETTING.noise_multiplier, delta=1e-5)
-  tree = tree_report.TreeRunReport(
+  tree = report.RunReport(
       run_dir="run", config={}, delta=1e-5, confidence=0.95,
-      delta_source="given", claimed_epsilon=_CLAIM, claim="claimed ε",
-      estimates=estimates, audit=result, targets=targets,
-      num_inserted=int(mask.sum()),
-      num_held_out=int((~mask).sum()))
+      section=tree_report.TreeSection(
+          confidence=0.95, claimed_epsilon=_CLAIM, claim="claimed ε",
+          estimates=estimates, audit=result, targets=targets,
+          num_inserted=int(mask.sum()), num_held_out=int((~mask).sum())))
   headline = tree.headline()
   (line,) = [l for l in headline.lines() if l.startswith("audit: ")]
   assert "consistent" not in line

@@ -155,7 +155,7 @@ def test_the_report_lists_every_zeroed_canary(tmp_path):
   # version that removed them says at which norm.
   assert "not removed (gaussian canaries, the paper's construction)" in (
       report.known_canaries_line())
-  older = dataclasses.replace(report, table=dataclasses.replace(
+  older = dataclasses.replace(report.section, table=dataclasses.replace(
       report.table, known_canaries_removed="all_iterates"))
   assert "at min(canary_norm, the round's clip)" in older.known_canaries_line()
 
@@ -400,7 +400,7 @@ def test_a_killed_client_mode_run_resumes_with_its_outcomes(tmp_path,
   calls = []
 
   def crash_at_the_second(*args, **kwargs):
-    calls.append(args[3])
+    calls.append(args[2])
     if len(calls) == 2:
       raise RuntimeError("killed")
     return checkpoint(*args, **kwargs)

@@ -20,6 +20,7 @@ import pytest
 import run_files
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.mechanisms import ddp as ddp_mechanism
+from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.recording import run_dir
 from tff_canary.stats import atomic_files
 from tff_canary.stats.accounting import ddp_accounting
@@ -82,15 +83,14 @@ def test_config_json_round_trip_and_old_files(tmp_path):
   config = _config(tmp_path, ddp_bits=16, ddp_mechanism="distributed_dgauss",
                    ddp_rotation="hd", ddp_beta=0.1)
   values = experiment_config.resolve(config, 300, 10).values
-  again = experiment_config.ExperimentConfig(**{
-      k: v for k, v in json.loads(json.dumps(values)).items()
-      if k in config.as_dict()})
+  again = experiment_config.ExperimentConfig.from_json(
+      json.loads(json.dumps(values)))
   assert again.aggregator == "ddp" and all(
       getattr(again, k) == getattr(config, k)
       for k in ddp_mechanism.DEFAULTS)
   assert (again.ddp_bits, again.ddp_mechanism, again.ddp_rotation,
           again.ddp_beta) == (16, "distributed_dgauss", "hd", 0.1)
-  assert experiment_config.aggregator_of(values) == "ddp"
+  assert registry.of_config(values).name == "ddp"
   # A config.json from before the DDP aggregator: a Gaussian run, and it
   # resumes under today's defaults (which write the new keys).
   old = experiment_config.resolve(
@@ -98,13 +98,13 @@ def test_config_json_round_trip_and_old_files(tmp_path):
       10).values
   saved = {k: v for k, v in old.items()
            if k != "aggregator" and not k.startswith("ddp_")}
-  assert experiment_config.aggregator_of(saved) == "gaussian"
+  assert registry.of_config(saved).name == "gaussian"
   experiment_config.check_resumable(saved, old, "run/config.json")
   with pytest.raises(ValueError, match=r"aggregator: 'gaussian' -> 'ddp'"):
     experiment_config.check_resumable(saved, dict(old, aggregator="ddp"),
                                       "run/config.json")
   with pytest.raises(ValueError, match="config.json's aggregator must be"):
-    experiment_config.aggregator_of({"aggregator": "both"})
+    registry.of_config({"aggregator": "both"})
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -274,8 +274,8 @@ def ddp_run(tmp_path_factory):
   trained = {}
   train = training.train
 
-  def keep_state(process, state, **kwargs):
-    trained["state"] = train(process, state, **kwargs)
+  def keep_state(run, state, *args):
+    trained["state"] = train(run, state, *args)
     return trained["state"]
 
   with pytest.MonkeyPatch.context() as patch:

@@ -12,6 +12,7 @@ import sys
 import types
 
 from fake_runs import make_run
+from tff_canary.harness.reporting import cosine_report
 from tff_canary.harness.reporting import headline
 from tff_canary.harness.reporting import report
 from tff_canary.stats import results
@@ -30,7 +31,7 @@ def test_headline_answers_in_at_most_8_lines_and_in_report_json(tmp_path):
     assert data[key]["value"] == result.epsilon
     assert data[key]["ci"] == [result.interval.low, result.interval.high]
   assert data["strongest_bound"]["value"] == r.verdict.largest_bound
-  assert data["strongest_bound"]["name"] in dict(report.AUDITED_AS)
+  assert data["strongest_bound"]["name"] in dict(cosine_report.AUDITED_AS)
   assert data["audit"]["verdict"] == r.verdict.verdict
   assert data["noise_check"]["verdict"] == "not run"
   md = open(tmp_path / "run" / "report.md").read()
@@ -69,7 +70,7 @@ def test_an_interval_entirely_above_is_flagged_in_the_headline(tmp_path):
 def test_the_papers_gaussian_fit_is_in_the_details_and_never_flagged(
     tmp_path):
   r = report.build_report(make_run(tmp_path / "run", shift=4.0))
-  (name,) = report.PAPER_ESTIMATES
+  (name,) = cosine_report.PAPER_ESTIMATES
   fit = dict((n, d) for n, _, _, d in r.rows())[name]
   assert "paper's construction" in fit and "ABOVE" not in fit
   assert name not in {i["name"] for i in r.above_analytical_bound()}
@@ -121,10 +122,10 @@ def test_no_plots_removes_the_plots_a_previous_report_drew(tmp_path):
   path = make_run(tmp_path / "run")
   assert _report_cli(str(path), "--delta", "1e-6").returncode == 0
   plots = os.path.join(path, "plots")
-  assert set(report.PLOT_FILES) <= set(os.listdir(plots))
+  assert set(cosine_report.PLOT_FILES) <= set(os.listdir(plots))
   assert "plots/epsilons.png" in open(os.path.join(path, "report.md")).read()
   assert _report_cli(str(path), "--no_plots").returncode == 0
-  assert not set(report.PLOT_FILES) & set(os.listdir(plots))
+  assert not set(cosine_report.PLOT_FILES) & set(os.listdir(plots))
   assert "plots/" not in open(os.path.join(path, "report.md")).read()
 
 

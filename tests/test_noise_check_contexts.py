@@ -115,3 +115,22 @@ def test_the_self_test_runs_in_a_running_loop_and_async_contexts(
              tff.backends.native.create_async_local_cpp_execution_context())
   (gaussian,) = _run_in(context, [_gaussian], in_running_loop)
   assert _statistics(gaussian) == reference
+
+
+def test_a_check_that_fails_mid_run_gives_the_users_context_back():
+  # TFF's plain sum has no DP state: the check refuses it after the first
+  # round (`noise_check.zero_rounds`). While the error (with its traceback,
+  # which holds the check's frame) is held, the private context must be gone
+  # already.
+  stack = tff.framework.get_context_stack()
+  context = _program_context()
+  workers = set(worker_guard.live_workers())
+  with stack.install(context):
+    try:
+      noise_check.check_aggregation_noise(tff.aggregators.SumFactory(), VALUE)
+      held = None
+    except noise_check.NoClaimError as error:
+      held = error
+    assert "no DP aggregator" in str(held)
+    assert stack.current is context
+  assert set(worker_guard.live_workers()) <= workers

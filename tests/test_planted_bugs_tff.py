@@ -30,6 +30,7 @@ import experiment_scripts
 from tff_canary.federated.audit import ddp_noise_check
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.audit import planted_bugs
+from tff_canary.federated.insertion import ddp_chain
 from tff_canary.harness.mechanisms import gaussian
 from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.running import gaussian_planted
@@ -156,47 +157,68 @@ def test_ddp_chain_holds_the_real_factorys_state():
     (dict(aggregator="ddp", mode="server"), "needs aggregator 'gaussian'"),
     (dict(bug_size=0.5), "bug_size must be >= 1"),
     (dict(bug="typo"), "bug"),
-    (dict(aggregator="tree"), "aggregator 'tree' has no planted bugs"),
     (dict(aggregator="typo"), r"aggregator must be one of \('gaussian', "
-                              r"'ddp'\), got 'typo'"),
+                              r"'ddp', 'tree'\), got 'typo'"),
 ])
 def test_bad_config_names_the_argument(kwargs, match):
   with pytest.raises(ValueError, match=match):
     runs.BugRunConfig(**kwargs)
 
 
-def test_a_registered_mechanism_brings_its_planted_bugs(monkeypatch):
-  # A test mechanism: DP-FedAvg's TFF half with one more planted bug, its
-  # own two modules and one registry line; the run's config and the
-  # experiment's table find it through the registry alone.
-  numpy_half = types.ModuleType("planted_test_numpy_half")
-  tff_half = types.ModuleType("planted_test_tff_half")
-  planted_half = types.ModuleType("planted_test_planted_half")
+def test_a_mechanism_s_runs_take_its_config_type():
+  with pytest.raises(TypeError, match="runs of aggregator 'tree' take a "
+                     "TreeBugRunConfig"):
+    runs.BugRunConfig(aggregator="tree", mode="server")
+
+
+def _register(monkeypatch, name, planted_bugs):
+  """Registers a test mechanism `name`: DP-FedAvg's, its own two modules
+  (three with `planted_bugs`, a `PlantedBugs`) and one registry line."""
+  modules = [types.ModuleType(f"{name}_{half}")
+             for half in ("numpy_half", "tff_half", "planted_half")]
+
+  mechanism_name = name
 
   @dataclasses.dataclass(frozen=True)
   class TestMechanism(gaussian.GaussianMechanism):
-    name = "test_planted"
-    tff_half = "planted_test_tff_half"
+    name = mechanism_name
+    tff_half = modules[1].__name__
 
   class TestTff(gaussian_tff.GaussianTff):
-    planted_bugs_module = "planted_test_planted_half"
+    planted_bugs_module = planted_bugs and modules[2].__name__
+
+  modules[0].MECHANISM = TestMechanism()
+  modules[1].TFF_MECHANISM = TestTff()
+  modules[2].PLANTED_BUGS = planted_bugs
+  for module in modules:
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+  monkeypatch.setitem(registry.MECHANISMS, name, modules[0].__name__)
+
+
+def test_a_mechanism_without_planted_bugs_is_refused(monkeypatch):
+  _register(monkeypatch, "test_plain", None)
+  assert "test_plain" not in runs.aggregator_names()
+  with pytest.raises(ValueError, match="aggregator 'test_plain' has no "
+                     "planted bugs"):
+    runs.BugRunConfig(aggregator="test_plain")
+
+
+def test_a_registered_mechanism_brings_its_planted_bugs(monkeypatch):
+  # A test mechanism: DP-FedAvg's TFF half with one more planted bug, its
+  # own modules and one registry line; the run's config and the
+  # experiment's table find it through the registry alone.
 
   class TestPlanted(gaussian_planted.GaussianPlanted):
     bugs = ("none", "new_bug")
     modes = ("server",)
     table = (("new_bug", "server"),)
 
-  numpy_half.MECHANISM = TestMechanism()
-  tff_half.TFF_MECHANISM = TestTff()
-  planted_half.PLANTED_BUGS = TestPlanted()
-  for module in (numpy_half, tff_half, planted_half):
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-  monkeypatch.setitem(registry.MECHANISMS, "test_planted",
-                      "planted_test_numpy_half")
-  assert runs.aggregator_names() == ("gaussian", "ddp", "test_planted")
+  _register(monkeypatch, "test_planted", TestPlanted())
+  assert runs.aggregator_names() == ("gaussian", "ddp", "tree",
+                                     "test_planted")
   config = runs.BugRunConfig(bug="new_bug", mode="server",
                              aggregator="test_planted")
-  assert config.planted is planted_half.PLANTED_BUGS
+  assert isinstance(config.planted, TestPlanted)
   assert config.label == "new_bug x1 test_planted server"
   with pytest.raises(ValueError, match="'new_bug' is planted in the "
                      "'test_planted' aggregator, got aggregator 'gaussian'"):
@@ -273,7 +295,7 @@ def test_ddp_share_reuse_passes_the_released_noise_self_test():
       lambda: noise_check.check_aggregation_noise(
           planted_bugs.ddp_sum_factory(params, share_reuse=True),
           tff.types.to_type([(np.float32, [2410])]), num_clients=20,
-          claimed_std=planted_bugs.ddp_claimed_std(params)),
+          claimed_std=ddp_chain.claimed_std(params)),
       flagged=lambda check: not check.passed)
   assert checks[-1].passed, checks
 

@@ -35,8 +35,10 @@ def _with_infinities(report):
           e.all_iterates, epsilon=inf,
           interval=results.ConfidenceInterval(20.0, inf)),
       lo_final=dataclasses.replace(e.lo_final, epsilon=3e-9))
-  return dataclasses.replace(report, estimates=estimates, analytical={
+  claim = dataclasses.replace(report.analytical_claim, epsilons={
       **report.analytical, "2 participations": inf})
+  return dataclasses.replace(report, section=dataclasses.replace(
+      report.section, estimates=estimates, analytical_claim=claim))
 
 
 @pytest.fixture(scope="module")
@@ -223,8 +225,7 @@ def test_cosine_histograms_use_the_bin_count(tmp_path, n):
 
 
 def test_write_report_plots_writes_pngs(reports, tmp_path):
-  paths = plots.write_report_plots(reports["infinities"],
-                                   reports["infinities"].table, tmp_path)
+  paths = plots.write_report_plots(reports["infinities"], tmp_path)
   assert [p.rsplit("/", 1)[1] for p in paths] == [
       "cosines.png", "max_cosine_by_round.png", "epsilons.png"]
   for path in paths:

@@ -87,6 +87,46 @@ def test_recording_defaults_to_the_directions():
                                     resolved, "run/config.json")
 
 
+@pytest.mark.parametrize("fields, num_clients, dim", [
+    (dict(), 300, 10),
+    (dict(epochs=2, num_rounds=None, directions="gaussian", seed=3), 300, 10),
+    (dict(data="tff", delta=1e-6, noise_seed=7), 3383, 1000),
+    (dict(insertion="clients", seeded_noise=False, server_momentum=0.0,
+          aggregator="ddp", clip=0.1, ddp_bits=18), 300, 1000),
+    (dict(aggregator="tree", clip=0.1, num_rounds=12), 300, 10),
+])
+def test_a_config_json_gives_back_its_config(fields, num_clients, dim):
+  # config.json -> ExperimentConfig.from_json -> resolve gives config.json
+  # again: one spec from the flags or from the file.
+  config = experiment_config.ExperimentConfig(**fields)
+  values = experiment_config.resolve(config, num_clients, dim,
+                                     versions={"tff_canary": "0"}).values
+  spec = experiment_config.ExperimentConfig.from_json(dict(
+      values, participation={"num_rounds": values["num_rounds"]}))
+  again = experiment_config.resolve(spec, num_clients, dim,
+                                    versions={"tff_canary": "0"}).values
+  assert again == values
+  assert spec.epochs == config.epochs and spec.num_clients == (
+      values["num_clients"] if config.data == "synthetic" else None)
+
+
+def test_an_older_config_json_reads_as_a_server_side_gaussian_run():
+  values = experiment_config.resolve(experiment_config.ExperimentConfig(),
+                                     300, 10).values
+  older = {k: v for k, v in values.items()
+           if k not in ("insertion", "canary_norm", "aggregator",
+                        "ddp_mechanism", "ddp_bits", "ddp_beta",
+                        "ddp_rotation")}
+  spec = experiment_config.ExperimentConfig.from_json(older)
+  assert spec.as_dict() == experiment_config.ExperimentConfig.from_json(
+      values).as_dict()
+  assert (spec.insertion, spec.aggregator, spec.ddp_bits) == (
+      "server", "gaussian", None)
+  with pytest.raises(ValueError, match="aggregator must be one of"):
+    experiment_config.ExperimentConfig.from_json(dict(values,
+                                                      aggregator="both"))
+
+
 def test_resume_of_a_directory_without_a_run(tmp_path):
   config = experiment_config.ExperimentConfig(output_dir=str(tmp_path),
                                               resume=True)

@@ -3,16 +3,20 @@
 import dataclasses
 import json
 import os
+import pickle
 import subprocess
 import sys
+import types
 
 import pytest
 
+from tff_canary.harness.mechanisms import registry
 from tff_canary.stats import atomic_files
 
 from tff_canary.stats.audit import audit
 
 from tff_canary.stats import results
+from tff_canary.harness.reporting import cosine_report
 from tff_canary.harness.reporting import report
 from tff_canary.harness.recording import run_dir
 from tff_canary.stats.canaries import schedules
@@ -28,6 +32,38 @@ def test_report_recomputes_at_any_delta(tmp_path):
   assert r7.estimates.final_mean_only.epsilon > r5.estimates.final_mean_only.epsilon
   assert r5.analytical["one participation"] < r7.analytical["one participation"]
   assert r5.accuracy == pytest.approx(0.61) and r5.loss == pytest.approx(1.1)
+
+
+def test_the_report_is_built_around_the_mechanisms_section(tmp_path,
+                                                           monkeypatch):
+  # build_report makes the section with the module the run's mechanism
+  # names (protocol.Mechanism.report_section, here the default cosine
+  # table's); the section's attributes are the report's, and the
+  # forwarding leaves copying and pickling alone.
+  path = make_run(tmp_path / "run")
+  r = report.build_report(path)
+  assert type(r.section) is cosine_report.CosineSection  # pylint: disable=unidiomatic-typecheck
+  assert r.verdict is r.section.verdict and r.table is r.section.table
+  assert pickle.loads(pickle.dumps(r)).as_dict() == r.as_dict()
+  with pytest.raises(AttributeError, match="no_such_attribute"):
+    r.no_such_attribute  # pylint: disable=pointless-statement
+
+  class Titled(cosine_report.CosineSection):
+    title = " with a test section"
+
+  def build(*args, **kwargs):
+    section = cosine_report.build(*args, **kwargs)
+    return Titled(**{f.name: getattr(section, f.name)
+                     for f in dataclasses.fields(section)})
+
+  monkeypatch.setitem(sys.modules, "a_test_section",
+                      types.SimpleNamespace(build=build))
+  monkeypatch.setattr(type(registry.get("gaussian")), "report_section",
+                      "a_test_section")
+  titled = report.build_report(path)
+  assert type(titled.section) is Titled  # pylint: disable=unidiomatic-typecheck
+  first = titled.to_markdown().splitlines()[0]
+  assert first.endswith(" with a test section (synthetic data)"), first
 
 
 def test_audit_refutes_a_claim_far_below_the_truth(tmp_path):
@@ -262,9 +298,9 @@ def test_a_bound_row_states_the_audits_level_and_value(tmp_path):
   verdict = r.verdict
   assert len(verdict.bounds) == 4 and verdict.per_bound_confidence == 0.9875
   details = {name: detail for name, kind, _, detail in r.rows()
-             if kind == "bound" and report.AUDITED_AS.get(name)
+             if kind == "bound" and cosine_report.AUDITED_AS.get(name)
              in verdict.bounds}
-  assert {report.AUDITED_AS[name] for name in details} == set(verdict.bounds)
+  assert {cosine_report.AUDITED_AS[name] for name in details} == set(verdict.bounds)
   assert verdict.claim_kind == "gaussian"
   # Steinke et al.'s one-run bound is shown, valid, but the audit of a
   # Gaussian claim uses the stronger f-DP one-run bound in its place.
@@ -272,7 +308,7 @@ def test_a_bound_row_states_the_audits_level_and_value(tmp_path):
     if kind == "bound" and name not in details:
       assert name.endswith(": one-run bound") and "not in the audit" in detail
   for name, detail in details.items():
-    audited = verdict.bounds[report.AUDITED_AS[name]]
+    audited = verdict.bounds[cosine_report.AUDITED_AS[name]]
     assert (f"in the audit: {results.format_number(audited.epsilon)} at "
             "98.75%, not 95% (Bonferroni over 4 bounds)") in detail
   # Estimates and the paper's nominal bounds are not in the audit; the
@@ -305,8 +341,9 @@ def test_the_report_says_whether_the_other_canaries_were_removed(tmp_path):
     assert ("ther inserted canaries: not removed (gaussian canaries, the "
             "paper's construction)") in text
   assert r.as_dict()["known_canaries_removed"] == "none"
-  removed = dataclasses.replace(r, table=dataclasses.replace(
-      r.table, known_canaries_removed="all_iterates"))
+  removed = dataclasses.replace(r, section=dataclasses.replace(
+      r.section, table=dataclasses.replace(
+          r.table, known_canaries_removed="all_iterates")))
   for text in (removed.table_text(), removed.to_markdown()):
     assert ("ther inserted canaries: removed from each round's aggregate "
             "for the all-iterates cosines; not from the final model") in text

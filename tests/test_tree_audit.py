@@ -14,9 +14,9 @@ from scipy import stats
 
 from tff_canary.stats import results
 from tff_canary.stats.estimators import scheduled_sums
-from tff_canary.stats.correlated import (tree_audit, tree_noise,
-                                         tree_simulation, tree_statistics,
-                                         tree_targets)
+from tff_canary.stats.correlated import (gls_statistics, linear_noise,
+                                         tree_audit, tree_noise,
+                                         tree_simulation, tree_targets)
 
 _SETTING = tree_simulation.FtrlSetting(
     epochs=2, rounds_per_epoch=32, noise_multiplier=2.0, num_candidates=600,
@@ -37,7 +37,7 @@ def _audit(setting, run, **kwargs):
 def test_simulated_run_shapes_and_schedules():
   run = tree_simulation.simulate(_SETTING, seed=1)
   assert run.scores.shape == (600, 64)
-  e = tree_statistics.epoch_matrix(64, 32)
+  e = linear_noise.epoch_matrix(64, 32)
   np.testing.assert_array_equal(run.schedule.astype(int) @ e, 1)
   np.testing.assert_array_equal(run.participations,
                                 run.schedule & run.inserted[:, None])
@@ -50,7 +50,7 @@ def test_simulated_run_shapes_and_schedules():
 
 def test_double_participation_adds_a_round_per_epoch():
   run = tree_simulation.simulate(_SETTING, bug="double_participation", seed=2)
-  e = tree_statistics.epoch_matrix(64, 32)
+  e = linear_noise.epoch_matrix(64, 32)
   counts = run.participations.astype(int) @ e
   np.testing.assert_array_equal(counts[run.inserted], 2)
   np.testing.assert_array_equal(counts[~run.inserted], 0)
@@ -97,7 +97,7 @@ def test_estimates_track_what_the_rounds_reveal():
   est = tree_audit.ftrl_estimates(
       run.scores, run.schedule, run.inserted, noise=_SETTING.claimed_noise(),
       noise_multiplier=2.0, delta=1e-5)
-  # The GLS statistic's mean is the mean schedule mu (test_tree_statistics),
+  # The GLS statistic's mean is the mean schedule mu (test_gls_statistics),
   # the target `tree_targets` names; its interval should hold it (95%, fixed
   # seed).
   targets = tree_targets.tree_targets(
@@ -180,10 +180,10 @@ _DOUBTFUL = "GDP reading of mu is doubtful"
 def _scheduled_estimates(run, known_spread=True):
   """What `ftrl_estimates` computes for T (its variance check included),
   without its costly fit to the maxima."""
-  k = _MAIN_NOISE.covariance
-  t = tree_statistics.scheduled_statistic(run.scores, run.schedule, k)
-  shape = tree_statistics.schedule_mu(run.schedule[run.inserted], k,
-                                      noise_multiplier=1.0)
+  t = gls_statistics.scheduled_statistic(run.scores, run.schedule,
+                                         _MAIN_NOISE)
+  shape = gls_statistics.schedule_mu(run.schedule[run.inserted], _MAIN_NOISE,
+                                     noise_multiplier=1.0)
   return scheduled_sums.epsilon_scheduled(
       t[run.inserted], t[~run.inserted], delta=1e-5,
       inserted_mu=shape if known_spread else None)
@@ -246,10 +246,10 @@ _RUN = tree_simulation.FtrlSetting(
 
 def _tree_noise_variance(setting):
   """v0: the variance of a canary's excess per epoch from the tree noise."""
-  e = tree_statistics.epoch_matrix(setting.num_rounds,
+  e = linear_noise.epoch_matrix(setting.num_rounds,
                                    setting.rounds_per_epoch)
-  v = tree_statistics.epoch_count_covariance(
-      setting.claimed_noise().covariance, e,
+  v = gls_statistics.epoch_count_covariance(
+      setting.claimed_noise(), e,
       noise_multiplier=setting.noise_multiplier)
   return 1.0 / float(np.ones(len(v)) @ np.linalg.solve(v, np.ones(len(v))))
 

@@ -2,9 +2,10 @@
 
 `tff_canary.federated.audit.planted_tree_bugs` writes
 `tree_simulation`'s bugs as user-side tensorflow_privacy subclasses;
-`planted_tree_bug_runs.run` runs one `CanaryDPFactory` tree aggregation per
-bug (3 epochs x 16 rounds, a restart after each epoch, 512 fair-coin
-orthogonal candidates, d = 1024, z = 1, fixed seeds) with
+`planted_bug_runs.run` runs one `CanaryDPFactory` tree aggregation per
+bug (`tree_planted.TreeBugRunConfig`: 3 epochs x 16 rounds, a restart after
+each epoch, 512 fair-coin orthogonal candidates, d = 1024, z = 1, fixed
+seeds) with
 `tree_noise_check.check_tree_noise` as the self-test and judges it with
 `tree_audit.audit_ftrl` (family-wise level 0.05). Every run and process here
 has a `noise_seed` and seeded canaries and data, so every outcome is fixed;
@@ -13,6 +14,8 @@ the comments say how far each is from its threshold.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -20,13 +23,15 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import planted_tree_bug_runs as runs
 from tff_canary.federated.audit import planted_tree_bugs
 from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
+from tff_canary.harness.running import planted_bug_runs as runs
+from tff_canary.harness.running import tree_planted
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.noise import noise_stats
+from tff_canary.stats.correlated import linear_noise
 from tff_canary.stats.correlated import tree_noise
 from tff_canary.stats.correlated import tree_simulation
 
@@ -155,7 +160,7 @@ def test_tffs_own_tree_aggregation_passes_and_wrong_claims_fail(efficient):
   # values (p-values far below 1e-10).
   other = tree_noise.tree_noise(16, efficient=not efficient).covariance
   for wrong in (other, np.eye(16)):
-    whitened = tree_noise_check.whiten(result.noise, wrong)
+    whitened = linear_noise.whiten(result.noise, wrong)
     check = noise_stats.check_noise([[row] for row in whitened], 1.0)
     assert not check.passed
     assert min(t.p_value for t in check.tests) < 1e-10
@@ -233,15 +238,20 @@ EXPECTED = {"restart_reuse": "self-test", "missing_level": "self-test",
     ("missing_level", False), ("efficient_scale", True)])
 def test_each_bug_is_caught_by_its_check_and_the_correct_tree_passes(
     bug, efficient):
-  result = runs.run(runs.TreeBugRunConfig(bug=bug, efficient=efficient,
-                                          seed=7))
-  audit = result.audit
+  result = runs.run(tree_planted.TreeBugRunConfig(bug=bug,
+                                                  efficient=efficient, seed=7))
+  audit = result.verdict
   print(result)  # the p-values, for the report (pytest -s)
   self_test_p = min(t.p_value for t in audit.self_test.tests)
   if bug == "none":
     # All three checks pass at family-wise level 0.05 (each at 0.05 / 3).
     assert not audit.refuted, str(audit)
-    assert result.self_test.passed
+    assert result.noise_check.passed
+    assert not result.detected
+    # The generic loop's row and JSON take the tree's verdict.
+    assert result.row()["audit"] == audit.bounds.verdict
+    as_json = json.loads(json.dumps(result.as_dict()))
+    assert as_json["verdict"]["refuted"] is False
     return
   assert EXPECTED[bug] in audit.caught_by, str(audit)
   # Not marginal: the deciding p-value is below 1e-10, against a threshold
@@ -249,7 +259,7 @@ def test_each_bug_is_caught_by_its_check_and_the_correct_tree_passes(
   # one extra participation per epoch over ~256 inserted canaries).
   if EXPECTED[bug] == "self-test":
     assert self_test_p < 1e-10
-    assert not result.self_test.passed  # the default level 0.001 too
+    assert not result.noise_check.passed  # the default level 0.001 too
   else:
     assert audit.contribution_p_value < 1e-10
     assert audit.contribution_excess == pytest.approx(1.0, abs=0.2)

@@ -12,6 +12,8 @@ covariance; the reference process is TFF's own
 
 from __future__ import annotations
 
+import dataclasses
+
 import dp_accounting
 import numpy as np
 import pytest
@@ -24,6 +26,7 @@ from tff_canary.federated.insertion import canary_directions
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.insertion import orthogonal_transform
+from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.structures import tree_search
@@ -524,3 +527,47 @@ def test_rounds_per_tree_needs_a_run_length():
   assert tree.rounds_per_tree(10) == [10]
   with pytest.raises(ValueError, match="num_rounds must be at least 1"):
     tree.rounds_per_tree(0)
+
+
+# ------------------------------------- a mechanism is its described query
+
+
+@dataclasses.dataclass(frozen=True)
+class _CorrelatedGaussian:
+  """A described query that no code of the process names: a noiseless
+  Gaussian sum query whose `QueryNoise` claims correlated noise of node
+  multiplier z, so the process reports per-round scores in units of z C."""
+  clip: float
+  z: float
+
+  @property
+  def query_noise(self):
+    return query_noise.QueryNoise(noise_multiplier=self.z)
+
+  def sum_query(self, unused_record_specs):
+    return tfp.GaussianSumQuery(l2_norm_clip=self.clip, stddev=0.0)
+
+  def check_canaries(self, unused_canaries):
+    pass
+
+
+def test_a_new_mechanism_is_a_described_query_and_nothing_else():
+  config = _config(num_inserted=4, num_held_out=2, rounds=3, presentations=2)
+  aggregator = factory.CanaryDPFactory(_CorrelatedGaussian(0.5, 2.0), config,
+                                       clients_per_round=4)
+  assert aggregator.query_noise.denominator == 4.0 and aggregator.tree is None
+  process = aggregator.create(VALUE)
+  state = process.initialize()
+  for r in range(3):
+    output = process.next(state, [])
+    state = output.state
+    # No clients, no noise: S_r = C * (the round's canaries), so a canary of
+    # the round scores <c_j, S_r> / (z C) = 1 / z and the others 0. The
+    # float32 transform of a vector of norm <= sqrt(4) / 2 in these units
+    # rounds at ~1e-7 relative; 1e-5 leaves a wide margin.
+    expected = np.zeros(config.num_canaries)
+    expected[_round_ids(config, r)] = 1.0 / 2.0
+    np.testing.assert_allclose(np.asarray(output.measurements[SCORES]),
+                               expected, atol=1e-5)
+    assert int(output.measurements["canaries_inserted"]) == len(
+        _round_ids(config, r))

@@ -80,7 +80,7 @@ def test_efficient_tree_has_less_prefix_noise():
 
 def test_restarts_make_trees_independent():
   noise = tree_noise.tree_noise(24, efficient=True, restart_period=8)
-  np.testing.assert_array_equal(noise.round_tree, np.repeat([0, 1, 2], 8))
+  np.testing.assert_array_equal(noise.round_block, np.repeat([0, 1, 2], 8))
   k = noise.covariance
   block = k[:8, :8]
   for tree in range(3):

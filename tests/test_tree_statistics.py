@@ -1,7 +1,8 @@
-"""tree_statistics and tree_accounting: null laws, signals, and the accounting.
+"""gls_statistics on the tree, and tree_accounting: null laws, signals, and
+the accounting.
 
 Scores are drawn from their exact law u_j = a_j / z + B xi_j
-(`tree_statistics` module docstring) with fixed seeds.
+(`gls_statistics` module docstring) with fixed seeds.
 """
 
 import math
@@ -13,11 +14,10 @@ from scipy import stats
 import tensorflow_privacy as tfp
 
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.correlated import (tree_accounting, tree_noise,
-                                         tree_statistics)
+from tff_canary.stats.correlated import (gls_statistics, linear_noise,
+                                         tree_accounting, tree_noise)
 
 _NOISE = tree_noise.tree_noise(48, efficient=True, restart_period=16)
-_K = _NOISE.covariance
 
 
 def _scores(participations, z, seed):
@@ -37,8 +37,8 @@ def _one_per_epoch(m, seed):
 
 def test_scheduled_statistic_null_is_standard_normal():
   a = _one_per_epoch(20000, 1)
-  t = tree_statistics.scheduled_statistic(_scores(np.zeros_like(a), 1.0, 2),
-                                          a, _K)
+  t = gls_statistics.scheduled_statistic(_scores(np.zeros_like(a), 1.0, 2),
+                                          a, _NOISE)
   # Exact N(0, 1) law: a KS p-value below 1e-3 would be a 1-in-1000 event.
   assert stats.kstest(t, "norm").pvalue > 1e-3
 
@@ -46,8 +46,8 @@ def test_scheduled_statistic_null_is_standard_normal():
 def test_scheduled_statistic_mean_is_schedule_mu():
   a = _one_per_epoch(20000, 3)
   z = 2.0
-  t = tree_statistics.scheduled_statistic(_scores(a, z, 4), a, _K)
-  mu = tree_statistics.schedule_mu(a, _K, noise_multiplier=z)
+  t = gls_statistics.scheduled_statistic(_scores(a, z, 4), a, _NOISE)
+  mu = gls_statistics.schedule_mu(a, _NOISE, noise_multiplier=z)
   # T - mu_j is exactly N(0, 1): its mean over 20000 has SE 0.007; 4 SE.
   assert abs(np.mean(t - mu)) < 4 / math.sqrt(a.shape[0])
   assert np.std(t - mu) == pytest.approx(1.0, abs=0.03)
@@ -60,23 +60,23 @@ def test_gls_reduces_to_independent_sums_for_independent_rounds():
   u = rng.standard_normal((50, 12))
   a = rng.random((50, 12)) < 0.3
   a[:, 0] = True
-  eye = np.eye(12)
+  eye = linear_noise.linear_noise(np.eye(12))
   np.testing.assert_allclose(
-      tree_statistics.scheduled_statistic(u, a, eye),
+      gls_statistics.scheduled_statistic(u, a, eye),
       (u * a).sum(axis=1) / np.sqrt(a.sum(axis=1)), rtol=1e-12)
   np.testing.assert_allclose(
-      tree_statistics.independent_scheduled_statistic(u, a, eye),
+      gls_statistics.independent_scheduled_statistic(u, a, eye),
       (u * a).sum(axis=1) / np.sqrt(a.sum(axis=1)), rtol=1e-12)
 
 
 def test_round_statistics_are_unit_normal_per_round():
   u = _scores(np.zeros((20000, 48)), 1.0, 6)
-  g = tree_statistics.round_statistics(u, _K)
+  g = gls_statistics.round_statistics(u, _NOISE)
   # Per-round variance of 20000 N(0, 1): SE sqrt(2/20000) = 0.01; 5 SE over
   # 48 rounds.
   np.testing.assert_allclose(g.var(axis=0), 1.0, atol=0.05)
   np.testing.assert_allclose(
-      tree_statistics.max_statistic(u, _K), g.max(axis=1))
+      gls_statistics.max_statistic(u, _NOISE), g.max(axis=1))
 
 
 def test_independent_statistic_null_variance_is_not_one_within_a_tree():
@@ -84,9 +84,9 @@ def test_independent_statistic_null_variance_is_not_one_within_a_tree():
   # the statistic of independent rounds has null variance 1_S^T R 1_S / 2.
   a = np.zeros((20000, 48), bool)
   a[:, [0, 1]] = True
-  t = tree_statistics.independent_scheduled_statistic(
-      _scores(np.zeros_like(a), 1.0, 7), a, _K)
-  claimed = tree_statistics.independent_null_variance(a, _K)[0]
+  t = gls_statistics.independent_scheduled_statistic(
+      _scores(np.zeros_like(a), 1.0, 7), a, _NOISE)
+  claimed = gls_statistics.independent_null_variance(a, _NOISE)[0]
   assert abs(claimed - 1.0) > 0.2
   # Sample variance of 20000 normals: relative SE 1%; 5%.
   assert t.var() == pytest.approx(claimed, rel=0.05)
@@ -96,10 +96,10 @@ def test_epoch_counts_are_unbiased_with_the_stated_covariance():
   a = _one_per_epoch(20000, 8)
   a[:, 20] = True  # a second participation in epoch 1
   z = 1.5
-  e = tree_statistics.epoch_matrix(48, 16)
-  n = tree_statistics.epoch_counts(_scores(a, z, 9), e, noise_multiplier=z)
+  e = linear_noise.epoch_matrix(48, 16)
+  n = gls_statistics.epoch_counts(_scores(a, z, 9), e, noise_multiplier=z)
   expected = a.astype(float) @ e
-  cov = tree_statistics.epoch_count_covariance(_K, e, noise_multiplier=z)
+  cov = gls_statistics.epoch_count_covariance(_NOISE, e, noise_multiplier=z)
   residual = n - expected
   # Means: SE sqrt(cov_ee / 20000); 4 SE.
   assert np.all(np.abs(residual.mean(axis=0))
@@ -111,7 +111,7 @@ def test_schedule_mu_is_below_the_node_release():
   # The released rounds are a post-processing of the node values.
   z = 1.3
   a = _one_per_epoch(500, 10)
-  mu = tree_statistics.schedule_mu(a, _K, noise_multiplier=z)
+  mu = gls_statistics.schedule_mu(a, _NOISE, noise_multiplier=z)
   assert np.all(mu <= tree_accounting.node_mu(z, [16, 16, 16]) + 1e-12)
   assert np.all(mu > 0)
 
@@ -121,11 +121,11 @@ def test_a_float_or_integer_0_1_schedule_is_the_boolean_one():
   u = _scores(a, 2.0, 12)
   for same in (a.astype(np.float32), a.astype(np.float64), a.astype(int)):
     np.testing.assert_array_equal(
-        tree_statistics.schedule_mu(same, _K, noise_multiplier=2.0),
-        tree_statistics.schedule_mu(a, _K, noise_multiplier=2.0))
+        gls_statistics.schedule_mu(same, _NOISE, noise_multiplier=2.0),
+        gls_statistics.schedule_mu(a, _NOISE, noise_multiplier=2.0))
     np.testing.assert_array_equal(
-        tree_statistics.scheduled_statistic(u, same, _K),
-        tree_statistics.scheduled_statistic(u, a, _K))
+        gls_statistics.scheduled_statistic(u, same, _NOISE),
+        gls_statistics.scheduled_statistic(u, a, _NOISE))
 
 
 def test_worst_case_mu_is_the_largest_schedule_mu():
@@ -137,10 +137,9 @@ def test_worst_case_mu_is_the_largest_schedule_mu():
   a = np.zeros((rounds.shape[0], 48), bool)
   a[np.arange(rounds.shape[0])[:, None], rounds] = True
   z = 1.7
-  epochs = tree_statistics.epoch_matrix(48, 16)
-  worst = tree_statistics.worst_case_mu(_K, epochs, noise_multiplier=z)
-  assert worst == pytest.approx(
-      tree_statistics.schedule_mu(a, _K, noise_multiplier=z).max(), rel=1e-12)
+  assert _NOISE.worst_case_mu(z) == pytest.approx(
+      gls_statistics.schedule_mu(a, _NOISE, noise_multiplier=z).max(),
+      rel=1e-12)
 
 
 @pytest.mark.parametrize("rounds,per", [(64, 64), (100, 100), (48, 16),
@@ -149,56 +148,60 @@ def test_plain_tree_rounds_release_what_its_nodes_do(rounds, per):
   # The plain tree's accounting is exact for the rounds: round 0 of a tree
   # lies on a path of h nodes, each released alone. The efficient tree's
   # rounds release less than its nodes (Honaker's reweighting).
-  epochs = tree_statistics.epoch_matrix(rounds, per)
-  sizes = [int(n) for n in epochs.sum(axis=0)]
+  sizes = [per] * (rounds // per) + [rounds % per] * (rounds % per > 0)
   node = tree_accounting.node_mu(1.0, sizes)
   for efficient in (False, True):
     k = tree_noise.tree_noise(rounds, efficient=efficient,
-                              restart_period=per).covariance
-    worst = tree_statistics.worst_case_mu(k, epochs, noise_multiplier=1.0)
+                              restart_period=per)
+    assert k.release_mu(1.0) == node
+    worst = k.worst_case_mu(1.0)
     if efficient:
       assert worst < node
     else:
       assert worst == pytest.approx(node, rel=1e-9)
       a = np.zeros((1, rounds), bool)
       a[0, ::per] = True  # round 0 of every tree
-      assert tree_statistics.schedule_mu(
+      assert gls_statistics.schedule_mu(
           a, k, noise_multiplier=1.0)[0] == pytest.approx(node, rel=1e-9)
 
 
 def test_epoch_matrix():
-  e = tree_statistics.epoch_matrix(7, 3)
+  e = linear_noise.epoch_matrix(7, 3)
   np.testing.assert_array_equal(e.sum(axis=0), [3, 3, 1])
   np.testing.assert_array_equal(e.sum(axis=1), 1)
 
 
 @pytest.mark.parametrize("call,error,match", [
-    (lambda: tree_statistics.scheduled_statistic(
-        np.zeros((2, 48)), np.full((2, 48), "1"), _K), TypeError, "Boolean"),
-    (lambda: tree_statistics.schedule_mu(
-        np.full((2, 48), 0.5), _K, noise_multiplier=1.0), ValueError,
+    (lambda: gls_statistics.scheduled_statistic(
+        np.zeros((2, 48)), np.full((2, 48), "1"), _NOISE), TypeError,
+     "Boolean"),
+    (lambda: gls_statistics.schedule_mu(
+        np.full((2, 48), 0.5), _NOISE, noise_multiplier=1.0), ValueError,
      r"only 0 and 1.*schedule\[0, 0\] = 0.5"),
-    (lambda: tree_statistics.schedule_mu(
-        np.where(np.eye(2, 48) > 0, np.nan, 1.0), _K, noise_multiplier=1.0),
+    (lambda: gls_statistics.schedule_mu(
+        np.where(np.eye(2, 48) > 0, np.nan, 1.0), _NOISE,
+        noise_multiplier=1.0),
      ValueError, r"schedule\[0, 0\] = nan"),
-    (lambda: tree_statistics.worst_case_mu(
-        _K, tree_statistics.epoch_matrix(48, 24), noise_multiplier=1.0),
-     ValueError, "restart after every epoch"),
-    (lambda: tree_statistics.worst_case_mu(
-        _K, tree_statistics.epoch_matrix(47, 16), noise_multiplier=1.0),
-     ValueError, "48 rounds"),
-    (lambda: tree_statistics.scheduled_statistic(
-        np.zeros((2, 47)), np.ones((2, 47), bool), _K), ValueError,
+    (lambda: _NOISE.epochs(24), ValueError, "restart after every epoch"),
+    (lambda: _NOISE.worst_case_mu(0.0), ValueError, "noise_multiplier"),
+    (lambda: _NOISE.with_coefficients(np.ones((48, 1))).worst_case_mu(1.0),
+     ValueError, "rounds of different blocks"),
+    (lambda: gls_statistics.scheduled_statistic(
+        np.zeros((2, 47)), np.ones((2, 47), bool), _NOISE), ValueError,
      "48 rounds"),
-    (lambda: tree_statistics.scheduled_statistic(
-        np.zeros((2, 48)), np.zeros((2, 48), bool), _K), ValueError,
+    (lambda: gls_statistics.scheduled_statistic(
+        np.zeros((2, 48)), np.zeros((2, 48), bool), _NOISE), ValueError,
      r"schedule\[0\] has no round"),
-    (lambda: tree_statistics.max_statistic(
-        np.zeros((2, 2)), np.ones((2, 2))), ValueError, "positive definite"),
-    (lambda: tree_statistics.max_statistic(
-        np.zeros((2, 2)), np.ones((2, 3))), ValueError, "square"),
-    (lambda: tree_statistics.schedule_mu(
-        np.ones((2, 48), bool), _K, noise_multiplier=0.0), ValueError,
+    (lambda: gls_statistics.max_statistic(
+        np.zeros((2, 2)), linear_noise.linear_noise(np.ones((2, 1)))),
+     ValueError, "positive definite"),
+    (lambda: gls_statistics.max_statistic(np.zeros((2, 48)), _NOISE.covariance),
+     TypeError, "LinearNoise"),
+    (lambda: gls_statistics.scheduled_statistic(
+        np.zeros((2, 48)), np.ones((3, 48), bool), _NOISE), ValueError,
+     r"expected \[2, 48\]"),
+    (lambda: gls_statistics.schedule_mu(
+        np.ones((2, 48), bool), _NOISE, noise_multiplier=0.0), ValueError,
      "noise_multiplier"),
 ])
 def test_bad_arguments(call, error, match):

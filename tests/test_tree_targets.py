@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.correlated import (tree_accounting, tree_noise,
-                                         tree_simulation, tree_statistics,
+from tff_canary.stats.correlated import (gls_statistics, tree_accounting,
+                                         tree_noise, tree_simulation,
                                          tree_targets)
 
 _SETTING = tree_simulation.FtrlSetting(
@@ -29,15 +29,15 @@ def test_the_three_epsilons_are_ordered_and_are_what_they_say(efficient):
   run, t = _targets(setting)
   claim = tree_accounting.tree_epsilons(2.0, [64] * 4, delta=1e-5)
   assert t.node_epsilon == pytest.approx(claim.epsilon, rel=1e-12)
-  mu_j = tree_statistics.schedule_mu(
-      run.schedule[run.inserted], setting.claimed_noise().covariance,
+  mu_j = gls_statistics.schedule_mu(
+      run.schedule[run.inserted], setting.claimed_noise(),
       noise_multiplier=2.0)
   assert t.schedules_mu == pytest.approx(mu_j.mean(), rel=1e-12)
   assert t.largest_schedule_mu == pytest.approx(mu_j.max(), rel=1e-12)
   assert t.schedules_mu < t.largest_schedule_mu <= t.worst_case_mu
   assert t.worst_case_mu <= t.node_mu + 1e-12
   # The plain tree's accounting is exact for the rounds; the efficient
-  # tree's has slack (test_tree_statistics).
+  # tree's has slack (test_gls_statistics).
   assert (t.worst_case_mu < t.node_mu) == efficient
   eps = t.epsilons()
   assert list(eps) == [tree_targets.NODES, tree_targets.WORST_CASE,
@@ -63,7 +63,7 @@ def test_bad_arguments():
   run = tree_simulation.simulate(_SETTING, seed=1)
   noise = _SETTING.claimed_noise()
   kw = dict(rounds_per_epoch=64, noise_multiplier=2.0, delta=1e-5)
-  with pytest.raises(TypeError, match="TreeNoise"):
+  with pytest.raises(TypeError, match="LinearNoise"):
     tree_targets.tree_targets(noise.covariance, run.schedule, run.inserted,
                               **kw)
   with pytest.raises(ValueError, match="inserted"):

@@ -80,7 +80,8 @@ MOVED_IN: dict[str, dict[str, str]] = {
     # This release: the harness in config / mechanisms / running / recording
     # / reporting, the planted-bug runs with the mechanisms (their bugs are
     # the mechanisms'), and the correlated-noise statistics (stats/tree) in
-    # stats/correlated.
+    # stats/correlated, whose GLS statistics hold for any known linear map of
+    # node noises (tree_statistics -> gls_statistics).
     "0.2.0": {
         **_into("tff_canary.harness", "config",
                 "experiment_config preflight model_sizes"),
@@ -96,11 +97,16 @@ MOVED_IN: dict[str, dict[str, str]] = {
                 "insertion_notes"),
         "tff_canary.federated.audit.planted_bug_runs":
             "tff_canary.harness.running.planted_bug_runs",
+        "tff_canary.federated.audit.planted_tree_bug_runs":
+            "tff_canary.harness.running.tree_planted",
         "tff_canary.stats.tree": "tff_canary.stats.correlated",
         **{f"tff_canary.stats.tree.{name}":
                f"tff_canary.stats.correlated.{name}"
            for name in ("tree_accounting", "tree_audit", "tree_noise",
-                        "tree_simulation", "tree_statistics", "tree_targets")},
+                        "tree_simulation", "tree_targets")},
+        **{f"tff_canary.stats.{old}.tree_statistics":
+               "tff_canary.stats.correlated.gls_statistics"
+           for old in ("tree", "correlated")},
     },
 }
 

@@ -85,14 +85,6 @@ def write_text(path: str | os.PathLike, text: str) -> None:
   write_bytes(path, text.encode("utf-8"))
 
 
-def _json_default(value: Any) -> Any:
-  if isinstance(value, np.generic):
-    return value.item()
-  if isinstance(value, np.ndarray):
-    return value.tolist()
-  raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
 # A non-finite float's JSON string (module docstring), and back.
 NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _FROM_STRING = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
@@ -130,8 +122,8 @@ def from_strict_json(value: Any) -> Any:
 
 def dumps_json(value: Any) -> str:
   """`value` as indented strict JSON (module docstring)."""
-  return json.dumps(strict_json_value(value), indent=1, allow_nan=False,
-                    default=_json_default) + "\n"
+  return json.dumps(strict_json_value(value), indent=1,
+                    allow_nan=False) + "\n"
 
 
 def write_json(path: str | os.PathLike, value: Any) -> None:

@@ -104,8 +104,19 @@ _SIGN_NOTE = ("  WARNING: inserted mean below the null's; check the sign "
               "convention (docs/method/sign-convention.md)")
 
 
+class _Result:
+  """What every result shares: its one-line summary (`_summary`) ends with the
+  sign note when `inserted_below_null`, and `as_dict` gives its fields."""
+
+  def __str__(self) -> str:
+    return self._summary() + (_SIGN_NOTE if self.inserted_below_null else "")
+
+  def as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass(frozen=True)
-class EpsilonEstimate:
+class EpsilonEstimate(_Result):
   """A point estimate of epsilon from two fitted Gaussians (epsilon-final or epsilon-all).
 
   Not a bound: an estimate of the epsilon that the canary attack achieves,
@@ -162,20 +173,18 @@ class EpsilonEstimate:
   participations: Optional[int] = None
   mu: Optional[float] = None
 
-  def __str__(self) -> str:
+  def _summary(self) -> str:
     name = "ε-final" if self.statistic == "final" else "ε-all"
-    method = self.method.replace("_", "-")
+    method = self.method.replace("_", "-") + " estimate"
     dim = f", d={self.dim}" if self.dim is not None else ""
-    method += " estimate"
     if self.method == "max_model":
       method += (f" of the mechanism, μ = {format_number(self.mu)} per "
                  f"participation, {self.participations} of "
                  f"{self.num_rounds} rounds")
-    text = (f"{name} = {format_number(self.epsilon)} "
+    return (f"{name} = {format_number(self.epsilon)} "
             f"[{format_number(self.interval.low)}, {format_number(self.interval.high)}] "
             f"({self.confidence:.0%} CI; {method}; δ={self.delta:g}"
             f"{dim}; {_counts(self.num_inserted, self.num_held_out)})")
-    return text + (_SIGN_NOTE if self.inserted_below_null else "")
 
   def as_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
@@ -184,7 +193,7 @@ class EpsilonEstimate:
 
 
 @dataclasses.dataclass(frozen=True)
-class LowerBound:
+class LowerBound(_Result):
   """epsilon_lo: a threshold-attack lower bound on epsilon.
 
   Jagielski et al. (2020) with Jeffreys intervals (Zanella-Béguelin et al.
@@ -226,24 +235,20 @@ class LowerBound:
   dim: Optional[int]
   inserted_below_null: bool
 
-  def __str__(self) -> str:
+  def _summary(self) -> str:
     null = f"exact null, d={self.dim}" if self.null == "exact" else "held-out null"
     sat = (f"; saturated: cannot exceed {format_number(self.ceiling)} with these counts"
            if self.saturated else "")
     level = (f"nominal {self.confidence:.0%} lower bound, paper's uncorrected "
              "max over thresholds" if self.correction == "none"
              else f"{self.confidence:.0%} lower bound, {self.correction}")
-    text = (f"ε_lo = {format_number(self.epsilon)} ({level}; "
+    return (f"ε_lo = {format_number(self.epsilon)} ({level}; "
             f"{null}; δ={self.delta:g}; "
             f"{_counts(self.num_inserted, self.num_held_out)}{sat})")
-    return text + (_SIGN_NOTE if self.inserted_below_null else "")
-
-  def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
-class OneRunBound:
+class OneRunBound(_Result):
   """The one-run lower bound of Steinke, Nasr & Jagielski (2023).
 
   Each of `num_candidates` canaries was inserted by a fair coin; the auditor
@@ -273,16 +278,12 @@ class OneRunBound:
   confidence: float
   inserted_below_null: bool
 
-  def __str__(self) -> str:
-    text = (f"one-run bound = {format_number(self.epsilon)} ({self.confidence:.0%} "
+  def _summary(self) -> str:
+    return (f"one-run bound = {format_number(self.epsilon)} ({self.confidence:.0%} "
             f"lower bound; {self.correct}/{self.guesses} guesses right, "
             f"k+={self.k_plus}, k-={self.k_minus}; {self.num_candidates} "
             f"candidates, {self.num_inserted} inserted; δ={self.delta:g}; "
             f"ceiling {format_number(self.ceiling)})")
-    return text + (_SIGN_NOTE if self.inserted_below_null else "")
-
-  def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
 
 
 # Which Gaussian-claim bound a `GaussianClaimBound` holds (one name each).
@@ -293,7 +294,7 @@ _METHOD_NAMES = {"fdp_one_run": "f-DP one-run bound (Mahloujifar et al. 2024)",
 
 
 @dataclasses.dataclass(frozen=True)
-class GaussianClaimBound:
+class GaussianClaimBound(_Result):
   """A lower bound on epsilon that tests Gaussian claims (docs/method/lower-bounds.md).
 
   Each of these bounds tests the claim "the mechanism is mu-GDP", i.e. its
@@ -331,15 +332,11 @@ class GaussianClaimBound:
   confidence: float
   inserted_below_null: bool
 
-  def __str__(self) -> str:
+  def _summary(self) -> str:
     game = ("" if self.guesses is None else
             f"{self.correct}/{self.guesses} guesses right; ")
-    text = (f"{_METHOD_NAMES[self.method]} = {format_number(self.epsilon)} "
+    return (f"{_METHOD_NAMES[self.method]} = {format_number(self.epsilon)} "
             f"(μ = {format_number(self.mu)}; {self.confidence:.0%} lower bound "
             f"if the trade-off curve is Gaussian; {game}{self.strategy} "
             f"threshold; {self.num_candidates} candidates, "
             f"{self.num_inserted} inserted; δ={self.delta:g})")
-    return text + (_SIGN_NOTE if self.inserted_below_null else "")
-
-  def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)

@@ -62,6 +62,11 @@ def as_open_unit(value: Any, name: str) -> float:
   return value
 
 
+def as_levels(delta: Any, confidence: Any) -> tuple[float, float]:
+  """(delta, confidence), each checked to lie in (0, 1)."""
+  return as_open_unit(delta, "delta"), as_open_unit(confidence, "confidence")
+
+
 def as_unit_interval(value: Any, name: str, *, include_low: bool = True,
                      include_high: bool = True) -> float:
   """`value` as a float in [0, 1], (0, 1], [0, 1) or (0, 1) as the flags say.
@@ -159,6 +164,24 @@ def check_spread(sample: np.ndarray, name: str) -> None:
   if np.ptp(sample) == 0.0:
     raise ValueError(f"{name} has zero variance (all {sample.size} values "
                      f"equal {sample[0]!r}); a Gaussian cannot be fitted.")
+
+
+def as_bool(value: Any, name: str) -> bool:
+  if not isinstance(value, (bool, np.bool_)):
+    raise TypeError(f"{name} must be a bool, got {show(value)}.")
+  return bool(value)
+
+
+def as_mask(values: Any, name: str, shape: tuple[int, ...],
+            shape_of: str) -> np.ndarray:
+  """`values` as a bool array of `shape`, the shape of the argument `shape_of`."""
+  mask = np.asarray(values)
+  if mask.dtype != bool:
+    raise TypeError(f"{name} must be a bool array, got dtype {mask.dtype}.")
+  if mask.shape != shape:
+    raise ValueError(f"{name} has shape {mask.shape} but {shape_of} has shape "
+                     f"{shape}; they must match.")
+  return mask
 
 
 def as_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:

@@ -1,2 +1,2 @@
 """Auditing a DP aggregation in TFF: the noise self-tests (Gaussian, DP-FTRL
-tree and distributed DP), and planted DP bugs with the runs that judge them."""
+tree and distributed DP), and planted DP bugs as a user would write them."""

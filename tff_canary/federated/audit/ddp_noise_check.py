@@ -95,6 +95,7 @@ that the mechanism is private.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Mapping
@@ -105,7 +106,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.federated.structures import tree_search
 from tff_canary.stats.accounting import ddp_parameters
@@ -125,12 +125,6 @@ MIN_INTEGER_STD = 100.0
 LATTICE_RMS = 0.2
 # The sizes each rotation takes without padding (`ddp_parameters.padded_dim`).
 _SIZES = {"dft": "an even", "hd": "a power-of-2"}
-
-# The Gaussian self-test's process building and zero values, shared.
-# pylint: disable=protected-access
-_process_and_type = noise_check._process_and_type
-_zeros = noise_check._zeros
-# pylint: enable=protected-access
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,40 +360,28 @@ def check_ddp_noise(
         "integer sums are too coarse for the Gaussian-shape test; use "
         "noise_check.check_aggregation_noise (released domain) for "
         f"{parameters}.")
-  if isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
-    if value_type is None:
-      value_type = tff.TensorType(np.float32, [parameters.padded_dim])
-    try:
-      value_type = tff.types.to_type(value_type)
-    except Exception as e:  # pylint: disable=broad-except
-      raise TypeError(f"value_type must be a TFF type (or convertible), got "
-                      f"{validation.show(value_type)}: {e}") from None
-    _flat_size(value_type, parameters.rotation)  # before building the chain
-  process, value_type = _process_and_type(aggregator, value_type)
-  size = _flat_size(value_type, parameters.rotation)
-  clients = [_zeros(value_type)] * num_clients
-
-  with sync_context.synchronous():
-    state = process.initialize()
-    scale = _scale(state, parameters)
-    rounds, squared, count, strides = [], 0.0, 0, set()
-    rotation = None
-    half = size // 2
-    for _ in range(num_rounds):
-      before = rotation_seed(state)
-      output = process.next(state, clients)
-      state = output.state
-      after = rotation_seed(state)
+  if value_type is None and isinstance(
+      aggregator, tff.aggregators.UnweightedAggregationFactory):
+    value_type = tff.TensorType(np.float32, [parameters.padded_dim])
+  process, value_type = noise_check.process_and_type(  # checked before built
+      aggregator, value_type, lambda t: _flat_size(t, parameters.rotation))
+  half = _flat_size(value_type, parameters.rotation) // 2
+  rounds, squared, count, strides = [], 0.0, 0, set()
+  scale = rotation = None
+  with contextlib.closing(noise_check.zero_rounds(
+      process, value_type, num_rounds, num_clients)) as zero:
+    for before_state, output in zero:
       if rotation is None:
+        scale = _scale(before_state, parameters)
         rotation = _rotation(output.measurements, parameters)
+      before, after = rotation_seed(before_state), rotation_seed(output.state)
       if after[0] != before[0] or after[1] <= before[1]:
         raise ValueError(f"the rotation seed went from {before} to {after} in "
                          "one round: not TFF's (timestamp, counter) seed.")
       strides.add(int(after[1] - before[1]))
-      released = np.concatenate([np.asarray(x, np.float64).reshape(-1)
-                                 for x in tf.nest.flatten(output.result)])
-      rotated = scale * forward_rotation(released, before, rotation,
-                                         int(after[1] - before[1]))
+      rotated = scale * forward_rotation(
+          np.concatenate(noise_check.flat_tensors(output.result)), before,
+          rotation, int(after[1] - before[1]))
       integers = np.rint(rotated)
       squared += float(np.sum((rotated - integers) ** 2))
       count += rotated.size

@@ -50,6 +50,7 @@ do the tree and distributed-DP self-tests'.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Optional, Sequence
 
 import dp_accounting
@@ -81,13 +82,18 @@ def find_dp_state(state: Any) -> Optional[Any]:
       and hasattr(node, "dp_event"))
 
 
+def denominator_of(query_state: Any) -> tuple[float, Any]:
+  """(the `NormalizedQuery` state's denominator, its numerator's state), or
+  (1, `query_state`) for a plain sum (module docstring)."""
+  if hasattr(query_state, "denominator") and hasattr(query_state,
+                                                     "numerator_state"):
+    return float(query_state.denominator), query_state.numerator_state
+  return 1.0, query_state
+
+
 def clip_and_denominator(query_state: Any) -> tuple[float, float]:
   """(C, denominator) from a DP query's global state (module docstring)."""
-  denominator = 1.0
-  node = query_state
-  if hasattr(node, "denominator") and hasattr(node, "numerator_state"):
-    denominator = float(node.denominator)
-    node = node.numerator_state
+  denominator, node = denominator_of(query_state)
   if hasattr(node, "sum_state"):
     node = node.sum_state
   if not hasattr(node, "l2_norm_clip"):
@@ -116,7 +122,11 @@ def value_noise_multiplier(event: Any) -> float:
   return float(event.noise_multiplier)
 
 
-def _process_and_type(aggregator, value_type):
+def process_and_type(aggregator, value_type, check_type=None):
+  """(a fresh process of `aggregator`, its value type): a factory's
+  `create(value_type)`, or a given unweighted process (its own type; a given
+  `value_type` must match it). `check_type(value_type)` runs before the
+  factory builds anything."""
   if isinstance(aggregator, tff.templates.AggregationProcess):
     parameter = aggregator.next.type_signature.parameter
     if len(parameter) != 2:
@@ -128,6 +138,8 @@ def _process_and_type(aggregator, value_type):
         value_type).is_equivalent_to(member):
       raise TypeError(f"value_type {value_type} differs from the process's "
                       f"value type {member}.")
+    if check_type is not None:
+      check_type(member)
     return aggregator, member
   if isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
     if value_type is None:
@@ -137,20 +149,35 @@ def _process_and_type(aggregator, value_type):
     except Exception as e:  # pylint: disable=broad-except
       raise TypeError(f"value_type must be a TFF type (or convertible), got "
                       f"{validation.show(value_type)}: {e}") from None
+    if check_type is not None:
+      check_type(value_type)
     return aggregator.create(value_type), value_type
   raise TypeError("aggregator must be a tff.aggregators."
                   "UnweightedAggregationFactory or a tff.templates."
                   f"AggregationProcess, got {validation.show(aggregator)}.")
 
 
-def _zeros(value_type):
-  specs = tff.types.type_to_tf_tensor_specs(value_type)
-  return tf.nest.map_structure(
-      lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype), specs)
+def zero_rounds(process, value_type, num_rounds: int, num_clients: int):
+  """Yields (the state before, the output) of each of `num_rounds` rounds of
+  `process`, initialized anew, on `num_clients` clients of zero values, in a
+  private synchronous context (module docstring): every self-test's loop.
+  Iterate it in `contextlib.closing`, so that an error while reading a round
+  leaves that context at once."""
+  zeros = tf.nest.map_structure(
+      lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype),
+      tff.types.type_to_tf_tensor_specs(value_type))
+  with sync_context.synchronous():
+    state = process.initialize()
+    for _ in range(num_rounds):
+      output = process.next(state, [zeros] * num_clients)
+      yield state, output
+      state = output.state
 
 
-def _flatten(result) -> list[np.ndarray]:
-  return [np.asarray(x).reshape(-1) for x in tf.nest.flatten(result)]
+def flat_tensors(result) -> list[np.ndarray]:
+  """A round's result as flat float64 tensors, in `tf.nest.flatten` order."""
+  return [np.asarray(x, np.float64).reshape(-1)
+          for x in tf.nest.flatten(result)]
 
 
 def check_aggregation_noise(
@@ -201,14 +228,11 @@ def check_aggregation_noise(
                                                "clients_per_round")
   if claimed_std is not None:
     claimed = noise_stats.as_claimed_stds(claimed_std, num_rounds)
-  process, value_type = _process_and_type(aggregator, value_type)
-  zeros = _zeros(value_type)
-  clients = [zeros] * num_clients
-
-  with sync_context.synchronous():
-    state = process.initialize()
-    noise, stds, described = [], [], []
-    for t in range(num_rounds):
+  process, value_type = process_and_type(aggregator, value_type)
+  noise, stds, described = [], [], []
+  with contextlib.closing(zero_rounds(process, value_type, num_rounds,
+                                      num_clients)) as zero:
+    for state, output in zero:
       if claimed_std is None:
         dp_state = find_dp_state(state)
         if dp_state is None:
@@ -218,13 +242,11 @@ def check_aggregation_noise(
         clip, denominator = clip_and_denominator(dp_state.query_state)
         if clients_per_round is not None:
           denominator = clients_per_round
-      output = process.next(state, clients)
-      state = output.state
-      noise.append(_flatten(output.result))
-      if claimed_std is None:
-        z = value_noise_multiplier(_extract_dp_event(find_dp_state(state)))
+        z = value_noise_multiplier(_extract_dp_event(find_dp_state(
+            output.state)))
         stds.append(z * clip / denominator)
         described.append(f"z={z:.6g}, C={clip:.6g}")
+      noise.append(flat_tensors(output.result))
   if claimed_std is None:
     claim = (f"s_t = z_t (DpEvent) x C_t (l2_norm_clip before the round) / "
              f"denominator {denominator:g} "
@@ -238,4 +260,6 @@ def check_aggregation_noise(
 
 
 __all__ = ["DEFAULT_ROUNDS", "NoClaimError", "check_aggregation_noise",
-           "clip_and_denominator", "find_dp_state", "value_noise_multiplier"]
+           "clip_and_denominator", "denominator_of", "find_dp_state",
+           "flat_tensors", "process_and_type", "value_noise_multiplier",
+           "zero_rounds"]

@@ -189,10 +189,5 @@ def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
                       clip_factor=clip_factor))
 
 
-# The claims of the correct chain (`ddp_chain`).
-ddp_claimed_std = ddp_chain.claimed_std
-ddp_actual_std = ddp_chain.actual_std
-
-
-__all__ = ["ClipBugQuery", "NoiseReuseQuery", "ddp_actual_std",
-           "ddp_claimed_std", "ddp_query", "ddp_sum_factory"]
+__all__ = ["ClipBugQuery", "NoiseReuseQuery", "ddp_query",
+           "ddp_sum_factory"]

@@ -47,15 +47,14 @@ tree when it restarts (so that noise repeated by a restarted tree shows),
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.insertion import factory
-from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.federated.structures import tree_search
 from tff_canary.stats.noise import noise_stats
@@ -67,12 +66,6 @@ worker_guard.install()
 
 # Rounds of a tree without restarts: four levels of the tree.
 DEFAULT_ROUNDS = 16
-
-# The Gaussian self-test's process building and zero values, shared.
-# pylint: disable=protected-access
-_process_and_type = noise_check._process_and_type
-_zeros = noise_check._zeros
-# pylint: enable=protected-access
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,12 +115,6 @@ def default_rounds(restart_period: Optional[int] = None,
   return max(DEFAULT_ROUNDS, restarts[1] + 2)
 
 
-def whiten(noise: np.ndarray, covariance: np.ndarray) -> np.ndarray:
-  """L^-1 noise, K = L L^T (as `tree_audit`'s self-test): rows are rounds
-  (`linear_noise.whiten`)."""
-  return linear_noise.whiten(noise, covariance)
-
-
 def _tree_state(query_state: Any) -> Any:
   """The value tree's `TreeResidualSumQuery` state (depth first: the value
   tree comes before `tree_adaptive`'s clipped-count tree)."""
@@ -143,15 +130,6 @@ def _dp_query_state(state: Any) -> Any:
         "the process state has no DP aggregator state (fields query_state "
         "and dp_event); pass node_std and clients_per_round.")
   return dp_state.query_state
-
-
-def _denominator(state: Any) -> float:
-  """The `NormalizedQuery` state's denominator (1 for a plain sum)."""
-  query_state = _dp_query_state(state)
-  if hasattr(query_state, "denominator") and hasattr(query_state,
-                                                     "numerator_state"):
-    return float(query_state.denominator)
-  return 1.0
 
 
 def _node_std(state: Any) -> float:
@@ -175,19 +153,23 @@ def _clip(state: Any) -> float:
   return float(np.asarray(tree.clip_value))
 
 
+def _canary_tree(aggregator):
+  """A `CanaryDPFactory`'s tree (`TreeAggregation`), else None."""
+  return (aggregator.tree if isinstance(aggregator, factory.CanaryDPFactory)
+          else None)
+
+
 def _claimed_multiplier(aggregator, noise_multiplier):
   if noise_multiplier is not None:
     return validation.as_positive(noise_multiplier, "noise_multiplier")
-  tree = getattr(aggregator, "tree", None) if isinstance(
-      aggregator, factory.CanaryDPFactory) else None
+  tree = _canary_tree(aggregator)
   if tree is not None and tree.noise_multiplier > 0.0:
     return float(tree.noise_multiplier)
   return None
 
 
 def _claimed_noise(aggregator, noise, num_rounds):
-  tree = getattr(aggregator, "tree", None) if isinstance(
-      aggregator, factory.CanaryDPFactory) else None
+  tree = _canary_tree(aggregator)
   if noise is not None:
     if not isinstance(noise, tree_noise_lib.TreeNoise):
       raise TypeError(f"noise must be a TreeNoise, got "
@@ -263,12 +245,11 @@ def check_tree_noise(
   z = _claimed_multiplier(aggregator, noise_multiplier)
   if given is not None and min(given) <= 0.0:
     raise ValueError(f"node_std must be positive, got {node_std!r}.")
-  process, value_type = _process_and_type(aggregator, value_type)
-  clients = [_zeros(value_type)] * num_clients
-  with sync_context.synchronous():
-    state = process.initialize()
-    rows, sigmas, denominators, sizes = [], [], [], None
-    for t in range(num_rounds):
+  process, value_type = noise_check.process_and_type(aggregator, value_type)
+  rows, sigmas, denominators = [], [], []
+  with contextlib.closing(noise_check.zero_rounds(
+      process, value_type, num_rounds, num_clients)) as zero:
+    for t, (state, output) in enumerate(zero):
       if given is not None:
         sigma = given[t]
       elif z is not None:
@@ -278,19 +259,15 @@ def check_tree_noise(
       if sigma <= 0.0:
         raise ValueError(f"the tree's node std before round {t} is {sigma}: "
                          "zero noise has no tree law to test.")
-      denominator = (_denominator(state) if clients_per_round is None
-                     else clients_per_round)
-      output = process.next(state, clients)
-      state = output.state
-      tensors = [np.asarray(x, np.float64).reshape(-1)
-                 for x in tf.nest.flatten(output.result)]
+      denominator = (noise_check.denominator_of(_dp_query_state(state))[0]
+                     if clients_per_round is None else clients_per_round)
+      tensors = noise_check.flat_tensors(output.result)
       sizes = [x.size for x in tensors]
-      flat = np.concatenate(tensors)
-      rows.append(flat * denominator / sigma)
+      rows.append(np.concatenate(tensors) * denominator / sigma)
       sigmas.append(sigma)
       denominators.append(denominator)
   released = np.stack(rows)
-  whitened = whiten(released, claimed.covariance)
+  whitened = linear_noise.whiten(released, claimed.covariance)
   restarts = tree_noise_lib.restart_rounds(
       num_rounds, claimed.restart_period, claimed.restart_warmup)
   if given is not None:
@@ -314,4 +291,4 @@ def check_tree_noise(
 
 
 __all__ = ["DEFAULT_ROUNDS", "TreeNoiseCheck", "check_tree_noise",
-           "default_rounds", "whiten"]
+           "default_rounds"]

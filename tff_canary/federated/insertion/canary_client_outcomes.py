@@ -39,6 +39,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 
 from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.insertion import construction
 from tff_canary.federated.insertion import orthogonal_transform
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
@@ -176,10 +177,7 @@ def canary_client_outcomes(
   ids = [validation.as_int(j, f"canary_ids[{i}]", minimum=0)
          for i, j in enumerate(np.asarray(canary_ids).reshape(-1).tolist())]
   stages = measured_stages(metrics)
-  if canaries is not None and canaries.directions == "orthogonal":
-    if canaries.seed != canary_seed:
-      raise ValueError(f"canaries.seed = {canaries.seed} but canary_seed = "
-                       f"{canary_seed}: pass the same seed.")
+  if construction.orthogonal(canaries, canary_seed):
     block = orthogonal_transform.canary_block(canary_seed, ids, dim)
   else:
     block = canary_directions.canary_block(canary_seed, ids, dim)

@@ -69,6 +69,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_canary.federated.insertion import canary_directions
+from tff_canary.federated.insertion import construction
 from tff_canary.federated.insertion import orthogonal_transform
 from tff_canary.federated.insertion import scoring_factory
 from tff_canary.federated.structures import flat_layout
@@ -156,9 +157,7 @@ def with_canary_clients(
                                if isinstance(canary_ids, np.ndarray)
                                else list(canary_ids))]
   if canaries is not None:
-    if not isinstance(canaries, canary_config.CanaryConfig):
-      raise TypeError("canaries must be a tff_canary.stats.canaries.canary_config."
-                      f"CanaryConfig, got {validation.show(canaries)}.")
+    canaries = construction.as_canaries(canaries)
     for i, j in enumerate(ids):
       if j >= canaries.num_canaries or not canaries.inserted[j]:
         kind = ("held out" if j < canaries.num_canaries else
@@ -181,9 +180,7 @@ def scheduled_canary_ids(canaries: canary_config.CanaryConfig,
   (`canaries.participation`), so both modes run one schedule; held-out
   canaries never join. Pass them to `with_canary_clients`.
   """
-  if not isinstance(canaries, canary_config.CanaryConfig):
-    raise TypeError("canaries must be a tff_canary.stats.canaries.canary_config."
-                    f"CanaryConfig, got {validation.show(canaries)}.")
+  canaries = construction.as_canaries(canaries)
   round_num = validation.as_int(round_num, "round_num", minimum=0)
   if round_num >= canaries.num_rounds:
     raise ValueError(f"round_num must be below the schedule's num_rounds = "
@@ -194,19 +191,6 @@ def scheduled_canary_ids(canaries: canary_config.CanaryConfig,
 
 def _keep_latest(unused_state, canary_id):
   return canary_id
-
-
-def _orthogonal(canaries: Any, seed: int) -> bool:
-  """Whether `canaries` (None or a CanaryConfig of `seed`) are orthogonal."""
-  if canaries is None:
-    return False
-  if not isinstance(canaries, canary_config.CanaryConfig):
-    raise TypeError("canaries must be a CanaryConfig or None, got "
-                    f"{validation.show(canaries)}.")
-  if canaries.seed != seed:
-    raise ValueError(f"canaries.seed = {canaries.seed} but canary_seed = "
-                     f"{seed}: pass the same seed.")
-  return canaries.directions == "orthogonal"
 
 
 def _first_id(ids):
@@ -245,7 +229,7 @@ def build_canary_client_work(
                     f"ClientWorkProcess, got {validation.show(client_work)}.")
   seed = schedules.as_seed(canary_seed, "canary_seed")
   norm = validation.as_positive(canary_norm, "canary_norm")
-  orthogonal = _orthogonal(canaries, seed)
+  orthogonal = construction.orthogonal(canaries, seed)
   signature = client_work.next.type_signature
   state_type, weights_type, data_type = signature.parameter
   if not isinstance(data_type.member, tff.SequenceType):
@@ -343,7 +327,7 @@ def build_canary_client_fedavg(
   Raises:
     TypeError, ValueError: for bad arguments, naming them.
   """
-  orthogonal = _orthogonal(canaries,
+  orthogonal = construction.orthogonal(canaries,
                            schedules.as_seed(canary_seed, "canary_seed"))
   validation.as_positive(canary_norm, "canary_norm")
   scores = validation.as_choice(scores, "scores", scoring_factory.SCORES)
@@ -355,13 +339,9 @@ def build_canary_client_fedavg(
     raise TypeError("model_fn must be a callable that returns a "
                     f"tff.learning.models.VariableModel, got "
                     f"{validation.show(model_fn)}.")
-  if model_aggregator is None:
-    model_aggregator = tff.aggregators.UnweightedMeanFactory()
-  if not isinstance(model_aggregator,
-                    tff.aggregators.UnweightedAggregationFactory):
-    raise TypeError("model_aggregator must be a tff.aggregators."
-                    "UnweightedAggregationFactory, got "
-                    f"{validation.show(model_aggregator)}.")
+  model_aggregator = construction.as_unweighted_factory(
+      model_aggregator, "model_aggregator",
+      tff.aggregators.UnweightedMeanFactory)
   if server_optimizer_fn is None:
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
 

@@ -42,18 +42,18 @@ float32 vector of length d in `tf.nest.flatten` order. Pop it with
 `tff_canary.federated.scores.aggregate_recorder.AggregateRecorder.record` to keep
 metric logs small.
 
-DP-FTRL (`build(..., tree_noise_multiplier=z)`, the tree queries of
-`tree_factory`): the canaries go in as above; orthogonal canaries get, instead
-of the running statistics in the state (which assume independent rounds),
-the measurement `measurement_keys.TREE_SCORES_KEY`: float64 [m], every
-canary's <c_j, S_r> / (z C_r), S_r the round's noised sum
-(`round_scores.tree_scores`; `tree_factory` says why).
+The process does not know its mechanism: what it needs of the query beyond
+the `tfp.DPQuery` interface is the query's `query_noise.QueryNoise`. With
+noises correlated across rounds (DP-FTRL, `tree_factory`) orthogonal canaries
+get, instead of the running statistics in the state (which assume
+independent rounds), the measurement `measurement_keys.TREE_SCORES_KEY`:
+every canary's score of the round (`QueryNoise.scores`).
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -63,6 +63,7 @@ import tensorflow_privacy as tfp
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.insertion import canary_directions
 from tff_canary.federated.insertion import orthogonal_transform
+from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import round_scores
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.runtime import worker_guard
@@ -99,67 +100,35 @@ class CanaryDPAggregatorState(NamedTuple):
   scores: Any
 
 
-class _SumAdapter:
-  """Where a supported query keeps the clip and the record sum."""
-
-  def __init__(self, adaptive: bool):
-    self.adaptive = adaptive
-
-  def clip(self, params):
-    return params[0] if self.adaptive else params
-
-  def sum_part(self, sample_state):
-    return sample_state[0] if self.adaptive else sample_state
-
-  def with_sum(self, sample_state, new_sum):
-    if not self.adaptive:
-      return new_sum
-    if hasattr(sample_state, "_replace"):
-      return sample_state._replace(sum_state=new_sum)
-    return (new_sum,) + tuple(sample_state[1:])
-
-
 def build(
     query: tfp.DPQuery,
-    adaptive: bool,
+    noise: query_noise.QueryNoise,
     canaries: canary_config.CanaryConfig,
     record_aggregation_factory: tff.aggregators.UnweightedAggregationFactory,
     value_type: tff.types.Type,
     specs: Any,
     dim: int,
-    *,
-    tree_noise_multiplier: Optional[float] = None,
-    denominator: float = 1.0,
 ) -> tff.templates.AggregationProcess:
   """The aggregation process of `CanaryDPFactory.create` (module docstring).
 
   Args:
-    query: The DP query: a `tfp.GaussianSumQuery` or, with `adaptive`, a
-      `tfp.QuantileAdaptiveClipSumQuery`, or a tree query of
-      `tree_factory.TreeAggregation.sum_query`, possibly in a
-      `tfp.NormalizedQuery` (checked by the factory).
-    adaptive: Whether the sum query clips adaptively (its sample params and
-      sample state are then (sum part, quantile part) pairs).
+    query: The DP sum query (checked by the factory; `noise.normalized`
+      wraps it in the mean's `tfp.NormalizedQuery`).
+    noise: The query's `QueryNoise`.
     canaries: The `CanaryConfig`.
     record_aggregation_factory: Aggregates the clients' clipped records.
     value_type: The TFF type of the aggregated value (the model weights).
     specs: `value_type` as a structure of `tf.TensorSpec`s.
     dim: d, the number of elements of the value.
-    tree_noise_multiplier: None, or DP-FTRL's node noise multiplier z: the
-      process then reports the tree scores (module docstring).
-    denominator: The query's fixed denominator (1 without normalization):
-      the noised sum is the result times it.
   """
-  adapter = _SumAdapter(adaptive)
-  seed = canaries.seed
+  query = noise.normalized(query)
   events = np.asarray(canaries.participation.events, np.int32)
   has_canaries = events.shape[0] > 0
-  record_aggregates = canaries.record_aggregates
   orthogonal = canaries.directions == "orthogonal"
-  tree = tree_noise_multiplier is not None
-  num_scored = canaries.num_canaries if orthogonal and not tree else 0
+  per_round = orthogonal and noise.correlated  # scores as a measurement
+  num_scored = canaries.num_canaries if orthogonal and not per_round else 0
   if orthogonal:
-    rows = orthogonal_transform.rows(seed, dim, canaries.num_canaries)
+    rows = orthogonal_transform.rows(canaries.seed, dim, canaries.num_canaries)
   if num_scored:
     score = round_scores.scorer(canaries, dim)
 
@@ -173,9 +142,8 @@ def build(
   params_type = derive_sample_params.type_signature.result
   get_query_record = tff.tensorflow.computation(
       query.preprocess_record, params_type, value_type)
-  query_record_type = get_query_record.type_signature.result
   record_agg_process = record_aggregation_factory.create(
-      query_record_type)
+      get_query_record.type_signature.result)
   agg_output_type = record_agg_process.next.type_signature.result.result.member
 
   @tff.tensorflow.computation
@@ -188,51 +156,47 @@ def build(
   @tff.tensorflow.computation(params_type, agg_output_type, round_type,
                               seed_type, schedule_type)
   def add_canaries(params, sample_state, round_num, seed_t, schedule):
-    clip = adapter.clip(params)
+    clip = noise.clip(params)
     ids = tf.boolean_mask(schedule[:, 1], tf.equal(schedule[:, 0], round_num))
-    count = tf.size(ids)
     if has_canaries:
       if orthogonal:
         total = orthogonal_transform.canary_sum(seed_t, ids, dim, rows)
       else:
         total = canary_directions.canary_sum(seed_t, ids, dim)
-      total = total * tf.cast(clip, tf.float32)
-      canary_value = flat_layout.unflatten_value(total, specs)
+      canary_value = flat_layout.unflatten_value(
+          total * tf.cast(clip, tf.float32), specs)
       sum_state = tf.nest.map_structure(
-          lambda s, c: s + tf.cast(c, s.dtype),
-          adapter.sum_part(sample_state), canary_value)
-      sample_state = adapter.with_sum(sample_state, sum_state)
-    return sample_state, count, tf.cast(clip, tf.float32)
+          lambda s, c: s + tf.cast(c, s.dtype), noise.sum_part(sample_state),
+          canary_value)
+      sample_state = noise.with_sum(sample_state, sum_state)
+    return sample_state, tf.size(ids), tf.cast(clip, tf.float32)
 
   @tff.tensorflow.computation(agg_output_type, query_state_type)
   def get_noised_result(sample_state, global_state):
-    return query.get_noised_result(sample_state, global_state)
+    result, new_state, event = query.get_noised_result(sample_state,
+                                                       global_state)
+    return (result, new_state, event.to_named_tuple(),
+            query.derive_metrics(new_state))
 
-  derive_metrics = tff.tensorflow.computation(query.derive_metrics,
-                                              query_state_type)
-  dp_event_type = get_noised_result.type_signature.result[2]
-  convert_dp_event = tff.tensorflow.computation(
-      lambda event: event.to_named_tuple(), dp_event_type)
   result_type = get_noised_result.type_signature.result[0]
   flatten_result = tff.tensorflow.computation(flat_layout.flatten_value,
                                               result_type)
-  next_round = tff.tensorflow.computation(lambda r: r + 1, round_type)
 
   @tff.tensorflow.computation(scores_type, result_type, round_type, seed_type,
                               schedule_type)
   def score_round(scores, result, round_num, seed_t, schedule):
-    if not num_scored:
-      return scores
-    return score(scores, result, round_num, seed_t, schedule)
+    if num_scored:
+      scores = score(scores, result, round_num, seed_t, schedule)
+    return scores, round_num + 1
 
-  if tree and orthogonal:
+  if per_round:
 
     @tff.tensorflow.computation(result_type, tff.TensorType(np.float32),
                                 seed_type)
-    def tree_scores(result, clip, seed_t):
-      return round_scores.tree_scores(
-          seed_t, flat_layout.flatten_value(result), dim, tf.constant(rows),
-          denominator, tree_noise_multiplier, clip)
+    def scores_of_round(result, clip, seed_t):
+      return noise.scores(orthogonal_transform.scores(
+          seed_t, flat_layout.flatten_value(result), dim, tf.constant(rows)),
+                          clip)
 
   @tff.federated_computation()
   def init_fn():
@@ -242,13 +206,12 @@ def build(
                                             tff.SERVER)
     round_num, seed_v, schedule, scores = tff.federated_eval(
         canary_state_fn, tff.SERVER)
-    _, _, dp_event = tff.federated_map(
+    _, _, dp_event, _ = tff.federated_map(
         get_noised_result, (query_sample_state, query_initial_state))
-    dp_event = tff.federated_map(convert_dp_event, dp_event)
-    is_init_state = tff.federated_value(True, tff.SERVER)
     state = CanaryDPAggregatorState(
         query_initial_state, record_agg_process.initialize(), dp_event,
-        is_init_state, round_num, seed_v, schedule, scores)
+        tff.federated_value(True, tff.SERVER), round_num, seed_v, schedule,
+        scores)
     return tff.federated_zip(state)
 
   @tff.federated_computation(init_fn.type_signature.result,
@@ -262,28 +225,26 @@ def build(
     sample_state, count, clip = tff.federated_map(
         add_canaries, (server_params, record_agg_output.result, round_num,
                        seed_v, schedule))
-    result, new_query_state, dp_event = tff.federated_map(
+    result, new_query_state, dp_event, query_metrics = tff.federated_map(
         get_noised_result, (sample_state, query_state))
-    dp_event = tff.federated_map(convert_dp_event, dp_event)
-    is_init_state = tff.federated_value(False, tff.SERVER)
-    query_metrics = tff.federated_map(derive_metrics, new_query_state)
-    scores = tff.federated_map(
+    new_scores, next_round = tff.federated_map(
         score_round, (scores, result, round_num, seed_v, schedule))
     new_state = CanaryDPAggregatorState(
-        new_query_state, record_agg_output.state, dp_event, is_init_state,
-        tff.federated_map(next_round, round_num), seed_v, schedule, scores)
+        new_query_state, record_agg_output.state, dp_event,
+        tff.federated_value(False, tff.SERVER), next_round, seed_v, schedule,
+        new_scores)
     measurements = collections.OrderedDict(
         dp_query_metrics=query_metrics,
         dp=record_agg_output.measurements,
         canaries_inserted=count,
         clip=clip,
         round_num=round_num)
-    if record_aggregates:
+    if canaries.record_aggregates:
       measurements[measurement_keys.AGGREGATE_KEY] = tff.federated_map(
           flatten_result, result)
-    if tree and orthogonal:
+    if per_round:
       measurements[measurement_keys.TREE_SCORES_KEY] = tff.federated_map(
-          tree_scores, (result, clip, seed_v))
+          scores_of_round, (result, clip, seed_v))
     return tff.templates.MeasuredProcessOutput(
         tff.federated_zip(new_state), result,
         tff.federated_zip(measurements))

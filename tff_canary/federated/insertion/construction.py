@@ -4,7 +4,10 @@ A `CanaryDPFactory` keeps the record so that it can build itself again with
 other canaries: the noise self-test (`tff_canary.federated.audit.self_test`)
 runs the same aggregator with none (`CanaryDPFactory.without_canaries`).
 `remembered` marks a named constructor (a classmethod) whose call is
-recorded; `CanaryDPFactory(...)` itself records its own arguments.
+recorded; `CanaryDPFactory(...)` itself records its own arguments. The
+checks of the arguments the insertion modules share (`as_canaries`,
+`orthogonal`, `as_bool`, `as_unweighted_factory`) are here too, each with
+one message.
 """
 
 from __future__ import annotations
@@ -14,6 +17,12 @@ import functools
 import inspect
 import types
 from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_canary.stats import validation
+from tff_canary.stats.canaries import canary_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,4 +70,44 @@ def remembered(constructor: Callable[..., Any]) -> classmethod:
   return classmethod(build)
 
 
-__all__ = ["Construction", "remembered"]
+def as_canaries(value: Any, name: str = "canaries"
+                ) -> canary_config.CanaryConfig:
+  """`value` if it is a `CanaryConfig`, else TypeError naming `name`."""
+  if not isinstance(value, canary_config.CanaryConfig):
+    raise TypeError(f"{name} must be a tff_canary.stats.canaries."
+                    f"canary_config.CanaryConfig, got {validation.show(value)}.")
+  return value
+
+
+def orthogonal(canaries: Any, seed: int) -> bool:
+  """Whether `canaries` (None or a CanaryConfig of `seed`) are orthogonal."""
+  if canaries is None:
+    return False
+  if as_canaries(canaries).seed != seed:
+    raise ValueError(f"canaries.seed = {canaries.seed} but canary_seed = "
+                     f"{seed}: pass the same seed.")
+  return canaries.directions == "orthogonal"
+
+
+def as_bool(value: Any, name: str) -> bool:
+  """`value` as a bool (a NumPy bool too), else TypeError naming `name`."""
+  if not isinstance(value, (bool, np.bool_)):
+    raise TypeError(f"{name} must be a bool, got {validation.show(value)}.")
+  return bool(value)
+
+
+def as_unweighted_factory(value: Any, name: str,
+                          default: Optional[Callable[[], Any]] = None) -> Any:
+  """`value` (`default()` for None, if given) if it is a TFF
+  `UnweightedAggregationFactory`; else TypeError naming `name`."""
+  if value is None and default is not None:
+    value = default()
+  if not isinstance(value, tff.aggregators.UnweightedAggregationFactory):
+    raise TypeError(f"{name} must be a tff.aggregators."
+                    "UnweightedAggregationFactory, got "
+                    f"{validation.show(value)}.")
+  return value
+
+
+__all__ = ["Construction", "as_bool", "as_canaries", "as_unweighted_factory",
+           "orthogonal", "remembered"]

@@ -10,18 +10,17 @@ path as a client record: clipping (a no-op at norm C_t), the same Gaussian
 noise, the same normalization by the fixed `clients_per_round` of
 `tfp.NormalizedQuery` (canaries do not change the denominator). The process
 itself, its state and its measurements are `tff_canary.federated.
-canary_process`.
+canary_process`. As in TFF, the factory does not know its mechanism: the
+query is the mechanism, and what the canaries need of it beyond the
+`tfp.DPQuery` interface is its `query_noise.QueryNoise`.
 
-Clipping:
-  * fixed (`gaussian_fixed`, McMahan et al., ICLR 2018, https://arxiv.org/abs/
-    1710.06963): C_r = clip.
-  * adaptive (`gaussian_adaptive`, Andrew et al. 2021, https://arxiv.org/abs/
-    1905.03871, geometric update): C_r is the clip that `derive_sample_params`
-    returns for round r; the canaries do not vote in the quantile estimate
-    (`canary_process` says why).
+Clipping: fixed (`gaussian_fixed`, `tree_aggregation`): C_r = clip;
+adaptive (`gaussian_adaptive`, `tree_adaptive`): C_r is the clip that
+`derive_sample_params` returns for round r, and the canaries do not vote in
+the quantile estimate (`canary_process` says why).
 
 DP-FTRL's tree aggregation (`tree_aggregation`, `tree_adaptive`; Kairouz et
-al. 2021, arXiv 2103.00039): the constructors, the canaries' scores in units
+al. 2021, arXiv 2103.00039): the tree's query, the canaries' scores in units
 of the node noise and the accounting are in
 `tff_canary.federated.insertion.tree_factory`.
 
@@ -36,32 +35,30 @@ aggregator's is its inner factory's (zeroing adds no noise).
 
 Server-side canaries change nothing a real client sees.
 
-Noise. The noise is the query's own. With `noise_seed=None` (the default)
-the named constructors build tensorflow_privacy's queries, whose noise is
-unseeded, as in TFF: a resumed run repeats the canaries, not the noise. With
-`noise_seed=s` they build the same queries with seeded noise
-(`tff_canary.federated.insertion.seeded_query`): the same N(0, (z C)^2) noise on the sum
-(and on the adaptive clipped count), every tensor of every round from its own
-independent stream of s, with the draw counter in the query's state, so an
-interrupted and resumed run equals an uninterrupted one. Only for simulation:
-anyone who knows the seed can subtract the noise, so a deployment must leave
-`noise_seed=None`.
+Noise. The noise is the query's own: with `noise_seed=None` (the default)
+tensorflow_privacy's unseeded noise, as in TFF (a resumed run repeats the
+canaries, not the noise); with `noise_seed=s` the same noise from seed s,
+every tensor of every round from its own stream (`seeded_query`,
+`seeded_tree_query`), the draw counter in the query's state, so a resumed
+run equals an uninterrupted one. Only for simulation: whoever knows the seed
+can subtract the noise, so a deployment leaves `noise_seed=None`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Optional
 
-import numpy as np
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from tff_canary.federated.insertion import canary_process
 from tff_canary.federated.insertion import construction
-from tff_canary.federated.structures import flat_layout
+from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import seeded_query
 from tff_canary.federated.insertion import tree_factory
+from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
@@ -93,52 +90,49 @@ def _check_noise(noise_multiplier: Any, clients_per_round: Any):
           validation.as_positive(clients_per_round, "clients_per_round"))
 
 
-def _check_config(canaries: Any) -> canary_config.CanaryConfig:
-  if not isinstance(canaries, canary_config.CanaryConfig):
-    raise TypeError("canaries must be a tff_canary.stats.canaries.canary_config."
-                    f"CanaryConfig, got {canaries!r}.")
-  return canaries
+def _adaptive_clip(noise_multiplier, clients_per_round, initial_l2_norm_clip,
+                   target_unclipped_quantile, learning_rate,
+                   clipped_count_stddev, learning_rate_name):
+  """(value noise multiplier, initial clip, `AdaptiveTreeClip`): the checked
+  arguments of an adaptive clip, the effective `noise_multiplier` split by
+  TFF's `adaptive_clip_noise_params` (None: TFF's default count std)."""
+  noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
+                                                     clients_per_round)
+  clip = validation.as_positive(initial_l2_norm_clip, "initial_l2_norm_clip")
+  validation.as_unit_interval(target_unclipped_quantile,
+                              "target_unclipped_quantile")
+  validation.as_nonnegative(learning_rate, learning_rate_name)
+  if clipped_count_stddev is not None:
+    clipped_count_stddev = validation.as_nonnegative(clipped_count_stddev,
+                                                     "clipped_count_stddev")
+  value_noise_multiplier, count_stddev = _tff_dp.adaptive_clip_noise_params(
+      noise_multiplier, clients_per_round, clipped_count_stddev)
+  return value_noise_multiplier, clip, tree_factory.AdaptiveTreeClip(
+      target_unclipped_quantile, learning_rate, count_stddev,
+      clients_per_round)
 
 
-def _is_adaptive(sum_query: Any) -> bool:
-  """Whether a supported sum query clips adaptively; TypeError otherwise."""
-  if isinstance(sum_query, (tfp.TreeResidualSumQuery,
-                            tfp.TreeCumulativeSumQuery, tfp.TreeRangeSumQuery,
-                            tfp.QAdaClipTreeResSumQuery, tfp.RestartQuery)):
-    # The canaries' scores need the node noise multiplier and the tree's
-    # shape, which tensorflow_privacy keeps private; the query needs the
-    # value's specs, which the factory learns at create.
-    raise TypeError(
-        "a tree-aggregation query (DP-FTRL) is given as a tff_canary."
-        "federated.insertion.tree_factory.TreeAggregation (or use "
-        "CanaryDPFactory.tree_aggregation / tree_adaptive), not as a "
-        f"tensorflow_privacy query; got {sum_query!r}.")
-  if isinstance(sum_query, tfp.QuantileAdaptiveClipSumQuery):
-    return True
-  if isinstance(sum_query, tfp.GaussianSumQuery):
-    return False
-  if isinstance(sum_query, tfp.NormalizedQuery):
-    # tensorflow_privacy gives no public access to a NormalizedQuery's
-    # numerator, whose clip and sum the canaries need: take the parts.
-    raise TypeError("sum_query must be the numerator, not a "
-                    "tfp.NormalizedQuery: pass NormalizedQuery(q, d)'s q as "
-                    f"sum_query and d as clients_per_round; got {sum_query!r}.")
-  raise TypeError(
-      "sum_query must be a tfp.GaussianSumQuery or a "
-      f"tfp.QuantileAdaptiveClipSumQuery (or a subclass); got {sum_query!r}.")
-
-
-class CanaryDPFactory(tree_factory.TreeConstructors,
-                      tff.aggregators.UnweightedAggregationFactory):
+class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
   """`UnweightedAggregationFactory` for DP queries, with canary clients.
 
-  Wraps a tensorflow_privacy DP query like
-  `tff.aggregators.DifferentiallyPrivateFactory` and adds the canaries of a
-  `CanaryConfig` at the server, at the round's clip norm (module docstring).
-  Use the named constructors `gaussian_fixed` and `gaussian_adaptive`, or
-  `canary_dp_aggregator` for the analogue of `tff.learning.dp_aggregator`;
-  DP-FTRL's `tree_aggregation` and `tree_adaptive` are
-  `tree_factory.TreeConstructors`'.
+  Wraps a DP sum query like `tff.aggregators.DifferentiallyPrivateFactory`
+  and adds the canaries of a `CanaryConfig` at the server, at the round's
+  clip norm (module docstring). Its named constructors build TFF's queries:
+  `gaussian_fixed` and `gaussian_adaptive` (DP-FedAvg), `tree_aggregation`
+  and `tree_adaptive` (DP-FTRL); `canary_dp_aggregator` is the analogue of
+  `tff.learning.dp_aggregator`. Each takes, besides its own arguments:
+
+    noise_multiplier: z >= 0; for the adaptive ones the effective total
+      one, split by TFF's `adaptive_clip_noise_params` into the value's and
+      the clipped count's.
+    clients_per_round: Expected clients per round (> 0), the denominator.
+    canaries: The `CanaryConfig`.
+    noise_seed: None (TFF's unseeded noise) or a seed of reproducible
+      simulation noise (module docstring; `tree_factory` for the trees').
+      Never in deployment.
+
+  and returns a `CanaryDPFactory`, raising TypeError or ValueError for a
+  bad argument, naming it.
   """
 
   @construction.remembered
@@ -158,59 +152,26 @@ class CanaryDPFactory(tree_factory.TreeConstructors,
 
     The query TFF's `DifferentiallyPrivateFactory.gaussian_adaptive` builds:
     DP-FedAvg (McMahan et al. 2018, https://arxiv.org/abs/1710.06963) with the
-    geometric adaptive clipping of Andrew et al. 2021
-    (https://arxiv.org/abs/1905.03871); the value noise multiplier comes from
-    TFF's `adaptive_clip_noise_params`, so `noise_multiplier` is the effective
-    total one. Canaries (Andrew et al. 2024, arXiv 2302.03098) are added at
-    each round's clip and do not vote in the quantile estimate.
-
-    Args:
-      noise_multiplier: Effective noise multiplier z >= 0.
-      clients_per_round: Expected clients per round (> 0), the denominator.
-      initial_l2_norm_clip: Initial clip (> 0).
-      target_unclipped_quantile: Target quantile in [0, 1].
-      learning_rate: Clip learning rate (>= 0).
-      clipped_count_stddev: Noise stddev of the clipped count (>= 0), or None
-        for TFF's default 0.05 * clients_per_round (0 without noise).
-      canaries: The `CanaryConfig`.
-      noise_seed: None (TFF's unseeded noise) or a seed for reproducible
-        simulation noise; see the module docstring. Never in deployment.
-
-    Returns:
-      A `CanaryDPFactory`.
-
-    Raises:
-      TypeError, ValueError: for bad arguments, naming them.
+    geometric adaptive clip of Andrew et al. 2021
+    (https://arxiv.org/abs/1905.03871): from `initial_l2_norm_clip` (> 0)
+    towards the `target_unclipped_quantile` (in [0, 1]) at `learning_rate`
+    (>= 0), the clipped count noised with std `clipped_count_stddev` (>= 0;
+    None: TFF's default 0.05 * clients_per_round, 0 without noise).
+    Canaries (Andrew et al. 2024, arXiv 2302.03098) are added at each
+    round's clip and do not vote in the quantile estimate.
     """
-    noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
-                                                       clients_per_round)
-    initial_l2_norm_clip = validation.as_positive(initial_l2_norm_clip,
-                                                  "initial_l2_norm_clip")
-    target_unclipped_quantile = validation.as_unit_interval(
-        target_unclipped_quantile, "target_unclipped_quantile")
-    learning_rate = validation.as_nonnegative(learning_rate, "learning_rate")
-    if clipped_count_stddev is not None:
-      clipped_count_stddev = validation.as_nonnegative(
-          clipped_count_stddev, "clipped_count_stddev")
-    canaries = _check_config(canaries)
-    value_noise_multiplier, clipped_count_stddev = (
-        _tff_dp.adaptive_clip_noise_params(
-            noise_multiplier, clients_per_round, clipped_count_stddev))
-    arguments = dict(
-        initial_l2_norm_clip=initial_l2_norm_clip,
-        noise_multiplier=value_noise_multiplier,
-        target_unclipped_quantile=target_unclipped_quantile,
-        learning_rate=learning_rate,
-        clipped_count_stddev=clipped_count_stddev,
-        expected_num_records=clients_per_round,
-        geometric_update=True,
-    )
-    if noise_seed is None:
-      query = tfp.QuantileAdaptiveClipSumQuery(**arguments)
-    else:
-      query = seeded_query.SeededQuantileAdaptiveClipSumQuery(
-          **arguments, noise_seed=noise_seed)
-    return cls(query, canaries, clients_per_round=clients_per_round)
+    value_noise_multiplier, clip, adaptive = _adaptive_clip(
+        noise_multiplier, clients_per_round, initial_l2_norm_clip,
+        target_unclipped_quantile, learning_rate, clipped_count_stddev,
+        "learning_rate")
+    arguments = dict(initial_l2_norm_clip=clip,
+                     noise_multiplier=value_noise_multiplier,
+                     geometric_update=True, **dataclasses.asdict(adaptive))
+    query = (tfp.QuantileAdaptiveClipSumQuery(**arguments)
+             if noise_seed is None else
+             seeded_query.SeededQuantileAdaptiveClipSumQuery(
+                 **arguments, noise_seed=noise_seed))
+    return cls(query, canaries, clients_per_round=adaptive.expected_num_records)
 
   @construction.remembered
   def gaussian_fixed(
@@ -226,40 +187,101 @@ class CanaryDPFactory(tree_factory.TreeConstructors,
 
     The query TFF's `DifferentiallyPrivateFactory.gaussian_fixed` builds
     (DP-FedAvg, McMahan et al. 2018, https://arxiv.org/abs/1710.06963): clip
-    each record to L2 norm `clip`, add N(0, (z * clip)^2) to the sum, divide by
-    `clients_per_round`. Canaries (Andrew et al. 2024, arXiv 2302.03098) enter
-    the sum at norm `clip`.
-
-    Args:
-      noise_multiplier: z >= 0.
-      clients_per_round: Expected clients per round (> 0), the denominator.
-      clip: The clip norm C > 0.
-      canaries: The `CanaryConfig`.
-      noise_seed: None (TFF's unseeded noise) or a seed for reproducible
-        simulation noise; see the module docstring. Never in deployment.
-
-    Returns:
-      A `CanaryDPFactory`.
-
-    Raises:
-      TypeError, ValueError: for bad arguments, naming them.
+    each record to L2 norm `clip` (> 0), add N(0, (z * clip)^2) to the sum,
+    divide by `clients_per_round`. Canaries (Andrew et al. 2024, arXiv
+    2302.03098) enter the sum at norm `clip`.
     """
     noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
                                                        clients_per_round)
     clip = validation.as_positive(clip, "clip")
-    canaries = _check_config(canaries)
-    if noise_seed is None:
-      sum_query = tfp.GaussianSumQuery(l2_norm_clip=clip,
-                                       stddev=clip * noise_multiplier)
-    else:
-      sum_query = seeded_query.SeededGaussianSumQuery(
-          l2_norm_clip=clip, stddev=clip * noise_multiplier,
-          noise_seed=noise_seed)
-    return cls(sum_query, canaries, clients_per_round=clients_per_round)
+    arguments = dict(l2_norm_clip=clip, stddev=clip * noise_multiplier)
+    query = (tfp.GaussianSumQuery(**arguments) if noise_seed is None else
+             seeded_query.SeededGaussianSumQuery(**arguments,
+                                                 noise_seed=noise_seed))
+    return cls(query, canaries, clients_per_round=clients_per_round)
+
+  @construction.remembered
+  def tree_aggregation(
+      cls,
+      noise_multiplier: float,
+      clients_per_round: float,
+      clip: float,
+      *,
+      canaries: canary_config.CanaryConfig,
+      noise_seed: Optional[int] = None,
+      use_efficient: bool = True,
+      restart_period: Optional[int] = None,
+      restart_warmup: Optional[int] = None,
+  ) -> CanaryDPFactory:
+    """DP-FTRL with a fixed clip and tree-aggregated noise, with canaries.
+
+    The query TFF's `DifferentiallyPrivateFactory.tree_aggregation` builds
+    (Kairouz et al. 2021, arXiv 2103.00039; `use_efficient`, TFF's default:
+    Honaker 2015, "Efficient Use of Differentially Private Binary Trees",
+    else the plain tree): clip each record to L2 norm `clip` (> 0), add the
+    tree's noise residual (node std z * clip) to the sum, divide by
+    `clients_per_round`. With `restart_period` (>= 1; None: one tree, as
+    TFF's) the tree restarts as TFF's `tree_adaptive` does, after each call
+    k with k mod period == `restart_warmup` (None: 0, else in [1, period);
+    `tfp.restart_query.PeriodicRoundRestartIndicator`). Canaries (Andrew et
+    al. 2024, arXiv 2302.03098) enter the sum at norm `clip`.
+    """
+    noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
+                                                       clients_per_round)
+    tree = tree_factory.TreeAggregation(
+        noise_multiplier=noise_multiplier, clip=clip,
+        efficient=construction.as_bool(use_efficient, "use_efficient"),
+        restart_period=restart_period, restart_warmup=restart_warmup,
+        noise_seed=noise_seed)
+    return cls(tree, canaries, clients_per_round=clients_per_round)
+
+  @construction.remembered
+  def tree_adaptive(
+      cls,
+      noise_multiplier: float,
+      clients_per_round: float,
+      initial_l2_norm_clip: float = 0.1,
+      restart_warmup: Optional[int] = 128,
+      restart_period: int = 1024,
+      target_unclipped_quantile: float = 0.5,
+      clip_learning_rate: float = 0.2,
+      clipped_count_stddev: Optional[float] = None,
+      *,
+      canaries: canary_config.CanaryConfig,
+      noise_seed: Optional[int] = None,
+  ) -> CanaryDPFactory:
+    """DP-FTRL with adaptive clipping adopted at restarts, with canaries.
+
+    The query TFF's `DifferentiallyPrivateFactory.tree_adaptive` builds,
+    with its defaults (`restart_period` is TFF's `restart_frequency`):
+    `tfp.QAdaClipTreeResSumQuery` (Kairouz et al. 2021, arXiv 2103.00039;
+    the geometric adaptive clip of Andrew et al. 2021, arXiv 1905.03871, on
+    an efficient tree) in `tfp.RestartQuery`. The clip changes only when the
+    tree restarts (`tree_aggregation`'s restarts). The clip's arguments are
+    `gaussian_adaptive`'s (`clip_learning_rate` its `learning_rate`), but
+    `clipped_count_stddev` None is TFF's default clients_per_round / 20,
+    also without noise; the value tree's node multiplier is
+    `TreeAggregation.noise_multiplier`. Both trees' noise is seeded by
+    `noise_seed` (`seeded_tree_query`).
+    """
+    restart_period = validation.as_int(restart_period, "restart_period",
+                                       minimum=1)
+    if clipped_count_stddev is None:
+      clipped_count_stddev = validation.as_positive(
+          clients_per_round, "clients_per_round") / 20.0
+    value_noise_multiplier, clip, adaptive = _adaptive_clip(
+        noise_multiplier, clients_per_round, initial_l2_norm_clip,
+        target_unclipped_quantile, clip_learning_rate, clipped_count_stddev,
+        "clip_learning_rate")
+    tree = tree_factory.TreeAggregation(
+        noise_multiplier=value_noise_multiplier, clip=clip,
+        restart_period=restart_period, restart_warmup=restart_warmup,
+        noise_seed=noise_seed, adaptive=adaptive)
+    return cls(tree, canaries, clients_per_round=adaptive.expected_num_records)
 
   def __init__(
       self,
-      sum_query: tfp.DPQuery | tree_factory.TreeAggregation,
+      sum_query: Any,
       canaries: canary_config.CanaryConfig,
       *,
       clients_per_round: Optional[float] = None,
@@ -271,9 +293,9 @@ class CanaryDPFactory(tree_factory.TreeConstructors,
     Args:
       sum_query: A `tfp.GaussianSumQuery` or `tfp.QuantileAdaptiveClipSumQuery`
         (or a subclass, such as the seeded queries of
-        `tff_canary.federated.insertion.seeded_query`), or a
-        `tree_factory.TreeAggregation` (DP-FTRL; its query is built at
-        `create`). The noise is the query's.
+        `tff_canary.federated.insertion.seeded_query`), or a described query
+        (`query_noise`) such as DP-FTRL's `tree_factory.TreeAggregation`,
+        whose query is built at `create`. The noise is the query's.
       canaries: The `CanaryConfig`.
       clients_per_round: None (the aggregate is the noised sum) or the fixed
         denominator d > 0: the factory then aggregates with
@@ -288,32 +310,20 @@ class CanaryDPFactory(tree_factory.TreeConstructors,
         `tfp.NormalizedQuery` too: pass its numerator and denominator; a
         tensorflow_privacy tree query: pass a `TreeAggregation`), or a
         `canaries` that is not a `CanaryConfig`.
-      ValueError: for a `clients_per_round` <= 0, or a tree's `noise_seed`
-        that would draw a gaussian canary (`tree_factory.check_noise_seed`).
+      ValueError: for a `clients_per_round` <= 0, or canaries that the
+        query's noise would draw (`check_canaries`: a tree's `noise_seed`).
     """
-    tree = isinstance(sum_query, tree_factory.TreeAggregation)
-    self._adaptive = (sum_query.adaptive is not None if tree
-                      else _is_adaptive(sum_query))
+    self._sum_query = query_noise.describe(sum_query)
     if clients_per_round is not None:
       clients_per_round = validation.as_positive(clients_per_round,
                                                  "clients_per_round")
-    self._clients_per_round = clients_per_round
-    self._canaries = _check_config(canaries)
-    if tree:
-      tree_factory.check_noise_seed(sum_query, self._canaries)
-      self._tree, self._query = sum_query, None  # the query: at create
-    else:
-      self._tree = None
-      self._query = sum_query if clients_per_round is None else (
-          tfp.NormalizedQuery(sum_query, denominator=clients_per_round))
-    if record_aggregation_factory is None:
-      record_aggregation_factory = tff.aggregators.SumFactory()
-    if not isinstance(record_aggregation_factory,
-                      tff.aggregators.UnweightedAggregationFactory):
-      raise TypeError("record_aggregation_factory must be a "
-                      "tff.aggregators.UnweightedAggregationFactory, got "
-                      f"{record_aggregation_factory!r}.")
-    self._record_aggregation_factory = record_aggregation_factory
+    self._noise = dataclasses.replace(self._sum_query.query_noise,
+                                      denominator=clients_per_round)
+    self._canaries = construction.as_canaries(canaries)
+    self._sum_query.check_canaries(self._canaries)
+    self._record_aggregation_factory = construction.as_unweighted_factory(
+        record_aggregation_factory, "record_aggregation_factory",
+        tff.aggregators.SumFactory)
     # A named constructor replaces this record with its own call.
     self._construction = construction.Construction(None, dict(
         sum_query=sum_query, clients_per_round=clients_per_round,
@@ -327,6 +337,18 @@ class CanaryDPFactory(tree_factory.TreeConstructors,
   def construction(self) -> construction.Construction:
     """The constructor and arguments this factory was built with."""
     return self._construction
+
+  @property
+  def query_noise(self) -> query_noise.QueryNoise:
+    """What the canaries need of the query (`query_noise`)."""
+    return self._noise
+
+  @property
+  def tree(self) -> Optional[tree_factory.TreeAggregation]:
+    """DP-FTRL's tree aggregation, or None (what the tree's noise check
+    reads: `tff_canary.federated.audit.tree_noise_check`)."""
+    tree = self._sum_query
+    return tree if isinstance(tree, tree_factory.TreeAggregation) else None
 
   def without_canaries(self, num_rounds: int) -> CanaryDPFactory:
     """This aggregator without canaries, for the noise self-test.
@@ -348,17 +370,6 @@ class CanaryDPFactory(tree_factory.TreeConstructors,
       changed["noise_seed"] = noise_seed + NOISE_CHECK_SEED_TAG
     return self._construction.build(type(self), no_canaries, **changed)
 
-  @property
-  def query(self) -> Optional[tfp.DPQuery]:
-    """The aggregated DP query (normalized if `clients_per_round` was given);
-    None for a tree aggregation, whose query `create` builds (see `tree`)."""
-    return self._query
-
-  @property
-  def tree(self) -> Optional[tree_factory.TreeAggregation]:
-    """The DP-FTRL tree aggregation, or None for a Gaussian query."""
-    return self._tree
-
   def create(self, value_type) -> tff.templates.AggregationProcess:
     """Builds the aggregation process for `value_type` (the model weights).
 
@@ -374,19 +385,9 @@ class CanaryDPFactory(tree_factory.TreeConstructors,
     dim = flat_layout.tensor_specs_dim(specs)
     if self._canaries.directions == "gaussian":  # orthogonal: `rows` checks
       canary_config.check_orthogonality(self._canaries.num_canaries, dim)
-    if self._tree is None:
-      return canary_process.build(self._query, self._adaptive, self._canaries,
-                                  self._record_aggregation_factory,
-                                  value_type, specs, dim)
-    query = self._tree.sum_query(specs)
-    denominator = self._clients_per_round
-    if denominator is not None:
-      query = tfp.NormalizedQuery(query, denominator=denominator)
     return canary_process.build(
-        query, self._adaptive, self._canaries,
-        self._record_aggregation_factory, value_type, specs, dim,
-        tree_noise_multiplier=self._tree.noise_multiplier,
-        denominator=1.0 if denominator is None else denominator)
+        self._sum_query.sum_query(specs), self._noise, self._canaries,
+        self._record_aggregation_factory, value_type, specs, dim)
 
 
 def with_zeroing(inner_factory):
@@ -429,8 +430,7 @@ def canary_dp_aggregator(
   Returns:
     A `tff.aggregators.UnweightedAggregationFactory`.
   """
-  if not isinstance(zeroing, (bool, np.bool_)):
-    raise TypeError(f"zeroing must be a bool, got {zeroing!r}.")
+  zeroing = construction.as_bool(zeroing, "zeroing")
   factory = CanaryDPFactory.gaussian_adaptive(noise_multiplier,
                                               clients_per_round,
                                               canaries=canaries,

@@ -29,8 +29,9 @@ with no recorded aggregate:
     (`tff_canary.stats.estimators.scheduled_sums`).
 
 DP-FTRL's tree aggregation (`tree_factory`) correlates the rounds' noises,
-so these running statistics do not apply there; its scores are `tree_scores`,
-one per canary and round, in units of the node noise.
+so these running statistics do not apply there; its scores are
+`query_noise.QueryNoise.scores`, one per canary and round, in units of the
+node noise.
 
 Sums and norms are in float64; the transform in float32.
 """
@@ -168,24 +169,6 @@ def scorer(canaries: canary_config.CanaryConfig, dim: int):
                   tf.constant(scheduled, tf.int32, shape=scheduled.shape))
 
   return score
-
-
-def tree_scores(seed: Any, flat: tf.Tensor, dim: int, canary_rows: Any,
-                denominator: float, noise_multiplier: float,
-                clip: Any) -> tf.Tensor:
-  """u_j = <c_j, S> / (z C) for every canary j: DP-FTRL's scores, float64 [m].
-
-  `flat` is the round's released result a = S / denominator (one float32
-  vector of length dim, `flat_layout`), S the noised sum; z is the node noise
-  multiplier and C the round's clip, so a canary in S adds exactly 1/z
-  (`tree_factory`). With z = 0 the unit is C (a canary adds 1); a zero
-  clip gives 0.
-  """
-  unit = tf.cast(clip, tf.float64) * (
-      float(noise_multiplier) if noise_multiplier > 0 else 1.0)
-  s = tf.cast(orthogonal_transform.scores(seed, flat, dim, canary_rows),
-              tf.float64)
-  return tf.math.divide_no_nan(s * float(denominator), unit)
 
 
 def final_cosines(seed: int, delta: np.ndarray, dim: int,

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_canary.federated.insertion import construction
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.insertion import orthogonal_transform
 from tff_canary.federated.insertion import round_scores
@@ -87,14 +88,8 @@ class CanaryScoringFactory(tff.aggregators.UnweightedAggregationFactory):
   def __init__(self, inner: tff.aggregators.UnweightedAggregationFactory,
                canaries: canary_config.CanaryConfig, *,
                scores: str = "cosines"):
-    if not isinstance(inner, tff.aggregators.UnweightedAggregationFactory):
-      raise TypeError("inner must be a tff.aggregators."
-                      "UnweightedAggregationFactory, got "
-                      f"{validation.show(inner)}.")
-    if not isinstance(canaries, canary_config.CanaryConfig):
-      raise TypeError("canaries must be a CanaryConfig, got "
-                      f"{validation.show(canaries)}.")
-    if canaries.directions != "orthogonal":
+    inner = construction.as_unweighted_factory(inner, "inner")
+    if construction.as_canaries(canaries).directions != "orthogonal":
       raise ValueError("canaries.directions must be 'orthogonal' (gaussian "
                        "canaries are scored after training), got "
                        f"{canaries.directions!r}.")

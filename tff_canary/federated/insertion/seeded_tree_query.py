@@ -35,6 +35,16 @@ COUNT_SEED_OFFSET = 2 ** 40
 MAX_NOISE_SEED = 2 ** 63 - 1 - COUNT_SEED_OFFSET
 
 
+def check_noise_seed(noise_seed: int) -> int:
+  """`noise_seed` if the count tree's seed above it fits in int64."""
+  noise_seed = validation.as_int(noise_seed, "noise_seed", minimum=0)
+  if noise_seed > MAX_NOISE_SEED:
+    raise ValueError(f"noise_seed must be at most {MAX_NOISE_SEED} with "
+                     "adaptive clipping (the clipped count's tree is seeded "
+                     f"{COUNT_SEED_OFFSET} above), got {noise_seed}.")
+  return noise_seed
+
+
 class SeededTreeQuantileEstimatorQuery(
     quantile_estimator_query.TreeQuantileEstimatorQuery):
   """`TreeQuantileEstimatorQuery` whose count tree has `noise_seed`."""
@@ -60,11 +70,7 @@ class SeededQAdaClipTreeResSumQuery(tfp.QAdaClipTreeResSumQuery):
                target_unclipped_quantile, learning_rate, clipped_count_stddev,
                expected_num_records, geometric_update=True, *,
                noise_seed: int):
-    noise_seed = validation.as_int(noise_seed, "noise_seed", minimum=0)
-    if noise_seed > MAX_NOISE_SEED:
-      raise ValueError(f"noise_seed must be at most {MAX_NOISE_SEED} (the "
-                       f"count tree's seed is noise_seed + "
-                       f"{COUNT_SEED_OFFSET}), got {noise_seed}.")
+    noise_seed = check_noise_seed(noise_seed)
     super().__init__(initial_l2_norm_clip, noise_multiplier, record_specs,
                      target_unclipped_quantile, learning_rate,
                      clipped_count_stddev, expected_num_records,
@@ -75,6 +81,6 @@ class SeededQAdaClipTreeResSumQuery(tfp.QAdaClipTreeResSumQuery):
         noise_seed=noise_seed + COUNT_SEED_OFFSET)
 
 
-__all__ = ["COUNT_SEED_OFFSET", "MAX_NOISE_SEED",
+__all__ = ["COUNT_SEED_OFFSET", "MAX_NOISE_SEED", "check_noise_seed",
            "SeededQAdaClipTreeResSumQuery",
            "SeededTreeQuantileEstimatorQuery"]

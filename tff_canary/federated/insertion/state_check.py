@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tff_canary.federated.insertion import construction
 from tff_canary.federated.structures import tree_search
 from tff_canary.stats.canaries import canary_config
 
@@ -42,9 +43,7 @@ def check_state(canaries: canary_config.CanaryConfig, state: Any) -> None:
       (round, canary id) events differ from those of `canaries` (the message
       shows both values).
   """
-  if not isinstance(canaries, canary_config.CanaryConfig):
-    raise TypeError("canaries must be a tff_canary.stats.canaries.canary_config."
-                    f"CanaryConfig, got {canaries!r}.")
+  construction.as_canaries(canaries)
   node = find_canary_state(getattr(state, "aggregator", state))
   if node is None:
     raise ValueError("state holds no canary aggregator state (a named tuple "

@@ -1,4 +1,4 @@
-"""DP-FTRL with canaries: the tree-aggregation constructors and their scores.
+"""DP-FTRL with canaries: the tree-aggregation query and its scores.
 
 DP-FTRL (Kairouz et al. 2021, "Practical and Private (Deep) Learning without
 Sampling or Shuffling", arXiv 2103.00039, Algorithm 1) noises the prefix sums
@@ -10,19 +10,18 @@ two noised prefix sums. TFF builds it with
 `NormalizedQuery`, no restarts) and `tree_adaptive` (`QAdaClipTreeResSumQuery`,
 the quantile-adaptive clip of Andrew et al. 2021, arXiv 1905.03871, in a
 `RestartQuery` whose `PeriodicRoundRestartIndicator` restarts the tree and
-adopts the estimated clip). `TreeConstructors` gives `CanaryDPFactory` the
-same two constructors; the query is built from the value's specs at
-`create` (`TreeAggregation.sum_query`), in `tfp.RestartQuery` with
+adopts the estimated clip). `CanaryDPFactory` has the same two
+constructors, which describe the query as a `TreeAggregation` (its
+`query_noise`: correlated noise of node multiplier z); the query is built
+from the value's specs at `create` (`TreeAggregation.sum_query`), in
+`tfp.RestartQuery` with
 `tfp.restart_query.PeriodicRoundRestartIndicator(restart_period,
 restart_warmup)` when a `restart_period` is given.
 
-Canaries. As with the Gaussian queries (Andrew et al., ICLR 2024, arXiv
-2302.03098, Algorithm 1; `canary_process`), the round's canaries are added at
-the server to the query's sample state (its sum part, for `tree_adaptive`) at
-the round's clip C_t, the tree's `clip_value` that `derive_sample_params`
-returns and the clients are clipped to, before `get_noised_result` adds the
-tree's noise residual. They do not vote in `tree_adaptive`'s quantile
-estimate.
+Canaries go in as with the Gaussian queries (`canary_process`): at the
+round's clip C_t (the tree's `clip_value`, which the clients are clipped to),
+into the sum part for `tree_adaptive`, before `get_noised_result` adds the
+tree's noise residual; they do not vote in the quantile estimate.
 
 Scores. With orthogonal canaries each round reports, under
 `measurement_keys.TREE_SCORES_KEY`, every canary's score
@@ -30,7 +29,7 @@ Scores. With orthogonal canaries each round reports, under
     u_{j,t} = <c_j, S_t> / sigma_t,    sigma_t = z C_t,
 
 S_t the round's noised SUM (the released mean times `clients_per_round`;
-`round_scores.tree_scores`) and z the value tree's node noise multiplier
+`query_noise.QueryNoise.scores`) and z the value tree's node noise multiplier
 (`TreeAggregation.noise_multiplier`: for `tree_adaptive` the value multiplier
 TFF derives with `adaptive_clip_noise_params`, above the argument). A canary
 that took part in round t adds exactly 1/z, and with orthonormal canaries and
@@ -38,7 +37,7 @@ isotropic node noise the rows u_j are independent, u_j ~ N(a_j / z, K), a_j
 the canary's participation indicators and K =
 `tff_canary.stats.correlated.tree_noise.tree_noise(T, efficient=...,
 restart_period=..., restart_warmup=...).covariance` (`TreeAggregation.noise`),
-what `tff_canary.stats.correlated.tree_statistics` takes. With z = 0 (no
+what `tff_canary.stats.correlated.gls_statistics` takes. With z = 0 (no
 noise) the unit is the clip, sigma_t = C_t, so an inserted canary adds
 exactly 1; a zero clip gives zero scores. The running statistics of
 `round_scores` (max cosine, scheduled sums) assume independent rounds and
@@ -68,21 +67,17 @@ checkpointed state resumes the stream. Gaussian canaries are
 `stateless_normal([d], seed=[canary_seed, j])`: when noise_seed <= canary_seed
 < the number of canaries, one node's key is canary j = canary_seed's and that
 node's noise lies along the canary, so the factory refuses that combination
-(`check_noise_seed`). `tree_adaptive`'s clipped-count tree, which
+(`TreeAggregation.check_canaries`). `tree_adaptive`'s clipped-count tree, which
 tensorflow_privacy (and so TFF) builds without a seed, is seeded here from
 the same `noise_seed` (`seeded_tree_query`), so a seeded run, its clips
 after restarts included, is reproducible. Seeded noise is for simulation
 only: whoever knows the seed can subtract the noise.
 
-Canary clients (`canary_clients`, the client-insertion mode) need no
-canary factory: they are clients of the user's aggregator, e.g. TFF's own
-`DifferentiallyPrivateFactory.tree_aggregation` or, restarted,
-`TreeAggregation.tff_factory` (TFF's public `DifferentiallyPrivateFactory`
-over `sum_query`), which clips and noises them like any client. A canary
-client of norm above C_t enters the sum as C_t c_j, exactly what a
-server-side canary adds, so the same u_{j,t} follow from the round's
-<c_j, result> (`scoring_factory`'s scores="dot_products"; its cosine
-statistics assume independent rounds), times `clients_per_round` over
+Canary clients (`canary_clients`) need no canary factory: TFF's own
+`DifferentiallyPrivateFactory` over the tree (`TreeAggregation.tff_factory`,
+with restarts) clips a canary client of norm above C_t to C_t c_j, what a
+server-side canary adds, so the same u_{j,t} are the round's <c_j, result>
+(`scoring_factory`'s scores="dot_products") times `clients_per_round` over
 z C_t (`tff_canary.harness.running.client_insertion`).
 """
 
@@ -95,6 +90,7 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from tff_canary.federated.insertion import construction
+from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import seeded_tree_query
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
@@ -104,21 +100,15 @@ from tff_canary.stats import validation
 
 worker_guard.install()
 
-_tff_dp = tff.aggregators.differential_privacy
-
-
-def _as_bool(value: Any, name: str) -> bool:
-  if not isinstance(value, bool):
-    raise TypeError(f"{name} must be a bool, got {validation.show(value)}.")
-  return value
-
 
 @dataclasses.dataclass(frozen=True)
 class AdaptiveTreeClip:
-  """The quantile-adaptive clip of `tree_adaptive` (Andrew et al. 2021).
+  """The quantile-adaptive clip (Andrew et al. 2021, geometric update).
 
   The arguments of `tfp.QAdaClipTreeResSumQuery` besides the value tree's
-  (geometric update; the estimated clip is adopted at each restart).
+  (the estimated clip is adopted at each restart), and of
+  `tfp.QuantileAdaptiveClipSumQuery` (`CanaryDPFactory.gaussian_adaptive`)
+  besides the clip and noise multiplier.
 
   Attributes:
     target_unclipped_quantile: In [0, 1].
@@ -153,7 +143,7 @@ class TreeAggregation:
 
   What `CanaryDPFactory` needs of a tree query that tensorflow_privacy keeps
   private: the node noise multiplier and the tree's shape. Built by the
-  constructors of `TreeConstructors`; the query itself by `sum_query`.
+  named constructors of `CanaryDPFactory`; the query itself by `sum_query`.
 
   Attributes:
     noise_multiplier: z >= 0: the value tree's node noise std is z C.
@@ -183,7 +173,7 @@ class TreeAggregation:
     set_("noise_multiplier", validation.as_nonnegative(self.noise_multiplier,
                                                        "noise_multiplier"))
     set_("clip", validation.as_positive(self.clip, "clip"))
-    _as_bool(self.efficient, "efficient")
+    set_("efficient", construction.as_bool(self.efficient, "efficient"))
     # tree_noise's check is tensorflow_privacy's rule, with the names.
     tree_noise.restart_rounds(0, self.restart_period, self.restart_warmup)
     if self.restart_period is not None:
@@ -200,13 +190,8 @@ class TreeAggregation:
         raise ValueError("efficient must be True with adaptive clipping: "
                          "tfp.QAdaClipTreeResSumQuery uses the efficient "
                          "tree only.")
-      if (self.noise_seed is not None
-          and self.noise_seed > seeded_tree_query.MAX_NOISE_SEED):
-        raise ValueError(
-            f"noise_seed must be at most {seeded_tree_query.MAX_NOISE_SEED} "
-            "with adaptive clipping (the clipped count's tree is seeded "
-            f"{seeded_tree_query.COUNT_SEED_OFFSET} above), got "
-            f"{self.noise_seed}.")
+      if self.noise_seed is not None:
+        seeded_tree_query.check_noise_seed(self.noise_seed)
 
   def sum_query(self, record_specs: Any) -> tfp.DPQuery:
     """The tensorflow_privacy query for values of `record_specs`.
@@ -248,6 +233,30 @@ class TreeAggregation:
                                 denominator=clients_per_round)
     return tff.aggregators.DifferentiallyPrivateFactory(query)
 
+  @property
+  def query_noise(self) -> query_noise.QueryNoise:
+    """Noise correlated across rounds, node multiplier z (module docstring)."""
+    return query_noise.QueryNoise(adaptive=self.adaptive is not None,
+                                  noise_multiplier=self.noise_multiplier)
+
+  def check_canaries(self, canaries: canary_config.CanaryConfig) -> None:
+    """Refuses a `noise_seed` whose node noise would be a gaussian canary.
+
+    Node keys are [n, n] for every n >= noise_seed, canary keys [canary_seed,
+    j] (module docstring): they meet for canary j = canary_seed when it
+    exists.
+    """
+    seed = canaries.seed
+    if (self.noise_seed is None or canaries.directions != "gaussian"
+        or not self.noise_seed <= seed < canaries.num_canaries):
+      return
+    raise ValueError(
+        f"noise_seed={self.noise_seed} with gaussian canaries of seed {seed}: "
+        f"tensorflow_privacy seeds tree node noise with [n, n] for n = "
+        f"noise_seed, noise_seed + 1, ..., so node n = {seed} would draw "
+        f"exactly canary {seed}'s direction (key [{seed}, {seed}]). Choose a "
+        f"noise_seed above {seed}, or directions='orthogonal'.")
+
   def rounds_per_tree(self, num_rounds: int) -> list[int]:
     """The rounds of each tree in a run of `num_rounds` rounds, in order."""
     num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
@@ -264,169 +273,4 @@ class TreeAggregation:
                                  restart_warmup=self.restart_warmup)
 
 
-def check_noise_seed(tree: TreeAggregation,
-                     canaries: canary_config.CanaryConfig) -> None:
-  """Refuses a `noise_seed` whose node noise would be a gaussian canary.
-
-  Node keys are [n, n] for every n >= noise_seed, canary keys [canary_seed,
-  j] (module docstring): they meet for canary j = canary_seed when it
-  exists.
-  """
-  seed = canaries.seed
-  if (tree.noise_seed is None or canaries.directions != "gaussian"
-      or not tree.noise_seed <= seed < canaries.num_canaries):
-    return
-  raise ValueError(
-      f"noise_seed={tree.noise_seed} with gaussian canaries of seed {seed}: "
-      f"tensorflow_privacy seeds tree node noise with [n, n] for n = "
-      f"noise_seed, noise_seed + 1, ..., so node n = {seed} would draw "
-      f"exactly canary {seed}'s direction (key [{seed}, {seed}]). Choose a "
-      f"noise_seed above {seed}, or directions='orthogonal'.")
-
-
-class TreeConstructors:
-  """DP-FTRL's constructors of `CanaryDPFactory` (a mixin; module docstring).
-
-  `cls(tree_aggregation, canaries, clients_per_round=...)` must take a
-  `TreeAggregation` as its query, as `CanaryDPFactory` does; each
-  constructor records its call (`construction.remembered`).
-  """
-
-  @construction.remembered
-  def tree_aggregation(
-      cls,
-      noise_multiplier: float,
-      clients_per_round: float,
-      clip: float,
-      *,
-      canaries: canary_config.CanaryConfig,
-      noise_seed: Optional[int] = None,
-      use_efficient: bool = True,
-      restart_period: Optional[int] = None,
-      restart_warmup: Optional[int] = None,
-  ) -> tff.aggregators.UnweightedAggregationFactory:
-    """DP-FTRL with a fixed clip and tree-aggregated noise, with canaries.
-
-    The query TFF's `DifferentiallyPrivateFactory.tree_aggregation` builds
-    (Kairouz et al. 2021, arXiv 2103.00039; `use_efficient`: Honaker 2015,
-    "Efficient Use of Differentially Private Binary Trees"): clip each record
-    to L2 norm `clip`, add the tree's noise residual (node std z * clip) to
-    the sum, divide by `clients_per_round`. With `restart_period` the tree
-    restarts as TFF's `tree_adaptive` does (`tfp.RestartQuery`). Canaries
-    (Andrew et al. 2024, arXiv 2302.03098) enter the sum at norm `clip`.
-
-    Args:
-      noise_multiplier: z >= 0, the node noise std over the clip.
-      clients_per_round: Expected clients per round (> 0), the denominator.
-      clip: The clip norm C > 0.
-      canaries: The `CanaryConfig`.
-      noise_seed: None (a seed from the clock, as in TFF) or an integer seed
-        in [0, 2^63 - 1] of reproducible simulation noise (module
-        docstring). Never in deployment.
-      use_efficient: The efficient tree (TFF's default), else the plain one.
-      restart_period: None (one tree, as TFF's `tree_aggregation`) or the
-        period >= 1 of `PeriodicRoundRestartIndicator`: the tree restarts
-        after each call k with k mod period == warmup.
-      restart_warmup: None (0) or the indicator's warmup, in [1, period).
-
-    Returns:
-      A `CanaryDPFactory`.
-
-    Raises:
-      TypeError, ValueError: for bad arguments, naming them.
-    """
-    noise_multiplier = validation.as_nonnegative(noise_multiplier,
-                                                 "noise_multiplier")
-    clients_per_round = validation.as_positive(clients_per_round,
-                                               "clients_per_round")
-    tree = TreeAggregation(
-        noise_multiplier=noise_multiplier, clip=clip,
-        efficient=_as_bool(use_efficient, "use_efficient"),
-        restart_period=restart_period, restart_warmup=restart_warmup,
-        noise_seed=noise_seed)
-    return cls(tree, canaries, clients_per_round=clients_per_round)
-
-  @construction.remembered
-  def tree_adaptive(
-      cls,
-      noise_multiplier: float,
-      clients_per_round: float,
-      initial_l2_norm_clip: float = 0.1,
-      restart_warmup: Optional[int] = 128,
-      restart_period: int = 1024,
-      target_unclipped_quantile: float = 0.5,
-      clip_learning_rate: float = 0.2,
-      clipped_count_stddev: Optional[float] = None,
-      *,
-      canaries: canary_config.CanaryConfig,
-      noise_seed: Optional[int] = None,
-  ) -> tff.aggregators.UnweightedAggregationFactory:
-    """DP-FTRL with adaptive clipping adopted at restarts, with canaries.
-
-    The query TFF's `DifferentiallyPrivateFactory.tree_adaptive` builds,
-    with its defaults (`restart_period` is TFF's `restart_frequency`):
-    `tfp.QAdaClipTreeResSumQuery` (Kairouz et al. 2021, arXiv 2103.00039;
-    the geometric adaptive clip of Andrew et al. 2021, arXiv 1905.03871, on
-    an efficient tree) in `tfp.RestartQuery`. The clip changes only when the
-    tree restarts. `noise_multiplier` is the effective total one: the value
-    tree's node multiplier is TFF's `adaptive_clip_noise_params` split,
-    `TreeAggregation.noise_multiplier`. Canaries (Andrew et al. 2024, arXiv
-    2302.03098) enter at each round's clip and do not vote in the quantile
-    estimate.
-
-    Args:
-      noise_multiplier: Effective noise multiplier z >= 0.
-      clients_per_round: Expected clients per round (> 0), the denominator.
-      initial_l2_norm_clip: Initial clip (> 0).
-      restart_warmup: The first restart's round, in [1, restart_period), or
-        None (restarts at multiples of the period only).
-      restart_period: Restart period >= 1 (TFF's `restart_frequency`).
-      target_unclipped_quantile: Target quantile in [0, 1].
-      clip_learning_rate: Clip learning rate (>= 0).
-      clipped_count_stddev: Noise std of the clipped count (>= 0), or None
-        for TFF's default clients_per_round / 20 (also without noise).
-      canaries: The `CanaryConfig`.
-      noise_seed: None or the seed of both trees' noise, the value's and
-        the clipped count's (`seeded_tree_query`; module docstring). Never
-        in deployment.
-
-    Returns:
-      A `CanaryDPFactory`.
-
-    Raises:
-      TypeError, ValueError: for bad arguments, naming them (a
-        `clipped_count_stddev` too small for `noise_multiplier` as in TFF).
-    """
-    noise_multiplier = validation.as_nonnegative(noise_multiplier,
-                                                 "noise_multiplier")
-    clients_per_round = validation.as_positive(clients_per_round,
-                                               "clients_per_round")
-    initial_l2_norm_clip = validation.as_positive(initial_l2_norm_clip,
-                                                  "initial_l2_norm_clip")
-    restart_period = validation.as_int(restart_period, "restart_period",
-                                       minimum=1)
-    clip_learning_rate = validation.as_nonnegative(clip_learning_rate,
-                                                   "clip_learning_rate")
-    if clipped_count_stddev is None:
-      clipped_count_stddev = clients_per_round / 20.0
-    clip = AdaptiveTreeClip(
-        target_unclipped_quantile=target_unclipped_quantile,
-        learning_rate=clip_learning_rate,
-        clipped_count_stddev=clipped_count_stddev,
-        expected_num_records=clients_per_round)
-    value_noise_multiplier, count_stddev = _tff_dp.adaptive_clip_noise_params(
-        noise_multiplier, clients_per_round, clip.clipped_count_stddev)
-    tree = TreeAggregation(
-        noise_multiplier=value_noise_multiplier, clip=initial_l2_norm_clip,
-        efficient=True, restart_period=restart_period,
-        restart_warmup=restart_warmup, noise_seed=noise_seed,
-        adaptive=dataclasses.replace(clip, clipped_count_stddev=count_stddev))
-    return cls(tree, canaries, clients_per_round=clients_per_round)
-
-
-__all__ = [
-    "AdaptiveTreeClip",
-    "TreeAggregation",
-    "TreeConstructors",
-    "check_noise_seed",
-]
+__all__ = ["AdaptiveTreeClip", "TreeAggregation"]

@@ -168,8 +168,6 @@ def compute_cosine_table(
   if canaries.num_canaries == 0:
     raise ValueError("canaries has num_inserted = num_held_out = 0: no "
                      "canaries, no table to compute.")
-  budget = validation.as_int(memory_budget_bytes, "memory_budget_bytes",
-                             minimum=1)
   theta0, theta_t, dim = flat_layout.weights_pair(initial_weights,
                                                   final_weights)
   m = canaries.num_canaries
@@ -179,7 +177,7 @@ def compute_cosine_table(
     raise ValueError(f"aggregates have dim = {reader.shape[1]}, the weights "
                      f"dim = {dim}.")
   num_rows = int(rows.size)
-  chunk_rows, block = plan_blocks(dim, num_rows, m, budget)
+  chunk_rows, block = plan_blocks(dim, num_rows, m, memory_budget_bytes)
 
   u = theta0 - theta_t
   u_norm = float(np.sqrt(np.dot(u, u)))
@@ -272,20 +270,8 @@ def _table(canaries, dim, final, best, best_round, recorded, with_rounds):
           f"{canaries.num_rounds}): the table refuses epsilon_all and the "
           "all-iterates bounds.", cosine_table.UnrecordedRoundsWarning,
           stacklevel=3)
-  return cosine_table.CosineTable(
-      id=np.arange(m),
-      group=np.where(canaries.inserted, "inserted", "held_out"),
-      participation=canaries.counts(),
-      final_cosine=final,
-      max_cosine=best,
-      max_round=best_round,
-      seed=canaries.seed,
-      dim=dim,
-      num_rounds=canaries.num_rounds,
-      rounds_recorded=int(recorded.size),
-      assignment=canaries.assignment,
-      schedule=repr(canaries.schedule),
-      generator=canary_directions.GENERATOR,
-      unrecorded=unrecorded,
-      known_canaries_removed="none",
-  )
+  return cosine_table.of_canaries(
+      canaries, final_cosine=final, max_cosine=best, max_round=best_round,
+      dim=dim, rounds_recorded=int(recorded.size),
+      generator=canary_directions.GENERATOR, unrecorded=unrecorded,
+      known_canaries_removed="none")

@@ -76,20 +76,15 @@ def table_from_state(canaries: canary_config.CanaryConfig,
   else:
     max_cosine = np.full(m, np.nan)
     max_round = np.full(m, -1, np.int64)
-  counts = canaries.counts()
   # Rounds of the schedule that were never run count as unrecorded.
   missed = np.zeros(m, np.int64)
   late = canaries.participation.events[
       canaries.participation.events[:, 0] >= scored]
   np.add.at(missed, late[:, 1], 1)
-  return cosine_table.CosineTable(
-      id=np.arange(m), group=np.where(canaries.inserted, "inserted",
-                                      "held_out"),
-      participation=counts, final_cosine=np.clip(final, -1.0, 1.0),
+  return cosine_table.of_canaries(
+      canaries, final_cosine=np.clip(final, -1.0, 1.0),
       max_cosine=np.clip(max_cosine, -1.0, 1.0), max_round=max_round,
-      seed=canaries.seed, dim=dim, num_rounds=canaries.num_rounds,
-      rounds_recorded=scored, assignment=canaries.assignment,
-      schedule=repr(canaries.schedule),
+      dim=dim, rounds_recorded=scored,
       generator=orthogonal_transform.GENERATOR, unrecorded=missed,
       known_canaries_removed="final_and_all_iterates",
       scheduled_sum=scores.scheduled_sum.astype(np.float64),

@@ -34,14 +34,9 @@ class RowReader:
     if isinstance(aggregates, (str, os.PathLike)):
       path = os.fspath(aggregates)
       array, recorded = aggregate_recorder.load_aggregates(path)
-      self.shape = array.shape
-      self.dtype = array.dtype
-      self._offset = array.offset
       if array.dtype.kind != "f" or not array.flags.c_contiguous:
         raise ValueError(f"{path} must hold a C-ordered float array.")
-      del array
-      self._path = path
-      self.from_file = True
+      self._path, self._offset, self.from_file = path, array.offset, True
       self.rows = np.flatnonzero(recorded)
     else:
       array = aggregates
@@ -58,9 +53,8 @@ class RowReader:
         raise ValueError(f"aggregates must have shape [num_rounds, dim], got "
                          f"{array.shape}.")
       self._array = array
-      self.shape = array.shape
-      self.dtype = array.dtype
       self.rows = np.arange(array.shape[0])
+    self.shape, self.dtype = array.shape, array.dtype
 
   def read(self, rows: np.ndarray, out: np.ndarray | None = None
           ) -> np.ndarray:

@@ -18,8 +18,8 @@ refuses, here before TensorFlow loads, what it cannot do: seeded noise
 recorded, a server optimizer other than SGD without momentum (each round's
 aggregate is read from the model weights, theta_{t-1} - theta_t =
 server_learning_rate x a_t, which needs exactly that optimizer).
-`insertion_of(values)` reads the mode of a config.json (older files
-without the key are server-side runs).
+`insertion_of(values)` reads the mode of any config.json (a `RunWriter`'s
+too; older files without the key are server-side runs).
 
 The DP mechanism (`aggregator`, a name of `registry.MECHANISMS`: "gaussian",
 the default, DP-FedAvg's central Gaussian noise; "ddp", TFF's distributed-DP
@@ -27,7 +27,9 @@ chain; "tree", DP-FTRL) owns its settings (the `ddp_*` knobs are the DDP
 mechanism's, refused with any other) and says what it needs of the others
 (`preflight.check_requirements`, `protocol.Mechanism.requirements`) and
 which values it cannot run with (`protocol.Mechanism.resolve`).
-`aggregator_of(values)` reads the aggregator of a config.json (older files:
+
+An experiment's config.json reads back as the same frozen spec
+(`ExperimentConfig.from_json`; older files: a server-side run of
 `registry.DEFAULT`).
 """
 
@@ -59,6 +61,38 @@ INSERTIONS: tuple[str, ...] = typing.get_args(Insertion)
 Aggregator = str
 AGGREGATORS: tuple[str, ...] = registry.names()
 _NOISE_TAG = 0x401
+
+
+def _int(minimum: int):
+  return functools.partial(validation.as_int, minimum=minimum)
+
+
+# How each field is checked: (value, name=) -> the checked value. Choices;
+# fields that are never None; fields where None means "derive".
+_CHOICES = dict(
+    task=TASKS, data=("synthetic", "tff"), sampling=SAMPLINGS,
+    client_optimizer=OPTIMIZERS, server_optimizer=OPTIMIZERS,
+    assignment=canary_config.ASSIGNMENTS,
+    directions=canary_config.DIRECTIONS, insertion=INSERTIONS,
+    aggregator=AGGREGATORS)
+_CHECKS = dict(
+    examples_per_client=_int(1), clients_per_round=_int(1),
+    noise_multiplier=validation.as_nonnegative,
+    target_unclipped_quantile=validation.as_unit_interval,
+    initial_clip=validation.as_positive,
+    client_learning_rate=validation.as_positive,
+    server_learning_rate=validation.as_positive,
+    server_momentum=functools.partial(validation.as_unit_interval,
+                                      include_high=False),
+    batch_size=_int(1), client_epochs=_int(1), num_inserted=_int(0),
+    num_held_out=_int(0), seed=_int(0), eval_every=_int(0),
+    checkpoint_every=_int(1), memory_budget_gb=validation.as_positive)
+_OPTIONAL = dict(
+    num_clients=_int(2), num_rounds=_int(1), epochs=_int(1),
+    presentations=_int(1), clip=validation.as_positive,
+    canary_seed=_int(0), noise_seed=_int(0), delta=validation.as_open_unit,
+    eval_examples=_int(1), canary_norm=validation.as_positive)
+
 
 # Keys that may differ between a run and its resumption.
 RESUMABLE_KEYS = ("resume", "eval_every", "checkpoint_every",
@@ -147,61 +181,16 @@ class ExperimentConfig:
   # (`_with_mechanism_settings`).
 
   def __post_init__(self):
-    v = validation
-    check = {
-        "task": lambda x: v.as_choice(x, "task", TASKS),
-        "data": lambda x: v.as_choice(x, "data", ("synthetic", "tff")),
-        "sampling": lambda x: v.as_choice(x, "sampling", SAMPLINGS),
-        "client_optimizer": lambda x: v.as_choice(x, "client_optimizer",
-                                                  OPTIMIZERS),
-        "server_optimizer": lambda x: v.as_choice(x, "server_optimizer",
-                                                  OPTIMIZERS),
-        "assignment": lambda x: v.as_choice(x, "assignment",
-                                            canary_config.ASSIGNMENTS),
-        "directions": lambda x: v.as_choice(x, "directions",
-                                            canary_config.DIRECTIONS),
-        "insertion": lambda x: v.as_choice(x, "insertion", INSERTIONS),
-        "aggregator": lambda x: v.as_choice(x, "aggregator", AGGREGATORS),
-        "examples_per_client": lambda x: v.as_int(x, "examples_per_client", 1),
-        "clients_per_round": lambda x: v.as_int(x, "clients_per_round", 1),
-        "noise_multiplier": lambda x: v.as_nonnegative(x, "noise_multiplier"),
-        "target_unclipped_quantile": lambda x: v.as_unit_interval(
-            x, "target_unclipped_quantile"),
-        "initial_clip": lambda x: v.as_positive(x, "initial_clip"),
-        "client_learning_rate": lambda x: v.as_positive(
-            x, "client_learning_rate"),
-        "server_learning_rate": lambda x: v.as_positive(
-            x, "server_learning_rate"),
-        "server_momentum": lambda x: v.as_unit_interval(
-            x, "server_momentum", include_high=False),
-        "batch_size": lambda x: v.as_int(x, "batch_size", 1),
-        "client_epochs": lambda x: v.as_int(x, "client_epochs", 1),
-        "num_inserted": lambda x: v.as_int(x, "num_inserted", 0),
-        "num_held_out": lambda x: v.as_int(x, "num_held_out", 0),
-        "seed": lambda x: v.as_int(x, "seed", 0),
-        "eval_every": lambda x: v.as_int(x, "eval_every", 0),
-        "checkpoint_every": lambda x: v.as_int(x, "checkpoint_every", 1),
-        "memory_budget_gb": lambda x: v.as_positive(x, "memory_budget_gb"),
-    }
-    optional = {
-        "num_clients": lambda x: v.as_int(x, "num_clients", 2),
-        "num_rounds": lambda x: v.as_int(x, "num_rounds", 1),
-        "epochs": lambda x: v.as_int(x, "epochs", 1),
-        "presentations": lambda x: v.as_int(x, "presentations", 1),
-        "clip": lambda x: v.as_positive(x, "clip"),
-        "canary_seed": lambda x: v.as_int(x, "canary_seed", 0),
-        "noise_seed": lambda x: v.as_int(x, "noise_seed", 0),
-        "delta": lambda x: v.as_open_unit(x, "delta"),
-        "eval_examples": lambda x: v.as_int(x, "eval_examples", 1),
-        "canary_norm": lambda x: v.as_positive(x, "canary_norm"),
-    }
-    optional.update({name: functools.partial(setting.check, name=name)
-                     for name, setting in registry.settings().items()})
-    for name, fn in check.items():
-      object.__setattr__(self, name, fn(getattr(self, name)))
-    for name, fn in optional.items():
+    checks = {name: functools.partial(validation.as_choice, choices=choices)
+              for name, choices in _CHOICES.items()}
+    checks.update(_CHECKS)
+    optional = dict(_OPTIONAL, **{name: setting.check for name, setting
+                                  in registry.settings().items()})
+    for name, check in checks.items():
+      object.__setattr__(self, name, check(getattr(self, name), name=name))
+    for name, check in optional.items():
       if getattr(self, name) is not None:
-        object.__setattr__(self, name, fn(getattr(self, name)))
+        object.__setattr__(self, name, check(getattr(self, name), name=name))
     for name in ("zeroing", "seeded_noise", "resume",
                  "allow_participation_mismatch"):
       if not isinstance(getattr(self, name), (bool, np.bool_)):
@@ -227,21 +216,15 @@ class ExperimentConfig:
                                     self.sampling)
     object.__setattr__(self, "record_aggregates",
                        preflight.record_aggregates(self))
-    preflight.check_requirements(self)
-    self._check_insertion()
-    self._check_aggregator()
-
-  def _check_insertion(self) -> None:
-    """What the insertion mode cannot do is refused (module docstring)."""
-    if self.insertion == "server":
-      if self.canary_norm is not None:
-        raise ValueError(
-            f"canary_norm = {self.canary_norm} is for insertion='clients'; "
-            "server-side canaries enter at the round's clip.")
-      return
-    if self.canary_norm is None:
+    if self.insertion == "clients" and self.canary_norm is None:
       object.__setattr__(self, "canary_norm",
                          canary_config.DEFAULT_CANARY_NORM)
+    preflight.check_requirements(self)
+    if self.insertion == "server" and self.canary_norm is not None:
+      raise ValueError(
+          f"canary_norm = {self.canary_norm} is for insertion='clients'; "
+          "server-side canaries enter at the round's clip.")
+    self._check_aggregator()
 
   def _check_aggregator(self) -> None:
     """Another mechanism's settings are refused; the run's own are resolved
@@ -263,19 +246,36 @@ class ExperimentConfig:
   def as_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
 
+  @classmethod
+  def from_json(cls, values: dict[str, Any]) -> ExperimentConfig:
+    """The config of a run's config.json `values`: the same frozen spec as
+    the experiment's flags give, whose `resolve` gives `values` again.
+
+    Its fields are `values`' keys of the same names (the others, e.g. dim,
+    versions, participation, are what `resolve` and the run derived); a
+    key an older file lacks takes its field's default (insertion="server",
+    aggregator `registry.DEFAULT`, no mechanism settings). Of a value the
+    run derived where the flags give another, the flags' is kept: epochs
+    (num_rounds derived from it), TFF data's own clients (no num_clients),
+    and, for orthogonal canaries, no recorded aggregates whatever an older
+    file says.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    fields = {k: v for k, v in values.items() if k in names}
+    if fields.get("epochs") is not None:
+      fields["num_rounds"] = None
+    if fields.get("data") == "tff":
+      fields["num_clients"] = None
+    if fields.get("directions") == "orthogonal":
+      fields["record_aggregates"] = None
+    return cls(**fields)
+
 
 def insertion_of(values: dict[str, Any]) -> Insertion:
   """The insertion mode of a config.json's `values`: "server" when the key
   is missing (files written before the client mode) or None."""
   mode = values.get("insertion") or "server"
   return validation.as_choice(mode, "config.json's insertion", INSERTIONS)
-
-
-def aggregator_of(values: dict[str, Any]) -> Aggregator:
-  """The DP mechanism's name of a config.json's `values` (`registry.DEFAULT`
-  when the key is missing, in files written before the DDP aggregator, or
-  None)."""
-  return registry.of_config(values).name
 
 
 def default_num_clients(config: ExperimentConfig) -> int:
@@ -359,19 +359,14 @@ def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
   """Refuses to resume the run of `path` (its config.json `saved`) with other
   settings than `resolved`'s (but for `RESUMABLE_KEYS` and versions).
 
-  A config.json from before the client mode (no `insertion`, no
-  `canary_norm`) is a server-side run's; one from before the DDP aggregator
-  (no `aggregator`, no `ddp_*`) a Gaussian run's; an orthogonal run
-  recorded no aggregate, whatever an older file says.
+  `saved` is read as `ExperimentConfig.from_json` reads it: a config.json
+  from before the client mode (no `insertion`, no `canary_norm`) is a
+  server-side run's; one from before the DDP aggregator (no `aggregator`,
+  no `ddp_*`) a Gaussian run's; an orthogonal run recorded no aggregate.
   """
-  saved = dict(saved)
-  if saved.get("directions") == "orthogonal":
-    saved["record_aggregates"] = False
-  saved.setdefault("insertion", insertion_of(saved))
-  saved.setdefault("canary_norm", None)
-  saved.setdefault("aggregator", aggregator_of(saved))
-  for name in registry.setting_keys():
-    saved.setdefault(name, None)
+  spec = ExperimentConfig.from_json(saved).as_dict()
+  saved = dict(saved, record_aggregates=spec["record_aggregates"])
+  saved.update({k: v for k, v in spec.items() if k not in saved})
   differ = [k for k in resolved if k not in RESUMABLE_KEYS
             and k != "versions" and saved.get(k) != resolved[k]]
   if differ:

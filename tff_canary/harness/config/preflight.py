@@ -43,7 +43,6 @@ import warnings
 
 from tff_canary.stats import call_site
 from tff_canary.harness.config import model_sizes
-from tff_canary.harness.mechanisms import protocol
 from tff_canary.harness.mechanisms import registry
 from tff_canary.stats.canaries import canary_config
 
@@ -110,18 +109,13 @@ def check_requirements(config) -> None:
   settings: every one missing is named in one message (flag, Python
   argument, why), by the mechanism (`protocol.Mechanism.requirements`)."""
   mechanism = registry.get(config.aggregator)
-  _refuse(mechanism.subject(config), mechanism.requirements(config))
-
-
-def _refuse(choice: str, missing: list[protocol.Requirement]) -> None:
-  """The one message of `check_requirements`, if anything is missing."""
-  if not missing:
-    return
-  raise ValueError(
-      f"{choice} needs {len(missing)} more setting"
-      f"{'s' if len(missing) > 1 else ''}; add "
-      + " ".join(r.flag for r in missing) + " ("
-      + "; ".join(f"{r.argument}: {r.why}" for r in missing) + ").")
+  missing = mechanism.requirements(config)
+  if missing:
+    raise ValueError(
+        f"{mechanism.subject(config)} needs {len(missing)} more setting"
+        f"{'s' if len(missing) > 1 else ''}; add "
+        + " ".join(r.flag for r in missing) + " ("
+        + "; ".join(f"{r.argument}: {r.why}" for r in missing) + ").")
 
 
 def expected_canary_participations(config, schedule) -> float:

@@ -113,7 +113,7 @@ class DdpMechanism(protocol.Mechanism):
     """Skellam noise: each client's integer L1 norm bound fits int32."""
     if config.ddp_mechanism != "distributed_skellam":
       return  # DistributedDiscreteGaussianSumQuery checks the L2 norm only
-    params = _parameters(config, dim)
+    params = ddp_claim.parameters_of(config, dim)
     if params.l1_sensitivity <= INT32_MAX:
       return
     fits = [b for b in range(1, config.ddp_bits) if _l1_fits(config, dim, b)]
@@ -155,19 +155,11 @@ class DdpMechanism(protocol.Mechanism):
     return ddp_claim.describe_chain(config)
 
 
-def _parameters(config, dim: int, bits=None, clip=None):
-  return ddp_parameters.ddp_parameters(
-      config.noise_multiplier, config.clients_per_round,
-      config.ddp_bits if bits is None else bits,
-      config.clip if clip is None else clip, dim, beta=config.ddp_beta,
-      mechanism=config.ddp_mechanism, rotation=config.ddp_rotation)
-
-
 def _l1_fits(config, dim: int, bits=None, clip=None) -> bool:
   if clip is not None and clip <= 0:
     return False
   try:
-    params = _parameters(config, dim, bits=bits, clip=clip)
+    params = ddp_claim.parameters_of(config, dim, bits=bits, clip=clip)
   except ValueError:  # too few bits for the cohort
     return False
   return params.l1_sensitivity <= INT32_MAX

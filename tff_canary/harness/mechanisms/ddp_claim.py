@@ -25,7 +25,8 @@ cohort and add their own shares on top (more noise than the claim counts).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import types
+from typing import Any, Optional
 
 import numpy as np
 
@@ -37,18 +38,29 @@ _KEYS = ("noise_multiplier", "clients_per_round", "ddp_bits", "clip", "dim",
          "ddp_beta", "ddp_mechanism", "ddp_rotation")
 
 
+def parameters_of(spec, dim: int, bits: Optional[int] = None,
+                  clip: Optional[float] = None) -> ddp_parameters.DdpParameters:
+  """What the DDP factory derives for a run `spec` (its noise_multiplier,
+  clients_per_round, clip and `ddp_*` settings as attributes: an
+  `ExperimentConfig`) and `dim` trainable parameters; `bits`, `clip`: other
+  values than the spec's. The runner's factory and the report's bound are
+  both built from this."""
+  return ddp_parameters.ddp_parameters(
+      spec.noise_multiplier, spec.clients_per_round,
+      spec.ddp_bits if bits is None else bits,
+      spec.clip if clip is None else clip, dim, beta=spec.ddp_beta,
+      mechanism=spec.ddp_mechanism, rotation=spec.ddp_rotation)
+
+
 def parameters(config: dict[str, Any]) -> ddp_parameters.DdpParameters:
-  """What the run's DDP factory derived (config.json `config`, with dim);
-  `run_dir.RunDirError` naming the keys a DDP run's config.json lacks."""
+  """What the run's DDP factory derived (config.json `config`, with dim,
+  read by `parameters_of`); `run_dir.RunDirError` naming the keys a DDP
+  run's config.json lacks."""
   missing = [k for k in _KEYS if config.get(k) is None]
   if missing:
     raise run_dir_lib.RunDirError(
         f"config.json of a run with aggregator='ddp' lacks {missing}.")
-  return ddp_parameters.ddp_parameters(
-      config["noise_multiplier"], config["clients_per_round"],
-      config["ddp_bits"], config["clip"], config["dim"],
-      beta=config["ddp_beta"], mechanism=config["ddp_mechanism"],
-      rotation=config["ddp_rotation"])
+  return parameters_of(types.SimpleNamespace(**config), config["dim"])
 
 
 def describe_chain(config: dict[str, Any]) -> str:
@@ -115,4 +127,4 @@ def analytical(config: dict[str, Any], events: np.ndarray, delta: float
 
 
 __all__ = ["DdpClaim", "analytical",
-           "describe_chain", "parameters"]
+           "describe_chain", "parameters", "parameters_of"]

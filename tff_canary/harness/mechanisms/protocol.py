@@ -34,7 +34,6 @@ from typing import Any, Callable, ClassVar, Optional
 import numpy as np
 
 from tff_canary.harness.mechanisms import analytical_epsilons
-from tff_canary.stats.canaries import canary_config
 
 # The analytical rows' detail of a run with a DpEvent ledger.
 LEDGER_DETAIL = "dp-accounting, from the run's DpEvent ledger"
@@ -139,6 +138,9 @@ class Mechanism:
     client_accounting: What the analytical epsilon of canary clients'
       runs counts.
     sweep: experiments/sweep.py's defaults, or None (not swept).
+    report_section: The module whose `build` makes its runs' report
+      section (`tff_canary.harness.reporting.report`); by default a cosine
+      table's.
   """
 
   name: ClassVar[str] = ""
@@ -151,6 +153,7 @@ class Mechanism:
       "the ledger's DpEvents (the analytical ε) are those of "
       "clients_per_round real clients")
   sweep: ClassVar[Optional[SweepDefaults]] = None
+  report_section: ClassVar[str] = "tff_canary.harness.reporting.cosine_report"
 
   @property
   def flag(self) -> str:
@@ -222,13 +225,7 @@ def client_requirements(config) -> list[Requirement]:
   return seeded_noise_requirement(config) + aggregate_requirement(config)
 
 
-def default_canary_norm(config) -> float:
-  """The canary clients' norm of `config` (its default when None)."""
-  return (canary_config.DEFAULT_CANARY_NORM if config.canary_norm is None
-          else config.canary_norm)
-
-
 __all__ = ["AnalyticalClaim", "LEDGER_DETAIL", "Mechanism", "Requirement",
            "Setting", "SweepDefaults",
            "aggregate_requirement", "client_requirements",
-           "default_canary_norm", "seeded_noise_requirement"]
+           "seeded_noise_requirement"]

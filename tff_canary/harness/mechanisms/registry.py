@@ -33,9 +33,10 @@ def names() -> tuple[str, ...]:
   return tuple(MECHANISMS)
 
 
-def get(name: str):
-  """The NumPy half (`protocol.Mechanism`) of mechanism `name`."""
-  name = validation.as_choice(name, "aggregator", names())
+def get(name: str, what: str = "aggregator"):
+  """The NumPy half (`protocol.Mechanism`) of mechanism `name` (`what`
+  names it in the refusal of an unknown name)."""
+  name = validation.as_choice(name, what, names())
   module = importlib.import_module(MECHANISMS[name])
   mechanism = module.MECHANISM
   if mechanism.name != name:
@@ -47,8 +48,7 @@ def get(name: str):
 def of_config(values: dict[str, Any]):
   """The mechanism of a config.json's `values` (`DEFAULT` when the key is
   missing or None: files written before the DDP aggregator)."""
-  name = values.get("aggregator") or DEFAULT
-  return get(validation.as_choice(name, "config.json's aggregator", names()))
+  return get(values.get("aggregator") or DEFAULT, "config.json's aggregator")
 
 
 def settings() -> dict[str, Any]:

@@ -7,10 +7,9 @@ exist for orthogonal canaries only), inserted by fair coins (the one-run
 bounds), once per tree as the clients are (shuffle sampling, no allowed
 mismatch); zeroing is not validated with the tree's scores. There is no
 ledger: each round records its canaries' scores in units of the node noise
-(tree_scores.npy, `round_scores`), and the report is DP-FTRL's
-(`tff_canary.harness.reporting.tree_report`, which computes the tree's
-claim from its accounting). Its TFF half is
-`tff_canary.harness.running.tree_tff`.
+(tree_scores.npy, `round_scores`), and the report's section is DP-FTRL's
+(`report_section`, which computes the tree's claim from its accounting).
+Its TFF half is `tff_canary.harness.running.tree_tff`.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ class TreeMechanism(protocol.Mechanism):
   tff_half = "tff_canary.harness.running.tree_tff"
   records_ledger = False
   round_scores = True
+  report_section = "tff_canary.harness.reporting.tree_report"
   client_aggregator = " (DP-FTRL tree)"
   client_accounting = ("the tree accounting (the analytical ε) is that of "
                        "clients_per_round real clients, each once per tree")
@@ -47,7 +47,7 @@ class TreeMechanism(protocol.Mechanism):
     missing = []
     if config.insertion == "clients":
       missing += protocol.seeded_noise_requirement(config)
-      norm = protocol.default_canary_norm(config)
+      norm = config.canary_norm  # its default set (ExperimentConfig)
       if config.clip is not None and norm < config.clip:
         missing.append(protocol.Requirement(
             f"--canary_norm={config.clip:g} or more (got {norm:g})",

@@ -5,8 +5,8 @@ answer "how much does this run leak?" (docs/method/which-epsilon.md):
 
   * the analytical epsilon: what the run's DP accounting guarantees for the
     canaries' own participation, the claim the audit tests by default
-    (`RunReport.canary_claim`, `canary_claim`); the first line and
-    the audit line name the same one;
+    (`cosine_report.CosineSection.canary_claim`, `canary_claim`); the first
+    line and the audit line name the same one;
   * for DP-FTRL only, the epsilons below it that the estimates are read
     against (`tree_targets`): what the released rounds show about the
     worst-case participant, and about this run's canaries (`targets`, one
@@ -31,6 +31,7 @@ answer "how much does this run leak?" (docs/method/which-epsilon.md):
     analytical epsilon only when their whole interval lies above it; a bound
     above it refutes the claim.
 
+A report's section picks them (`headline_parts`, `report`).
 `Headline.lines()` is the terminal's and report.md's text; `as_dict()` is
 report.json's "headline" key.
 """
@@ -42,23 +43,10 @@ from typing import Any, Optional
 
 from tff_canary.harness.mechanisms import analytical_epsilons
 from tff_canary.stats import results
-from tff_canary.stats.audit import table_estimates
 
 MEANING = ("An estimate counts only if its whole interval is above the "
            "analytical ε; a bound above it refutes it.")
 
-# The table's bound rows -> the same bounds in the audit (`audit.table_bounds`).
-_F, _A = table_estimates.FINAL_MODEL, table_estimates.ALL_ITERATES
-AUDITED_AS = {
-    f"{_F}: epsilon_lo (exact null)": "epsilon_lo final",
-    f"{_F}: f-DP one-run bound": "f-DP one-run bound final",
-    f"{_F}: one-run bound": "one-run bound final",
-    f"{_F}: tight one-run bound": "tight one-run bound final",
-    f"{_A}: epsilon_lo (held-out null)": "epsilon_lo all",
-    f"{_A}: f-DP one-run bound": "f-DP one-run bound all",
-    f"{_A}: one-run bound": "one-run bound all",
-    f"{_A}: tight one-run bound": "tight one-run bound all",
-}
 # What a headline says of a noise self-test of zero claimed noise that saw
 # exactly zero output (`noise_check_verdict`).
 NOISE_CHECK_DEGENERATE = (
@@ -123,13 +111,12 @@ class Headline:
   # The audit's reach (`audit.AuditVerdict.reach_dict`); None if unknown.
   audit_reach: Optional[dict[str, Any]] = None
   targets: tuple[Target, ...] = ()
-  targets_label: str = "rounds ε"
 
   def _targets_line(self) -> list[str]:
     if not self.targets:
       return []
     first, *rest = self.targets
-    return [f"{self.targets_label:14s}"
+    return [f"{'rounds ε':14s}"
             f"{results.format_number(first.value):>8s}  {first.name}"
             + "".join(f"; {t.name}: {results.format_number(t.value)}"
                       for t in rest)]
@@ -242,77 +229,3 @@ def beyond_reach_text(verdict: Any, claim: str) -> str:
   tested."""
   return (f"BEYOND REACH of the {claim} = {verdict.claimed_epsilon:.4g}: "
           f"{verdict.reach_text()}")
-
-
-def of_report(report: Any) -> Headline:
-  """The headline of a `report.RunReport` (module docstring)."""
-  name, claim = report.canary_claim.name, report.canary_claim.epsilon
-  target = report.analytical_bound  # what the estimates target
-  bound = target[1]
-  est = report.estimates
-  epsilon_all = None
-  if est.all_iterates is not None:
-    epsilon_all = estimate(f"{_A}: epsilon_all",
-                           est.all_iterates, bound)
-  missing = ("not estimated: " + "; ".join(est.warnings) if est.warnings
-             else "not estimated: no round's aggregate was recorded")
-  verdict = report.verdict
-  # The strongest bound by its name in the report's table.
-  strongest = {v: k for k, v in AUDITED_AS.items()}.get(verdict.strongest,
-                                                         verdict.strongest)
-  audit_text = (
-      f"{verdict.verdict} with the {report.claim} = "
-      f"{report.claimed_epsilon:.4g} ({len(verdict.bounds)} bounds, "
-      f"{report.confidence:.0%} together)")
-  if verdict.beyond_reach:
-    audit_text = beyond_reach_text(verdict, report.claim)
-  if verdict.refuted:
-    audit_text = (f"REFUTED: {strongest} = "
-                  f"{verdict.largest_bound:.4g} > {report.claim} = "
-                  f"{report.claimed_epsilon:.4g} at {report.confidence:.0%} "
-                  "confidence")
-  for other in report.canary_claim.not_audited:
-    audit_text += (f"; the clients' {other} = "
-                   f"{report.analytical[other]:.4g} is not tested: the "
-                   "canaries were not sampled like the clients (details)")
-  if est.one_run_final is None:  # no fair-coin assignment
-    audit_text += ("; no one-run bounds without CanaryConfig("
-                   "assignment=\"coin\")")
-  noise_verdict, noise_text = noise_check_verdict(report.noise_check)
-  return Headline(
-      delta=report.delta, confidence=report.confidence, analytical_name=name,
-      analytical_epsilon=claim,
-      estimates_target=None if target[0] == name else target,
-      epsilon_final=estimate(
-          f"{_F}: epsilon_final (mean-only)",
-          est.final_mean_only, bound),
-      epsilon_all=epsilon_all, epsilon_all_missing=missing,
-      strongest_bound_name=strongest,
-      strongest_bound=verdict.largest_bound,
-      audit_verdict=verdict.verdict, audit_text=audit_text,
-      noise_check_verdict=noise_verdict, noise_check_text=noise_text,
-      audit_reach=verdict.reach_dict())
-
-
-def terminal_text(report, details: bool = False) -> str:
-  """A report's terminal output: its headline, then with `details` its full
-  table (`table_text()`), else a pointer to it."""
-  text = report.headline().text()
-  if details:
-    return text + "\n\n" + report.table_text()
-  return (text + "\n(every epsilon, bound and note: report.md, or "
-          "`python -m tff_canary report RUN_DIR --details`)")
-
-
-def table_lines(delta_line: str, rows: list[tuple[str, str, float, str]],
-                kind_width: int) -> list[str]:
-  """A report's fixed-width table of every epsilon, for the terminal: its
-  delta, a header and one line per (name, kind, epsilon, detail) row."""
-  width = max([46] + [len(name) for name, _, _, _ in rows])
-  header = f"{'epsilon':{width}s} {'kind':{kind_width}s} {'value':>10s}  detail"
-  return [f"every epsilon at {delta_line}", header,
-          "-" * (len(header) + 30)] + [
-              f"{name:{width}s} {kind:{kind_width}s} "
-              f"{results.format_number(value):>10s}  {detail}"
-              for name, kind, value, detail in rows]
-

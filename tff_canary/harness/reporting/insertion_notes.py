@@ -18,7 +18,8 @@ from before the client mode, or a `RunWriter`'s, is "server"):
     and its DpEvent (the ledger, the analytical epsilon) is that of
     `clients_per_round` real clients; the canaries are added beside them,
     not in their place. A table of an older version that removed the other
-    inserted canaries says at what norm (`known_canaries_line`).
+    inserted canaries says at what norm
+    (`cosine_report.CosineSection.known_canaries_line`).
   * clients with the DDP aggregator (`chain`, config.json's
     `aggregator="ddp"`): the same, through TFF's distributed-DP chain
     (its mechanism, bits, rotation and clip); a canary client is clipped
@@ -90,30 +91,27 @@ class InsertionNotes:
       by_round[o["round_num"]] = by_round.get(o["round_num"], 0) + 1
     dp_clipped = sum(bool(o.get("dp_clipped")) for o in self.outcomes)
     stage_clipped = sum(bool(o["clipped"]) for o in self.outcomes)
+    through = f"TFF's own DP aggregator{self.aggregator}"
+    clipped = (f"clipped by the DP query (entered at its clip), "
+               f"{stage_clipped} by a clipping stage, {len(self.zeroed)} "
+               "ZEROED")
+    counted = (f"the DP query divides by clients_per_round = "
+               f"{self.clients_per_round:g} and {self.accounting}")
     if self.chain is not None:
-      return (
-          f"insertion: canary clients of norm {self.canary_norm:g} through "
-          f"TFF's distributed-DP chain ({self.chain}); "
-          f"{len(self.outcomes)} canary-client participations: {dp_clipped}"
-          " clipped at the chain's clip (before rounding); canary clients "
-          "are extra members of the cohort (up to "
-          f"{max(by_round.values(), default=0)} a round): the noise shares "
-          "and the analytical ε (the DDP bound) are those of "
-          f"clients_per_round = {self.clients_per_round:g} real clients, "
+      through = f"TFF's distributed-DP chain ({self.chain})"
+      clipped = "clipped at the chain's clip (before rounding)"
+      counted = (
+          "the noise shares and the analytical ε (the DDP bound) are those "
+          f"of clients_per_round = {self.clients_per_round:g} real clients, "
           "each canary client adds its own share on top, and the chain's "
           "mean divides by every participant (the recorded aggregate is "
           "rescaled to sum / clients_per_round); SecAgg's sums are plain "
           "sums in this simulation (the same sum, without its secrecy)")
-    return (
-        f"insertion: canary clients of norm {self.canary_norm:g} through "
-        f"TFF's own DP aggregator{self.aggregator}; "
-        f"{len(self.outcomes)} canary-client "
-        f"participations: {dp_clipped} clipped by the DP query (entered at "
-        f"its clip), {stage_clipped} by a clipping stage, "
-        f"{len(self.zeroed)} ZEROED; canary clients are extra members of the "
-        f"cohort (up to {max(by_round.values(), default=0)} a round): the DP "
-        f"query divides by clients_per_round = {self.clients_per_round:g} "
-        f"and {self.accounting}")
+    return (f"insertion: canary clients of norm {self.canary_norm:g} through "
+            f"{through}; {len(self.outcomes)} canary-client participations: "
+            f"{dp_clipped} {clipped}; canary clients are extra members of the "
+            f"cohort (up to {max(by_round.values(), default=0)} a round): "
+            f"{counted}")
 
   def findings(self) -> list[str]:
     """One line per zeroed canary and round."""
@@ -127,18 +125,6 @@ class InsertionNotes:
           f"{stage['threshold']:.4g} < its norm {stage['canary_norm']:.4g} "
           "in the stage's order; it did not reach the sum")
     return out
-
-  def known_canaries_line(self, removed: str) -> Optional[str]:
-    """The client mode's `RunReport.known_canaries_line` for a table of an
-    older version that removed the other inserted canaries (None: the
-    report's own line)."""
-    if self.mode == "server" or removed != "all_iterates":
-      return None
-    return ("other inserted canaries: removed from each round's aggregate "
-            "(from the weights, (θ_{r-1} − θ_r) / server_learning_rate) at "
-            "min(canary_norm, the round's clip), the norm a canary client "
-            "enters TFF's sum with, for the all-iterates cosines; not from "
-            "the final model")
 
   def lines(self, limit: Optional[int] = None) -> list[str]:
     """The mode line, then the findings (at most `limit` of them)."""

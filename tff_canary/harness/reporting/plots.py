@@ -2,8 +2,8 @@
 
   * cosines.png: the final-model cosines of inserted and held-out canaries
     (histograms and kernel density estimates) against the exact null law of
-    docs/method/null-law.md, in units of the null's standard deviation (the paper's Figure 1
-    view). The bins suit the number of canaries (`bin_count`: the
+    docs/method/null-law.md, in units of the null's standard deviation (the
+    paper's Figure 1 view). The bins suit the number of canaries (`bin_count`: the
     Freedman–Diaconis rule, at least 5 bins and at most the sqrt rule's or
     50 per group), shared by both groups;
   * max_cosine_by_round.png: each canary's max cosine over rounds against the
@@ -13,7 +13,7 @@
 
 Each figure has its legend outside the axes (constrained layout). The
 `*_figure` functions return the matplotlib `Figure` (for tests and notebooks);
-the others write the PNG.
+`write_report_plots` writes the PNGs.
 """
 
 from __future__ import annotations
@@ -104,12 +104,7 @@ def cosines_figure(table: CosineTable):
   return fig
 
 
-def cosine_histograms(table: CosineTable, path: str) -> str:
-  """Writes `cosines_figure` to `path`."""
-  return _save(cosines_figure(table), path)
-
-
-def max_cosine_by_round(table: CosineTable, path: str) -> str:
+def max_cosine_figure(table: CosineTable):
   """Max cosine over rounds against the round of the max, per group."""
   fig = Figure(figsize=(7.2, 3.8), layout="constrained")
   ax = fig.add_subplot()
@@ -132,18 +127,14 @@ def max_cosine_by_round(table: CosineTable, path: str) -> str:
     ax.text(0.5, 0.5, "no noised aggregates were recorded", ha="center",
             transform=ax.transAxes)
   ax.set_title("All-iterates statistic: max over rounds", fontsize=10)
-  return _save(fig, path)
+  return fig
 
 
-def epsilons(report: Any, path: str) -> str:
-  """Writes `epsilon_plot.figure(report)` to `path`."""
-  return _save(epsilon_plot.figure(report), path)
-
-
-def write_report_plots(report: Any, table: CosineTable,
-                       directory: str) -> list[str]:
+def write_report_plots(report: Any, directory: str) -> list[str]:
+  """Writes the figures of `report` (its `table`) into `directory`."""
   os.makedirs(directory, exist_ok=True)
-  return [cosine_histograms(table, os.path.join(directory, "cosines.png")),
-          max_cosine_by_round(table, os.path.join(directory,
-                                                  "max_cosine_by_round.png")),
-          epsilons(report, os.path.join(directory, "epsilons.png"))]
+  figures = {"cosines.png": cosines_figure(report.table),
+             "max_cosine_by_round.png": max_cosine_figure(report.table),
+             "epsilons.png": epsilon_plot.figure(report)}
+  return [_save(fig, os.path.join(directory, name))
+          for name, fig in figures.items()]

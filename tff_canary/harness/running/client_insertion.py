@@ -3,54 +3,36 @@
 The process is `canary_clients.build_canary_client_fedavg` over TFF's own DP
 aggregator (`dp_fedavg`). Each round, `ClientRounds.round`:
 
-  1. reads the clip C_r this round uses from the state before it
-     (`client_round_state.query_clip`) and theta_{r-1};
+  1. reads the clip C_r this round uses from the state before it (the
+     mechanism's `TffMechanism.client_clip`; DP-FedAvg's
+     `client_round_state.query_clip`) and theta_{r-1};
   2. appends the round's scheduled canary clients to the sampled clients
      (`canary_clients.scheduled_canary_ids`, `with_canary_clients`: the
      server-side mode's schedule) and runs `next`; the client work's
      `canary_clients` count must equal the canaries scheduled;
   3. takes the round's aggregate from the weights, a_r = (theta_{r-1} -
      theta_r) / eta (`client_round_state.round_aggregate`, exact for server
-     SGD without momentum, which the config demands), into the same
-     recorder as the server-side mode's noised aggregate (gaussian canaries;
-     orthogonal canary clients are scored in the round by the process);
+     SGD without momentum, which the config demands), in the report's units
+     (`TffMechanism.client_aggregate`), into the same recorder as the
+     server-side mode's noised aggregate (gaussian canaries; orthogonal
+     canary clients are scored in the round by the process);
   4. records per canary what the aggregator did with it
      (`canary_client_outcomes`: zeroing and clipping stages from TFF's
      measurements; a zeroed canary is a finding) plus the DP query's own
      clip from the state (`dp_clip`, `dp_clipped` = canary_norm > C_r), kept
      in canary_outcomes.json (written at each checkpoint, cut back on
      resume);
-  5. takes the round's DpEvent from TFF's factory state
-     (`client_round_state.dp_event`) for the ledger.
-
-With `aggregator="ddp"` (TFF's distributed-DP chain, `dp_fedavg`) three
-things differ. The clip C_r is the run's fixed `clip`, the chain's L2
-clip before rounding (its query's norm bounds are in the rounded integer
-domain). There is no DpEvent (TFF's DDP queries emit none): the round
-gives None and the run has no ledger; its analytical epsilon is the DDP
-bound of the factory's parameters (`ddp_claim`). And the chain's mean
-(`UnweightedMeanFactory`, as TFF's DDP aggregator) divides the sum by the
-clients that took part, canary clients included, not by
-`clients_per_round`: the aggregate recorded is rescaled to the sum /
-clients_per_round (a_r x participants / clients_per_round), the same
-quantity as the Gaussian modes record; a round's cosines do not change with
-its scale.
-
-With `aggregator="tree"` (DP-FTRL) the DP query is a tree restarted every
-epoch (`dp_fedavg`) and the rounds are scored as the server-side mode's:
-the process (`scoring_factory`, scores="dot_products") reports every
-candidate's <c_j, a_r>, a_r the round's released mean, and `tree_scores`
-turns them into u_{j,r} = <c_j, a_r> x clients_per_round / (z C_r), the
-server-side mode's `TREE_SCORES_KEY` scores: a canary client of norm at
-least C_r is clipped to C_r c_j, so it adds exactly 1/z, and the noise is
-in units of the node noise z C_r. The round's DpEvent (tensorflow_privacy's
-`UnsupportedDpEvent`: the tree's privacy is per tree) is not taken: the
-round gives None, and its scores go to tree_scores.npy (`training`).
+  5. takes what the mechanism records of the round
+     (`TffMechanism.client_round`): DP-FedAvg's DpEvent from TFF's factory
+     state (`client_round_state.dp_event`) for the ledger; none with TFF's
+     distributed DP (`ddp_tff`, which also clips at the run's fixed clip and
+     rescales its aggregate); DP-FTRL's canary scores (`tree_tff`,
+     `tree_scores`) for tree_scores.npy.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
@@ -63,6 +45,7 @@ from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.running import tasks
+from tff_canary.harness.running import training
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import canary_config
 
@@ -76,28 +59,17 @@ def load_outcomes(rd: run_dir_lib.RunDir, done: int) -> list[dict[str, Any]]:
   return [r for r in records if r["round_num"] < done]
 
 
-class ClientRound(NamedTuple):
-  """What `ClientRounds.round` gives `training.train`.
-
-  Attributes:
-    output: The process's round output.
-    clip: C_r, the clip of the round.
-    inserted: The canary clients of the round.
-    event: Its DpEvent; None with the DDP and tree aggregators.
-    tree_scores: DP-FTRL: every candidate's u_{j,r}, float64 [m]; else None.
-  """
-  output: Any
-  clip: float
-  inserted: int
-  event: Any
-  tree_scores: Optional[np.ndarray]
-
-
 def tree_scores(metrics: Any, clients_per_round: float,
                 noise_multiplier: float, clip: float) -> np.ndarray:
-  """u_j = <c_j, a_r> x clients_per_round / (z C_r), float64 [m] (module
-  docstring), from the round's metrics (the dot products the scoring
-  factory reports under `measurement_keys.DOT_PRODUCTS_KEY`)."""
+  """DP-FTRL's canary clients' scores u_j = <c_j, a_r> x clients_per_round
+  / (z C_r), float64 [m], a_r the round's released mean.
+
+  The process (`scoring_factory`, scores="dot_products") reports every
+  candidate's <c_j, a_r> under `measurement_keys.DOT_PRODUCTS_KEY`; these
+  are the server-side mode's `TREE_SCORES_KEY` scores: a canary client of
+  norm at least C_r is clipped to C_r c_j, so it adds exactly 1/z, and the
+  noise is in units of the node noise z C_r.
+  """
   key = measurement_keys.DOT_PRODUCTS_KEY
   found = tree_search.find_first(
       metrics.get("aggregator", metrics) if isinstance(metrics, Mapping)
@@ -114,7 +86,7 @@ def tree_scores(metrics: Any, clients_per_round: float,
 
 
 class ClientRounds:
-  """The client-mode side of `training.train` (module docstring)."""
+  """The rounds of client mode, for `training.train` (module docstring)."""
 
   def __init__(self, config: experiment_config.ExperimentConfig,
                canaries: canary_config.CanaryConfig, dim: int,
@@ -129,7 +101,7 @@ class ClientRounds:
     self.mechanism = mechanism_tff.of(config)
 
   def round(self, process, state, round_num: int, client_data: list,
-            recorder) -> ClientRound:
+            recorder) -> training.RoundResult:
     """Runs one round (module docstring)."""
     ids = canary_clients.scheduled_canary_ids(self.canaries, round_num)
     clip = self.mechanism.client_clip(self.config, state)
@@ -155,7 +127,7 @@ class ClientRounds:
       self.outcomes.append(dict(outcome.as_dict(), dp_clip=clip,
                                 dp_clipped=bool(norm > clip)))
     event, scores = self.mechanism.client_round(self.config, output, clip)
-    return ClientRound(output, clip, inserted, event, scores)
+    return training.RoundResult(output, clip, inserted, event, scores)
 
   def save(self, rd: run_dir_lib.RunDir) -> None:
     """canary_outcomes.json: every canary client's outcome so far."""
@@ -163,4 +135,4 @@ class ClientRounds:
         canary_norm=self.config.canary_norm, outcomes=self.outcomes))
 
 
-__all__ = ["ClientRound", "ClientRounds", "load_outcomes", "tree_scores"]
+__all__ = ["ClientRounds", "load_outcomes", "tree_scores"]

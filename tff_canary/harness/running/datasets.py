@@ -34,7 +34,6 @@ import dataclasses
 import os
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -65,10 +64,21 @@ def _client_index(client_id: tf.Tensor) -> tf.Tensor:
   return tf.strings.to_number(client_id, out_type=tf.int64)
 
 
-def _check_counts(num_clients, examples, name):
-  num_clients = validation.as_int(num_clients, "num_clients", minimum=1)
-  examples = validation.as_int(examples, name, minimum=1)
-  return num_clients, examples
+def _check_counts(num_clients, examples, name, num_test_clients, seed):
+  """The synthetic sources' common arguments, checked."""
+  return (validation.as_int(num_clients, "num_clients", minimum=1),
+          validation.as_int(examples, name, minimum=1),
+          validation.as_int(num_test_clients, "num_test_clients", minimum=1),
+          validation.as_int(seed, "seed", minimum=0))
+
+
+def _synthetic(num_clients, num_test_clients, dataset_fn, vocab=None):
+  """Training clients "0".."<num_clients - 1>", then the test clients."""
+  make = tff.simulation.datasets.ClientData.from_clients_and_tf_fn
+  return FederatedData(
+      train=make([str(i) for i in range(num_clients)], dataset_fn),
+      test=make([str(num_clients + i) for i in range(num_test_clients)],
+                dataset_fn), source="synthetic", vocab=vocab)
 
 
 def synthetic_emnist(num_clients: int = 100_000,
@@ -91,11 +101,9 @@ def synthetic_emnist(num_clients: int = 100_000,
     num_test_clients: test clients (ids continue after the training ones).
     model: the generative model's parameters.
   """
-  num_clients, examples = _check_counts(num_clients, examples_per_client,
-                                        "examples_per_client")
-  num_test_clients = validation.as_int(num_test_clients, "num_test_clients",
-                                       minimum=1)
-  seed = validation.as_int(seed, "seed", minimum=0)
+  num_clients, examples, num_test_clients, seed = _check_counts(
+      num_clients, examples_per_client, "examples_per_client",
+      num_test_clients, seed)
   model = synthetic.HandwritingModel() if model is None else model
   generate = synthetic.emnist_generator(seed, examples, model)
 
@@ -104,11 +112,7 @@ def synthetic_emnist(num_clients: int = 100_000,
     return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
         label=client["label"], pixels=client["pixels"]))
 
-  train_ids = [str(i) for i in range(num_clients)]
-  test_ids = [str(num_clients + i) for i in range(num_test_clients)]
-  make = tff.simulation.datasets.ClientData.from_clients_and_tf_fn
-  return FederatedData(train=make(train_ids, dataset_fn),
-                       test=make(test_ids, dataset_fn), source="synthetic")
+  return _synthetic(num_clients, num_test_clients, dataset_fn)
 
 
 def synthetic_vocab(size: int = SYNTHETIC_VOCAB_SIZE) -> tuple[str, ...]:
@@ -131,13 +135,11 @@ def synthetic_stackoverflow(num_clients: int = 100_000,
   (`SentenceModel`, the default one unless `model` is given). Deterministic
   from `seed`; lazy (a client is generated when its dataset is built).
   """
-  num_clients, sentences = _check_counts(num_clients, sentences_per_client,
-                                         "sentences_per_client")
+  num_clients, sentences, num_test_clients, seed = _check_counts(
+      num_clients, sentences_per_client, "sentences_per_client",
+      num_test_clients, seed)
   length = validation.as_int(sentence_length, "sentence_length", minimum=2)
-  num_test_clients = validation.as_int(num_test_clients, "num_test_clients",
-                                       minimum=1)
   vocab_size = validation.as_int(vocab_size, "vocab_size", minimum=10)
-  seed = validation.as_int(seed, "seed", minimum=0)
   model = synthetic.SentenceModel() if model is None else model
   vocab = synthetic_vocab(vocab_size)
   draw = synthetic.stackoverflow_generator(seed, sentences, length, vocab_size,
@@ -160,12 +162,7 @@ def synthetic_stackoverflow(num_clients: int = 100_000,
         tokens=tokens,
         type=tf.fill([n], "question")))
 
-  train_ids = [str(i) for i in range(num_clients)]
-  test_ids = [str(num_clients + i) for i in range(num_test_clients)]
-  make = tff.simulation.datasets.ClientData.from_clients_and_tf_fn
-  return FederatedData(train=make(train_ids, dataset_fn),
-                       test=make(test_ids, dataset_fn), source="synthetic",
-                       vocab=vocab)
+  return _synthetic(num_clients, num_test_clients, dataset_fn, vocab)
 
 
 def _require_file(path: str, what: str, how: str) -> str:
@@ -245,9 +242,3 @@ def load_stackoverflow(cache_dir: str, vocab_size: int = SYNTHETIC_VOCAB_SIZE,
                      f"{e}") from None
   return FederatedData(train=train, test=test, source="tff", vocab=vocab)
 
-
-def num_examples(data: tff.simulation.datasets.ClientData,
-                 client_id: str) -> int:
-  """Number of examples of one client (iterates its dataset)."""
-  return int(data.create_tf_dataset_for_client(client_id).reduce(
-      np.int64(0), lambda n, _: n + 1))

@@ -23,6 +23,7 @@ import tensorflow_federated as tff
 
 from tff_canary.federated.audit import ddp_noise_check
 from tff_canary.federated.audit import planted_bugs
+from tff_canary.federated.insertion import ddp_chain
 from tff_canary.harness.running import planted_bug_runs
 from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
@@ -59,7 +60,7 @@ class DdpPlanted(planted_bug_runs.PlantedBugs):
     training = tff.aggregators.UnweightedMeanFactory(
         value_sum_factory=_sum_factory(config))
     return (training, _sum_factory(config),
-            planted_bugs.ddp_claimed_std(parameters(config)))
+            ddp_chain.claimed_std(parameters(config)))
 
   def claim(self, config):
     eps = ddp_accounting.ddp_epsilon(parameters(config), delta=config.delta)

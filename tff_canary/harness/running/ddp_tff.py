@@ -2,10 +2,11 @@
 
 Canary clients go through TFF's distributed-DP chain
 (`ddp_chain.ddp_mean_factory`: TFF's parts, plain sums for SecAgg, under
-`UnweightedMeanFactory`) for `parameters(config, dim)`: the run's
-noise_multiplier, clients_per_round (the factory's
-expected_clients_per_round: the real clients; canary clients come on top),
-fixed clip and `ddp_*` settings. There are no server-side canaries.
+`UnweightedMeanFactory`) for `ddp_claim.parameters_of(config, dim)`, the
+parameters the report's bound is of: the run's noise_multiplier,
+clients_per_round (the factory's expected_clients_per_round: the real
+clients; canary clients come on top), fixed clip and `ddp_*` settings.
+There are no server-side canaries.
 
 Its noise self-test runs the SUM chain as configured on zero values from
 `clients_per_round` clients and tests it where the clients added it: each
@@ -16,9 +17,14 @@ under `ddp_noise_check.MIN_INTEGER_STD` integer units (a few bits for many
 clients) is too coarse for that check; its noise is tested as released
 against the std the factory claims (`ddp_chain.claimed_std`).
 
-Its rounds record no DpEvent (TFF's distributed queries emit none); the DP
-query clips at the config's clip, and the chain's mean divides by every
-participant, so a recorded aggregate is rescaled to sum / clients_per_round.
+Its rounds record no DpEvent (TFF's distributed queries emit none; the
+report's analytical epsilon is the DDP bound, `ddp_claim`). The DP query
+clips at the config's clip (the chain's L2 clip before rounding; its
+query's norm bounds are in the rounded integer domain), and the chain's mean
+(`UnweightedMeanFactory`, as TFF's DDP aggregator) divides by every
+participant, canary clients included, so a recorded aggregate is rescaled
+to sum / clients_per_round, the quantity the Gaussian runs record (a
+round's cosines do not change with its scale).
 """
 
 from __future__ import annotations
@@ -33,13 +39,6 @@ from tff_canary.federated.insertion import ddp_chain
 from tff_canary.harness.mechanisms import ddp_claim
 from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.running import tasks
-from tff_canary.stats.accounting import ddp_parameters
-
-
-def parameters(config, dim: int) -> ddp_parameters.DdpParameters:
-  """What the run's DDP factory derives for `dim` trainable parameters (the
-  report's own reading of config.json: one source of the parameters)."""
-  return ddp_claim.parameters(dict(config.as_dict(), dim=dim))
 
 
 class DdpTff(mechanism_tff.TffMechanism):
@@ -51,10 +50,11 @@ class DdpTff(mechanism_tff.TffMechanism):
                      rounds_per_epoch: Optional[int] = None):
     if dim is None:
       dim = tasks.num_parameters(task)
-    return ddp_chain.ddp_mean_factory(parameters(config, dim))
+    return ddp_chain.ddp_mean_factory(ddp_claim.parameters_of(config, dim))
 
   def noise_check(self, config, inputs: mechanism_tff.NoiseCheckInputs):
-    params = parameters(config, tasks.num_parameters(inputs.task))
+    params = ddp_claim.parameters_of(config,
+                                     tasks.num_parameters(inputs.task))
     chain = ddp_chain.ddp_sum_factory(params)
     if params.total_noise_std() >= ddp_noise_check.MIN_INTEGER_STD:
       return ddp_noise_check.check_ddp_noise(

@@ -10,29 +10,24 @@
      canaries' schedule, both checked before training; config.json's
      `participation` and participation.npz's `client_counts` record client
      and canary participation side by side);
-  2. build DP-FedAvg with the canary aggregator
-     (`tff_canary.harness.running.dp_fedavg`), and test the aggregator's noise
+  2. build DP-FedAvg with the run's mechanism's aggregator with canaries
+     (`dp_fedavg`; with `insertion="clients"`, canary clients over TFF's
+     own aggregator, `client_insertion`), and test the aggregator's noise
      before training (noise_check.json; the report shows its verdict);
-     with `insertion="clients"`, canary clients over TFF's own DP
-     aggregator instead (`tff_canary.harness.running.client_insertion`: each
-     round's aggregate from the model weights, the clip and DpEvent from
-     TFF's state, canary_outcomes.json); with `aggregator="ddp"` that
-     aggregator is TFF's distributed-DP chain (`dp_fedavg`), its noise
-     check the chain's, and the run has no DpEvent ledger (the report's
-     analytical epsilon is the DDP bound, `ddp_claim`);
-  3. start fresh or from the last checkpoint (`tff_canary.harness.running.resume`)
-     and train (`tff_canary.harness.running.training`: clients sampled per round
-     from (seed, round), orthogonal canaries scored inside each round
-     (nothing recorded) or, with gaussian canaries, each round's noised
-     aggregate recorded in aggregates.npy, a progress bar, evaluation every
-     `eval_every` rounds, a checkpoint every `checkpoint_every` rounds);
-  4. after training (DP-FTRL, `aggregator="tree"`: the report of the
-     rounds' saved scores, `tree_report`, and no cosine table): the cosine table (`cosine_pass.compute_cosine_table`:
-     orthogonal canaries' from the trained state, gaussian canaries' in one
-     pass over the recorded aggregates; checked against the seed and
-     schedule in the trained aggregator state), the report
-     (`tff_canary.harness.reporting.report`), all written into the run directory
-     (`tff_canary.harness.recording.run_dir` lists the files).
+  3. start fresh or from the last checkpoint (`resume`) and train
+     (`training`: clients sampled per round from (seed, round), orthogonal
+     canaries scored inside each round (nothing recorded) or, with
+     gaussian canaries, each round's noised aggregate recorded in
+     aggregates.npy, what the mechanism records of each round, evaluation
+     and checkpoints);
+  4. after training the cosine table (`cosine_pass.compute_cosine_table`,
+     `run_results.write_results`: orthogonal canaries' from the trained
+     state, gaussian canaries' in one pass over the recorded aggregates;
+     checked against the seed and schedule in the trained aggregator
+     state; a mechanism scored per round, DP-FTRL, has its saved scores
+     instead) and the report (`tff_canary.harness.reporting.report`), all
+     written into the run directory (`tff_canary.harness.recording.run_dir`
+     lists the files).
 
 Reproducible: the data, the initial weights, the dropout masks
 (`tasks.DeterministicDropout`), the client sampling, the canaries and (with
@@ -48,22 +43,22 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
-import tff_canary
 from tff_canary.stats.canaries import canary_config
 from tff_canary.federated.scores import aggregate_recorder
-from tff_canary.federated.scores import cosine_pass
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.harness.running import client_insertion
 from tff_canary.harness.running import datasets
 from tff_canary.harness.running import dp_fedavg
+from tff_canary.harness.running import loop_settings
+from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.config import preflight
 from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.running import resume
+from tff_canary.harness.running import run_results
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.running import tasks
 from tff_canary.harness.running import training
@@ -120,9 +115,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   dim = tasks.num_parameters(task)
   resolved = experiment_config.resolve(
       config, len(data.train.client_ids), dim,
-      versions={"tensorflow": tf.__version__,
-                "tensorflow_federated": tff.__version__,
-                "tff_canary": tff_canary.__version__})
+      versions=loop_settings.versions())
   values, sampler = resolved.values, resolved.sampler
   num_rounds = resolved.num_rounds
   # Refused beyond 10% (the scripts refuse it before TensorFlow loads with
@@ -170,25 +163,24 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
       rd, done, ledger=mechanism.records_ledger,
       tree_candidates=(canaries.num_canaries if mechanism.round_scores
                        else None))
-  recorder = _recorder(canaries, rd, dim, num_rounds, done)
-  clients = None
   if config.insertion == "clients":
-    clients = client_insertion.ClientRounds(
+    rounds = client_insertion.ClientRounds(
         config, canaries, dim, client_insertion.load_outcomes(rd, done))
+  else:
+    rounds = training.ServerRounds(mechanism_tff.of(config))
+  run = training.Run(config, resolved, task, process, rounds,
+                     _recorder(canaries, rd, dim, num_rounds, done), rd,
+                     manager)
   try:
     if done < num_rounds:
       log(f"{'resuming' if done else 'training'} {config.task} "
           f"({data.source} data, {resolved.num_clients} clients, d={dim}) in "
           f"{rd.path}" + (f" from round {done}" if done else ""))
-      state = training.train(
-          process, state, task=task, config=config, resolved=resolved, rd=rd,
-          manager=manager, recorder=recorder, history=history, done=done,
-          progress=progress, clients=clients)
-    return _after_training(config, canaries, process, state, rd, log,
-                           progress, recorder)
+      state = training.train(run, state, history, progress)
+    return _after_training(run, canaries, state, log, progress)
   finally:
-    if recorder is not None:
-      recorder.close()
+    if run.recorder is not None:
+      run.recorder.close()
 
 
 def _recorder(canaries, rd, dim, num_rounds, done):
@@ -204,31 +196,28 @@ def _recorder(canaries, rd, dim, num_rounds, done):
                                               overwrite=True)
 
 
-def _after_training(config, canaries, process, state, rd, log,
-                    progress, recorder) -> report_lib.Report:
+def _after_training(run: training.Run, canaries, state, log,
+                    progress) -> report_lib.Report:
   """final_weights.npy, the cosine table (checked against the seed and
   schedule in the trained aggregator state; client mode has no canary
   aggregator state, its canaries come from the same CanaryConfig) and the
-  report."""
-  final = tasks.flat_trainable(process.get_model_weights(state))
-  if config.insertion == "clients" and canaries.directions == "gaussian":
+  report (`run_results.write_results`); a mechanism scored per round has
+  its scores instead of a cosine table (`tree_report`)."""
+  rd = run.rd
+  final = tasks.flat_trainable(run.process.get_model_weights(state))
+  if run.config.insertion == "clients" and canaries.directions == "gaussian":
     state = None  # nothing to check it against
-  atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final)
-  if registry.get(config.aggregator).round_scores:  # tree_report's scores
+  if registry.get(run.config.aggregator).round_scores:
+    atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final)
     report = report_lib.build_report(rd.path)
     report_lib.write_report(report)
     return report
   log("computing the canary cosines ...")
-  initial = np.load(rd.file(run_dir_lib.INITIAL_WEIGHTS))
-  if recorder is not None:
-    recorder.close()
-  table = cosine_pass.compute_cosine_table(
-      canaries, initial, final,
-      rd.file(run_dir_lib.AGGREGATES) if recorder is not None else None,
-      memory_budget_bytes=int(config.memory_budget_gb * 1024 ** 3),
-      progress=progress, state=state)
-  table.save_npz(rd.file(run_dir_lib.COSINES_NPZ))
-  table.save_csv(rd.file(run_dir_lib.COSINES_CSV))
-  report = report_lib.build_report(rd.path)
-  report_lib.write_report(report)
-  return report
+  if run.recorder is not None:
+    run.recorder.close()
+  return run_results.write_results(
+      rd, canaries, np.load(rd.file(run_dir_lib.INITIAL_WEIGHTS)), final,
+      rd.file(run_dir_lib.AGGREGATES) if run.recorder is not None else None,
+      state=state,
+      memory_budget_bytes=int(run.config.memory_budget_gb * 1024 ** 3),
+      progress=progress)

@@ -21,6 +21,23 @@ from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.running import tasks
 
 
+def _gaussian(factory_class, config, clients_per_round, **extra):
+  """`factory_class`'s Gaussian aggregator of the run's settings (this
+  package's `CanaryDPFactory` or TFF's `DifferentiallyPrivateFactory`,
+  whose constructors share their arguments; `extra`: the canaries')."""
+  if config.clip is not None:
+    aggregator = factory_class.gaussian_fixed(
+        noise_multiplier=config.noise_multiplier,
+        clients_per_round=clients_per_round, clip=config.clip, **extra)
+  else:
+    aggregator = factory_class.gaussian_adaptive(
+        noise_multiplier=config.noise_multiplier,
+        clients_per_round=clients_per_round,
+        initial_l2_norm_clip=config.initial_clip,
+        target_unclipped_quantile=config.target_unclipped_quantile, **extra)
+  return factory.with_zeroing(aggregator) if config.zeroing else aggregator
+
+
 class GaussianTff(mechanism_tff.TffMechanism):
   """DP-FedAvg's aggregators (module docstring)."""
 
@@ -28,32 +45,14 @@ class GaussianTff(mechanism_tff.TffMechanism):
 
   def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):
-    if config.clip is not None:
-      aggregator = factory.CanaryDPFactory.gaussian_fixed(
-          config.noise_multiplier, config.clients_per_round, config.clip,
-          canaries=canaries, noise_seed=noise_seed)
-    else:
-      aggregator = factory.CanaryDPFactory.gaussian_adaptive(
-          config.noise_multiplier, config.clients_per_round,
-          initial_l2_norm_clip=config.initial_clip,
-          target_unclipped_quantile=config.target_unclipped_quantile,
-          canaries=canaries, noise_seed=noise_seed)
-    return factory.with_zeroing(aggregator) if config.zeroing else aggregator
+    return _gaussian(factory.CanaryDPFactory, config,
+                     config.clients_per_round, canaries=canaries,
+                     noise_seed=noise_seed)
 
   def tff_aggregator(self, config, task: tasks.Task, dim: Optional[int],
                      rounds_per_epoch: Optional[int] = None):
-    dp = tff.aggregators.DifferentiallyPrivateFactory
-    if config.clip is not None:
-      aggregator = dp.gaussian_fixed(
-          noise_multiplier=config.noise_multiplier,
-          clients_per_round=float(config.clients_per_round), clip=config.clip)
-    else:
-      aggregator = dp.gaussian_adaptive(
-          noise_multiplier=config.noise_multiplier,
-          clients_per_round=float(config.clients_per_round),
-          initial_l2_norm_clip=config.initial_clip,
-          target_unclipped_quantile=config.target_unclipped_quantile)
-    return factory.with_zeroing(aggregator) if config.zeroing else aggregator
+    return _gaussian(tff.aggregators.DifferentiallyPrivateFactory, config,
+                     float(config.clients_per_round))
 
 
 TFF_MECHANISM = GaussianTff()

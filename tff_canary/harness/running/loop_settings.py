@@ -113,9 +113,14 @@ class LoopSettings:
         directions=canaries.directions,
         schedule=repr(canaries.schedule),
         record_aggregates=canaries.record_aggregates, output_dir=output_dir,
-        versions={"tensorflow": tf.__version__,
-                  "tensorflow_federated": tff.__version__,
-                  "tff_canary": tff_canary.__version__})
+        versions=versions())
 
 
-__all__ = ["LoopSettings"]
+def versions() -> dict[str, str]:
+  """config.json's `versions`: TensorFlow's, TFF's and this package's."""
+  return {"tensorflow": tf.__version__,
+          "tensorflow_federated": tff.__version__,
+          "tff_canary": tff_canary.__version__}
+
+
+__all__ = ["LoopSettings", "versions"]

@@ -3,21 +3,15 @@
 The NumPy half (`tff_canary.harness.mechanisms.protocol.Mechanism`) names
 its TFF half (`Mechanism.tff_half`), a module whose `TFF_MECHANISM` is a
 `TffMechanism`; `of(config)` loads the run's. The runner asks it, never the
-mechanism's name, for:
-
-  * `canary_aggregator`: the aggregator with server-side canaries (this
-    package's `CanaryDPFactory`), for `tff.learning`'s `model_aggregator=`;
-  * `tff_aggregator`: TFF's own aggregator of the same settings without
-    canaries, which canary clients go through;
-  * `noise_check`: the noise self-test of the same aggregator built afresh
-    without canaries, on zero client values, before training;
-  * `server_round` and `client_round`: what a round records beside its
-    metrics (a `DpEvent` for the ledger, or the canaries' scores in units of
-    the node noise);
-  * `client_clip` and `client_aggregate`: what canary-client rounds read
-    (the clip the DP query applied; the recorded aggregate's scale);
-  * `planted_bugs`: its planted DP bugs and how to run and judge them
-    (`planted_bug_runs.PlantedBugs`, from `planted_bugs_module`), or None.
+mechanism's name, for its aggregator with server-side canaries
+(`canary_aggregator`, this package's `CanaryDPFactory`), TFF's own
+aggregator of the same settings that canary clients go through
+(`tff_aggregator`), the noise self-test of the aggregator built afresh
+without canaries (`noise_check`), what a round records beside its metrics
+(`server_round`, `client_round`: a `DpEvent` for the ledger, or the
+canaries' scores in units of the node noise), what canary-client rounds
+read (`client_clip`, `client_aggregate`) and its planted DP bugs
+(`planted_bugs`, from `planted_bugs_module`).
 
 The defaults are DP-FedAvg's (`gaussian_tff`); a mechanism overrides what
 differs.

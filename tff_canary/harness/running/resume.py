@@ -34,6 +34,23 @@ class History:
   events: list[Any]
   tree_scores: list[Any] = dataclasses.field(default_factory=list)
 
+  def add(self, row: dict[str, Any], event: Any, scores: Any) -> None:
+    """A round's row, its DpEvent and its canaries' scores (None: the
+    mechanism records none, `training.RoundResult`)."""
+    self.rows.append(row)
+    if event is not None:
+      self.events.append(event)
+    if scores is not None:
+      self.tree_scores.append(scores)
+
+  def save(self, rd: run_dir_lib.RunDir) -> None:
+    """metrics.csv, and ledger.json and tree_scores.npy when recorded."""
+    rd.save_metrics(self.rows)
+    if self.events:
+      rd.save_ledger(self.events)
+    if self.tree_scores:
+      rd.save_tree_scores(self.tree_scores)
+
 
 def remove_leftovers(rd: run_dir_lib.RunDir) -> None:
   """Temporary files of writes a killed run did not finish (never results)."""

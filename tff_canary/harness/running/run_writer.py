@@ -256,7 +256,7 @@ class RunWriter:
           "a DP-FTRL (tree aggregation) run, whose rounds' noises are "
           "correlated and whose privacy is per tree. A RunWriter records "
           "DP-FedAvg runs; keep the scores of each round and use "
-          "tff_canary.stats.correlated (tree_statistics, tree_accounting).")
+          "tff_canary.stats.correlated (gls_statistics, tree_accounting).")
     event = None if state is None else self._event_after(state, round_num)
     if event is not None:  # refused now, not at finish: a clear message
       effective_noise.effective_noise_multiplier(

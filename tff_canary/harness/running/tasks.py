@@ -48,7 +48,6 @@ from tff_canary.federated.runtime import worker_guard
 
 worker_guard.install()
 
-TASKS = ("emnist", "stackoverflow")
 EMNIST_CLASSES = datasets.EMNIST_CLASSES
 
 

@@ -1,41 +1,108 @@
 """An experiment's training rounds, with evaluation, checkpoints and progress.
 
-`train` runs rounds `done`..num_rounds-1 of a run: each round the sampler's
-clients (`client_sampling.ClientSampler`, a function of seed and round), the
-process's `next`, the noised aggregate recorded (gaussian canaries,
-`aggregate_recorder.AggregateRecorder`), what the round records for the run's mechanism
-(`mechanism_tff.TffMechanism.server_round`: its DpEvent for the ledger, or
-its canaries' scores), a row of metrics.csv
+`train(run, state, history)` runs rounds len(history.rows)..num_rounds-1 of
+a run (`Run`: what `experiment.run_experiment` built): each round the
+sampler's clients (`client_sampling.ClientSampler`, a function of seed and
+round), the round itself (`Run.rounds`: `ServerRounds`, or with
+`insertion="clients"` `client_insertion.ClientRounds`), a row of metrics.csv
 (loss, accuracy, clip norm, canaries inserted, clients, seconds, and the
 evaluation every `eval_every` rounds and after the last), and a checkpoint
 every `checkpoint_every` rounds and after the last. A progress bar on stderr
 shows the round, loss, accuracy, clip norm and canaries inserted.
 
-With `clients` (a `client_insertion.ClientRounds`, `insertion="clients"`)
-the round, its aggregate, clip, canaries and DpEvent are the client mode's
-(`client_insertion`), and its canary outcomes are saved with each
-checkpoint. A mechanism without a per-round DpEvent (the DDP aggregator:
-TFF's DDP queries emit none; DP-FTRL: its privacy is per tree) writes no
-ledger.json; the canary scores of a mechanism scored per round (DP-FTRL's
-`TREE_SCORES_KEY`) are saved to tree_scores.npy with each checkpoint.
+A round gives a `RoundResult`: its output, clip, canaries inserted, and what
+the run's mechanism records of it (`mechanism_tff.TffMechanism.server_round`
+or `client_round`): a DpEvent for ledger.json (None: the DDP aggregator,
+whose TFF queries emit none, and DP-FTRL, whose privacy is per tree), and
+the canaries' scores of a mechanism scored per round (DP-FTRL's, saved to
+tree_scores.npy with each checkpoint), else None. The noised aggregate is
+recorded as the round goes (gaussian canaries,
+`aggregate_recorder.AggregateRecorder`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
+import numpy as np
 
 from tff_canary.federated.scores import aggregate_recorder
-from tff_canary.harness.running import client_insertion
-from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.config import experiment_config
+from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.running import resume
 from tff_canary.harness.running import round_metrics
-from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.running import tasks
+
+
+class RoundResult(NamedTuple):
+  """What a round gives `train`.
+
+  Attributes:
+    output: The process's round output.
+    clip: C_r, the clip of the round.
+    inserted: The canaries inserted in the round.
+    event: Its DpEvent; None with the DDP and tree aggregators.
+    tree_scores: DP-FTRL: every candidate's u_{j,r}, float64 [m]; else None.
+  """
+  output: Any
+  clip: float
+  inserted: int
+  event: Any
+  tree_scores: Optional[np.ndarray]
+
+
+class ServerRounds:
+  """Rounds with server-side canaries: the process's `next`; the clip and
+  the canaries inserted from the canary aggregator's measurements, what the
+  round records from the mechanism (`TffMechanism.server_round`)."""
+
+  def __init__(self, mechanism: mechanism_tff.TffMechanism):
+    self.mechanism = mechanism
+
+  def round(self, process, state, round_num: int, client_data: list,
+            recorder) -> RoundResult:
+    del round_num  # the canary aggregator counts its rounds
+    output = process.next(state, client_data)
+    if recorder is not None:
+      recorder.record(output.metrics)
+    canary = round_metrics.canary_measurements(
+        output.metrics.get("aggregator", {})) or {}
+    event, scores = self.mechanism.server_round(output, canary)
+    return RoundResult(output, float(canary.get("clip", float("nan"))),
+                       int(canary.get("canaries_inserted", 0)), event, scores)
+
+  def save(self, rd: run_dir_lib.RunDir) -> None:
+    """Nothing beyond the round files (client mode saves its outcomes)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """What a run's rounds are made of (`experiment.run_experiment` builds it).
+
+  Attributes:
+    config: The run's config.
+    resolved: Its resolved values, client sampler and canary schedule.
+    task: The task (its clients and its Keras twin for evaluation).
+    process: The learning process.
+    rounds: `ServerRounds` or `client_insertion.ClientRounds`.
+    recorder: The recorder of the rounds' aggregates, or None.
+    rd: The run directory.
+    manager: The program state manager of its checkpoints.
+  """
+
+  config: experiment_config.ExperimentConfig
+  resolved: experiment_config.Resolved
+  task: tasks.Task
+  process: Any
+  rounds: Any
+  recorder: Optional[aggregate_recorder.AggregateRecorder]
+  rd: run_dir_lib.RunDir
+  manager: Any
 
 
 def _evaluate(keras_model, test_data, model_weights) -> tuple[float, float]:
@@ -44,61 +111,40 @@ def _evaluate(keras_model, test_data, model_weights) -> tuple[float, float]:
   return float(loss), float(accuracy)
 
 
-def train(process, state, *, task: tasks.Task,
-          config: experiment_config.ExperimentConfig,
-          resolved: experiment_config.Resolved, rd: run_dir_lib.RunDir,
-          manager,
-          recorder: Optional[aggregate_recorder.AggregateRecorder],
-          history: resume.History, done: int, progress: bool,
-          clients: Optional[client_insertion.ClientRounds] = None):
+def train(run: Run, state, history: resume.History, progress: bool = True):
   """The state after the run's last round (module docstring)."""
-  num_rounds = resolved.num_rounds
-  client_ids = task.baseline.datasets.train_data.client_ids
-  keras_model = task.keras_model_fn()
-  test_data = task.test_dataset(config.eval_examples)
+  config, num_rounds = run.config, run.resolved.num_rounds
+  done = len(history.rows)
+  client_ids = run.task.baseline.datasets.train_data.client_ids
+  keras_model = run.task.keras_model_fn()
+  test_data = run.task.test_dataset(config.eval_examples)
   bar = None
   if progress:
     from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
     bar = tqdm(total=num_rounds, initial=done, desc=config.task, unit="round",
                file=sys.stderr, dynamic_ncols=True)
-  rows, events = history.rows, history.events
-  mechanism = mechanism_tff.of(config)
   try:
     for round_num in range(done, num_rounds):
       start = time.perf_counter()
-      chosen = resolved.sampler.clients(round_num)
-      client_data = [task.preprocessed_client(client_ids[i]) for i in chosen]
-      if clients is None:
-        output = process.next(state, client_data)
-        if recorder is not None:
-          recorder.record(output.metrics)
-        canary = round_metrics.canary_measurements(
-            output.metrics.get("aggregator", {})) or {}
-        clip = float(canary.get("clip", float("nan")))
-        inserted = int(canary.get("canaries_inserted", 0))
-        event, scores = mechanism.server_round(output, canary)
-      else:
-        output, clip, inserted, event, scores = clients.round(
-            process, state, round_num, client_data, recorder)
-      if scores is not None:  # a mechanism scored per round (DP-FTRL)
-        history.tree_scores.append(scores)
-      state = output.state
-      loss, accuracy = round_metrics.train_loss_accuracy(output.metrics)
-      if event is not None:  # None: DDP and DP-FTRL (module docstring)
-        events.append(event)
-      row = dict(round=round_num, loss=loss, accuracy=accuracy, clip=clip,
-                 canaries_inserted=inserted, clients=len(chosen),
+      chosen = run.resolved.sampler.clients(round_num)
+      client_data = [run.task.preprocessed_client(client_ids[i])
+                     for i in chosen]
+      result = run.rounds.round(run.process, state, round_num, client_data,
+                                run.recorder)
+      state = result.output.state
+      loss, accuracy = round_metrics.train_loss_accuracy(result.output.metrics)
+      row = dict(round=round_num, loss=loss, accuracy=accuracy,
+                 clip=result.clip, canaries_inserted=result.inserted,
+                 clients=len(chosen),
                  seconds=round(time.perf_counter() - start, 3))
       last = round_num + 1 == num_rounds
       if config.eval_every and ((round_num + 1) % config.eval_every == 0
                                 or last):
         row["eval_loss"], row["eval_accuracy"] = _evaluate(
-            keras_model, test_data, process.get_model_weights(state))
-      rows.append(row)
+            keras_model, test_data, run.process.get_model_weights(state))
+      history.add(row, result.event, result.tree_scores)
       if (round_num + 1) % config.checkpoint_every == 0 or last:
-        if clients is not None:
-          clients.save(rd)
-        _checkpoint(rd, manager, state, round_num + 1, history)
+        _checkpoint(run, state, round_num + 1, history)
       if bar is not None:
         postfix = dict(loss=f"{loss:.3f}", acc=f"{accuracy:.3f}",
                        clip=f"{row['clip']:.3g}",
@@ -113,14 +159,11 @@ def train(process, state, *, task: tasks.Task,
   return state
 
 
-def _checkpoint(rd, manager, state, version, history: resume.History):
+def _checkpoint(run: Run, state, version: int, history: resume.History):
   """Round files first, then the state: a checkpoint never outruns them.
 
   (The recorder flushes every aggregate as it is written.)
   """
-  rd.save_metrics(history.rows)
-  if history.events:  # none with the DDP aggregator and DP-FTRL
-    rd.save_ledger(history.events)
-  if history.tree_scores:
-    rd.save_tree_scores(history.tree_scores)
-  asyncio.run(manager.save(state, version))
+  run.rounds.save(run.rd)
+  history.save(run.rd)
+  asyncio.run(run.manager.save(state, version))

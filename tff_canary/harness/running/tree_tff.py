@@ -12,7 +12,8 @@ scores). The noise check is the tree's (`tree_noise_check`) either way: the
 released noise over two restarts of the run's tree (restarted at
 `check_period`), whitened by the tree's claimed covariance. A round records
 no DpEvent (the tree's privacy is per tree) but its canaries' scores in
-units of the node noise (tree_scores.npy).
+units of the node noise (tree_scores.npy). Its planted bugs are
+`tree_planted`'s.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class TreeTff(mechanism_tff.TffMechanism):
   """DP-FTRL's aggregators (module docstring)."""
 
   client_scores = "dot_products"
+  planted_bugs_module = "tff_canary.harness.running.tree_planted"
 
   def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):

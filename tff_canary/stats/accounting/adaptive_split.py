@@ -57,9 +57,7 @@ def adaptive_clipping_noise_multipliers(
     clipped_count_stddev = validation.as_nonnegative(clipped_count_stddev,
                                                      "clipped_count_stddev")
   if noise_multiplier == 0.0:
-    if clipped_count_stddev is None:
-      clipped_count_stddev = 0.0
-    return 0.0, clipped_count_stddev
+    return 0.0, 0.0 if clipped_count_stddev is None else clipped_count_stddev
   if clipped_count_stddev is None:
     clipped_count_stddev = _DEFAULT_CLIPPED_COUNT_FRACTION * clients_per_round
   if noise_multiplier >= 2.0 * clipped_count_stddev:

@@ -57,12 +57,9 @@ def event_to_plain(event: Any, where: str) -> dict[str, Any]:
   if isinstance(event, dp_accounting.DpEvent):
     class_name = type(event).__name__
     fields = {f.name: getattr(event, f.name) for f in attr.fields(type(event))}
-  elif isinstance(event, collections.abc.Mapping):
-    fields = dict(event)
-    class_name = fields.pop("class_name")
-    fields.pop("module_name", None)
   elif looks_like_event(event):
-    fields = {name: getattr(event, name) for name in event._fields}
+    fields = dict(event) if isinstance(event, collections.abc.Mapping) else {
+        name: getattr(event, name) for name in event._fields}
     class_name = fields.pop("class_name")
     fields.pop("module_name", None)
   else:
@@ -72,10 +69,9 @@ def event_to_plain(event: Any, where: str) -> dict[str, Any]:
                     f"{type(event).__name__}.")
   if isinstance(class_name, (bytes, np.bytes_)):
     class_name = bytes(class_name).decode()
-  plain = {"class_name": class_name}
-  for name, value in fields.items():
-    plain[name] = _plain_value(value, f"{where}.{name}")
-  return plain
+  return {"class_name": class_name, **{
+      name: _plain_value(value, f"{where}.{name}")
+      for name, value in fields.items()}}
 
 
 def _event_class(class_name: Any, where: str) -> type:

@@ -342,11 +342,8 @@ def table_bounds(table: CosineTable, delta: float, *,
   return fns
 
 
-def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
-                  delta: float, confidence: float):
-  """The one-run bound the audit uses (module docstring): the f-DP one."""
-  return fdp_one_run.fdp_one_run_bound(statistics, inserted_mask,
-                                       delta=delta, confidence=confidence)
+# The one-run bound the audit uses (module docstring): the f-DP one.
+one_run_bound = fdp_one_run.fdp_one_run_bound
 
 
 def tight_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,

@@ -100,11 +100,6 @@ def largest_rejected_mu(guesses: int, correct: int, num_candidates: int,
   return float(optimize.brentq(margin, low, high, xtol=_MU_XTOL))
 
 
-def _epsilon(mu: float, delta: float) -> float:
-  return 0.0 if mu == 0.0 else gaussian_accounting.gaussian_epsilon_of_mu(
-      mu, delta)
-
-
 def all_guess_fractions(num_candidates: int) -> list[float]:
   """k / m for every k+ = k- = k in 1..m // 2 ("bonferroni_all"), the grid's
   k first (they usually hold the maximum, so more of the rest are skipped)."""
@@ -143,34 +138,26 @@ def fdp_one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
     A `GaussianClaimBound` with method "fdp_one_run".
   """
   s, mask = threshold_strategies.check_coin_inputs(statistics, inserted_mask)
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   strategy, splits, seed = threshold_strategies.check_strategy(
       strategy, splits, seed)
   m = s.size
-  default = max(1, round(DEFAULT_FRACTION * m))
-  k_plus = default if k_plus is None else validation.as_int(
-      k_plus, "k_plus", minimum=0)
-  k_minus = default if k_minus is None else validation.as_int(
-      k_minus, "k_minus", minimum=0)
-  if k_plus + k_minus == 0 or k_plus + k_minus > m:
-    raise ValueError(f"k_plus + k_minus must be between 1 and the number of "
-                     f"candidates ({m}); got k_plus={k_plus}, "
-                     f"k_minus={k_minus}.")
+  k_plus, k_minus = threshold_strategies.check_guesses(
+      k_plus, k_minus, m, max(1, round(DEFAULT_FRACTION * m)))
   below = threshold_strategies.sign_check(s, mask)
 
-  def bound_at(index, fraction, alpha):
+  def counts(index, fraction):  # (guesses, correct); None: the fixed k's.
     kp, km = (k_plus, k_minus) if fraction is None else (
         (max(1, round(fraction * index.size)),) * 2)
-    guesses, correct = threshold_strategies.guess_counts(
-        s[index], mask[index], kp, km)
+    return threshold_strategies.guess_counts(s[index], mask[index], kp, km)
+
+  def bound_at(index, fraction, alpha):
+    guesses, correct = counts(index, fraction)
     return (largest_rejected_mu(guesses, correct, index.size, alpha),
             (guesses, correct))
 
   def exceeds(index, fraction, alpha, mu):
-    k = max(1, round(fraction * index.size))
-    guesses, correct = threshold_strategies.guess_counts(
-        s[index], mask[index], k, k)
+    guesses, correct = counts(index, fraction)
     return correct > 0 and rejection_margin(mu, guesses, correct, index.size,
                                             alpha) > 0.0
 
@@ -179,7 +166,7 @@ def fdp_one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
       alpha=1.0 - confidence, seed=seed, splits=splits,
       all_options=all_guess_fractions(m), exceeds=exceeds)
   return results.GaussianClaimBound(
-      epsilon=_epsilon(mu, delta), mu=mu, method="fdp_one_run",
+      epsilon=gaussian_accounting.gaussian_epsilon_of_mu(mu, delta), mu=mu, method="fdp_one_run",
       strategy=strategy, guesses=guesses, correct=correct, num_candidates=m,
       num_inserted=int(mask.sum()), delta=delta, confidence=confidence,
       inserted_below_null=below)

@@ -119,8 +119,7 @@ def gdp_bound(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
   """
   x = validation.as_sample(inserted, "inserted")
   y = validation.as_sample(held_out, "held_out")
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   strategy, splits, seed = threshold_strategies.check_strategy(
       strategy, splits, seed)
   if strategy not in STRATEGIES:
@@ -143,9 +142,8 @@ def gdp_bound(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
                                                             rng), level, delta)
               for _ in range(count)]
     mu = values[threshold_strategies.median_index(values)]
-  epsilon = 0.0 if mu == 0.0 else gaussian_accounting.gaussian_epsilon_of_mu(
-      mu, delta)
   return results.GaussianClaimBound(
-      epsilon=epsilon, mu=mu, method="gdp", strategy=strategy, guesses=None,
+      epsilon=gaussian_accounting.gaussian_epsilon_of_mu(mu, delta), mu=mu,
+      method="gdp", strategy=strategy, guesses=None,
       correct=None, num_candidates=x.size + y.size, num_inserted=x.size,
       delta=delta, confidence=confidence, inserted_below_null=below)

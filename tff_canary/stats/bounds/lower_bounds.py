@@ -200,8 +200,7 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
     A `LowerBound`.
   """
   x = validation.as_cosines(inserted, "inserted")
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   correction = validation.as_choice(correction, "correction", CORRECTIONS)
   if (dim is None) == (held_out is None):
     raise ValueError("give exactly one of dim (exact null) and held_out "
@@ -379,25 +378,16 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
   Returns:
     A `OneRunBound`.
   """
-  s = validation.as_sample(statistics, "statistics")
-  mask = threshold_strategies.check_inserted_mask(inserted_mask, s)
+  s, mask = threshold_strategies.check_coin_inputs(statistics, inserted_mask)
   delta = validation.as_float(delta, "delta")
   if not 0.0 <= delta < 1.0:
     raise ValueError(f"delta must lie in [0, 1), got {delta}.")
   confidence = validation.as_open_unit(confidence, "confidence")
   m = s.size
-  k_plus = default_guesses(m) if k_plus is None else validation.as_int(
-      k_plus, "k_plus", minimum=0)
-  k_minus = default_guesses(m) if k_minus is None else validation.as_int(
-      k_minus, "k_minus", minimum=0)
-  if k_plus + k_minus == 0 or k_plus + k_minus > m:
-    raise ValueError(f"k_plus + k_minus must be between 1 and the number of "
-                     f"candidates ({m}); got k_plus={k_plus}, "
-                     f"k_minus={k_minus}.")
-
-  order = np.argsort(s, kind="stable")
-  correct = int(mask[order[m - k_plus:]].sum() + (~mask[order[:k_minus]]).sum())
-  guesses = k_plus + k_minus
+  k_plus, k_minus = threshold_strategies.check_guesses(
+      k_plus, k_minus, m, default_guesses(m))
+  guesses, correct = threshold_strategies.guess_counts(s, mask, k_plus,
+                                                       k_minus)
   alpha = 1.0 - confidence
   below = threshold_strategies.sign_check(s, mask)
 

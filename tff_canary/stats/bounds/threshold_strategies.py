@@ -76,29 +76,30 @@ def guess_counts(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
   mask = np.asarray(inserted_mask, dtype=bool)
   m = s.size
   order = np.argsort(s, kind="stable")
-  correct = int(mask[order[m - k_plus:]].sum() if k_plus else 0) + int(
+  correct = int(mask[order[m - k_plus:]].sum()) + int(
       (~mask[order[:k_minus]]).sum())
   return k_plus + k_minus, correct
 
 
-def check_coin_inputs(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike,
-                      minimum: int = 2) -> tuple[np.ndarray, np.ndarray]:
+def check_coin_inputs(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike
+                      ) -> tuple[np.ndarray, np.ndarray]:
   """Validated (statistics, bool mask) of a coin-flipped canary game."""
-  s = validation.as_sample(statistics, "statistics", min_size=minimum)
-  return s, check_inserted_mask(inserted_mask, s)
+  s = validation.as_sample(statistics, "statistics")
+  return s, validation.as_mask(inserted_mask, "inserted_mask", s.shape,
+                               "statistics")
 
 
-def check_inserted_mask(inserted_mask: npt.ArrayLike,
-                        statistics: np.ndarray) -> np.ndarray:
-  """`inserted_mask` as a bool array of the shape of (checked) `statistics`."""
-  mask = np.asarray(inserted_mask)
-  if mask.dtype != bool:
-    raise TypeError(f"inserted_mask must be a bool array, got dtype "
-                    f"{mask.dtype}.")
-  if mask.shape != statistics.shape:
-    raise ValueError(f"inserted_mask has shape {mask.shape} but statistics "
-                     f"has shape {statistics.shape}; they must match.")
-  return mask
+def check_guesses(k_plus: int | None, k_minus: int | None,
+                  num_candidates: int, default: int) -> tuple[int, int]:
+  """Validated (k_plus, k_minus) of a guessing game; None gives `default`."""
+  k_plus, k_minus = (default if k is None else validation.as_int(
+      k, name, minimum=0) for k, name in ((k_plus, "k_plus"),
+                                          (k_minus, "k_minus")))
+  if k_plus + k_minus == 0 or k_plus + k_minus > num_candidates:
+    raise ValueError(f"k_plus + k_minus must be between 1 and the number of "
+                     f"candidates ({num_candidates}); got k_plus={k_plus}, "
+                     f"k_minus={k_minus}.")
+  return k_plus, k_minus
 
 
 def sign_check(s: np.ndarray, mask: np.ndarray) -> bool:

@@ -152,8 +152,7 @@ def tight_one_run_bound(statistics: npt.ArrayLike,
     A `GaussianClaimBound` with method "tight_one_run".
   """
   s, mask = threshold_strategies.check_coin_inputs(statistics, inserted_mask)
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   strategy, splits, seed = threshold_strategies.check_strategy(
       strategy, splits, seed)
   n = s.size
@@ -166,18 +165,18 @@ def tight_one_run_bound(statistics: npt.ArrayLike,
                      f"released={released}.")
   below = threshold_strategies.sign_check(s, mask)
 
-  def bound_at(index, fraction, alpha):
+  def counts(index, fraction):  # (guesses, correct); None: `released`.
     r = released if fraction is None else min(
         index.size - 1, max(1, round(fraction * index.size)))
-    guesses, correct = threshold_strategies.guess_counts(
-        s[index], mask[index], r, 0)
+    return threshold_strategies.guess_counts(s[index], mask[index], r, 0)
+
+  def bound_at(index, fraction, alpha):
+    guesses, correct = counts(index, fraction)
     return (largest_rejected_mu(index.size, guesses, guesses - correct,
                                 alpha), (guesses, correct))
 
   def exceeds(index, fraction, alpha, mu):
-    r = min(index.size - 1, max(1, round(fraction * index.size)))
-    guesses, correct = threshold_strategies.guess_counts(
-        s[index], mask[index], r, 0)
+    guesses, correct = counts(index, fraction)
     return p_value(mu, index.size, guesses, guesses - correct) < alpha
 
   # "bonferroni_all": every r in 1..n-1, the grid's first.
@@ -187,10 +186,9 @@ def tight_one_run_bound(statistics: npt.ArrayLike,
       n, bound_at, options=RELEASE_FRACTIONS, default=None, strategy=strategy,
       alpha=1.0 - confidence, seed=seed, splits=splits,
       all_options=[r / n for r in every], exceeds=exceeds)
-  epsilon = 0.0 if mu == 0.0 else gaussian_accounting.gaussian_epsilon_of_mu(
-      mu, delta)
   return results.GaussianClaimBound(
-      epsilon=epsilon, mu=mu, method="tight_one_run", strategy=strategy,
+      epsilon=gaussian_accounting.gaussian_epsilon_of_mu(mu, delta), mu=mu,
+      method="tight_one_run", strategy=strategy,
       guesses=guesses, correct=correct, num_candidates=n,
       num_inserted=int(mask.sum()), delta=delta, confidence=confidence,
       inserted_below_null=below)

@@ -131,9 +131,11 @@ class CanaryConfig:
   assignment: str = "coin"
   record_aggregates: bool | None = None
   directions: Directions = "orthogonal"
-  inserted: np.ndarray = dataclasses.field(init=False, repr=False)
+  # Derived from the fields above, so equality and hashing leave them out.
+  inserted: np.ndarray = dataclasses.field(init=False, repr=False,
+                                           compare=False)
   participation: schedules.Participation = dataclasses.field(
-      init=False, repr=False)
+      init=False, repr=False, compare=False)
 
   def __post_init__(self):
     seed = schedules.as_seed(self.seed, "seed")
@@ -162,14 +164,10 @@ class CanaryConfig:
       inserted = rng.integers(0, 2, size=total).astype(bool)
     inserted.setflags(write=False)
     participation = self.schedule.realize(seed, np.flatnonzero(inserted))
-    object.__setattr__(self, "seed", seed)
-    object.__setattr__(self, "num_inserted", num_inserted)
-    object.__setattr__(self, "num_held_out", num_held_out)
-    object.__setattr__(self, "assignment", assignment)
-    object.__setattr__(self, "record_aggregates", record_aggregates)
-    object.__setattr__(self, "directions", directions)
-    object.__setattr__(self, "inserted", inserted)
-    object.__setattr__(self, "participation", participation)
+    self.__dict__.update(  # frozen: past the dataclass's __setattr__
+        seed=seed, num_inserted=num_inserted, num_held_out=num_held_out,
+        assignment=assignment, record_aggregates=record_aggregates,
+        directions=directions, inserted=inserted, participation=participation)
 
   @functools.cached_property
   def held_out_participation(self) -> schedules.Participation:
@@ -213,7 +211,7 @@ class CanaryConfig:
   def schedule_matrix(self) -> np.ndarray:
     """Boolean [candidates, rounds]: True where a canary is scheduled
     (inserted or held out, `scheduled_events`), the schedule matrix of the
-    DP-FTRL statistics (`tff_canary.stats.correlated.tree_statistics`)."""
+    DP-FTRL statistics (`tff_canary.stats.correlated.gls_statistics`)."""
     a = np.zeros((self.num_canaries, self.num_rounds), dtype=bool)
     events = self.scheduled_events()
     a[events[:, 1], events[:, 0]] = True
@@ -223,20 +221,6 @@ class CanaryConfig:
     """Rounds in every canary's schedule (inserted or held out), int64."""
     return (self.participation.counts(self.num_canaries)
             + self.held_out_participation.counts(self.num_canaries))
-
-  def __eq__(self, other):
-    if not isinstance(other, CanaryConfig):
-      return NotImplemented
-    return (self.seed, self.num_inserted, self.num_held_out, self.schedule,
-            self.assignment, self.record_aggregates, self.directions) == (
-                other.seed, other.num_inserted, other.num_held_out,
-                other.schedule, other.assignment, other.record_aggregates,
-                other.directions)
-
-  def __hash__(self):
-    return hash((self.seed, self.num_inserted, self.num_held_out,
-                 self.schedule, self.assignment, self.record_aggregates,
-                 self.directions))
 
 
 def check_orthogonality(num_canaries: int, dim: int) -> bool:

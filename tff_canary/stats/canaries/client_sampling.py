@@ -68,12 +68,10 @@ class ClientSampler:
           f"{num_clients}: the per-round sampling rate clients_per_round / "
           f"num_clients would be {per_round / num_clients:.4g} > 1. Use at "
           "most as many clients per round as there are clients.")
-    object.__setattr__(self, "num_clients", num_clients)
-    object.__setattr__(self, "clients_per_round", per_round)
-    object.__setattr__(self, "sampling", validation.as_choice(
-        self.sampling, "sampling", SAMPLINGS))
-    object.__setattr__(self, "seed", validation.as_int(self.seed, "seed",
-                                                       minimum=0))
+    self.__dict__.update(  # frozen: past the dataclass's __setattr__
+        num_clients=num_clients, clients_per_round=per_round,
+        sampling=validation.as_choice(self.sampling, "sampling", SAMPLINGS),
+        seed=validation.as_int(self.seed, "seed", minimum=0))
 
   @property
   def rounds_per_epoch(self) -> int:

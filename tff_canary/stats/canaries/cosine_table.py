@@ -59,6 +59,7 @@ COLUMNS = ("id", "group", "participation", "final_cosine", "max_cosine",
 OPTIONAL_COLUMNS = ("unrecorded", "scheduled_sum", "scheduled_rounds")
 _INT_COLUMNS = ("id", "participation", "max_round", "unrecorded",
                 "scheduled_rounds")
+_FLOAT_COLUMNS = ("final_cosine", "max_cosine", "scheduled_sum")
 METADATA = ("seed", "dim", "num_rounds", "rounds_recorded", "assignment",
             "schedule", "generator", "known_canaries_removed")
 # Which statistic had the other inserted canaries removed from each canary's
@@ -175,7 +176,7 @@ class CosineTable:
                        f"{columns['participation'][i]}.")
     if columns["scheduled_rounds"].min() < 0:
       raise ValueError("column scheduled_rounds must be nonnegative.")
-    for name in ("final_cosine", "max_cosine", "scheduled_sum"):
+    for name in _FLOAT_COLUMNS:
       column = columns[name]
       if column.dtype.kind not in "fiu":
         raise TypeError(f"column {name} must hold real numbers, got dtype "
@@ -195,12 +196,10 @@ class CosineTable:
                             min_size=1)
     if rounds_recorded == 0 and not missing.all():
       raise ValueError("rounds_recorded = 0 but column max_cosine has values.")
-    for name, column in columns.items():
-      object.__setattr__(self, name, _readonly(column))
-    object.__setattr__(self, "seed", seed)
-    object.__setattr__(self, "dim", dim)
-    object.__setattr__(self, "num_rounds", num_rounds)
-    object.__setattr__(self, "rounds_recorded", rounds_recorded)
+    self.__dict__.update(  # frozen: past the dataclass's __setattr__
+        {name: _readonly(column) for name, column in columns.items()},
+        seed=seed, dim=dim, num_rounds=num_rounds,
+        rounds_recorded=rounds_recorded)
 
   # ------------------------------------------------------------- accessors
 
@@ -293,9 +292,8 @@ class CosineTable:
     if not isinstance(other, CosineTable):
       return NotImplemented
     return self.metadata == other.metadata and all(
-        np.array_equal(getattr(self, c), getattr(other, c), equal_nan=(
-            c in ("final_cosine", "max_cosine", "scheduled_sum")))
-        for c in COLUMNS)
+        np.array_equal(getattr(self, c), getattr(other, c),
+                       equal_nan=c in _FLOAT_COLUMNS) for c in COLUMNS)
 
   __hash__ = None
 
@@ -319,31 +317,23 @@ class CosineTable:
     for name in METADATA:
       buffer.write(f"# {name}: {json.dumps(getattr(self, name))}\n")
     buffer.write(",".join(COLUMNS) + "\n")
-    for i in range(len(self)):
-      buffer.write(
-          f"{self.id[i]},{self.group[i]},{self.participation[i]},"
-          f"{self.final_cosine[i]!r},{self.max_cosine[i]!r},"
-          f"{self.max_round[i]},{self.unrecorded[i]},"
-          f"{self.scheduled_sum[i]!r},{self.scheduled_rounds[i]}\n")
+    for row in zip(*(getattr(self, name) for name in COLUMNS)):
+      buffer.write(",".join(repr(v) if name in _FLOAT_COLUMNS else str(v)
+                            for name, v in zip(COLUMNS, row)) + "\n")
     atomic_files.write_bytes(path, buffer.getvalue().encode("utf-8"))
 
   def save_npz(self, path: str | os.PathLike) -> None:
     """Writes the table as NPZ (columns and a JSON `metadata`), atomically."""
-    buffer = io.BytesIO()
     metadata = dict(self.metadata, format=_FORMAT)
-    np.savez(buffer, metadata=np.array(json.dumps(metadata)),
-             **{name: getattr(self, name) for name in COLUMNS})
-    atomic_files.write_bytes(path, buffer.getvalue())
+    atomic_files.save_npz(path, metadata=np.array(json.dumps(metadata)),
+                          **{name: getattr(self, name) for name in COLUMNS})
 
   def save(self, path: str | os.PathLike) -> None:
     """`save_csv` or `save_npz`, by the extension (.csv or .npz)."""
     suffix = os.path.splitext(os.fspath(path))[1].lower()
-    if suffix == ".csv":
-      self.save_csv(path)
-    elif suffix == ".npz":
-      self.save_npz(path)
-    else:
+    if suffix not in (".csv", ".npz"):
       raise ValueError(f"path must end in .csv or .npz, got {path!r}.")
+    (self.save_csv if suffix == ".csv" else self.save_npz)(path)
 
   @classmethod
   def load(cls, path: str | os.PathLike, dim: int | None = None
@@ -365,11 +355,8 @@ class CosineTable:
     path = os.fspath(path)
     with open(path, "rb") as f:
       head = f.read(4)
-    try:
-      if head.startswith(b"PK"):
-        table = cls._load_npz(path)
-      else:
-        table = cls._load_csv(path)
+    try:  # an NPZ is a zip file
+      table = (cls._load_npz if head.startswith(b"PK") else cls._load_csv)(path)
     except (ValueError, TypeError, KeyError) as e:
       raise ValueError(f"{path} is not a valid cosine table: {e}") from None
     if dim is not None:
@@ -384,13 +371,9 @@ class CosineTable:
     import zipfile  # pylint: disable=g-import-not-at-top
     try:
       with np.load(path, allow_pickle=False) as data:
-        names = set(data.files)
-        missing = [c for c in COLUMNS + ("metadata",)
-                   if c not in names and c not in OPTIONAL_COLUMNS]
-        if missing:
-          raise ValueError(f"missing columns {missing}")
-        columns = {name: data[name] for name in COLUMNS if name in names}
-        metadata = json.loads(str(data["metadata"]))
+        columns = {name: data[name] for name in COLUMNS if name in data}
+        metadata = (json.loads(str(data["metadata"])) if "metadata" in data
+                    else {})
     except (zipfile.BadZipFile, OSError, EOFError) as e:
       raise ValueError(f"corrupt NPZ file ({e})") from None
     return cls._from_parts(columns, metadata)
@@ -419,10 +402,6 @@ class CosineTable:
     if not body:
       raise ValueError("no header line")
     header = [h.strip() for h in body[0].split(",")]
-    missing = [c for c in COLUMNS
-               if c not in header and c not in OPTIONAL_COLUMNS]
-    if missing:
-      raise ValueError(f"missing columns {missing}")
     rows = [line.split(",") for line in body[1:]]
     for i, row in enumerate(rows):
       if len(row) != len(header):
@@ -442,9 +421,25 @@ class CosineTable:
   @classmethod
   def _from_parts(cls, columns: dict[str, np.ndarray],
                   metadata: dict[str, Any]) -> CosineTable:
+    missing = [c for c in COLUMNS
+               if c not in columns and c not in OPTIONAL_COLUMNS]
+    if missing:
+      raise ValueError(f"missing columns {missing}")
     missing = [m for m in ("seed", "dim", "num_rounds", "rounds_recorded")
                if m not in metadata]
     if missing:
       raise ValueError(f"missing metadata {missing}")
     kwargs = {name: metadata[name] for name in METADATA if name in metadata}
     return cls(**columns, **kwargs)
+
+
+def of_canaries(canaries: Any, **columns: Any) -> CosineTable:
+  """The table of a run's `CanaryConfig` (`canaries`): its ids, groups,
+  participation counts, seed, schedule and assignment, and `columns` (the
+  cosines, `dim`, `generator`, ...)."""
+  return CosineTable(
+      id=np.arange(canaries.num_canaries),
+      group=np.where(canaries.inserted, "inserted", "held_out"),
+      participation=canaries.counts(), seed=canaries.seed,
+      num_rounds=canaries.num_rounds, assignment=canaries.assignment,
+      schedule=repr(canaries.schedule), **columns)

@@ -98,8 +98,7 @@ class Participation:
         raise ValueError(f"events holds (round {row[0]}, canary {row[1]}) "
                          "twice.")
     events.setflags(write=False)
-    object.__setattr__(self, "num_rounds", num_rounds)
-    object.__setattr__(self, "events", events)
+    self.__dict__.update(num_rounds=num_rounds, events=events)  # frozen
 
   @property
   def num_events(self) -> int:
@@ -180,6 +179,14 @@ class Schedule(abc.ABC):
     """Expected number of rounds in which one canary takes part."""
 
 
+def _uniforms(rng: np.random.Generator, num_canaries: int, num_rounds: int):
+  """Uniforms [num_canaries, num_rounds] from `rng`, in chunks of rows of at
+  most 2^22 values (memory)."""
+  chunk = max(1, (1 << 22) // num_rounds)
+  for start in range(0, num_canaries, chunk):
+    yield rng.random((min(chunk, num_canaries - start), num_rounds))
+
+
 @dataclasses.dataclass(frozen=True)
 class ShuffledEpochs(Schedule):
   """Each canary once per epoch, at a uniformly random round of the epoch.
@@ -213,10 +220,8 @@ class ShuffledEpochs(Schedule):
     if per_epoch > num_rounds and not self.partial_last_epoch:
       raise ValueError(f"rounds_per_epoch = {per_epoch} is longer than the run "
                        f"(num_rounds = {num_rounds}).")
-    object.__setattr__(self, "num_rounds", num_rounds)
-    object.__setattr__(self, "rounds_per_epoch", per_epoch)
-    object.__setattr__(self, "partial_last_epoch",
-                       bool(self.partial_last_epoch))
+    self.__dict__.update(num_rounds=num_rounds, rounds_per_epoch=per_epoch,
+                         partial_last_epoch=bool(self.partial_last_epoch))
 
   @property
   def num_epochs(self) -> int:
@@ -265,8 +270,7 @@ class FixedPresentations(Schedule):
       raise ValueError(f"presentations = {presentations} exceeds num_rounds = "
                        f"{num_rounds}: a canary takes part at most once per "
                        "round.")
-    object.__setattr__(self, "num_rounds", num_rounds)
-    object.__setattr__(self, "presentations", presentations)
+    self.__dict__.update(num_rounds=num_rounds, presentations=presentations)
 
   def expected_participation(self) -> float:
     return float(self.presentations)
@@ -274,14 +278,9 @@ class FixedPresentations(Schedule):
   def _draw(self, rng, num_canaries):
     # One uniformly random r-subset per canary: the first r of a permutation
     # (argsort of uniforms gives a uniform permutation, vectorized).
-    out = []
-    chunk = max(1, (1 << 22) // self.num_rounds)
-    for start in range(0, num_canaries, chunk):
-      n = min(chunk, num_canaries - start)
-      keys = rng.random((n, self.num_rounds))
-      picks = np.argsort(keys, axis=1)[:, :self.presentations]
-      out.extend(np.sort(picks, axis=1))
-    return out
+    return [row for keys in _uniforms(rng, num_canaries, self.num_rounds)
+            for row in np.sort(np.argsort(keys, axis=1)[:, :self.presentations],
+                               axis=1)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,17 +298,12 @@ class PerRoundSampling(Schedule):
   def __post_init__(self):
     num_rounds = validation.as_int(self.num_rounds, "num_rounds", minimum=1)
     probability = validation.as_unit_interval(self.probability, "probability")
-    object.__setattr__(self, "num_rounds", num_rounds)
-    object.__setattr__(self, "probability", probability)
+    self.__dict__.update(num_rounds=num_rounds, probability=probability)
 
   def expected_participation(self) -> float:
     return self.probability * self.num_rounds
 
   def _draw(self, rng, num_canaries):
-    out = []
-    chunk = max(1, (1 << 22) // self.num_rounds)
-    for start in range(0, num_canaries, chunk):
-      n = min(chunk, num_canaries - start)
-      hits = rng.random((n, self.num_rounds)) < self.probability
-      out.extend(np.flatnonzero(row) for row in hits)
-    return out
+    return [np.flatnonzero(row)
+            for keys in _uniforms(rng, num_canaries, self.num_rounds)
+            for row in keys < self.probability]

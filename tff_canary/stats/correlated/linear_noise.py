@@ -17,17 +17,18 @@ across coordinates. Two mechanisms have this form:
   lower-triangular invertible strategy C, so B = C^-1 is square, one node
   per round (banded or buffered-linear-Toeplitz C: docs/method/dp-ftrl.md).
 
-The statistics (`tree_statistics`), the epsilons they are compared with
-(`tree_targets`) and the audit (`tree_audit`) need only what this class
-holds: B, K, the blocks of rounds whose noises are independent (the tree's
-restarts; a matrix mechanism restarted every epoch), and the accounting of
-the full release for one participation per epoch (`release_mu`, `claim`).
-For a square invertible B the release is the rounds themselves (y and
-B^-1 y = B^-1 x + xi determine each other), so that accounting follows from
-K: a participant in round t of each epoch e has GDP mu
-sqrt(sum_e max_{t in e} (K_e^-1)_tt) / z (Dong, Roth & Su 2019, arXiv
-1905.02383, Cor. 3.3). A non-square B (the tree) has more nodes than rounds
-and its own accounting: a subclass gives it.
+Everything else in this package takes a `LinearNoise` and uses only what it
+holds: B, K (its Cholesky factor and K^-1 computed once per noise), and the
+blocks of rounds whose noises are independent (the tree's restarts; a matrix
+mechanism restarted every epoch), each participant in at most one round of
+each block. So the canary statistics (`gls_statistics`), the epsilons they
+are compared with (`tree_targets`), the audit (`tree_audit`) and the
+simulated runs (`tree_simulation`) hold for any such B. What the released
+rounds reveal about the participant they reveal most about is
+`worst_case_mu`. For a square invertible B that is the release's own
+accounting (`release_mu`, `claim`): y and B^-1 y = B^-1 x + xi determine
+each other. A non-square B (the tree) has more nodes than rounds and its own
+accounting: a subclass gives it.
 
 NumPy/SciPy only.
 """
@@ -35,27 +36,29 @@ NumPy/SciPy only.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+import functools
+import math
+from typing import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from scipy import linalg
+from scipy import linalg, sparse
+from scipy.sparse import csgraph
 
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.correlated import tree_statistics
 from tff_canary.stats import validation
 
 
 @dataclasses.dataclass(frozen=True)
 class LinearEpsilons:
   """The analytical epsilon of a square B released for one participation
-  per epoch (module docstring).
+  per block (module docstring).
 
   Attributes:
     epsilon: the exact epsilon of `mu` at delta (Balle & Wang 2018, Thm 8).
     mu: `LinearNoise.release_mu`.
     noise_multiplier, delta: as given.
-    rounds_per_block: the rounds of each epoch.
+    rounds_per_block: the rounds of each block (epoch).
   """
 
   epsilon: float
@@ -71,13 +74,19 @@ class LinearEpsilons:
             f"{sorted(set(self.rounds_per_block))} rounds")
 
 
+def _frozen(array: np.ndarray) -> np.ndarray:
+  array.setflags(write=False)
+  return array
+
+
 @dataclasses.dataclass(frozen=True)
 class LinearNoise:
   """Released noise e = B xi in units of the node noise sigma (module docstring).
 
   Attributes:
     released: [T, K] float64, B: round t's released noise is
-      sum_k released[t, k] xi_k, xi_k iid node noises.
+      sum_k released[t, k] xi_k, xi_k iid node noises. Not to be changed in
+      place: K, its factor and K^-1 are computed once (`with_coefficients`).
     round_block: [T] int, the block of each round (0, 1, ... in order of
       their first round): the claim is that rounds of different blocks share
       no node, so their noises are independent (the tree's restarts).
@@ -108,10 +117,10 @@ class LinearNoise:
     """K, independent node noises."""
     return int(self.released.shape[1])
 
-  @property
+  @functools.cached_property
   def covariance(self) -> np.ndarray:
-    """K = B B^T, [T, T]: the rounds' noise covariance over sigma^2."""
-    return self.released @ self.released.T
+    """K = B B^T, [T, T], read-only: the rounds' noise covariance / sigma^2."""
+    return _frozen(self.released @ self.released.T)
 
   @property
   def correlation(self) -> np.ndarray:
@@ -120,6 +129,24 @@ class LinearNoise:
     s = 1.0 / np.sqrt(np.diag(k))
     return k * s[:, None] * s[None, :]
 
+  @functools.cached_property
+  def _factor(self):
+    try:
+      return linalg.cho_factor(self.covariance, lower=True)
+    except linalg.LinAlgError as error:
+      raise ValueError("the covariance is not positive definite: the rounds' "
+                       "noises are linearly dependent, so no statistic is "
+                       "defined by it.") from error
+
+  def solve(self, values: np.ndarray) -> np.ndarray:
+    """K^-1 values (Cholesky), values [T, ...]."""
+    return linalg.cho_solve(self._factor, values)
+
+  @functools.cached_property
+  def precision(self) -> np.ndarray:
+    """K^-1, [T, T], read-only."""
+    return _frozen(self.solve(np.eye(self.num_rounds)))
+
   @property
   def num_blocks(self) -> int:
     return int(self.round_block.max()) + 1
@@ -127,6 +154,20 @@ class LinearNoise:
   def block_starts(self) -> list[int]:
     """The first round of each block, in order."""
     return np.flatnonzero(np.diff(self.round_block, prepend=-1)).tolist()
+
+  def epochs(self, rounds_per_epoch: int) -> np.ndarray:
+    """E, [rounds, epochs] Boolean (`epoch_matrix`), after checking that the
+    noise restarts after every epoch: one block per epoch, as every
+    accounting of one participation per epoch assumes."""
+    per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
+    if not np.array_equal(self.round_block,
+                          np.arange(self.num_rounds) // per):
+      raise ValueError(
+          f"the claimed noise must restart after every epoch of "
+          f"rounds_per_epoch={per} rounds (the accounting assumes one block, "
+          f"e.g. one tree, per epoch); its blocks start at rounds "
+          f"{self.block_starts()[:8]}.")
+    return epoch_matrix(self.num_rounds, per)
 
   def final_variance(self) -> float:
     """1^T K 1: the variance over sigma^2 of the noise on the sum of all rounds."""
@@ -142,38 +183,77 @@ class LinearNoise:
     becomes iid N(0, 1); whitening mixes rounds, never columns."""
     return whiten(np.asarray(noise, dtype=np.float64), self.covariance)
 
-  def release_mu(self, noise_multiplier: float,
-                 epochs: npt.ArrayLike) -> float:
-    """The GDP mu of the mechanism's full release for a participant in at
-    most one round of each epoch (module docstring): for a square B, the
-    rounds' worst case (`tree_statistics.worst_case_mu`).
+  def worst_case_mu(self, noise_multiplier: float) -> float:
+    """sqrt(sum_b max_{t in b} (K^-1)_tt) / z: the rounds' mu for the worst case.
 
-    Args:
-      noise_multiplier: z > 0, the node noise over the clip.
-      epochs: [rounds, epochs] Boolean or 0/1 (`tree_statistics.
-        epoch_matrix`).
+    What the released rounds reveal (GDP; Dong, Roth & Su 2019, arXiv
+    1905.02383, Thm 2.7) about the participant they reveal most about, among
+    those who take part at most once per block (DP-FTRL's participation, one
+    block per epoch; Kairouz et al. 2021, arXiv 2103.00039, Appendix D). K is
+    block-diagonal, so `gls_statistics.schedule_mu` of one round t_b per
+    block is sqrt(sum_b (K_b^-1)_{t_b t_b}) / z and the largest is the
+    formula above. The rounds are a post-processing of the nodes, so the
+    node release's mu bounds it (for the tree, `tree_accounting.node_mu`,
+    sqrt(sum_b h_b) / z: equal for the plain tree, whose round 0 is on a path
+    of h nodes each released alone; smaller for Honaker's efficient tree,
+    2015, whose rounds release less than its nodes). For a square
+    B = C^-1 the nodes are the rounds: sqrt(sum_b max_t ||C_b e_t||^2) / z.
     """
+    z = validation.as_positive(noise_multiplier, "noise_multiplier")
+    blocks = self.round_block
+    k = self.covariance
+    if np.any(np.abs(k[blocks[:, None] != blocks[None, :]])
+              > 1e-12 * np.abs(k).max()):
+      raise ValueError("the covariance correlates rounds of different "
+                       "blocks: their noises are not independent.")
+    precision = np.diag(self.precision)
+    total = sum(float(precision[blocks == i].max())
+                for i in range(self.num_blocks) if np.any(blocks == i))
+    return math.sqrt(total) / z
+
+  def release_mu(self, noise_multiplier: float) -> float:
+    """The GDP mu of the mechanism's full release for a participant in at
+    most one round of each block (module docstring): for a square B, the
+    rounds' worst case (`worst_case_mu`)."""
     if self.num_nodes != self.num_rounds:
       raise ValueError(
           f"released is [{self.num_rounds}, {self.num_nodes}], not square: "
           "its nodes are not its rounds, so its accounting is the "
           "mechanism's own (a LinearNoise subclass gives release_mu and "
           "claim, as tree_noise.TreeNoise does).")
-    e = np.asarray(epochs)
-    return tree_statistics.worst_case_mu(
-        self.covariance, e if e.dtype == bool else e != 0,
-        noise_multiplier=noise_multiplier)
+    return self.worst_case_mu(noise_multiplier)
 
-  def claim(self, noise_multiplier: float, epochs: npt.ArrayLike, *,
+  def claim(self, noise_multiplier: float, *,
             delta: float) -> LinearEpsilons:
     """The analytical epsilon at delta of `release_mu` (what the audit tests)."""
     delta = validation.as_open_unit(delta, "delta")
-    mu = self.release_mu(noise_multiplier, epochs)
+    mu = self.release_mu(noise_multiplier)
     return LinearEpsilons(
         epsilon=gaussian_accounting.gaussian_epsilon_of_mu(mu, delta), mu=mu,
         noise_multiplier=float(noise_multiplier), delta=delta,
-        rounds_per_block=tuple(
-            int(n) for n in np.asarray(epochs).sum(axis=0)))
+        rounds_per_block=self.rounds_per_block)
+
+  @property
+  def rounds_per_block(self) -> tuple[int, ...]:
+    return tuple(int(n) for n in np.bincount(self.round_block))
+
+
+def as_linear_noise(noise: LinearNoise, name: str = "noise") -> LinearNoise:
+  """`noise`, after checking that it is a `LinearNoise`."""
+  if not isinstance(noise, LinearNoise):
+    raise TypeError(f"{name} must be a linear_noise.LinearNoise (DP-FTRL's "
+                    f"tree: a tree_noise.TreeNoise), got "
+                    f"{type(noise).__name__}.")
+  return noise
+
+
+def epoch_matrix(num_rounds: int, rounds_per_epoch: int) -> np.ndarray:
+  """E, [rounds, epochs] Boolean: which epoch each round is in (the last may be short)."""
+  num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
+  per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
+  e = np.zeros((num_rounds, -(-num_rounds // per)), dtype=bool)
+  e[np.arange(num_rounds), np.arange(num_rounds) // per] = True
+  return e
 
 
 def whiten(noise: np.ndarray, covariance: np.ndarray) -> np.ndarray:
@@ -182,28 +262,8 @@ def whiten(noise: np.ndarray, covariance: np.ndarray) -> np.ndarray:
   return linalg.solve_triangular(factor, noise, lower=True)
 
 
-def _blocks_of(b: np.ndarray) -> np.ndarray:
-  """The connected blocks of rounds that share a node, numbered in order."""
-  used = b != 0.0
-  parent = list(range(b.shape[0]))
-
-  def root(t):
-    while parent[t] != t:
-      parent[t] = parent[parent[t]]
-      t = parent[t]
-    return t
-
-  for k in range(b.shape[1]):
-    rounds = np.flatnonzero(used[:, k])
-    for t in rounds[1:]:
-      parent[root(int(t))] = root(int(rounds[0]))
-  labels: dict[int, int] = {}
-  return np.array([labels.setdefault(root(t), len(labels))
-                   for t in range(b.shape[0])], dtype=np.int64)
-
-
 def linear_noise(released: npt.ArrayLike,
-                 round_block: Optional[npt.ArrayLike] = None) -> LinearNoise:
+                 round_block: npt.ArrayLike | None = None) -> LinearNoise:
   """A `LinearNoise` from its coefficients B.
 
   Args:
@@ -220,21 +280,21 @@ def linear_noise(released: npt.ArrayLike,
     raise ValueError(f"released must be a finite [rounds, nodes] array, got "
                      f"shape {b.shape}.")
   if round_block is None:
-    return LinearNoise(released=b, round_block=_blocks_of(b))
-  blocks = np.asarray(round_block)
-  if blocks.shape != (b.shape[0],) or not np.issubdtype(blocks.dtype,
-                                                        np.integer):
-    raise ValueError(f"round_block must be one integer per round "
-                     f"({b.shape[0]}), got dtype {blocks.dtype} and shape "
-                     f"{blocks.shape}.")
-  blocks = blocks.astype(np.int64)
+    # Rounds and nodes as one graph, rounds first: its components' labels
+    # come in order of their first round.
+    used = sparse.csr_matrix(b != 0.0)
+    graph = sparse.bmat([[None, used], [used.T, None]])
+    labels = csgraph.connected_components(graph, directed=False)[1]
+    return LinearNoise(released=b, round_block=labels[:b.shape[0]]
+                       .astype(np.int64))
+  noise = LinearNoise(released=b, round_block=np.asarray(round_block))
   for k in range(b.shape[1]):
-    shared = np.unique(blocks[b[:, k] != 0.0])
+    shared = np.unique(noise.round_block[b[:, k] != 0.0])
     if shared.size > 1:
       raise ValueError(f"round_block puts rounds that share node {k} in "
                        f"blocks {shared.tolist()}: noises of different "
                        "blocks must be independent.")
-  return LinearNoise(released=b, round_block=blocks)
+  return noise
 
 
 def split_tensors(noise: np.ndarray,
@@ -253,5 +313,5 @@ def split_tensors(noise: np.ndarray,
   return [[row[a:b] for a, b in zip(edges[:-1], edges[1:])] for row in noise]
 
 
-__all__ = ["LinearEpsilons", "LinearNoise", "linear_noise", "split_tensors",
-           "whiten"]
+__all__ = ["LinearEpsilons", "LinearNoise", "as_linear_noise", "epoch_matrix",
+           "linear_noise", "split_tensors", "whiten"]

@@ -20,13 +20,8 @@ composed over epochs and converted to (epsilon, delta): an upper bound on
 the same mechanism, looser than the exact conversion (`tree_epsilons`
 returns both).
 
-The released updates are a post-processing of the node values (prefix sums
-of the noised nodes, differenced), so both are upper bounds on what any
-attack on the updates can show; `tree_statistics.schedule_mu` is what the
-updates themselves reveal about a given schedule, and
-`tree_statistics.worst_case_mu` the most they reveal about any participant:
-equal to `node_mu` for the plain tree, below it for the efficient one
-(`tree_targets`).
+The released updates are a post-processing of the node values, so both
+bound what any attack on them can show (what they reveal: `tree_targets`).
 
 NumPy and dp-accounting only.
 """

@@ -1,7 +1,7 @@
 """The audit of a DP-FTRL claim: three checks, and the estimates beside them.
 
 A DP-FTRL claim (`tree_accounting`) rests on three things: the noise is the
-tree's (independent N(0, sigma^2) node noises, combined as the query says),
+claimed one (independent N(0, sigma^2) node noises, combined by the known B),
 each client contributes at most once per epoch and at most the clip norm
 C, and together these give the epsilon claimed. `audit_ftrl` checks each,
 at a family-wise level `level` split evenly (Bonferroni), so a correct
@@ -19,7 +19,7 @@ epoch), whose claim is then the rounds' own (`LinearNoise.claim`):
 * "contribution": what each inserted canary put into the sums per epoch,
   participations times the norm that entered (1 per epoch under the claim:
   one participation at the clip norm), estimated from its scores
-  (`tree_statistics.epoch_counts`, unbiased, with the tree noise's
+  (`gls_statistics.epoch_counts`, unbiased, with the claimed noise's
   covariance z^2 E^T K E), minus its schedule's. A one-sided test of a
   common excess over the inserted canaries catches both ways a client can
   put more in than claimed: more participations than its schedule (the
@@ -34,7 +34,7 @@ epoch), whose claim is then the rounds' own (`LinearNoise.claim`):
   and a test at the tree noise's scale alone reads |z| ~ 2 far more often
   than chance, in both directions.
 * "bounds": one-run lower bounds on epsilon from the fair-coin canaries'
-  scheduled statistics T_j and max statistics M_j (`tree_statistics`)
+  scheduled statistics T_j and max statistics M_j (`gls_statistics`)
   against the claimed epsilon (`audit.audit`): Steinke, Nasr & Jagielski's
   bound (valid for any claim) on both, and, since the node release is a
   Gaussian mechanism and the canaries' statistics are independent, the tight
@@ -63,8 +63,8 @@ from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.estimators import estimates, scheduled_sums
 from tff_canary.stats.noise import noise_stats
-from tff_canary.stats.correlated import (linear_noise, tree_accounting,
-                                         tree_statistics)
+from tff_canary.stats.correlated import (gls_statistics, linear_noise,
+                                         tree_accounting)
 from tff_canary.stats import results
 from tff_canary.stats import validation
 
@@ -82,16 +82,11 @@ class FtrlAudit:
     claim: the analytical epsilons (`noise.claim`: the tree's
       `tree_accounting.TreeEpsilons`, or `linear_noise.LinearEpsilons`).
     self_test: the whitened noise check, or None without self-test noise.
-    contribution_excess: the inserted canaries' mean excess contribution
-      per epoch, in units of one participation at the clip norm (0 under
-      the claim): extra participations, or updates larger than the clip.
-    contribution_spread: the variance of the inserted canaries' excess over
-      the variance the tree noise alone gives it (1 expected without the
-      clients' data; above 1 when the clients' updates have a component
-      along the canaries).
-    contribution_t, contribution_p_value: its t statistic (at the larger of
-      the two scales) and one-sided p (Student t, inserted - 1 degrees of
-      freedom).
+    contribution_excess: the contribution check's `Contribution.excess`:
+      extra participations, or updates larger than the clip.
+    contribution_spread: its `Contribution.spread`.
+    contribution_t: its `Contribution.t`.
+    contribution_p_value: its `Contribution.p_value`.
     bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks,
       with their reach ("beyond reach" when no bound could exceed the claim
       with these candidates).
@@ -143,7 +138,7 @@ class Contribution:
   Attributes:
     excess: the inserted canaries' mean excess contribution per epoch, in
       units of one participation at the clip norm (0 under the claim).
-    spread: the variance of a canary's excess over the variance the tree
+    spread: the variance of a canary's excess over the variance the claimed
       noise alone gives it (1 without the clients' data; above 1 when their
       updates have a component along the canaries).
     t: excess over its standard error at the larger of the two scales.
@@ -158,19 +153,6 @@ class Contribution:
   inserted: int
 
 
-def _epochs(noise: linear_noise.LinearNoise, per: int) -> np.ndarray:
-  """E, float [rounds, epochs], after checking the noise restarts per epoch."""
-  epochs = tree_statistics.epoch_matrix(noise.num_rounds, per)
-  epoch_of_round = np.arange(noise.num_rounds) // per
-  if not np.array_equal(noise.round_block, epoch_of_round):
-    raise ValueError(
-        f"the claimed noise must restart after every epoch of "
-        f"rounds_per_epoch={per} rounds (the accounting assumes one block, "
-        f"e.g. one tree, per epoch); its blocks start at rounds "
-        f"{noise.block_starts()[:8]}.")
-  return epochs.astype(np.float64)
-
-
 def contribution_check(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                        inserted: npt.ArrayLike, *,
                        noise: linear_noise.LinearNoise, rounds_per_epoch: int,
@@ -178,27 +160,26 @@ def contribution_check(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   """What the inserted canaries put into the sums per epoch, tested.
 
   r_j, canary j's excess per epoch (its epoch counts minus its schedule's,
-  `tree_statistics.epoch_counts`, combined over the epochs by the GLS
-  weights of the tree noise's covariance V = z^2 E^T K E), has variance
-  v0 = 1 / (1^T V^-1 1) from the tree noise alone. The clients' updates add
+  `gls_statistics.epoch_counts`, combined over the epochs by the GLS
+  weights of the claimed noise's covariance V = z^2 E^T K E), has variance
+  v0 = 1 / (1^T V^-1 1) from that noise alone. The clients' updates add
   a component along c_j that the claim does not describe (module
   docstring); over random directions it has mean zero, so the r_j are
   i.i.d. (Gaussian: node noise plus a random projection) with mean the
   excess and a variance v >= v0 that the run sets. The test is Student's
   one-sample t on the inserted r_j at the scale max(v0, s^2), s^2 their
   sample variance: exact when s^2 >= v0, conservative otherwise. With one
-  inserted canary only v0 is available (a z-test at the tree noise's scale).
+  inserted canary only v0 is available (a z-test at the noise's scale).
 
   Args: as `audit_ftrl`'s.
   """
-  u, a, mask, covariance = _inputs(scores, schedule, inserted, noise)
+  noise, u, a, mask = _inputs(scores, schedule, inserted, noise)
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
-  per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
-  epochs = _epochs(noise, per)
-  counts = tree_statistics.epoch_counts(u[mask], epochs, noise_multiplier=z)
+  epochs = noise.epochs(rounds_per_epoch).astype(np.float64)
+  counts = gls_statistics.epoch_counts(u[mask], epochs, noise_multiplier=z)
   expected = a[mask].astype(np.float64) @ epochs
-  cov = tree_statistics.epoch_count_covariance(covariance, epochs,
-                                               noise_multiplier=z)
+  cov = gls_statistics.epoch_count_covariance(noise, epochs,
+                                              noise_multiplier=z)
   ones = np.ones(epochs.shape[1])
   w = linalg.solve(cov, ones, assume_a="pos")
   v0 = 1.0 / float(ones @ w)
@@ -215,12 +196,8 @@ def contribution_check(scores: npt.ArrayLike, schedule: npt.ArrayLike,
 
 
 def _inputs(scores, schedule, inserted, noise):
-  """Checked (scores, schedule, inserted mask, covariance)."""
-  if not isinstance(noise, linear_noise.LinearNoise):
-    raise TypeError(f"noise must be a linear_noise.LinearNoise (DP-FTRL's "
-                    f"tree: a tree_noise.TreeNoise), got "
-                    f"{type(noise).__name__}.")
-  covariance = noise.covariance
+  """Checked (noise, scores, schedule, inserted mask)."""
+  noise = linear_noise.as_linear_noise(noise)
   u = np.asarray(scores, dtype=np.float64)
   if u.ndim != 2 or u.shape[1] != noise.num_rounds:
     raise ValueError(f"scores must be [candidates, rounds] with "
@@ -234,7 +211,7 @@ def _inputs(scores, schedule, inserted, noise):
   if mask.all() or not mask.any():
     raise ValueError("inserted must have both inserted and held-out "
                      "candidates (fair coins).")
-  return u, np.asarray(schedule), mask, covariance
+  return noise, u, np.asarray(schedule), mask
 
 
 def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
@@ -267,16 +244,16 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       noise's analytical one (`noise.claim(...).epsilon`; the tree's:
       `tree_accounting.tree_epsilons(...).epsilon`).
   """
-  u, a, mask, covariance = _inputs(scores, schedule, inserted, noise)
+  noise, u, a, mask = _inputs(scores, schedule, inserted, noise)
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   level = validation.as_open_unit(level, "level")
   per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
-  epochs = _epochs(noise, per)
-  claim = noise.claim(z, epochs, delta=delta)
+  noise.epochs(per)   # one block per epoch, or a clear error
+  claim = noise.claim(z, delta=delta)
   checks = len(CHECKS) if self_test_noise is not None else len(CHECKS) - 1
   each = level / checks
-  t_stat = tree_statistics.scheduled_statistic(u, a, covariance)
-  m_stat = tree_statistics.max_statistic(u, covariance)
+  t_stat = gls_statistics.scheduled_statistic(u, a, noise)
+  m_stat = gls_statistics.max_statistic(u, noise)
   # Each with its reach (`audit_bounds.coin_bound`): with 512 candidates the
   # tight bound cannot exceed 20.0 here, and a claim beyond every reach is
   # "beyond reach", not consistent.
@@ -352,20 +329,20 @@ def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                    noise_multiplier: float, delta: float,
                    confidence: float = 0.95) -> FtrlEstimates:
   """The estimates of `FtrlEstimates` from one run's canary scores."""
-  u, a, mask, covariance = _inputs(scores, schedule, inserted, noise)
+  noise, u, a, mask = _inputs(scores, schedule, inserted, noise)
   final = u.sum(axis=1) / math.sqrt(noise.final_variance())
-  t_stat = tree_statistics.scheduled_statistic(u, a, covariance)
-  m_stat = tree_statistics.max_statistic(u, covariance)
-  naive = tree_statistics.independent_scheduled_statistic(u, a, covariance)
+  t_stat = gls_statistics.scheduled_statistic(u, a, noise)
+  m_stat = gls_statistics.max_statistic(u, noise)
+  naive = gls_statistics.independent_scheduled_statistic(u, a, noise)
   # Each inserted statistic's mean under the claim, up to the common 1 / z:
   # the known spread its variance check allows for.
   a_in = a[mask] != 0
   rounds = a_in.sum(axis=1)
   shape = {
       "final": rounds.astype(np.float64),
-      "scheduled": tree_statistics.schedule_mu(a_in, covariance,
-                                               noise_multiplier=1.0),
-      "independent": (a_in / np.sqrt(np.diag(covariance))).sum(axis=1)
+      "scheduled": gls_statistics.schedule_mu(a_in, noise,
+                                              noise_multiplier=1.0),
+      "independent": (a_in / np.sqrt(np.diag(noise.covariance))).sum(axis=1)
                      / np.sqrt(rounds)}
 
   def gauss(values, kind):

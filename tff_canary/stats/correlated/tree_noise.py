@@ -17,9 +17,7 @@ the tree (`tfp.RestartQuery`, `reset_state`). So the released noise is
 
     e_t = sum_k B[t, k] xi_k,   B = the rows of A differenced within a tree,
 
-and across rounds each coordinate's noise is N(0, sigma^2 K) with the
-rounds' covariance K = B B^T, the same for every coordinate and independent
-across coordinates. Two aggregators set A:
+a `linear_noise.LinearNoise` (K = B B^T). Two aggregators set A:
 
 * the plain tree (`tree_aggregation.TreeAggregator`): N_t is the sum of the
   nodes of the dyadic decomposition of rounds 0..t, one node per set bit of
@@ -36,10 +34,9 @@ runs the real query on basis-vector noise and compares). The generator calls
 that a reset throws away (the node drawn for the next leaf of a finished
 tree) are columns of zeros.
 
-`TreeNoise` is the tree's `linear_noise.LinearNoise` (B, K, one block per
-tree), which is all the statistics, the targets and the audit use, plus the
-tree's own accounting of its node release (`tree_accounting`): more nodes
-than rounds, so not the rounds' worst case.
+`TreeNoise` is the tree's `LinearNoise`, one block per tree, plus the tree's
+own accounting of its node release (`tree_accounting`): more nodes than
+rounds, so not the rounds' worst case.
 
 NumPy and dp-accounting only.
 """
@@ -50,7 +47,6 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
-import numpy.typing as npt
 
 from tff_canary.stats.correlated import linear_noise, tree_accounting
 from tff_canary.stats import validation
@@ -59,7 +55,6 @@ from tff_canary.stats import validation
 @dataclasses.dataclass(frozen=True)
 class _Call:
   """One call of the tree's noise generator: a node's own noise."""
-  tree: int    # which tree (restart segment)
   index: int   # calls before it within its tree
   level: int   # the node's level (0 = leaf)
 
@@ -71,17 +66,16 @@ def _weight(level: int, efficient: bool) -> float:
 class _Tree:
   """tensorflow_privacy's (Efficient)TreeAggregator on symbolic values."""
 
-  def __init__(self, efficient: bool, calls: list[_Call], tree: int):
+  def __init__(self, efficient: bool, calls: list[_Call]):
     self.efficient = efficient
     self.calls = calls
-    self.tree = tree
     self.count = 0
     # The level buffer: (level, value) pairs, lowest level first; a value is
     # a dict {call: coefficient}.
     self.buffer = [(0, self._next(0))]
 
   def _next(self, level: int) -> dict[int, float]:
-    self.calls.append(_Call(self.tree, self.count, level))
+    self.calls.append(_Call(self.count, level))
     self.count += 1
     return {len(self.calls) - 1: 1.0}
 
@@ -140,50 +134,39 @@ class TreeNoise(linear_noise.LinearNoise):
   Attributes:
     released: [T, K] float64, B: round t's released noise is
       sum_k released[t, k] xi_k, xi_k iid node noises (module docstring).
-    round_block: [T] int, the tree each round belongs to (`round_tree`).
+    round_block: [T] int, the tree each round belongs to.
     efficient: True for Honaker's efficient tree.
     restart_period: the restart period, as given (None: no restart).
     restart_warmup: the restart warmup, as given.
     prefix: [T, K] float64, A: the noise on the prefix sum of round t within
       its tree.
-    call_tree, call_index, call_level: [K] int, for each generator call its
-      tree, its position among its tree's calls, and its node's level.
+    call_index, call_level: [K] int, for each generator call its position
+      among its tree's calls and its node's level.
   """
 
   efficient: bool
   restart_period: Optional[int]
   restart_warmup: Optional[int]
   prefix: np.ndarray
-  call_tree: np.ndarray
   call_index: np.ndarray
   call_level: np.ndarray
-
-  @property
-  def round_tree(self) -> np.ndarray:
-    """[T] int, the tree each round belongs to (`round_block`)."""
-    return self.round_block
 
   @property
   def num_trees(self) -> int:
     return self.num_blocks
 
-  def release_mu(self, noise_multiplier: float,
-                 epochs: npt.ArrayLike) -> float:
-    """The node release's mu, one tree per epoch (`tree_accounting.node_mu`):
-    every node released, a participation on one leaf's path per tree."""
-    sizes = [int(n) for n in np.asarray(epochs).sum(axis=0)]
-    return tree_accounting.node_mu(noise_multiplier, sizes)
+  def release_mu(self, noise_multiplier: float) -> float:
+    """The node release's mu, one participation per tree
+    (`tree_accounting.node_mu`): every node released, a participation on
+    one leaf's path per tree."""
+    return tree_accounting.node_mu(noise_multiplier, self.rounds_per_block)
 
-  def claim(self, noise_multiplier: float, epochs: npt.ArrayLike, *,
+  def claim(self, noise_multiplier: float, *,
             delta: float) -> tree_accounting.TreeEpsilons:
-    """Both accountings of the tree, one tree per epoch
+    """Both accountings of the tree, one participation per tree
     (`tree_accounting.tree_epsilons`)."""
-    sizes = [int(n) for n in np.asarray(epochs).sum(axis=0)]
-    return tree_accounting.tree_epsilons(noise_multiplier, sizes,
-                                         delta=delta)
-
-
-split_tensors = linear_noise.split_tensors
+    return tree_accounting.tree_epsilons(noise_multiplier,
+                                         self.rounds_per_block, delta=delta)
 
 
 def tree_noise(num_rounds: int, *, efficient: bool = True,
@@ -215,39 +198,29 @@ def tree_noise(num_rounds: int, *, efficient: bool = True,
   restarts = set(restart_rounds(num_rounds, restart_period, restart_warmup))
   calls: list[_Call] = []
   trees = 0
-  tree = _Tree(efficient, calls, trees)
+  tree = _Tree(efficient, calls)
   prefix_rows: list[dict[int, float]] = []
-  released_rows: list[dict[int, float]] = []
   round_tree = np.zeros(num_rounds, dtype=np.int64)
-  previous: dict[int, float] = {}
   for t in range(num_rounds):
     round_tree[t] = trees
-    cumsum = tree.cumsum_and_update()
-    row = dict(cumsum)
-    for k, c in previous.items():
-      row[k] = row.get(k, 0.0) - c
-    prefix_rows.append(cumsum)
-    released_rows.append(row)
-    previous = cumsum
+    prefix_rows.append(tree.cumsum_and_update())
     if t in restarts:
       trees += 1
-      tree = _Tree(efficient, calls, trees)
-      previous = {}
-  num_calls = len(calls)
-  prefix = np.zeros((num_rounds, num_calls))
-  released = np.zeros((num_rounds, num_calls))
-  for t in range(num_rounds):
-    for k, c in prefix_rows[t].items():
-      prefix[t, k] = c
-    for k, c in released_rows[t].items():
-      released[t, k] = c
+      tree = _Tree(efficient, calls)
+  prefix = np.zeros((num_rounds, len(calls)))
+  for t, row in enumerate(prefix_rows):
+    prefix[t, list(row)] = list(row.values())
+  # Each round releases its prefix noise minus the previous round's in the
+  # same tree.
+  same_tree = np.r_[False, round_tree[1:] == round_tree[:-1]]
+  released = prefix - np.where(same_tree[:, None], np.roll(prefix, 1, axis=0),
+                               0.0)
   return TreeNoise(
       released=released, round_block=round_tree, efficient=efficient,
       restart_period=restart_period, restart_warmup=restart_warmup,
       prefix=prefix,
-      call_tree=np.array([c.tree for c in calls], dtype=np.int64),
       call_index=np.array([c.index for c in calls], dtype=np.int64),
       call_level=np.array([c.level for c in calls], dtype=np.int64))
 
 
-__all__ = ["TreeNoise", "restart_rounds", "split_tensors", "tree_noise"]
+__all__ = ["TreeNoise", "restart_rounds", "tree_noise"]

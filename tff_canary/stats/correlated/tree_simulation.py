@@ -2,12 +2,12 @@
 
 What is simulated exactly. With orthonormal canary directions c_j and
 isotropic Gaussian node noise, canary j's scores over the rounds
-(`tree_statistics`, u_{j,t} = <c_j, noised sum_t> / sigma) are
+(`gls_statistics`, u_{j,t} = <c_j, noised sum_t> / sigma) are
 
     u_j = a_j / z + B xi_j,     xi_j ~ N(0, I) independent across canaries,
 
-B the tree's released-noise coefficients (`tree_noise.TreeNoise.released`;
-any `linear_noise.LinearNoise` has the same law of scores with its own B)
+B the released-noise coefficients: the tree's (`tree_noise.TreeNoise.
+released`) or any other `linear_noise.LinearNoise`'s (`simulate`'s `noise`),
 and a_j the rounds canary j took part in, at the clip norm. That is the law
 of the scores in a real run, without the d-dimensional vectors, when the
 clients' data has no component along the canaries (its part is O(1/sqrt(d))
@@ -43,11 +43,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Literal
+from typing import Literal, Optional
 
 import numpy as np
 
-from tff_canary.stats.correlated import tree_noise
+from tff_canary.stats.correlated import linear_noise, tree_noise
 from tff_canary.stats import validation
 
 Bug = Literal["none", "restart_reuse", "double_participation",
@@ -163,11 +163,16 @@ def _released(setting: FtrlSetting, bug: str) -> np.ndarray:
 
 
 def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
-             insert: bool = True) -> FtrlRun:
+             insert: bool = True,
+             noise: Optional[linear_noise.LinearNoise] = None) -> FtrlRun:
   """One seeded DP-FTRL run with fair-coin orthogonal canaries.
 
   `insert=False` inserts no canary whatever the coins say (the "no canary"
   setting of the validity bench: every statistic follows its null).
+  `noise` is the mechanism's released noise: by default the setting's tree
+  with `bug` planted (`planted_noise`); else any `linear_noise.LinearNoise`
+  of the setting's rounds (a matrix mechanism's B = C^-1, correct or with a
+  bug of its own), `bug` then "none" or "double_participation".
   """
   if not isinstance(setting, FtrlSetting):
     raise TypeError(f"setting must be an FtrlSetting, got "
@@ -176,6 +181,17 @@ def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
   seed = validation.as_int(seed, "seed", minimum=0)
   if not isinstance(insert, bool):
     raise TypeError(f"insert must be a bool, got {validation.show(insert)}.")
+  if noise is None:
+    b = _released(setting, bug)
+  elif bug not in ("none", "double_participation"):
+    raise ValueError(f"bug={bug!r} plants a bug in the tree's noise; with a "
+                     "noise given, plant it there (bug 'none' or "
+                     "'double_participation').")
+  elif linear_noise.as_linear_noise(noise).num_rounds != setting.num_rounds:
+    raise ValueError(f"noise has {noise.num_rounds} rounds, the setting "
+                     f"{setting.num_rounds}.")
+  else:
+    b = noise.released
   rng = np.random.default_rng([seed, BUGS.index(bug)])
   m, per, epochs = (setting.num_candidates, setting.rounds_per_epoch,
                     setting.epochs)
@@ -192,7 +208,6 @@ def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
   participations = schedule & inserted[:, None] & insert
   if bug == "double_participation":
     participations = participations | (extra & inserted[:, None] & insert)
-  b = _released(setting, bug)
   xi = rng.standard_normal((m, b.shape[1]))
   scores = participations / setting.noise_multiplier + xi @ b.T
   zero_run = b @ rng.standard_normal((b.shape[1], setting.self_test_dim))

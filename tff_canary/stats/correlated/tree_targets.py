@@ -1,26 +1,24 @@
 """The epsilons of a DP-FTRL run that its estimates are compared with.
 
 DP-FTRL (Kairouz et al. 2021, "Practical and Private (Deep) Learning without
-Sampling or Shuffling", arXiv 2103.00039) releases noisy prefix sums through
-a binary tree, restarted after every epoch, each participant in at most one
-round per epoch. Three epsilons describe one run, from the largest down,
-each the exact epsilon at delta of a Gaussian DP mu (Dong, Roth & Su 2019,
-arXiv 1905.02383; Balle & Wang 2018, Thm 8):
+Sampling or Shuffling", arXiv 2103.00039) releases noisy prefix sums, its
+noise restarted after every epoch (the tree: one tree per epoch), each
+participant in at most one round per epoch. Three epsilons describe one run,
+from the largest down, each the exact epsilon at delta of a Gaussian DP mu
+(Dong, Roth & Su 2019, arXiv 1905.02383; Balle & Wang 2018, Thm 8):
 
   * node release (the analytical epsilon, the claim the audit tests):
-    mu = sqrt(sum_e h_e) / z, every node of the trees released
-    (`tree_accounting.node_mu`, h_e the depth of epoch e's tree);
-  * rounds, worst-case participant: what the released rounds y_t = x_t +
-    e_t, e ~ N(0, sigma^2 K), reveal about the participant they reveal most
-    about, mu = sqrt(sum_e max_{t in e} (K_e^-1)_tt) / z
-    (`tree_statistics.worst_case_mu`). The rounds are a post-processing of
-    the nodes, so this is at most the node release's; for the plain tree it
-    equals it (round 0 of each tree), for Honaker's efficient tree (2015,
-    "Efficient Use of Differentially Private Binary Trees") it is smaller:
-    max_t (K^-1)_tt < h. No attack on the rounds, for any participant, can
-    show more;
+    `LinearNoise.release_mu`; for the tree every node released,
+    mu = sqrt(sum_e h_e) / z (`tree_accounting.node_mu`, h_e the depth of
+    epoch e's tree); for a square B (a matrix mechanism, B = C^-1) the nodes
+    are the rounds, and this is the worst case below;
+  * rounds, worst-case participant: what the released rounds reveal about
+    the participant they reveal most about (`LinearNoise.worst_case_mu`):
+    at most the node release's, equal to it for the plain tree, smaller for
+    Honaker's efficient tree. No attack on the rounds, for any participant,
+    can show more;
   * this run's schedules: the mean over the inserted canaries of mu_j =
-    sqrt(a_j^T K^-1 a_j) / z (`tree_statistics.schedule_mu`), what the
+    sqrt(a_j^T K^-1 a_j) / z (`gls_statistics.schedule_mu`), what the
     rounds reveal about canary j's drawn schedule a_j. It is what epsilon-all
     by the scheduled statistic T estimates (the mean inserted T is the mean
     mu_j). Not a ceiling: one canary, or one run's draw of schedules, can
@@ -30,11 +28,6 @@ Beside them, epsilon-final estimates the final model's own epsilon: the
 final model holds the sum of the rounds, whose canary score is N(P_j / z,
 1^T K 1) (`tree_audit.ftrl_estimates`), so its target is the mean over the
 inserted canaries of P_j / (z sqrt(1^T K 1)), P_j canary j's rounds.
-
-Only the node release is the tree's own: the rest needs the rounds'
-covariance K alone, so `tree_targets` takes any `linear_noise.LinearNoise`.
-For a square B (a matrix mechanism, B = C^-1) the nodes are the rounds, and
-the node release equals the rounds' worst case (`LinearNoise.release_mu`).
 
 NumPy/SciPy only.
 """
@@ -49,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.correlated import linear_noise, tree_statistics
+from tff_canary.stats.correlated import gls_statistics, linear_noise
 from tff_canary.stats import validation
 
 NODES = "node release"
@@ -108,22 +101,17 @@ def tree_targets(noise: linear_noise.LinearNoise, schedule: npt.ArrayLike,
   Args:
     noise: the claimed noise, a `linear_noise.LinearNoise` (the tree's:
       `tree_noise.tree_noise`), restarted after every epoch of
-      `rounds_per_epoch` rounds. Its node release is `noise.release_mu`
-      (the tree's `tree_accounting.node_mu`; for a square B, the rounds'
-      worst case).
+      `rounds_per_epoch` rounds.
     schedule: [candidates, rounds] Boolean (or 0/1), each candidate's rounds.
     inserted: [candidates] Boolean, which candidates were inserted.
     rounds_per_epoch: the epoch length.
     noise_multiplier: z > 0, the node noise over the clip.
     delta: in (0, 1).
   """
-  if not isinstance(noise, linear_noise.LinearNoise):
-    raise TypeError(f"noise must be a linear_noise.LinearNoise (DP-FTRL's "
-                    f"tree: a tree_noise.TreeNoise), got "
-                    f"{type(noise).__name__}.")
+  noise = linear_noise.as_linear_noise(noise)
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   delta = validation.as_open_unit(delta, "delta")
-  per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
+  noise.epochs(rounds_per_epoch)   # one block per epoch, or a clear error
   mask = np.asarray(inserted)
   if mask.dtype != bool or mask.ndim != 1 or not mask.any():
     raise ValueError(f"inserted must be a 1-D Boolean array with at least "
@@ -134,12 +122,9 @@ def tree_targets(noise: linear_noise.LinearNoise, schedule: npt.ArrayLike,
     raise ValueError(f"schedule must be [candidates, rounds] with "
                      f"{mask.size} candidates (inserted's), got shape "
                      f"{a.shape}.")
-  covariance = noise.covariance
-  epochs = tree_statistics.epoch_matrix(noise.num_rounds, per)
-  mu_j = tree_statistics.schedule_mu(a[mask], covariance, noise_multiplier=z)
-  node = noise.release_mu(z, epochs)
-  worst = tree_statistics.worst_case_mu(covariance, epochs,
-                                        noise_multiplier=z)
+  mu_j = gls_statistics.schedule_mu(a[mask], noise, noise_multiplier=z)
+  node = noise.release_mu(z)
+  worst = noise.worst_case_mu(z)
   rounds = (a[mask] != 0).sum(axis=1)
   final = float(rounds.mean()) / (z * math.sqrt(noise.final_variance()))
   schedules = float(mu_j.mean())

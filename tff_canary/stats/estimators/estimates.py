@@ -69,11 +69,6 @@ _STD_GRID_PAIRED = 11
 _MEAN_GRID = 5
 
 
-def _check_common(delta, confidence):
-  return (validation.as_open_unit(delta, "delta"),
-          validation.as_open_unit(confidence, "confidence"))
-
-
 def _mean_interval(x, level):
   """t-interval of the mean at `level`."""
   half = (stats.t.ppf(0.5 + level / 2.0, x.size - 1) * x.std(ddof=1)
@@ -150,7 +145,7 @@ def epsilon_final(inserted: npt.ArrayLike, *, dim: int, delta: float,
   x = validation.as_cosines(inserted, "inserted")
   dim = validation.as_dim(dim)
   method = validation.as_choice(method, "method", METHODS)
-  delta, confidence = _check_common(delta, confidence)
+  delta, confidence = validation.as_levels(delta, confidence)
   validation.check_spread(x, "inserted")
 
   n = x.size
@@ -220,7 +215,7 @@ def epsilon_all(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
   """
   x = validation.as_cosines(inserted, "inserted")
   y = validation.as_cosines(held_out, "held_out")
-  delta, confidence = _check_common(delta, confidence)
+  delta, confidence = validation.as_levels(delta, confidence)
   validation.check_spread(x, "inserted")
   validation.check_spread(y, "held_out")
 

@@ -217,8 +217,7 @@ def epsilon_all_max_model(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
   y = validation.as_cosines(held_out, "held_out")
   num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
   counts = _check_participation(inserted_participation, x.size, num_rounds)
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   validation.check_spread(x, "inserted")
   validation.check_spread(y, "held_out")
 

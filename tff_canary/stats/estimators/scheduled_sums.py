@@ -60,7 +60,7 @@ canaries their mean and variance against N(0, 1).
 
 The variance check. Under the model an inserted T_j is N(s m_j, sigma_0^2):
 its mean is a known shape m_j times one scale s (sqrt(P_j) with unequal
-participations; `tree_statistics.schedule_mu` in DP-FTRL, where schedules
+participations; `gls_statistics.schedule_mu` in DP-FTRL, where schedules
 differ in what they reveal), its variance the null's. So the inserted T's
 variance is sigma_0^2 + s^2 Var(m_j), not sigma_0^2, when the m_j differ.
 Given the shape (`inserted_mu`), the check fits a + s m_j by least squares
@@ -218,13 +218,7 @@ def scheduled_statistic(cosines: npt.ArrayLike, schedule: npt.ArrayLike, *,
     raise ValueError(f"cosines must be a 2-D array of numbers [canaries, "
                      f"rounds], got shape {x.shape} and dtype {x.dtype}.")
   validation.as_cosines(x.ravel(), "cosines", min_size=1)
-  mask = np.asarray(schedule)
-  if mask.dtype != bool:
-    raise TypeError(f"schedule must be a Boolean array, got dtype "
-                    f"{mask.dtype}.")
-  if mask.shape != x.shape:
-    raise ValueError(f"schedule has shape {mask.shape} but cosines has "
-                     f"{x.shape}; give one flag per canary and round.")
+  mask = validation.as_mask(schedule, "schedule", x.shape, "cosines")
   counts = mask.sum(axis=1)
   if (counts == 0).any():
     index = int(np.flatnonzero(counts == 0)[0])
@@ -287,7 +281,7 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
     delta: the delta at which epsilon is computed, in (0, 1).
     confidence: level of the interval, in (0, 1).
     inserted_mu: each inserted canary's mean T under the model, up to one
-      common scale (`tree_statistics.schedule_mu`; sqrt(P_j)), one per
+      common scale (`gls_statistics.schedule_mu`; sqrt(P_j)), one per
       inserted_T, or None when the means are equal. Only the variance check
       uses it (module docstring): the estimate is of the mean mu.
 
@@ -302,8 +296,7 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
   x = validation.as_sample(inserted_T, "inserted_T")
   y = (None if held_out_T is None else
        validation.as_sample(held_out_T, "held_out_T"))
-  delta = validation.as_open_unit(delta, "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  delta, confidence = validation.as_levels(delta, confidence)
   validation.check_spread(x, "inserted_T")
   shape = None
   if inserted_mu is not None:

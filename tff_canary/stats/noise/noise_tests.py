@@ -51,6 +51,7 @@ import typing
 from typing import Literal, Sequence
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 from tff_canary.stats.estimators import null_law
@@ -82,14 +83,6 @@ def zero_tests(raw_rounds: Rounds, stds: Sequence[float]) -> list[Row]:
   return rows
 
 
-def _two_sided_cosine(cosine: float, dim: int) -> float:
-  """P(|T| >= |cosine|) under the exact null law of docs/method/null-law.md."""
-  if dim < 2:
-    return 1.0
-  cosine = min(1.0, abs(float(cosine)))
-  return float(min(1.0, 2.0 * null_law.CosineNull(dim).sf(cosine)))
-
-
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
   # einsum's own loop: BLAS dot threads, and on a busy machine was 20x slower.
   return float(np.einsum("i,i->", a, b))
@@ -102,8 +95,18 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
   return float(_dot(a, b) / math.sqrt(na * nb))
 
 
-def _normal_two_sided(z: float) -> float:
-  return float(2.0 * stats.norm.sf(abs(z)))
+def _normal_rows(family: Family, totals: list[tuple[str, float, int]],
+                 describe) -> list[Row]:
+  """family[label] for each (label, s, n) of `totals`: the score s / sqrt(n),
+  N(0, 1) under correct noise (two-sided p); describe(s, n, score) says what
+  was measured."""
+  rows = []
+  for label, s, n in totals:
+    score = s / math.sqrt(n)
+    name = f"{family}[{label}]"
+    rows.append((name, family, score, float(2.0 * stats.norm.sf(abs(score))),
+                 f"{name}: {describe(s, n, score)}"))
+  return rows
 
 
 def _variance_test(name, sum_sq, count, what):
@@ -138,20 +141,13 @@ def variance_tests(z: Rounds, names: Sequence[str],
 def mean_tests(z: Rounds, names: Sequence[str],
                sizes: Sequence[int]) -> list[Row]:
   """mean[tensor] and mean[all]."""
-  out, total = [], 0.0
-  for k, name in enumerate(names):
-    s = sum(float(r[k].sum()) for r in z)
-    total += s
-    score = s / math.sqrt(sizes[k] * len(z))
-    out.append((f"mean[{name}]", "mean", score, _normal_two_sided(score),
-                f"mean[{name}]: mean of the standardized noise is {score:.3g} "
-                "standard errors from 0"))
+  totals = [(name, sum(float(r[k].sum()) for r in z), sizes[k] * len(z))
+            for k, name in enumerate(names)]
   if len(names) > 1:
-    score = total / math.sqrt(sum(sizes) * len(z))
-    out.append(("mean[all]", "mean", score, _normal_two_sided(score),
-                f"mean[all]: mean of the standardized noise is {score:.3g} "
-                "standard errors from 0"))
-  return out
+    totals.append(("all", sum(t[1] for t in totals), sum(sizes) * len(z)))
+  return _normal_rows("mean", totals, lambda s, n, score: (
+      f"mean of the standardized noise is {score:.3g} standard errors "
+      "from 0"))
 
 
 def prefix_tests(z: Rounds, names: Sequence[str],
@@ -168,7 +164,7 @@ def prefix_tests(z: Rounds, names: Sequence[str],
       b = np.concatenate([r[k][:m] for r in z])
       cos = _cosine(a, b)
       name = f"prefix[{names[j]},{names[k]}]"
-      out.append((name, "prefix", cos, _two_sided_cosine(cos, dim),
+      out.append((name, "prefix", cos, float(_two_sided_cosines(cos, dim)),
                   f"{name}: the first {m} values of {names[j]} and "
                   f"{names[k]} have cosine {cos:.4g} over {len(z)} rounds "
                   "(1 means one tensor's noise is a prefix of the other's)"))
@@ -185,8 +181,10 @@ def _pair_cosines(rows: list[np.ndarray]) -> np.ndarray:
   return np.where(np.outer(norms, norms) > 0.0, cos, 0.0)
 
 
-def _two_sided_cosines(cosines: np.ndarray, dim: int) -> np.ndarray:
-  """`_two_sided_cosine` of many cosines at one dimension."""
+def _two_sided_cosines(cosines: npt.ArrayLike, dim: int) -> np.ndarray:
+  """P(|T| >= |cosine|) of each cosine under the exact null law of
+  docs/method/null-law.md in dimension `dim`."""
+  cosines = np.asarray(cosines, dtype=np.float64)
   if dim < 2:
     return np.ones_like(cosines)
   tail = null_law.CosineNull(dim).sf(np.minimum(1.0, np.abs(cosines)))
@@ -205,57 +203,39 @@ def rounds_tests(z: Rounds, names: Sequence[str],
   if not pairs:
     return []
   first, second = np.array(pairs).T
-  per_tensor = {}
-  for k, name in enumerate(names):
-    if sizes[k] >= 2:
-      cos = _pair_cosines([z[r][k] for r in range(num_rounds)])[first, second]
-      per_tensor[k] = (cos, _two_sided_cosines(cos, sizes[k]))
-  whole = None
+  # (label, dimension, one vector per round, what the cosine is between).
+  series = [(name, sizes[k], [r[k] for r in z], f"{name}'s noise in")
+            for k, name in enumerate(names) if sizes[k] >= 2]
   if len(names) > 1:
-    cos = _pair_cosines([np.concatenate(z[r]) for r in range(num_rounds)])
-    cos = cos[first, second]
-    whole = (cos, _two_sided_cosines(cos, sum(sizes)))
+    series.append(("all", sum(sizes), [np.concatenate(r) for r in z],
+                   "the whole noise of"))
+  scored = []
+  for label, dim, vectors, what in series:
+    cos = _pair_cosines(vectors)[first, second]
+    scored.append((label, what, cos, _two_sided_cosines(cos, dim)))
   out = []
   for i, (s, t) in enumerate(pairs):
-    for k, name in enumerate(names):
-      if k not in per_tensor:
-        continue
-      cos, p = float(per_tensor[k][0][i]), float(per_tensor[k][1][i])
-      test = f"rounds[{name}:{s},{t}]"
-      out.append((test, "rounds", cos, p,
-                  f"{test}: {name}'s noise in rounds {s} and {t} has cosine "
-                  f"{cos:.4g} (1 means the same noise)"))
-    if whole is not None:
-      cos, p = float(whole[0][i]), float(whole[1][i])
-      test = f"rounds[all:{s},{t}]"
-      out.append((test, "rounds", cos, p,
-                  f"{test}: the whole noise of rounds {s} and {t} has "
-                  f"cosine {cos:.4g} (1 means the same noise)"))
+    for label, what, cos, p in scored:
+      test = f"rounds[{label}:{s},{t}]"
+      out.append((test, "rounds", float(cos[i]), float(p[i]),
+                  f"{test}: {what} rounds {s} and {t} has cosine "
+                  f"{float(cos[i]):.4g} (1 means the same noise)"))
   return out
 
 
 def lag1_tests(z: Rounds, names: Sequence[str],
                sizes: Sequence[int]) -> list[Row]:
   """lag1[tensor] and lag1[all], where there are enough pairs."""
-  out, total, total_pairs = [], 0.0, 0
-  for k, name in enumerate(names):
-    pairs = (sizes[k] - 1) * len(z)
-    if pairs == 0:
-      continue
-    s = sum(float(_dot(r[k][:-1], r[k][1:])) for r in z)
-    total += s
-    total_pairs += pairs
-    if pairs >= MIN_LAG_PAIRS:
-      score = s / math.sqrt(pairs)
-      out.append((f"lag1[{name}]", "lag1", score, _normal_two_sided(score),
-                  f"lag1[{name}]: neighbouring values correlate at "
-                  f"{s / pairs:.3g} ({score:.3g} standard errors)"))
-  if total_pairs >= MIN_LAG_PAIRS and len(names) > 1:
-    score = total / math.sqrt(total_pairs)
-    out.append(("lag1[all]", "lag1", score, _normal_two_sided(score),
-                f"lag1[all]: neighbouring values correlate at "
-                f"{total / total_pairs:.3g} ({score:.3g} standard errors)"))
-  return out
+  totals = [(name, sum(float(_dot(r[k][:-1], r[k][1:])) for r in z),
+             (sizes[k] - 1) * len(z)) for k, name in enumerate(names)
+            if sizes[k] > 1]
+  all_pairs = sum(t[2] for t in totals)
+  tested = [t for t in totals if t[2] >= MIN_LAG_PAIRS]
+  if all_pairs >= MIN_LAG_PAIRS and len(names) > 1:
+    tested.append(("all", sum(t[1] for t in totals), all_pairs))
+  return _normal_rows("lag1", tested, lambda s, n, score: (
+      f"neighbouring values correlate at {s / n:.3g} ({score:.3g} standard "
+      "errors)"))
 
 
 def reuse_test(raw_rounds: Rounds, names: Sequence[str],

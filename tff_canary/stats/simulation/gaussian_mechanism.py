@@ -164,39 +164,31 @@ def simulate(*,
   """
   dim, noise_std, seed, simulator, block_size = _check_common(
       dim, noise_std, seed, simulator, block_size)
-  num_inserted = validation.as_int(num_inserted, "num_inserted", minimum=0)
-  num_held_out = validation.as_int(num_held_out, "num_held_out", minimum=0)
-  if num_inserted + num_held_out == 0:
-    raise ValueError("num_inserted + num_held_out must be at least 1, got "
-                     "num_inserted=0 and num_held_out=0.")
-  if not isinstance(remove_known_canaries, (bool, np.bool_)):
-    raise TypeError(f"remove_known_canaries must be a bool, got "
-                    f"{validation.show(remove_known_canaries)}.")
-  remove_known_canaries = bool(remove_known_canaries)
+  num_inserted, num_held_out, remove_known_canaries = _check_canaries(
+      num_inserted, num_held_out, remove_known_canaries)
   _check_output_nonzero(num_inserted, noise_std)
   if simulator == "fast":
     _check_fast_dim(dim, num_inserted, "num_inserted")
     inserted, held_out, norm, noise = _fast_cosines(
         dim, num_inserted, num_held_out, noise_std, seed)
-    if remove_known_canaries:
+    if remove_known_canaries and noise_std == 0.0:
       # Held-out cosines with rho and with sigma z both have the exact null
       # law, independent of the inserted ones (`_fast_cosines`); the same
-      # draws serve for either (they are 0 when sigma z = 0).
-      held_out = held_out if noise_std > 0.0 else np.zeros(num_held_out)
+      # draws serve for either, but they are 0 when sigma z = 0.
+      held_out = np.zeros(num_held_out)
   else:
     index = np.arange(num_inserted + num_held_out)
     cosines, norm, noise = _brute_cosines(dim, index[:num_inserted], index,
                                           noise_std, seed, block_size)
     inserted, held_out = cosines[:num_inserted], cosines[num_inserted:]
-    if remove_known_canaries:
-      held_out = known_canaries.corrected_cosines(
-          noise_std * noise.norm * noise.dots[num_inserted:],
-          noise_std * noise.norm, 1.0, False)
   if remove_known_canaries:
-    # c_j . (sigma z) and |sigma z|: the residual a' = rho - sum_i c_i.
-    inserted = known_canaries.corrected_cosines(
-        noise_std * noise.norm * noise.dots[:num_inserted],
-        noise_std * noise.norm, 1.0, True)
+    # c_j . (sigma z) and |sigma z|: the residual a' = rho - sum_i c_i (brute:
+    # every canary; fast: the inserted ones).
+    corrected = known_canaries.corrected_cosines(
+        noise_std * noise.norm * noise.dots, noise_std * noise.norm, 1.0,
+        np.arange(noise.dots.size) < num_inserted)
+    inserted = corrected[:num_inserted]
+    held_out = held_out if simulator == "fast" else corrected[num_inserted:]
   return GaussianMechanismRun(
       dim=dim, num_inserted=num_inserted, num_held_out=num_held_out,
       noise_std=noise_std, seed=seed, simulator=simulator,
@@ -237,7 +229,7 @@ def simulate_coin(*,
       dim, noise_std, seed, simulator, block_size)
   num_candidates = validation.as_int(num_candidates, "num_candidates",
                                      minimum=1)
-  mask = np.random.default_rng([seed, _TAG_COIN]).random(num_candidates) < 0.5
+  mask = _coins(seed, num_candidates)
   num_inserted = int(mask.sum())
   _check_output_nonzero(num_inserted, noise_std)
   if simulator == "fast":
@@ -245,8 +237,7 @@ def simulate_coin(*,
     inserted, held_out, norm, _ = _fast_cosines(
         dim, num_inserted, num_candidates - num_inserted, noise_std, seed)
     statistics = np.empty(num_candidates)
-    statistics[mask] = inserted
-    statistics[~mask] = held_out
+    statistics[mask], statistics[~mask] = inserted, held_out
   else:
     statistics, norm, _ = _brute_cosines(dim, np.flatnonzero(mask),
                                       np.arange(num_candidates), noise_std,
@@ -265,6 +256,33 @@ def _check_common(dim, noise_std, seed, simulator, block_size):
   if block_size is not None:
     block_size = validation.as_int(block_size, "block_size", minimum=1)
   return dim, noise_std, seed, simulator, block_size
+
+
+def null_cosines(dim: int, shape: tuple[int, ...] | int,
+                 rng: np.random.Generator) -> np.ndarray:
+  """Draws of the exact null law of docs/method/null-law.md: cos(c, v), c uniform on S^{d-1}.
+
+  Rotating v to e_1, cos = y / sqrt(y^2 + q) with y ~ N(0, 1) and q ~
+  chi2(d - 1) independent (no cancellation at any d).
+  """
+  y = rng.standard_normal(shape)
+  q = rng.chisquare(dim - 1, shape)
+  return y / np.sqrt(y * y + q)
+
+
+def _check_canaries(num_inserted, num_held_out, remove_known_canaries):
+  """The arguments `simulate` shares with `orthogonal_mechanism.simulate`."""
+  num_inserted = validation.as_int(num_inserted, "num_inserted", minimum=0)
+  num_held_out = validation.as_int(num_held_out, "num_held_out", minimum=0)
+  if num_inserted + num_held_out == 0:
+    raise ValueError("num_inserted + num_held_out must be at least 1, got "
+                     "num_inserted=0 and num_held_out=0.")
+  return num_inserted, num_held_out, validation.as_bool(
+      remove_known_canaries, "remove_known_canaries")
+
+
+def _coins(seed: int, size: int) -> np.ndarray:  # also orthogonal_mechanism's
+  return np.random.default_rng([seed, _TAG_COIN]).random(size) < 0.5
 
 
 def _check_output_nonzero(num_inserted: int, noise_std: float) -> None:
@@ -317,8 +335,7 @@ def _brute_cosines(dim: int, inserted_index: np.ndarray, index: np.ndarray,
                                 seed)
     rho += (block / norms[:, None]).sum(axis=0)
   rho_norm = float(np.linalg.norm(rho))
-  cosines = np.empty(index.size)
-  noise_dots = np.empty(index.size)
+  cosines, noise_dots = np.empty(index.size), np.empty(index.size)
   for start in range(0, index.size, block_size):
     block, norms = _brute_block(dim, index[start:start + block_size], seed)
     cosines[start:start + block_size] = (block @ rho) / (norms * rho_norm)
@@ -370,11 +387,9 @@ def _fast_cosines(dim: int, num_inserted: int, num_held_out: int,
 
   Held-out canaries are independent of rho, so by rotation invariance their
   cosines are i.i.d. with the null law of docs/method/null-law.md, and independent of the
-  inserted cosines. (In the Bartlett factor of [z, g, h_1, ..., h_k'] the rows
-  of h have k + 1 N(0, 1) coordinates in the span of rho, and the rest of their
-  squared norm is chi2(d - k - 1), independently.) Rotating rho to e_1, the
-  cosine of h ~ N(0, I_d) is y / sqrt(y^2 + q) with y ~ N(0, 1) and
-  q ~ chi2(d - 1) independent; this form has no cancellation at any d. So
+  inserted cosines (`null_cosines`). (In the Bartlett factor of [z, g, h_1,
+  ..., h_k'] the rows of h have k + 1 N(0, 1) coordinates in the span of rho,
+  and the rest of their squared norm is chi2(d - k - 1), independently.) So
   inserted canaries cost O(k^2) and held-out ones O(1) each, and only the
   inserted ones need d >= k + 1.
 
@@ -399,9 +414,7 @@ def _fast_cosines(dim: int, num_inserted: int, num_held_out: int,
     u[:stop] += (rows / np.linalg.norm(rows, axis=1)[:, None]).sum(axis=0)
   norm = float(np.linalg.norm(u))
   # Pass 2: <l_j, u> / |u|.
-  inserted = np.empty(num_inserted)
-  noise_dots = np.empty(num_inserted)
-  z_norm = 0.0
+  inserted, noise_dots = np.empty(num_inserted), np.empty(num_inserted)
   for block in range(num_blocks):
     start, rows = _bartlett_block(dim, size, seed, block)
     stop = start + rows.shape[0]
@@ -412,10 +425,8 @@ def _fast_cosines(dim: int, num_inserted: int, num_held_out: int,
     cosines = (rows @ u[:rows.shape[1]]) / (row_norms * norm)
     inserted[start - 1:stop - 1] = cosines
     noise_dots[start - 1:stop - 1] = rows[:, 0] / row_norms
-  rng = np.random.default_rng([seed, _TAG_NULL])
-  y = rng.standard_normal(num_held_out)
-  q = rng.chisquare(dim - 1, num_held_out)
-  held_out = y / np.sqrt(y * y + q)
+  held_out = null_cosines(dim, num_held_out,
+                          np.random.default_rng([seed, _TAG_NULL]))
   return (np.clip(inserted, -1.0, 1.0), held_out, norm,
           _Noise(np.clip(noise_dots, -1.0, 1.0), z_norm))
 

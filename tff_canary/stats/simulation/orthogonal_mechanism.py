@@ -71,8 +71,8 @@ from tff_canary.stats import validation
 # The simulator name recorded in the results.
 SIMULATOR = "orthogonal"
 
-# Tags of the independent random streams derived from one seed.
-_TAG_COIN = gaussian_mechanism._TAG_COIN  # pylint: disable=protected-access
+# Tags of the independent random streams derived from one seed (the coins are
+# `gaussian_mechanism`'s).
 _TAG_SCORES = 10     # the g_j (per round: rows of a [rounds, m] matrix).
 _TAG_REST = 11       # chi2(d - m) of each round.
 _TAG_SCHEDULE = 12   # the candidates' schedules.
@@ -117,9 +117,7 @@ def effective_dim(dim: int, num_inserted: int) -> int:
   """
   dim = validation.as_dim(dim, "dim")
   num_inserted = validation.as_int(num_inserted, "num_inserted", minimum=0)
-  if num_inserted > dim:
-    raise ValueError(f"num_inserted must be at most dim={dim}, got "
-                     f"{num_inserted}.")
+  _check_fits(dim, num_inserted, "num_inserted")
   return dim - num_inserted + 1
 
 
@@ -152,22 +150,14 @@ def simulate(*,
     TypeError, ValueError: for a bad argument, naming it.
   """
   dim, noise_std, seed = _check_common(dim, noise_std, seed)
-  num_inserted = validation.as_int(num_inserted, "num_inserted", minimum=0)
-  num_held_out = validation.as_int(num_held_out, "num_held_out", minimum=0)
-  if num_inserted + num_held_out == 0:
-    raise ValueError("num_inserted + num_held_out must be at least 1, got "
-                     "num_inserted=0 and num_held_out=0.")
+  num_inserted, num_held_out, remove_known_canaries = (
+      gaussian_mechanism._check_canaries(  # pylint: disable=protected-access
+          num_inserted, num_held_out, remove_known_canaries))
   _check_fits(dim, num_inserted + num_held_out,
               "num_inserted + num_held_out")
-  if not isinstance(remove_known_canaries, (bool, np.bool_)):
-    raise TypeError(f"remove_known_canaries must be a bool, got "
-                    f"{validation.show(remove_known_canaries)}.")
-  remove_known_canaries = bool(remove_known_canaries)
-  mask = np.zeros(num_inserted + num_held_out, bool)
-  mask[:num_inserted] = True
-  g, rest = _draw(dim, mask.size, noise_std, seed, 1)
-  cosines, norm = _cosines(g[0], rest[0], mask, noise_std,
-                           remove_known_canaries)
+  mask = np.arange(num_inserted + num_held_out) < num_inserted
+  cosines, norm = _one_round(dim, mask, noise_std, seed,
+                             remove_known_canaries)
   return gaussian_mechanism.GaussianMechanismRun(
       dim=dim, num_inserted=num_inserted, num_held_out=num_held_out,
       noise_std=noise_std, seed=seed, simulator=SIMULATOR, block_size=None,
@@ -194,13 +184,9 @@ def simulate_coin(*, dim: int, num_candidates: int, noise_std: float,
   Raises:
     TypeError, ValueError: for a bad argument, naming it.
   """
-  dim, noise_std, seed = _check_common(dim, noise_std, seed)
-  num_candidates = validation.as_int(num_candidates, "num_candidates",
-                                     minimum=1)
-  _check_fits(dim, num_candidates, "num_candidates")
-  mask = _coins(seed, num_candidates)
-  g, rest = _draw(dim, num_candidates, noise_std, seed, 1)
-  cosines, norm = _cosines(g[0], rest[0], mask, noise_std, True)
+  dim, noise_std, seed, num_candidates, mask = _check_common(
+      dim, noise_std, seed, num_candidates)
+  cosines, norm = _one_round(dim, mask, noise_std, seed, True)
   return gaussian_mechanism.CoinRun(
       dim=dim, num_candidates=num_candidates, noise_std=noise_std, seed=seed,
       simulator=SIMULATOR, block_size=None, statistics=_frozen(cosines),
@@ -232,17 +218,14 @@ def simulate_scheduled(*, dim: int, num_candidates: int, num_rounds: int,
   Raises:
     TypeError, ValueError: for a bad argument, naming it.
   """
-  dim, noise_std, seed = _check_common(dim, noise_std, seed)
-  num_candidates = validation.as_int(num_candidates, "num_candidates",
-                                     minimum=1)
-  _check_fits(dim, num_candidates, "num_candidates")
+  dim, noise_std, seed, num_candidates, mask = _check_common(
+      dim, noise_std, seed, num_candidates)
   num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
   participations = validation.as_int(participations, "participations",
                                      minimum=1)
   if participations > num_rounds:
     raise ValueError(f"participations must be at most num_rounds="
                      f"{num_rounds} (distinct rounds), got {participations}.")
-  mask = _coins(seed, num_candidates)
   # P distinct rounds per candidate: the first P of a random permutation
   # (argsort of uniforms: every P-subset equally likely).
   keys = np.random.default_rng([seed, _TAG_SCHEDULE]).random(
@@ -252,7 +235,7 @@ def simulate_scheduled(*, dim: int, num_candidates: int, num_rounds: int,
   scheduled[np.arange(num_candidates)[:, None], schedule] = True
   own = scheduled & mask[:, None]  # [m, R]: j inserted in round r
   g, rest = _draw(dim, num_candidates, noise_std, seed, num_rounds)
-  x = _round_cosines(g, rest, own.T, noise_std)  # [R, m]
+  x = _round_cosines(g, rest, own.T)  # [R, m]
   total = np.where(scheduled.T, x, 0.0).sum(axis=0)
   statistics = np.sqrt(dim / participations) * total
   return ScheduledRun(
@@ -262,20 +245,24 @@ def simulate_scheduled(*, dim: int, num_candidates: int, num_rounds: int,
       max_cosines=_frozen(x.max(axis=0)), schedule=_frozen(schedule))
 
 
-def _check_common(dim, noise_std, seed):
-  return (validation.as_dim(dim, "dim"),
-          validation.as_positive(noise_std, "noise_std"),
-          validation.as_int(seed, "seed", minimum=0))
+def _check_common(dim, noise_std, seed, num_candidates=None):
+  """The checked common arguments; with `num_candidates`, it and the coins."""
+  checked = (validation.as_dim(dim, "dim"),
+             validation.as_positive(noise_std, "noise_std"),
+             validation.as_int(seed, "seed", minimum=0))
+  if num_candidates is None:
+    return checked
+  num_candidates = validation.as_int(num_candidates, "num_candidates",
+                                     minimum=1)
+  _check_fits(checked[0], num_candidates, "num_candidates")
+  coins = gaussian_mechanism._coins  # pylint: disable=protected-access
+  return checked + (num_candidates, coins(checked[2], num_candidates))
 
 
 def _check_fits(dim: int, count: int, what: str) -> None:
   if count > dim:
     raise ValueError(f"{what} must be at most dim={dim} (at most d "
                      f"orthonormal canaries fit in R^d), got {count}.")
-
-
-def _coins(seed: int, size: int) -> np.ndarray:
-  return np.random.default_rng([seed, _TAG_COIN]).random(size) < 0.5
 
 
 def _draw(dim: int, size: int, noise_std: float, seed: int,
@@ -292,8 +279,8 @@ def _draw(dim: int, size: int, noise_std: float, seed: int,
   return noise_std * g, noise_std**2 * rest
 
 
-def _round_cosines(noise: np.ndarray, rest: np.ndarray, own: np.ndarray,
-                   noise_std: float) -> np.ndarray:
+def _round_cosines(noise: np.ndarray, rest: np.ndarray,
+                   own: np.ndarray) -> np.ndarray:
   """The removal cosines (1) of every candidate in every round.
 
   noise [R, m] holds sigma g_{j,r}, rest [R] sigma^2 chi2(d - m), own [R, m]
@@ -302,26 +289,21 @@ def _round_cosines(noise: np.ndarray, rest: np.ndarray, own: np.ndarray,
   plus rest, with s_j^2 added back for an inserted j: a sum of squares, never
   a difference.
   """
-  del noise_std  # in `noise` and `rest` already
   scores = noise + own
   residual = np.where(own, 0.0, noise * noise).sum(axis=1) + rest
   squared = residual[:, None] + np.where(own, scores * scores, 0.0)
   return scores / np.sqrt(squared)
 
 
-def _cosines(noise: np.ndarray, rest: float, mask: np.ndarray,
-             noise_std: float, remove: bool) -> tuple[np.ndarray, float]:
+def _one_round(dim: int, mask: np.ndarray, noise_std: float, seed: int,
+               remove: bool) -> tuple[np.ndarray, float]:
   """One round's cosines (removal (1) or plain) and |rho|."""
-  scores = noise + mask
-  norm = float(np.sqrt(np.sum(scores * scores) + rest))
-  if not remove:
-    return np.clip(scores / norm, -1.0, 1.0), norm
-  cosines = _round_cosines(noise[None], np.array([rest]), mask[None],
-                           noise_std)[0]
+  noise, rest = _draw(dim, mask.size, noise_std, seed, 1)
+  scores = noise[0] + mask
+  norm = float(np.sqrt(np.sum(scores * scores) + rest[0]))
+  cosines = _round_cosines(noise, rest, mask[None])[0] if remove else (
+      scores / norm)
   return np.clip(cosines, -1.0, 1.0), norm
 
 
-def _frozen(array: np.ndarray) -> np.ndarray:
-  array = np.ascontiguousarray(array)
-  array.setflags(write=False)
-  return array
+_frozen = gaussian_mechanism._frozen  # pylint: disable=protected-access

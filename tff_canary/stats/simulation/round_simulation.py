@@ -33,6 +33,7 @@ import dataclasses
 import numpy as np
 
 from tff_canary.stats.simulation import gaussian_mechanism
+from tff_canary.stats.simulation.gaussian_mechanism import null_cosines
 from tff_canary.stats import validation
 
 # Tags of the random streams derived from the seed.
@@ -67,18 +68,6 @@ class RoundsRun:
   inserted: np.ndarray
   held_out: np.ndarray
   inserted_own: np.ndarray
-
-
-def null_cosines(dim: int, shape: tuple[int, ...],
-                 rng: np.random.Generator) -> np.ndarray:
-  """Draws of the exact null law of docs/method/null-law.md: cos(c, v), c uniform on S^{d-1}.
-
-  Rotating v to e_1, cos = y / sqrt(y^2 + q) with y ~ N(0, 1) and q ~
-  chi2(d - 1) independent (no cancellation at any d).
-  """
-  y = rng.standard_normal(shape)
-  q = rng.chisquare(dim - 1, shape)
-  return y / np.sqrt(y * y + q)
 
 
 def simulate_rounds(*,

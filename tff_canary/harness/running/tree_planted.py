@@ -1,0 +1,206 @@
+"""DP-FTRL's planted-bug runs: the tree's `PlantedBugs`.
+
+The TFF counterpart of `tff_canary.stats.correlated.tree_simulation` (and
+of bench/ftrl_audit.py), through `planted_bug_runs.run`. A run is a
+`TreeBugRunConfig`: no model is trained; a `CanaryDPFactory` tree
+aggregation (`planted_tree_bugs.PlantedTreeAggregation`, the tree restarted
+after every epoch of `rounds_per_epoch` rounds, a fixed `noise_seed`) runs
+as a TFF aggregation process on a float32 vector of `dim` values for
+`num_rounds` rounds (whole epochs). Each round `clients_per_round` clients
+send independent zero-mean Gaussian values of norm about `client_scale` x
+sqrt(dim), above the clip, so the query clips them to C (`l2_clip`); their
+component along a canary is O(C / sqrt(dim)) per client and round,
+independent across rounds.
+
+Canaries: `num_candidates` orthogonal candidates, each inserted by a fair
+coin, every candidate scheduled once per epoch (`schedules.ShuffledEpochs`;
+held-out candidates get the schedules they would have had). With the bug
+"double_participation" the run's canaries have the schedule
+`planted_tree_bugs.TwicePerEpoch` (the same round plus a second one in every
+epoch) while the audit is told `ShuffledEpochs`. Each round reports every
+candidate's score u_{j,t} (`tree_factory`: units of the node noise), the
+[candidates, rounds] array the run observes.
+
+The noise self-test (`tree_noise_check.check_tree_noise`) runs the run's
+aggregation (with the bug, with no canaries and another noise seed) for the
+same rounds on zero values. The audit is `tree_audit.audit_ftrl` on the
+scores, the told schedule, the coins, the CLAIMED tree (`TreeAggregation.
+noise`, the correct one) and the self-test's noise: three checks at
+family-wise level `level` (self-test, contribution, bounds) against the
+claimed epsilon of the node release (`tree_accounting.tree_epsilons`, one
+tree per epoch); its bounds make the table's columns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_canary.federated.audit import planted_tree_bugs
+from tff_canary.federated.audit import tree_noise_check
+from tff_canary.federated.insertion import factory
+from tff_canary.federated.insertion import measurement_keys
+from tff_canary.harness.running import planted_bug_runs
+from tff_canary.stats import validation
+from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import schedules
+from tff_canary.stats.correlated import tree_accounting
+from tff_canary.stats.correlated import tree_audit
+from tff_canary.stats.correlated import tree_simulation
+
+# A noise seed's node keys are [s + k L + i] (tree_factory): the self-test's
+# process gets keys far from the run's.
+SELF_TEST_SEED_OFFSET = 1_000_003
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeBugRunConfig(planted_bug_runs.BugRunConfig):
+  """One tree run (module docstring): `BugRunConfig`'s bug, seed, claim and
+  canary settings at the tree's sizes, and the tree's own.
+
+  The model's settings (`features`, `hidden`, `classes`,
+  `examples_per_client`, `pool_clients`), `bits`, `canary_norm` and
+  `noise_check_rounds` (the self-test runs `num_rounds` rounds) are unused.
+
+  Attributes:
+    efficient: The efficient tree (tensorflow_privacy's `use_efficient`).
+    rounds_per_epoch: The tree's restart period (one tree per epoch).
+    dim: The size of the aggregated vector.
+    client_scale: The clients' values' per-coordinate std.
+    level: The DP-FTRL audit's family-wise level.
+  """
+
+  mode: str = "server"
+  aggregator: str = "tree"
+  noise_multiplier: float = 1.0
+  clients_per_round: int = 4
+  num_rounds: int = 48
+  num_candidates: int = 512
+  l2_clip: float = 0.5
+  efficient: bool = True
+  rounds_per_epoch: int = 16
+  dim: int = 1024
+  client_scale: float = 0.1
+  level: float = 0.05
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not isinstance(self.efficient, bool):
+      raise TypeError(f"efficient must be a bool, got "
+                      f"{validation.show(self.efficient)}.")
+    if self.bug == "efficient_scale" and not self.efficient:
+      raise ValueError("bug 'efficient_scale' needs efficient=True.")
+    validation.as_positive(self.client_scale, "client_scale")
+    per = validation.as_int(self.rounds_per_epoch, "rounds_per_epoch",
+                            minimum=2)
+    if self.num_rounds % per:
+      raise ValueError(f"num_rounds must be whole epochs of rounds_per_epoch"
+                       f"={per} rounds, got {self.num_rounds}.")
+    validation.as_int(self.dim, "dim", minimum=2)
+    if self.num_candidates > self.dim:
+      raise ValueError(f"num_candidates={self.num_candidates} orthogonal "
+                       f"canaries need dim >= num_candidates, got {self.dim}.")
+    validation.as_open_unit(self.level, "level")
+
+  @property
+  def value_type(self) -> Any:
+    return tff.types.to_type(tff.TensorType(np.float32, [self.dim]))
+
+  def aggregation(self, noise_seed: int
+                  ) -> planted_tree_bugs.PlantedTreeAggregation:
+    """The tree as run: restarted every epoch, with the noise bug if any."""
+    noise_bug = (self.bug if self.bug in planted_tree_bugs.NOISE_BUGS
+                 else "none")
+    return planted_tree_bugs.PlantedTreeAggregation(
+        noise_multiplier=self.noise_multiplier, clip=self.l2_clip,
+        efficient=self.efficient, restart_period=self.rounds_per_epoch,
+        noise_seed=noise_seed, bug=noise_bug)
+
+
+class TreePlanted(planted_bug_runs.PlantedBugs):
+  """DP-FTRL's planted bugs (module docstring)."""
+
+  bugs = tree_simulation.BUGS
+  modes = ("server",)
+  # Aggregation-only runs judged by the DP-FTRL audit: not rows of
+  # experiments/planted_bugs.py (tests/test_tree_bugs_tff.py runs each).
+  table = ()
+  gaussian_claim = False
+  config_type = TreeBugRunConfig
+
+  def canaries(self, config):
+    def canaries(schedule):
+      return planted_bug_runs.coin_canaries(config, schedule, "orthogonal")
+    told = canaries(schedules.ShuffledEpochs(config.num_rounds,
+                                             config.rounds_per_epoch))
+    if config.bug != "double_participation":
+      return told, told
+    return canaries(planted_tree_bugs.TwicePerEpoch(
+        config.num_rounds, config.rounds_per_epoch)), told
+
+  def aggregators(self, config, canaries):
+    """The run's tree with `canaries`; the self-test's with none and its
+    own noise seed (no claimed std: the claim is the tree's noise)."""
+    def tree(seed, given):
+      return factory.CanaryDPFactory(
+          config.aggregation(seed), given,
+          clients_per_round=config.clients_per_round)
+    no_canaries = canary_config.CanaryConfig(
+        seed=config.seed, num_inserted=0, num_held_out=0,
+        schedule=schedules.FixedPresentations(config.num_rounds, 0))
+    return (tree(config.seed, canaries),
+            tree(config.seed + SELF_TEST_SEED_OFFSET, no_canaries), None)
+
+  def observe(self, config, canaries, training):
+    """The [candidates, rounds] scores u_{j,t} (module docstring)."""
+    process = training.create(config.value_type)
+    state = process.initialize()
+    rng = np.random.default_rng([config.seed, 0x7EE])
+    scores = []
+    for _ in range(config.num_rounds):
+      values = [rng.normal(scale=config.client_scale, size=config.dim).astype(
+          np.float32) for _ in range(config.clients_per_round)]
+      output = process.next(state, values)
+      state = output.state
+      scores.append(np.asarray(output.measurements[
+          measurement_keys.TREE_SCORES_KEY], np.float64))
+    return np.stack(scores, axis=1)
+
+  def noise_check(self, config, checked, claimed_std):
+    return tree_noise_check.check_tree_noise(
+        checked, config.value_type, num_rounds=config.num_rounds,
+        num_clients=config.clients_per_round, seed=config.seed)
+
+  def claim(self, config):
+    epochs = config.num_rounds // config.rounds_per_epoch
+    claim = tree_accounting.tree_epsilons(
+        config.noise_multiplier, [config.rounds_per_epoch] * epochs,
+        delta=config.delta)
+    return claim.epsilon, str(claim)
+
+  def judge(self, config, observed, told, claimed_epsilon, check):
+    return tree_audit.audit_ftrl(
+        observed, told.schedule_matrix(), told.inserted,
+        noise=config.aggregation(config.seed).noise(config.num_rounds),
+        rounds_per_epoch=config.rounds_per_epoch,
+        noise_multiplier=config.noise_multiplier, delta=config.delta,
+        self_test_noise=check.noise,
+        self_test_sizes=check.check.tensor_sizes, level=config.level,
+        claimed_epsilon=claimed_epsilon), None
+
+  def bounds(self, verdict):
+    return verdict.bounds
+
+  def verdict_dict(self, verdict):
+    return dict(summary=str(verdict), refuted=verdict.refuted,
+                caught_by=list(verdict.caught_by),
+                bounds=verdict.bounds.as_dict())
+
+
+PLANTED_BUGS = TreePlanted()
+
+__all__ = ["PLANTED_BUGS", "SELF_TEST_SEED_OFFSET", "TreeBugRunConfig",
+           "TreePlanted"]
