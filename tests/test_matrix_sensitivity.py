@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.correlated import tree_noise, tree_statistics
+from tff_canary.stats.correlated import gls_statistics, tree_noise
 from tff_canary.stats.matrix import (analytical, blt, sensitivity,
                                      strategy_noise, toeplitz)
 
@@ -158,8 +158,7 @@ def test_pattern_mu_is_the_gls_mu_of_the_linear_noise(name):
   noise = strategy_noise.strategy_noise(c, n)
   patterns = np.random.default_rng(4).random((20, n)) < 0.3
   patterns[:, 0] = True  # no empty pattern
-  gls = tree_statistics.schedule_mu(patterns, noise.covariance,
-                                    noise_multiplier=z)
+  gls = gls_statistics.schedule_mu(patterns, noise, noise_multiplier=z)
   direct = [strategy_noise.pattern_mu(c, a, noise_multiplier=z)
             for a in patterns]
   np.testing.assert_allclose(gls, direct, rtol=1e-9)
@@ -167,7 +166,7 @@ def test_pattern_mu_is_the_gls_mu_of_the_linear_noise(name):
   # one-participation sensitivity over z.
   single = sensitivity.toeplitz_sensitivity(c, rounds=n, participations=1,
                                             separation=1)
-  assert noise.release_mu(z, np.ones((n, 1), dtype=bool)) == pytest.approx(
+  assert noise.release_mu(z) == pytest.approx(
       single.value / z, rel=1e-9)
 
 
@@ -180,9 +179,8 @@ def test_restarted_strategy_noise_is_block_diagonal_with_per_epoch_accounting():
   assert not noise.released[4:, :4].any() and not noise.released[8:, :8].any()
   # One participation per epoch: each epoch's worst round is its first, with
   # the column norm of C over that epoch's length (4, 4 and 2 rounds).
-  epochs = np.eye(3, dtype=bool)[np.arange(10) // 4]
   norms = [toeplitz.column_norms(c, size)[0] for size in (4, 4, 2)]
-  assert noise.release_mu(z, epochs) == pytest.approx(
+  assert noise.release_mu(z) == pytest.approx(
       np.sqrt(np.sum(np.square(norms))) / z, rel=1e-9)
 
 
@@ -214,20 +212,18 @@ def test_restarted_sensitivity_is_the_per_epoch_worst_round():
   # Round 0 of each of the 4 trees, on a path of h = 5 nodes each.
   assert np.flatnonzero(worst.pattern).tolist() == [0, 16, 32, 48]
   assert worst.value**2 == pytest.approx(4 * 5.0, rel=1e-9)
-  epochs = tree_statistics.epoch_matrix(64, 16)
   for noise in (plain, tree_noise.tree_noise(64, efficient=True,
                                              restart_period=16),
                 strategy_noise.strategy_noise(
                     toeplitz.square_root_coefficients(6), 64,
                     restart_every=16)):
     found = sensitivity.restarted_sensitivity(noise)
-    assert found.value / z == pytest.approx(
-        tree_statistics.worst_case_mu(noise.covariance, epochs,
-                                      noise_multiplier=z), rel=1e-9)
+    assert found.value / z == pytest.approx(noise.worst_case_mu(z),
+                                            rel=1e-9)
     # Canaries on a* have exactly that mu.
     np.testing.assert_allclose(
-        tree_statistics.schedule_mu(found.schedule(2), noise.covariance,
-                                    noise_multiplier=z),
+        gls_statistics.schedule_mu(found.schedule(2), noise,
+                                   noise_multiplier=z),
         found.value / z, rtol=1e-8)
   small = strategy_noise.strategy_noise(toeplitz.square_root_coefficients(3),
                                         12, restart_every=4)
@@ -251,8 +247,8 @@ def test_analytical_epsilon_is_exact_gdp_of_sensitivity_over_z():
       3.0 / worst.value, 1e-5), rel=1e-9)
   # Canaries on the worst-case schedule face exactly the analytical mu.
   noise = strategy_noise.strategy_noise(c, 256)
-  placed = tree_statistics.schedule_mu(worst.schedule(3), noise.covariance,
-                                       noise_multiplier=3.0)
+  placed = gls_statistics.schedule_mu(worst.schedule(3), noise,
+                                      noise_multiplier=3.0)
   np.testing.assert_allclose(placed, claim.mu, rtol=1e-8)
   with pytest.raises(ValueError, match="delta must be strictly between"):
     analytical.matrix_epsilon(worst, noise_multiplier=3.0, delta=1.0)

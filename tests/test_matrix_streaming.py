@@ -10,7 +10,7 @@ the GLS statistic the analytical mu predicts.
 import numpy as np
 import pytest
 
-from tff_canary.stats.correlated import tree_statistics
+from tff_canary.stats.correlated import gls_statistics
 from tff_canary.stats.matrix import (analytical, blt, sensitivity, streaming,
                                      strategy_noise, toeplitz)
 
@@ -68,7 +68,7 @@ def test_a_round_of_the_wrong_shape_is_refused():
 @pytest.mark.parametrize("strategy", ["banded", "blt"])
 def test_canaries_on_the_worst_case_pattern_have_the_analytical_mu(strategy):
   # End to end: the streamed noise (not C^-1 itself), the GLS statistic of
-  # tree_statistics with the strategy's K, and the structural a*. Each of
+  # gls_statistics with the strategy's K, and the structural a*. Each of
   # the 4,000 canaries' scores u_j = a*/z + w_j, w_j streamed from fresh
   # xi_j (the canaries are the noise's coordinates). T_j ~ N(sens/z, 1):
   # its sample mean has SE 1/sqrt(4000) = 0.016 and its sample variance SE
@@ -86,7 +86,7 @@ def test_canaries_on_the_worst_case_pattern_have_the_analytical_mu(strategy):
   claim = analytical.matrix_epsilon(worst, noise_multiplier=z, delta=1e-5)
   fresh = np.random.default_rng(7).normal(size=(n, m))
   scores = worst.schedule(m) / z + streaming.stream(noise, fresh).T
-  statistic = tree_statistics.scheduled_statistic(
-      scores, worst.schedule(m), strategy_noise.strategy_noise(c, n).covariance)
+  statistic = gls_statistics.scheduled_statistic(
+      scores, worst.schedule(m), strategy_noise.strategy_noise(c, n))
   assert abs(statistic.mean() - claim.mu) < 4 * 0.016
   assert abs(statistic.var() - 1.0) < 4 * 0.022

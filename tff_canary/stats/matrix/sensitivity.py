@@ -199,7 +199,7 @@ def restarted_sensitivity(noise: linear_noise.LinearNoise) -> Sensitivity:
   epoch (`strategy_noise.strategy_noise(..., restart_every=E)`): the
   blocks' noises are independent, so K^-1 is block-diagonal and a pattern
   with one round t_e per block has a^T K^-1 a = sum_e (K_e^-1)_{t_e t_e},
-  largest with t_e = argmax of block e's diagonal (`tree_statistics.
+  largest with t_e = argmax of block e's diagonal (`LinearNoise.
   worst_case_mu` is the same value over z). For the plain tree a* is round
   0 of every tree. Exact for any number of rounds.
 
