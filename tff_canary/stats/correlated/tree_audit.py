@@ -312,7 +312,9 @@ class FtrlEstimates:
       N(0, 1) null (wrong when rounds are correlated; shown for contrast).
 
   What each estimates: `tree_targets` (final: the final model's epsilon;
-  scheduled: this run's schedules; max: none, a fit to maxima). The inserted
+  scheduled: this run's schedules, the analytical epsilon when every canary
+  is on the worst-case pattern, `TreeTargets.scheduled_target`; max: none,
+  a fit to maxima). The inserted
   canaries' means differ by schedule, as the targets compute them, so each
   variance check is given that known spread (`epsilon_scheduled`'s
   `inserted_mu`).

@@ -22,7 +22,12 @@ from the largest down, each the exact epsilon at delta of a Gaussian DP mu
     rounds reveal about canary j's drawn schedule a_j. It is what epsilon-all
     by the scheduled statistic T estimates (the mean inserted T is the mean
     mu_j). Not a ceiling: one canary, or one run's draw of schedules, can
-    exceed it; the worst case above is the ceiling.
+    exceed it; the worst case above is the ceiling. With every canary on
+    the worst-case pattern a* (`schedules.SharedRounds`,
+    `tree_simulation.simulate(placement="worst_case")`) mu_j is the worst
+    case's for every canary, and for the plain tree and a square B the
+    analytical mu itself: epsilon-all by T then estimates the analytical
+    epsilon (`TreeTargets.scheduled_target` names which).
 
 Beside them, epsilon-final estimates the final model's own epsilon: the
 final model holds the sum of the rounds, whose canary score is N(P_j / z,
@@ -65,6 +70,11 @@ class TreeTargets:
     largest_schedule_mu: the largest inserted canary's mu_j.
     final_mu, final_epsilon: the final model (the sum of the rounds), mean
       over the inserted canaries.
+    scheduled_target: the name of the epsilon that epsilon-all by T
+      estimates: NODES (the analytical epsilon) when every inserted canary's
+      mu_j is the node release's (the worst-case placement, plain tree or
+      square B), else WORST_CASE when every one is the worst case's (the
+      efficient tree's a*), else SCHEDULES.
   """
 
   delta: float
@@ -78,6 +88,7 @@ class TreeTargets:
   largest_schedule_mu: float
   final_mu: float
   final_epsilon: float
+  scheduled_target: str
 
   def epsilons(self) -> dict[str, float]:
     """The three epsilons of the module docstring, largest first, then the
@@ -132,12 +143,18 @@ def tree_targets(noise: linear_noise.LinearNoise, schedule: npt.ArrayLike,
   def eps(mu):
     return gaussian_accounting.gaussian_epsilon_of_mu(mu, delta)
 
+  def all_at(mu):  # every canary's mu_j is mu, up to rounding
+    return bool(np.all(np.abs(mu_j - mu) <= 1e-9 * mu))
+
+  target = (NODES if all_at(node) else WORST_CASE if all_at(worst)
+            else SCHEDULES)
+
   return TreeTargets(
       delta=delta, noise_multiplier=z, node_mu=node, node_epsilon=eps(node),
       worst_case_mu=worst, worst_case_epsilon=eps(worst),
       schedules_mu=schedules, schedules_epsilon=eps(schedules),
       largest_schedule_mu=float(mu_j.max()), final_mu=final,
-      final_epsilon=eps(final))
+      final_epsilon=eps(final), scheduled_target=target)
 
 
 __all__ = ["FINAL", "NODES", "SCHEDULES", "TreeTargets", "WORST_CASE",

@@ -46,6 +46,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tff_canary.stats.canaries import schedules
 from tff_canary.stats.correlated import linear_noise
 from tff_canary.stats.matrix import toeplitz
 from tff_canary.stats import validation
@@ -90,6 +91,12 @@ class Sensitivity:
     """
     count = validation.as_int(canaries, "canaries", minimum=1)
     return np.tile(self.pattern, (count, 1))
+
+  def as_schedule(self) -> schedules.SharedRounds:
+    """The canaries' schedule that puts every canary on a*
+    (`schedules.SharedRounds`), for a `CanaryConfig`."""
+    return schedules.SharedRounds(
+        self.rounds, tuple(np.flatnonzero(self.pattern).tolist()))
 
   def __str__(self) -> str:
     return (f"sensitivity {self.value:.6g} ({self.method}) for at most "
@@ -199,9 +206,10 @@ def restarted_sensitivity(noise: linear_noise.LinearNoise) -> Sensitivity:
   epoch (`strategy_noise.strategy_noise(..., restart_every=E)`): the
   blocks' noises are independent, so K^-1 is block-diagonal and a pattern
   with one round t_e per block has a^T K^-1 a = sum_e (K_e^-1)_{t_e t_e},
-  largest with t_e = argmax of block e's diagonal (`LinearNoise.
-  worst_case_mu` is the same value over z). For the plain tree a* is round
-  0 of every tree. Exact for any number of rounds.
+  largest with t_e = argmax of block e's diagonal
+  (`LinearNoise.worst_case_rounds`; `LinearNoise.worst_case_mu` is the same
+  value over z). For the plain tree a* is round 0 of every tree. Exact for
+  any number of rounds.
 
   Args:
     noise: a `linear_noise.LinearNoise` whose `round_block` are the epochs.
@@ -209,15 +217,9 @@ def restarted_sensitivity(noise: linear_noise.LinearNoise) -> Sensitivity:
   if not isinstance(noise, linear_noise.LinearNoise):
     raise TypeError(f"noise must be a LinearNoise (linear_noise.linear_noise),"
                     f" got {validation.show(noise)}.")
-  covariance = noise.covariance
   pattern = np.zeros(noise.num_rounds, dtype=bool)
-  total = 0.0
-  for block in range(noise.num_blocks):
-    rounds = np.flatnonzero(noise.round_block == block)
-    precision = np.diag(np.linalg.inv(covariance[np.ix_(rounds, rounds)]))
-    pattern[rounds[np.argmax(precision)]] = True
-    total += float(precision.max())
-  return Sensitivity(value=math.sqrt(total), pattern=pattern,
+  pattern[noise.worst_case_rounds()] = True
+  return Sensitivity(value=noise.worst_case_mu(1.0), pattern=pattern,
                      method="restarts", participations=noise.num_blocks,
                      separation=1)
 
