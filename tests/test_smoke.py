@@ -68,6 +68,7 @@ LAST_LINES = {
         r"orthogonal canaries, per-round ratio: [\d.]+ ± [\d.]+ at 20, "
         r"[\d.]+ ± [\d.]+ at 40",
     "bench/scheduled_vs_max.py": r"\(\d+ s in all\)",
+    "bench/tightness.py": r'\{"bounds_2000": .+, "worst_validity": [\d.]+\}',
     "bench/validity.py":
         r"largest exceedance rate of a valid bound over every setting: .+",
     "experiments/emnist.py": r"report: (?P<path>\S+/report\.md)",
