@@ -70,11 +70,6 @@ class TreeTargets:
     largest_schedule_mu: the largest inserted canary's mu_j.
     final_mu, final_epsilon: the final model (the sum of the rounds), mean
       over the inserted canaries.
-    scheduled_target: the name of the epsilon that epsilon-all by T
-      estimates: NODES (the analytical epsilon) when every inserted canary's
-      mu_j is the node release's (the worst-case placement, plain tree or
-      square B), else WORST_CASE when every one is the worst case's (the
-      efficient tree's a*), else SCHEDULES.
   """
 
   delta: float
@@ -88,13 +83,25 @@ class TreeTargets:
   largest_schedule_mu: float
   final_mu: float
   final_epsilon: float
-  scheduled_target: str
 
   def epsilons(self) -> dict[str, float]:
     """The three epsilons of the module docstring, largest first, then the
     final model's."""
     return {NODES: self.node_epsilon, WORST_CASE: self.worst_case_epsilon,
             SCHEDULES: self.schedules_epsilon, FINAL: self.final_epsilon}
+
+  @property
+  def scheduled_target(self) -> str:
+    """The name of the epsilon that epsilon-all by T estimates: NODES (the
+    analytical epsilon) when every inserted canary's mu_j is the node
+    release's (the worst-case placement; plain tree or square B), else
+    WORST_CASE when every one is the worst case's (the efficient tree's
+    a*), else SCHEDULES. With one round per epoch no mu_j exceeds the worst
+    case, so the mean of the mu_j equals it only when every one does."""
+    def at(mu):
+      return abs(self.schedules_mu - mu) <= 1e-9 * mu
+    return (NODES if at(self.node_mu) else WORST_CASE
+            if at(self.worst_case_mu) else SCHEDULES)
 
   def mus(self) -> dict[str, float]:
     return {NODES: self.node_mu, WORST_CASE: self.worst_case_mu,
@@ -143,18 +150,12 @@ def tree_targets(noise: linear_noise.LinearNoise, schedule: npt.ArrayLike,
   def eps(mu):
     return gaussian_accounting.gaussian_epsilon_of_mu(mu, delta)
 
-  def all_at(mu):  # every canary's mu_j is mu, up to rounding
-    return bool(np.all(np.abs(mu_j - mu) <= 1e-9 * mu))
-
-  target = (NODES if all_at(node) else WORST_CASE if all_at(worst)
-            else SCHEDULES)
-
   return TreeTargets(
       delta=delta, noise_multiplier=z, node_mu=node, node_epsilon=eps(node),
       worst_case_mu=worst, worst_case_epsilon=eps(worst),
       schedules_mu=schedules, schedules_epsilon=eps(schedules),
       largest_schedule_mu=float(mu_j.max()), final_mu=final,
-      final_epsilon=eps(final), scheduled_target=target)
+      final_epsilon=eps(final))
 
 
 __all__ = ["FINAL", "NODES", "SCHEDULES", "TreeTargets", "WORST_CASE",
