@@ -108,6 +108,40 @@ def test_named_constructors_are_the_papers_strategies():
                              atol=1e-6)
 
 
+def _white_failures(rows, sigma):
+  """Why rows [n, d] are not iid N(0, sigma^2): each row's mean square
+  (chi-square(d) / d, two-sided at 1e-4: |z| < 3.9) and the rounds'
+  correlations (|r| sqrt(d) < 4.5, normal by the CLT; 28 pairs)."""
+  n, d = rows.shape
+  failures = []
+  chi = (np.sum(rows * rows, axis=1) / sigma ** 2 - d) / np.sqrt(2 * d)
+  if np.max(np.abs(chi)) > 3.9:
+    failures.append(f"variance {chi.round(1).tolist()}")
+  corr = np.corrcoef(rows)[np.triu_indices(n, 1)]
+  if np.max(np.abs(corr)) * np.sqrt(d) > 4.5:
+    failures.append("correlation")
+  return failures
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unseeded_noise_whitened_by_c_is_iid_gaussian(kind):
+  # No noise_seed: tensorflow_privacy's unseeded Gaussian draws. The law of
+  # the released rows W must be N(0, K), K = C^-1 C^-T sigma^2, i.e. C W iid
+  # N(0, sigma^2); W itself is not (its rounds are correlated).
+  strategy, _ = KINDS[kind]
+  specs, rounds, sigma = [tf.TensorSpec([6000], tf.float32)], 8, 1.5 * 0.4
+  def build():
+    return matrix_query.MatrixFactorizationQuery(specs, 0.4, 1.5, **strategy)
+  tf.random.set_seed(12)  # the unseeded ops' global seed: a fixed test
+  rows, _ = _released_rows(build(), rounds, [tf.zeros([6000])])
+  c = matrix_factory.MatrixAggregation(1.5, 0.4, **strategy)
+  whitened = toeplitz.strategy_matrix(c.coefficients_of(rounds), rounds) @ rows
+  assert _white_failures(whitened, sigma) == []
+  assert _white_failures(rows, sigma) != []
+  again, _ = _released_rows(build(), 1, [tf.zeros([6000])])
+  assert not np.array_equal(again[0], rows[0])  # no fixed seed
+
+
 def test_tfp_restart_query_resets_the_buffers():
   # RestartQuery(period 5) restarts after calls 4, 9: as restart_every=5.
   inner = matrix_query.MatrixFactorizationQuery.blt(SPECS, 0.5, 2.0, STRATEGY,

@@ -74,8 +74,11 @@ class MatrixFactorizationQuery(tfp.SumAggregationDPQuery):
   """Adds row t of C^-1 xi to round t's clipped sum (module docstring).
 
   Build it with `banded`, `banded_square_root` or `blt`. Global state: the
-  fresh-noise query's state, the round counter and the buffers (one tensor
-  [m] + shape per record tensor: the b - 1 past w, or the m BLT buffers).
+  fresh-noise query's state, the round counter and the buffers: for each
+  tensor of `tf.nest.flatten(record)`, a tuple of m tensors of its shape
+  (the b - 1 past w, newest first, or the m BLT buffers s_i). Separate
+  tensors, not one [m, ...] stack: the banded shift is then a re-ordering,
+  where a stack would be copied whole every round.
   """
 
   # pylint: disable=invalid-name
@@ -193,11 +196,10 @@ class MatrixFactorizationQuery(tfp.SumAggregationDPQuery):
       return self._strategy.num_buffers
     return self._coefficients.size - 1
 
-  def _zero_buffers(self) -> Any:
-    m = self.num_buffers
-    return tf.nest.map_structure(
-        lambda s: tf.zeros([m] + s.shape.as_list(), s.dtype),
-        self._record_specs)
+  def _zero_buffers(self) -> tuple:
+    return tuple(tuple(tf.zeros(spec.shape, spec.dtype)
+                       for _ in range(self.num_buffers))
+                 for spec in tf.nest.flatten(self._record_specs))
 
   def initial_global_state(self):
     return self._GlobalState(self._fresh.initial_global_state(),
@@ -209,18 +211,21 @@ class MatrixFactorizationQuery(tfp.SumAggregationDPQuery):
   def preprocess_record(self, params, record):
     return self._fresh.preprocess_record(params, record)
 
-  def _step(self, fresh: tf.Tensor, buffers: tf.Tensor):
+  def _step(self, fresh: tf.Tensor, buffers: tuple) -> tuple:
     """(w_t, next buffers) from xi_t and one tensor's buffers."""
-    dtype = buffers.dtype
-    if self._strategy is None:
-      c = tf.constant(self._coefficients, dtype)
-      w = (fresh - tf.tensordot(c[1:], buffers, axes=1)) / c[0]
-      return w, tf.concat([w[tf.newaxis], buffers], 0)[:self.num_buffers]
-    omega = tf.constant(self._strategy.output_scale, dtype)
-    theta = tf.constant(self._strategy.buf_decay, dtype)
-    w = fresh - tf.tensordot(omega, buffers, axes=1)
-    decay = tf.reshape(theta, [-1] + [1] * fresh.shape.rank)
-    return w, decay * buffers + w[tf.newaxis]
+    def minus(weights):  # xi_t - sum_i weights_i buffers_i
+      if not buffers:
+        return fresh
+      return fresh - tf.add_n([tf.cast(a, fresh.dtype) * b
+                               for a, b in zip(weights, buffers)])
+
+    if self._strategy is None:  # w = (xi - sum_i c_i w_{t-i}) / c_0
+      c = self._coefficients
+      w = minus(c[1:]) / tf.cast(c[0], fresh.dtype)
+      return w, ((w,) + buffers)[:len(buffers)]
+    w = minus(self._strategy.output_scale)
+    return w, tuple(tf.cast(t, fresh.dtype) * s + w
+                    for t, s in zip(self._strategy.buf_decay, buffers))
 
   def get_noised_result(self, sample_state, global_state):
     """The sum plus w_t; the buffers and counters advanced."""
@@ -229,18 +234,17 @@ class MatrixFactorizationQuery(tfp.SumAggregationDPQuery):
         zeros, global_state.fresh_state)
     buffers = global_state.buffers
     if self._restart_every is not None:
-      keep = tf.not_equal(global_state.round % self._restart_every, 0)
-      buffers = tf.nest.map_structure(
-          lambda b: b * tf.cast(keep, b.dtype), buffers)
-    flat_buffers = tf.nest.flatten(buffers)
-    steps = [self._step(tf.cast(x, b.dtype), b) for x, b in zip(
-        tf.nest.flatten(fresh), flat_buffers)]
+      buffers = tf.cond(
+          tf.equal(global_state.round % self._restart_every, 0),
+          self._zero_buffers, lambda: buffers)
+    steps = [self._step(tf.cast(x, spec.dtype), tuple(b)) for x, b, spec in zip(
+        tf.nest.flatten(fresh), buffers,
+        tf.nest.flatten(self._record_specs))]
     result = tf.nest.pack_sequence_as(sample_state, [
         v + tf.cast(w, v.dtype) for v, (w, _) in zip(
             tf.nest.flatten(sample_state), steps)])
-    new_state = self._GlobalState(
-        fresh_state, global_state.round + 1,
-        tf.nest.pack_sequence_as(buffers, [b for _, b in steps]))
+    new_state = self._GlobalState(fresh_state, global_state.round + 1,
+                                  tuple(b for _, b in steps))
     return result, new_state, dp_accounting.UnsupportedDpEvent()
 
   def reset_state(self, noised_results, global_state):
