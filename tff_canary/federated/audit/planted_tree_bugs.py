@@ -287,14 +287,9 @@ class PlantedTreeAggregation(tree_factory.TreeAggregation):
     """`TreeAggregation.sum_query` with the bug's query class."""
     if self.bug == "none":
       return super().sum_query(record_specs)
-    query = QUERIES[self.bug].build_l2_gaussian_query(
+    return self.with_restarts(QUERIES[self.bug].build_l2_gaussian_query(
         self.clip, self.noise_multiplier, record_specs,
-        noise_seed=self.noise_seed, use_efficient=self.efficient)
-    if self.restart_period is not None:
-      query = tfp.RestartQuery(
-          query, tfp.restart_query.PeriodicRoundRestartIndicator(
-              period=self.restart_period, warmup=self.restart_warmup))
-    return query
+        noise_seed=self.noise_seed, use_efficient=self.efficient))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -211,11 +211,15 @@ class TreeAggregation:
       query = (tfp.QAdaClipTreeResSumQuery(*args) if self.noise_seed is None
                else seeded_tree_query.SeededQAdaClipTreeResSumQuery(
                    *args, noise_seed=self.noise_seed))
-    if self.restart_period is not None:
-      query = tfp.RestartQuery(
-          query, tfp.restart_query.PeriodicRoundRestartIndicator(
-              period=self.restart_period, warmup=self.restart_warmup))
-    return query
+    return self.with_restarts(query)
+
+  def with_restarts(self, query: tfp.DPQuery) -> tfp.DPQuery:
+    """`query` in this tree's `tfp.RestartQuery`, or as is without restarts."""
+    if self.restart_period is None:
+      return query
+    return tfp.RestartQuery(
+        query, tfp.restart_query.PeriodicRoundRestartIndicator(
+            period=self.restart_period, warmup=self.restart_warmup))
 
   def tff_factory(self, record_specs: Any, clients_per_round: float
                   ) -> tff.aggregators.DifferentiallyPrivateFactory:
