@@ -191,14 +191,6 @@ class TreePlanted(planted_bug_runs.PlantedBugs):
         self_test_sizes=check.check.tensor_sizes, level=config.level,
         claimed_epsilon=claimed_epsilon), None
 
-  def bounds(self, verdict):
-    return verdict.bounds
-
-  def verdict_dict(self, verdict):
-    return dict(summary=str(verdict), refuted=verdict.refuted,
-                caught_by=list(verdict.caught_by),
-                bounds=verdict.bounds.as_dict())
-
 
 PLANTED_BUGS = TreePlanted()
 
