@@ -214,9 +214,7 @@ class ShuffledEpochs(Schedule):
     num_rounds = validation.as_int(self.num_rounds, "num_rounds", minimum=1)
     per_epoch = validation.as_int(self.rounds_per_epoch, "rounds_per_epoch",
                                   minimum=1)
-    if not isinstance(self.partial_last_epoch, (bool, np.bool_)):
-      raise TypeError(f"partial_last_epoch must be a bool, got "
-                      f"{self.partial_last_epoch!r}.")
+    validation.as_bool(self.partial_last_epoch, "partial_last_epoch")
     if per_epoch > num_rounds and not self.partial_last_epoch:
       raise ValueError(f"rounds_per_epoch = {per_epoch} is longer than the run "
                        f"(num_rounds = {num_rounds}).")
