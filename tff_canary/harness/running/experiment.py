@@ -60,6 +60,7 @@ from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.running import resume
 from tff_canary.harness.running import run_results
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.running import round_metrics
 from tff_canary.harness.running import tasks
 from tff_canary.harness.running import training
 from tff_canary.stats import atomic_files
@@ -204,7 +205,8 @@ def _after_training(run: training.Run, canaries, state, log,
   report (`run_results.write_results`); a mechanism scored per round has
   its scores instead of a cosine table (`tree_report`)."""
   rd = run.rd
-  final = tasks.flat_trainable(run.process.get_model_weights(state))
+  final = round_metrics.flat_trainable(
+      run.process.get_model_weights(state), finite=False)
   if run.config.insertion == "clients" and canaries.directions == "gaussian":
     state = None  # nothing to check it against
   if registry.get(run.config.aggregator).round_scores:
