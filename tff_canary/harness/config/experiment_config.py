@@ -354,6 +354,27 @@ def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
   return Resolved(values=values, sampler=sampler, canary_schedule=schedule)
 
 
+def run_canaries(values: dict[str, Any],
+                 schedule: schedules.Schedule) -> canary_config.CanaryConfig:
+  """The run's canaries on `schedule`, from config.json's `values` (or
+  `resolve`'s): the experiment's and the report's one construction."""
+  return canary_config.CanaryConfig(
+      seed=values["canary_seed"], num_inserted=values["num_inserted"],
+      num_held_out=values["num_held_out"], schedule=schedule,
+      assignment=values["assignment"],
+      record_aggregates=values["record_aggregates"],
+      directions=values["directions"])
+
+
+def saved_canaries(values: dict[str, Any]) -> canary_config.CanaryConfig:
+  """The canaries of a run from its config.json `values`, read as the
+  experiment made them (`ExperimentConfig.from_json`, then `resolve`'s
+  sampler and canary schedule)."""
+  resolved = resolve(ExperimentConfig.from_json(values), values["num_clients"],
+                     values["dim"])
+  return run_canaries(values, resolved.canary_schedule)
+
+
 def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
                     path: str) -> None:
   """Refuses to resume the run of `path` (its config.json `saved`) with other

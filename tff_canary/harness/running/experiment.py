@@ -45,7 +45,6 @@ import os
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_canary.stats.canaries import canary_config
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.harness.running import client_insertion
@@ -124,11 +123,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   preflight.canary_fraction(config, preflight.expected_canary_participations(
       config, resolved.canary_schedule), num_rounds)
 
-  canaries = canary_config.CanaryConfig(
-      seed=values["canary_seed"], num_inserted=config.num_inserted,
-      num_held_out=config.num_held_out, schedule=resolved.canary_schedule,
-      assignment=config.assignment, record_aggregates=config.record_aggregates,
-      directions=config.directions)
+  canaries = experiment_config.run_canaries(values, resolved.canary_schedule)
   client_counts = sampler.counts(num_rounds)
   values["participation"] = client_sampling.participation_summary(
       sampler, num_rounds, canaries.counts()[canaries.inserted],
