@@ -118,6 +118,11 @@ class Participation:
     return np.bincount(self.events[:, 0], minlength=self.num_rounds).astype(
         np.int64)
 
+  def outside(self, rounds: npt.ArrayLike) -> "Participation":
+    """The events whose round is not in `rounds` (e.g. the recorded ones)."""
+    return Participation(self.num_rounds,
+                         self.events[~np.isin(self.events[:, 0], rounds)])
+
   def rounds_of(self, canary_id: int) -> np.ndarray:
     """The rounds (sorted) in which canary `canary_id` takes part."""
     canary_id = validation.as_int(canary_id, "canary_id", minimum=0)
