@@ -7,7 +7,7 @@ is correlated across the rounds of a tree. `build` (the tree's
 `protocol.Mechanism.report_section`) reads the run directory and computes,
 from the scores, the schedules (every candidate's, inserted or held out,
 read from config.json as the experiment made them,
-`experiment_config.saved_canaries`) and the claimed tree
+`experiment_config.run_canaries`) and the claimed tree
 (`tree_noise.tree_noise` restarted every epoch), the section of its
 `report.RunReport` (`TreeSection`):
 
@@ -214,7 +214,7 @@ def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
         f"{rd.file(run_dir_lib.CONFIG)} has assignment="
         f"{config.get('assignment')!r}: the DP-FTRL report's one-run bounds "
         "need candidates inserted by fair coins (assignment='coin').")
-  canaries = experiment_config.saved_canaries(config)
+  canaries = experiment_config.run_canaries(config)
   recorded = rd.load_participation()
   if not np.array_equal(recorded, canaries.participation.events):
     raise run_dir_lib.RunDirError(
