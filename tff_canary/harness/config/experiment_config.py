@@ -356,11 +356,13 @@ def run_canaries(values: dict[str, Any],
                  ) -> canary_config.CanaryConfig:
   """The run's canaries from config.json's `values` (or `resolve`'s): the
   experiment's and the report's one construction. Without `schedule`, the
-  canary schedule `resolve` gives `ExperimentConfig.from_json(values)` (the
-  experiment's sampler and schedule)."""
+  values and canary schedule `resolve` gives `ExperimentConfig.from_json(
+  values)` (the experiment's sampler and schedule; an older file's missing
+  keys take their defaults)."""
   if schedule is None:
-    schedule = resolve(ExperimentConfig.from_json(values),
-                       values["num_clients"], values["dim"]).canary_schedule
+    resolved = resolve(ExperimentConfig.from_json(values),
+                       values["num_clients"], values["dim"])
+    values, schedule = resolved.values, resolved.canary_schedule
   return canary_config.CanaryConfig(
       seed=values["canary_seed"], num_inserted=values["num_inserted"],
       num_held_out=values["num_held_out"], schedule=schedule,
