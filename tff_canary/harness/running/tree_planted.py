@@ -43,6 +43,7 @@ from tff_canary.federated.audit import planted_tree_bugs
 from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import measurement_keys
+from tff_canary.harness.mechanisms import tree as tree_mechanism
 from tff_canary.harness.running import planted_bug_runs
 from tff_canary.stats import validation
 from tff_canary.stats.canaries import canary_config
@@ -74,7 +75,7 @@ class TreeBugRunConfig(planted_bug_runs.BugRunConfig):
   """
 
   mode: str = "server"
-  aggregator: str = "tree"
+  aggregator: str = tree_mechanism.TreeMechanism.name
   noise_multiplier: float = 1.0
   clients_per_round: int = 4
   num_rounds: int = 48
