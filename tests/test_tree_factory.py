@@ -4,7 +4,7 @@ aggregation with canaries, as real TFF aggregation processes (CPU).
 The value is two tensors, [32, 8] and [8] (d = 264), the aggregation
 processes are used directly (`factory.create(VALUE).next(state, clients)`),
 and every noisy process has a `noise_seed`, so each test is deterministic
-(`tree_adaptive`'s clipped-count tree too: `seeded_tree_query`). The
+(`tree_adaptive`'s clipped-count tree too: `seeded_query`). The
 reference law of the scores is `tff_canary.stats.correlated.tree_noise`'s
 covariance; the reference process is TFF's own
 `DifferentiallyPrivateFactory.tree_aggregation` / `tree_adaptive`.
@@ -507,7 +507,7 @@ def _adaptive_run(process, rounds=8):
 
 
 def test_a_seeded_tree_adaptive_is_reproducible_across_restarts():
-  # Both trees seeded (seeded_tree_query): the clip adopted at each restart
+  # Both trees seeded (seeded_query): the clip adopted at each restart
   # comes from the clipped count's noise, so equal clips after the restarts
   # show that tree seeded too (tensorflow_privacy's own is unseeded, and a
   # second run from the same initial state would differ).

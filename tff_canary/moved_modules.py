@@ -99,6 +99,8 @@ MOVED_IN: dict[str, dict[str, str]] = {
             "tff_canary.harness.running.planted_bug_runs",
         "tff_canary.federated.audit.planted_tree_bug_runs":
             "tff_canary.harness.running.tree_planted",
+        "tff_canary.federated.insertion.seeded_tree_query":
+            "tff_canary.federated.insertion.seeded_query",
         "tff_canary.stats.tree": "tff_canary.stats.correlated",
         **{f"tff_canary.stats.tree.{name}":
                f"tff_canary.stats.correlated.{name}"

@@ -166,9 +166,13 @@ def check_spread(sample: np.ndarray, name: str) -> None:
                      f"equal {sample[0]!r}); a Gaussian cannot be fitted.")
 
 
-def as_bool(value: Any, name: str) -> bool:
+def as_bool(value: Any, name: str, optional: bool = False) -> bool | None:
+  """`value` as a Python bool; with `optional`, None passes through."""
+  if optional and value is None:
+    return None
   if not isinstance(value, (bool, np.bool_)):
-    raise TypeError(f"{name} must be a bool, got {show(value)}.")
+    raise TypeError(f"{name} must be a bool{' or None' if optional else ''}, "
+                    f"got {show(value)}.")
   return bool(value)
 
 

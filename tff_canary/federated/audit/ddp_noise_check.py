@@ -73,22 +73,20 @@ and imaginary parts of the rotated complex vector, and the `prefix` test's
 cosine between them is 1 when one half repeats the other, however the
 rounding goes. The Gaussian-shape test compares with the continuous N(0, 1),
 whose distance from an integer sum of std sigma is about 0.2 / sigma (the
-lattice's steps); measured on 300 simulated Skellam sums per std (d = 2410
-as two halves, 4 rounds, level 0.001), it rejected none at std 8000, 300, 100
-or 50, 5 at std 20 and 214 at std 10 (tests/test_ddp_noise_check.py repeats
-this at `MIN_INTEGER_STD` and 10). A sum coarser than `MIN_INTEGER_STD` is
-refused.
+lattice's steps), so it rejects correct sums that are too coarse: a sum
+coarser than `MIN_INTEGER_STD` is refused (the rejection rates by std:
+docs/benchmarks.md; tests/test_ddp_noise_check.py checks `MIN_INTEGER_STD`
+and 10).
 
 Rounding to the integers resolves S_t exactly only when the float32 error of
-the release is under half an integer unit. It grows with the scale: measured
-on TFF 0.87 at d = 2410 (hd: 4096), 20 clients, z = 4, the distance of y_t to
-the integers had an rms of 0.0008 (hd) and 0.13 (dft) at 16 bits, 0.013 (hd)
-and 0.29 (dft, i.e. off the lattice) at 20 bits: TF's complex64 FFT is accurate
-to about 2e-5 relative there. `lattice_rms` reports it (0.289, 1/sqrt(12),
-for values off the lattice): under `LATTICE_RMS`, the rounded values are the
-integer sums up to an occasional unit and the `reuse` test sees repeats at
-any offset; above, only repeats that survive rounding count, while the
-halves' cosine does not need the lattice. A pass says that the listed
+the release is under half an integer unit. It grows with the scale (TF's
+complex64 FFT makes the DFT's larger than the Hadamard transform's; measured
+distances: docs/benchmarks.md); at TFF's 20 bits the DFT's release can be off
+the lattice. `lattice_rms` reports it (0.289, 1/sqrt(12), for values off the
+lattice): under `LATTICE_RMS`, the rounded values are the integer sums up to
+an occasional unit and the `reuse` test sees repeats at any offset; above,
+only repeats that survive rounding count, while the halves' cosine does not
+need the lattice. A pass says that the listed
 defects are absent in the basis where the claim is i.i.d.; it cannot show
 that the mechanism is private.
 """

@@ -114,64 +114,51 @@ class ScaledLevelTreeAggregator(tfp.tree_aggregation.TreeAggregator):
     return cumsum, new_state._replace(level_buffer=buffer)
 
 
+class LevelScaledNoiseGenerator(tfp.tree_aggregation.ValueGenerator):
+  """`generator`'s draws times `level_scale(level)`, in the efficient tree's
+  draw order.
+
+  `EfficientTreeAggregator` draws its nodes in post-order: each step's new
+  leaf (level 0), then each node it completes, upward. So a node drawn at
+  level k with m leaves drawn is a right child, and its parent (level k + 1)
+  is drawn next, when the bit k of m is 0; else the next draw is a leaf. The
+  state is (`generator`'s state, m, the next draw's level).
+  """
+
+  def __init__(self, generator, level_scale: LevelScale):
+    self.generator, self.level_scale = generator, level_scale
+
+  def initialize(self):
+    return self.restart(self.generator.initialize())
+
+  def restart(self, generator_state):
+    """The state of a new tree, `generator` going on from `generator_state`."""
+    return generator_state, tf.constant(0), tf.constant(0)
+
+  def next(self, state):
+    generator_state, leaves, level = state
+    noise, generator_state = self.generator.next(generator_state)
+    scale = tf.cast(self.level_scale(level), tf.float32)
+    leaves += tf.cast(tf.equal(level, 0), tf.int32)
+    right_child = tf.equal(tf.bitwise.right_shift(leaves, level) % 2, 0)
+    return (tf.nest.map_structure(lambda n: scale * n, noise),
+            (generator_state, leaves, tf.where(right_child, level + 1, 0)))
+
+
 class ScaledLevelEfficientTreeAggregator(
     tfp.tree_aggregation.EfficientTreeAggregator):
-  """The efficient tree, each internal node's OWN noise times
-  `level_scale(its level)` (tensorflow_privacy 0.9's update, one line
-  changed: `node_value` is scaled)."""
+  """The efficient tree, each node's OWN noise times `level_scale(its
+  level)` (its generator a `LevelScaledNoiseGenerator`, restarted with each
+  new tree)."""
 
   def __init__(self, value_generator, level_scale: LevelScale):
-    super().__init__(value_generator)
-    self.level_scale = level_scale
+    super().__init__(LevelScaledNoiseGenerator(value_generator, level_scale))
 
-  @tf.function
-  def get_cumsum_and_update(self, state):
-    # pylint: disable=cell-var-from-loop
-    cumsum = self._get_cumsum(state)
-    level_buffer_idx, level_buffer, value_generator_state = (
-        state.level_buffer_idx, state.level_buffer, state.value_generator_state)
-    new_level_buffer = tf.nest.map_structure(
-        lambda x: tf.TensorArray(dtype=tf.float32, size=0, dynamic_size=True),
-        level_buffer)
-    new_level_buffer_idx = tf.TensorArray(
-        dtype=tf.int32, size=0, dynamic_size=True)
-    level_idx = 0
-    new_value, value_generator_state = self.value_generator.next(
-        value_generator_state)
-    while tf.less(level_idx, len(level_buffer_idx)) and tf.equal(
-        level_idx, level_buffer_idx[level_idx]):
-      node_value, value_generator_state = self.value_generator.next(
-          value_generator_state)
-      # The planted line: the new node (at level_idx + 1)'s own noise.
-      scale = tf.cast(self.level_scale(level_idx + 1), tf.float32)
-      node_value = tf.nest.map_structure(lambda n: scale * n, node_value)
-      new_value = tf.nest.map_structure(
-          lambda l, r, n: 0.5 * (l[level_idx] + r) + n, level_buffer,
-          new_value, node_value)
-      level_idx += 1
-    write_buffer_idx = 0
-    new_level_buffer_idx = new_level_buffer_idx.write(write_buffer_idx,
-                                                      level_idx)
-    new_level_buffer = tf.nest.map_structure(
-        lambda x, y: x.write(write_buffer_idx, y), new_level_buffer, new_value)
-    write_buffer_idx += 1
-    buffer_idx = level_idx
-    while tf.less(buffer_idx, len(level_buffer_idx)):
-      new_level_buffer_idx = new_level_buffer_idx.write(
-          write_buffer_idx, level_buffer_idx[buffer_idx])
-      new_level_buffer = tf.nest.map_structure(
-          lambda nb, b: nb.write(write_buffer_idx, b[buffer_idx]),
-          new_level_buffer, level_buffer)
-      buffer_idx += 1
-      write_buffer_idx += 1
-    new_level_buffer_idx = new_level_buffer_idx.stack()
-    new_level_buffer = tf.nest.map_structure(lambda x: x.stack(),
-                                             new_level_buffer)
-    new_state = tfp.tree_aggregation.TreeState(
-        level_buffer=new_level_buffer,
-        level_buffer_idx=new_level_buffer_idx,
-        value_generator_state=value_generator_state)
-    return cumsum, new_state
+  def reset_state(self, state):
+    generator_state = self.value_generator.restart(
+        state.value_generator_state[0])
+    return super().reset_state(
+        state._replace(value_generator_state=generator_state))
 
 
 class RestartReuseTreeQuery(tfp.TreeResidualSumQuery):
@@ -287,14 +274,9 @@ class PlantedTreeAggregation(tree_factory.TreeAggregation):
     """`TreeAggregation.sum_query` with the bug's query class."""
     if self.bug == "none":
       return super().sum_query(record_specs)
-    query = QUERIES[self.bug].build_l2_gaussian_query(
+    return self.with_restarts(QUERIES[self.bug].build_l2_gaussian_query(
         self.clip, self.noise_multiplier, record_specs,
-        noise_seed=self.noise_seed, use_efficient=self.efficient)
-    if self.restart_period is not None:
-      query = tfp.RestartQuery(
-          query, tfp.restart_query.PeriodicRoundRestartIndicator(
-              period=self.restart_period, warmup=self.restart_warmup))
-    return query
+        noise_seed=self.noise_seed, use_efficient=self.efficient))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,7 +310,7 @@ class TwicePerEpoch(schedules.ShuffledEpochs):
 
 __all__ = ["CrossTensorReuseTreeQuery", "HalvedVarianceTreeQuery",
            "MissingLevelTreeQuery", "NOISE_BUGS", "PlantedTreeAggregation",
-           "QUERIES", "RestartReuseTreeQuery",
+           "LevelScaledNoiseGenerator", "QUERIES", "RestartReuseTreeQuery",
            "ScaledLevelEfficientTreeAggregator", "ScaledLevelTreeAggregator",
            "SharedSeedNoiseGenerator", "TENSOR_BUGS", "TwicePerEpoch",
            "halved_variance_scale", "missing_level_scale"]

@@ -4,8 +4,9 @@
 trains with, builds it again without canaries
 (`CanaryDPFactory.without_canaries`: the same constructor and arguments, the
 seeded noise from its own stream) and runs the check of its noise on zero
-client values: `tree_noise_check.check_tree_noise` for DP-FTRL's tree
-aggregation (`tree_aggregation`, `tree_adaptive`), else
+client values: `tree_noise_check.check_tree_noise` when the query's noise is
+correlated across rounds (`query_noise.QueryNoise.correlated`: DP-FTRL's
+tree aggregation, `tree_aggregation`, `tree_adaptive`), else
 `noise_check.check_aggregation_noise` (docs/method/noise-self-test.md). The
 result goes to `RunWriter.record_noise_check`.
 
@@ -42,7 +43,7 @@ def check_noise(aggregator: factory.CanaryDPFactory, value_type: Any,
       `tensor_names`, ...).
 
   Returns:
-    The check's result (a `TreeNoiseCheck` for a tree).
+    The check's result (a `TreeNoiseCheck` for correlated noise).
 
   Raises:
     TypeError: if `aggregator` is not a `CanaryDPFactory` (a zeroed one:
@@ -54,7 +55,7 @@ def check_noise(aggregator: factory.CanaryDPFactory, value_type: Any,
         "CanaryDPFactory (for a zeroed aggregator, its inner factory: "
         f"zeroing adds no noise), got {validation.show(aggregator)}.")
   without = aggregator.without_canaries(noise_check.DEFAULT_ROUNDS)
-  if aggregator.tree is not None:
+  if aggregator.query_noise.correlated:
     return tree_noise_check.check_tree_noise(without, value_type, **kwargs)
   return noise_check.check_aggregation_noise(without, value_type, **kwargs)
 

@@ -38,10 +38,10 @@ Server-side canaries change nothing a real client sees.
 Noise. The noise is the query's own: with `noise_seed=None` (the default)
 tensorflow_privacy's unseeded noise, as in TFF (a resumed run repeats the
 canaries, not the noise); with `noise_seed=s` the same noise from seed s,
-every tensor of every round from its own stream (`seeded_query`,
-`seeded_tree_query`), the draw counter in the query's state, so a resumed
-run equals an uninterrupted one. Only for simulation: whoever knows the seed
-can subtract the noise, so a deployment leaves `noise_seed=None`.
+every tensor of every round from its own stream (`seeded_query`), the draw
+counter in the query's state, so a resumed run equals an uninterrupted one.
+Only for simulation: whoever knows the seed can subtract the noise, so a
+deployment leaves `noise_seed=None`.
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     `clipped_count_stddev` None is TFF's default clients_per_round / 20,
     also without noise; the value tree's node multiplier is
     `TreeAggregation.noise_multiplier`. Both trees' noise is seeded by
-    `noise_seed` (`seeded_tree_query`).
+    `noise_seed` (`seeded_query`).
     """
     restart_period = validation.as_int(restart_period, "restart_period",
                                        minimum=1)

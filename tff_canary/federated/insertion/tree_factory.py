@@ -69,7 +69,7 @@ checkpointed state resumes the stream. Gaussian canaries are
 node's noise lies along the canary, so the factory refuses that combination
 (`TreeAggregation.check_canaries`). `tree_adaptive`'s clipped-count tree, which
 tensorflow_privacy (and so TFF) builds without a seed, is seeded here from
-the same `noise_seed` (`seeded_tree_query`), so a seeded run, its clips
+the same `noise_seed` (`seeded_query`), so a seeded run, its clips
 after restarts included, is reproducible. Seeded noise is for simulation
 only: whoever knows the seed can subtract the noise.
 
@@ -91,7 +91,7 @@ import tensorflow_privacy as tfp
 
 from tff_canary.federated.insertion import construction
 from tff_canary.federated.insertion import query_noise
-from tff_canary.federated.insertion import seeded_tree_query
+from tff_canary.federated.insertion import seeded_query
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
@@ -154,7 +154,7 @@ class TreeAggregation:
       warmup)` of a `tfp.RestartQuery` around the tree, or None (no restart).
     noise_seed: None (a seed from the clock, as in TFF) or the seed of the
       value tree's noise, and with `adaptive` of the clipped count's
-      (`seeded_tree_query`; module docstring). Never in deployment.
+      (`seeded_query`; module docstring). Never in deployment.
     adaptive: None (fixed clip) or the `AdaptiveTreeClip`.
   """
 
@@ -191,7 +191,7 @@ class TreeAggregation:
                          "tfp.QAdaClipTreeResSumQuery uses the efficient "
                          "tree only.")
       if self.noise_seed is not None:
-        seeded_tree_query.check_noise_seed(self.noise_seed)
+        seeded_query.check_noise_seed(self.noise_seed)
 
   def sum_query(self, record_specs: Any) -> tfp.DPQuery:
     """The tensorflow_privacy query for values of `record_specs`.
@@ -209,13 +209,17 @@ class TreeAggregation:
               a.target_unclipped_quantile, a.learning_rate,
               a.clipped_count_stddev, a.expected_num_records, True)
       query = (tfp.QAdaClipTreeResSumQuery(*args) if self.noise_seed is None
-               else seeded_tree_query.SeededQAdaClipTreeResSumQuery(
+               else seeded_query.SeededQAdaClipTreeResSumQuery(
                    *args, noise_seed=self.noise_seed))
-    if self.restart_period is not None:
-      query = tfp.RestartQuery(
-          query, tfp.restart_query.PeriodicRoundRestartIndicator(
-              period=self.restart_period, warmup=self.restart_warmup))
-    return query
+    return self.with_restarts(query)
+
+  def with_restarts(self, query: tfp.DPQuery) -> tfp.DPQuery:
+    """`query` in this tree's `tfp.RestartQuery`, or as is without restarts."""
+    if self.restart_period is None:
+      return query
+    return tfp.RestartQuery(
+        query, tfp.restart_query.PeriodicRoundRestartIndicator(
+            period=self.restart_period, warmup=self.restart_warmup))
 
   def tff_factory(self, record_specs: Any, clients_per_round: float
                   ) -> tff.aggregators.DifferentiallyPrivateFactory:

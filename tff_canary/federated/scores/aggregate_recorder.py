@@ -110,8 +110,7 @@ class AggregateRecorder:
     dtype = np.dtype(dtype)
     if dtype.name not in _DTYPES:
       raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype.name}.")
-    if not isinstance(overwrite, bool):
-      raise TypeError(f"overwrite must be a bool, got {overwrite!r}.")
+    validation.as_bool(overwrite, "overwrite")
     if os.path.exists(path) and not overwrite:
       raise FileExistsError(f"{path} exists; reopen it with "
                             "AggregateRecorder.open(path) to resume, or pass "

@@ -259,14 +259,14 @@ def _table(canaries, dim, final, best, best_round, recorded, with_rounds):
   np.clip(best, -1.0, 1.0, out=best)
   unrecorded = np.zeros(m, np.int64)
   if with_rounds:
-    events = canaries.participation.events
-    missed = events[~np.isin(events[:, 0], recorded)]
-    unrecorded = np.bincount(missed[:, 1], minlength=m).astype(np.int64)
-    if missed.size:
+    missed = canaries.participation.outside(recorded)
+    unrecorded = missed.counts(m)
+    if missed.num_events:
+      first_round, first_canary = missed.events[0]
       warnings.warn(
-          f"{missed.shape[0]} participations of inserted canaries fall in "
-          f"rounds that were not recorded (e.g. canary {missed[0, 1]} in "
-          f"round {missed[0, 0]}; {recorded.size} rounds recorded of "
+          f"{missed.num_events} participations of inserted canaries fall in "
+          f"rounds that were not recorded (e.g. canary {first_canary} in "
+          f"round {first_round}; {recorded.size} rounds recorded of "
           f"{canaries.num_rounds}): the table refuses epsilon_all and the "
           "all-iterates bounds.", cosine_table.UnrecordedRoundsWarning,
           stacklevel=3)

@@ -77,10 +77,7 @@ def table_from_state(canaries: canary_config.CanaryConfig,
     max_cosine = np.full(m, np.nan)
     max_round = np.full(m, -1, np.int64)
   # Rounds of the schedule that were never run count as unrecorded.
-  missed = np.zeros(m, np.int64)
-  late = canaries.participation.events[
-      canaries.participation.events[:, 0] >= scored]
-  np.add.at(missed, late[:, 1], 1)
+  missed = canaries.participation.outside(np.arange(scored)).counts(m)
   return cosine_table.of_canaries(
       canaries, final_cosine=np.clip(final, -1.0, 1.0),
       max_cosine=np.clip(max_cosine, -1.0, 1.0), max_round=max_round,

@@ -57,11 +57,12 @@ def unflatten_value(flat: tf.Tensor, specs: Any) -> Any:
   return tf.nest.pack_sequence_as(specs, parts)
 
 
-def flatten_numpy(value: Any, name: str = "value") -> np.ndarray:
+def flatten_numpy(value: Any, name: str = "value",
+                  finite: bool = True) -> np.ndarray:
   """A structure of arrays (or one array) as a flat float32 NumPy vector.
 
   The order is `tf.nest.flatten`'s, as in the aggregation process. A 1-D array
-  is taken as already flat.
+  is taken as already flat. With `finite`, NaN or inf entries are an error.
   """
   leaves = tf.nest.flatten(value)
   if not leaves:
@@ -78,7 +79,7 @@ def flatten_numpy(value: Any, name: str = "value") -> np.ndarray:
                       f"{array.dtype}.")
     arrays.append(array.astype(np.float32, copy=False).reshape(-1))
   flat = np.concatenate(arrays) if len(arrays) > 1 else arrays[0].copy()
-  if not np.all(np.isfinite(flat)):
+  if finite and not np.all(np.isfinite(flat)):
     raise ValueError(f"{name} has non-finite entries.")
   return flat
 

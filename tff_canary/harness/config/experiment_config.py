@@ -41,8 +41,6 @@ import os
 import typing
 from typing import Any, Literal, Optional
 
-import numpy as np
-
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats.canaries import schedules
@@ -193,8 +191,7 @@ class ExperimentConfig:
         object.__setattr__(self, name, check(getattr(self, name), name=name))
     for name in ("zeroing", "seeded_noise", "resume",
                  "allow_participation_mismatch"):
-      if not isinstance(getattr(self, name), (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}.")
+      validation.as_bool(getattr(self, name), name)
     for name in ("output_dir", "cache_dir", "vocab_path"):
       value = getattr(self, name)
       if value is not None and not isinstance(value, (str, os.PathLike)):
@@ -352,6 +349,26 @@ def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
       output_dir=os.path.abspath(config.output_dir),
       versions=dict(versions or {}))
   return Resolved(values=values, sampler=sampler, canary_schedule=schedule)
+
+
+def run_canaries(values: dict[str, Any],
+                 schedule: Optional[schedules.Schedule] = None
+                 ) -> canary_config.CanaryConfig:
+  """The run's canaries from config.json's `values` (or `resolve`'s): the
+  experiment's and the report's one construction. Without `schedule`, the
+  values and canary schedule `resolve` gives `ExperimentConfig.from_json(
+  values)` (the experiment's sampler and schedule; an older file's missing
+  keys take their defaults)."""
+  if schedule is None:
+    resolved = resolve(ExperimentConfig.from_json(values),
+                       values["num_clients"], values["dim"])
+    values, schedule = resolved.values, resolved.canary_schedule
+  return canary_config.CanaryConfig(
+      seed=values["canary_seed"], num_inserted=values["num_inserted"],
+      num_held_out=values["num_held_out"], schedule=schedule,
+      assignment=values["assignment"],
+      record_aggregates=values["record_aggregates"],
+      directions=values["directions"])
 
 
 def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],

@@ -5,8 +5,9 @@ table: its privacy is per tree, and its canaries' evidence is their score in
 every round, u_{j,t} (tree_scores.npy, units of the node noise), whose noise
 is correlated across the rounds of a tree. `build` (the tree's
 `protocol.Mechanism.report_section`) reads the run directory and computes,
-from the scores, the schedules (every candidate's, rebuilt from
-config.json's seeds, inserted or held out) and the claimed tree
+from the scores, the schedules (every candidate's, inserted or held out,
+read from config.json as the experiment made them,
+`experiment_config.run_canaries`) and the claimed tree
 (`tree_noise.tree_noise` restarted every epoch), the section of its
 `report.RunReport` (`TreeSection`):
 
@@ -43,11 +44,9 @@ from typing import Any, ClassVar, Optional
 
 import numpy as np
 
+from tff_canary.harness.config import experiment_config
 from tff_canary.harness.reporting import headline as headline_lib
 from tff_canary.harness.recording import run_dir as run_dir_lib
-from tff_canary.stats.canaries import canary_config
-from tff_canary.stats.canaries import client_sampling
-from tff_canary.stats.canaries import schedules
 from tff_canary.stats.correlated import tree_audit
 from tff_canary.stats.correlated import tree_noise
 from tff_canary.stats.correlated import tree_targets
@@ -205,20 +204,6 @@ class TreeSection:
         num_inserted=self.num_inserted, num_held_out=self.num_held_out)
 
 
-def _canaries(config: dict[str, Any]) -> canary_config.CanaryConfig:
-  """The run's canaries, rebuilt from config.json (as the experiment)."""
-  sampler = client_sampling.ClientSampler(
-      config["num_clients"], config["clients_per_round"], config["sampling"],
-      config["seed"])
-  schedule = schedules.ShuffledEpochs(config["num_rounds"],
-                                      sampler.rounds_per_epoch,
-                                      partial_last_epoch=True)
-  return canary_config.CanaryConfig(
-      seed=config["canary_seed"], num_inserted=config["num_inserted"],
-      num_held_out=config["num_held_out"], schedule=schedule,
-      assignment=config["assignment"], directions=config["directions"])
-
-
 def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
           confidence: float, claimed_epsilon: Optional[float]
           ) -> TreeSection:
@@ -229,7 +214,7 @@ def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
         f"{rd.file(run_dir_lib.CONFIG)} has assignment="
         f"{config.get('assignment')!r}: the DP-FTRL report's one-run bounds "
         "need candidates inserted by fair coins (assignment='coin').")
-  canaries = _canaries(config)
+  canaries = experiment_config.run_canaries(config)
   recorded = rd.load_participation()
   if not np.array_equal(recorded, canaries.participation.events):
     raise run_dir_lib.RunDirError(

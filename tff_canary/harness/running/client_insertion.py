@@ -44,7 +44,7 @@ from tff_canary.federated.structures import tree_search
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.running import mechanism_tff
-from tff_canary.harness.running import tasks
+from tff_canary.harness.running import round_metrics
 from tff_canary.harness.running import training
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import canary_config
@@ -105,7 +105,8 @@ class ClientRounds:
     """Runs one round (module docstring)."""
     ids = canary_clients.scheduled_canary_ids(self.canaries, round_num)
     clip = self.mechanism.client_clip(self.config, state)
-    before = tasks.flat_trainable(process.get_model_weights(state))
+    before = round_metrics.flat_trainable(
+        process.get_model_weights(state), finite=False)
     output = process.next(state, canary_clients.with_canary_clients(
         client_data, ids, self.canaries))
     inserted = int(np.asarray(
@@ -116,8 +117,8 @@ class ClientRounds:
                        f"{ids.size}.")
     if recorder is not None:
       aggregate = client_round_state.round_aggregate(
-          before, tasks.flat_trainable(process.get_model_weights(
-              output.state)), self.config.server_learning_rate)
+          before, round_metrics.flat_trainable(process.get_model_weights(
+              output.state), finite=False), self.config.server_learning_rate)
       recorder.write(round_num, self.mechanism.client_aggregate(
           self.config, aggregate, len(client_data) + ids.size))
     norm = self.config.canary_norm

@@ -45,7 +45,6 @@ import os
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_canary.stats.canaries import canary_config
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.harness.running import client_insertion
@@ -60,6 +59,7 @@ from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.running import resume
 from tff_canary.harness.running import run_results
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.running import round_metrics
 from tff_canary.harness.running import tasks
 from tff_canary.harness.running import training
 from tff_canary.stats import atomic_files
@@ -123,11 +123,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   preflight.canary_fraction(config, preflight.expected_canary_participations(
       config, resolved.canary_schedule), num_rounds)
 
-  canaries = canary_config.CanaryConfig(
-      seed=values["canary_seed"], num_inserted=config.num_inserted,
-      num_held_out=config.num_held_out, schedule=resolved.canary_schedule,
-      assignment=config.assignment, record_aggregates=config.record_aggregates,
-      directions=config.directions)
+  canaries = experiment_config.run_canaries(values, resolved.canary_schedule)
   client_counts = sampler.counts(num_rounds)
   values["participation"] = client_sampling.participation_summary(
       sampler, num_rounds, canaries.counts()[canaries.inserted],
@@ -204,7 +200,8 @@ def _after_training(run: training.Run, canaries, state, log,
   report (`run_results.write_results`); a mechanism scored per round has
   its scores instead of a cosine table (`tree_report`)."""
   rd = run.rd
-  final = tasks.flat_trainable(run.process.get_model_weights(state))
+  final = round_metrics.flat_trainable(
+      run.process.get_model_weights(state), finite=False)
   if run.config.insertion == "clients" and canaries.directions == "gaussian":
     state = None  # nothing to check it against
   if registry.get(run.config.aggregator).round_scores:

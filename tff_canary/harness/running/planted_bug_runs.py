@@ -134,7 +134,9 @@ class PlantedBugs:
             check: Any) -> tuple[Any, Optional[Any]]:
     """(the audit's verdict, the point estimates or None) of what the run
     `observed`: the audit of the cosine table's valid bounds (module
-    docstring); the self-test `check` is judged apart (`BugRun.detected`)."""
+    docstring); the self-test `check` is judged apart (`BugRun.detected`).
+    A mechanism's own verdict has `AuditVerdict`'s `refuted`, `verdict`,
+    `largest_bound` and `as_dict()` (the table's columns and the JSON)."""
     with warnings.catch_warnings():
       # Under no leak the inserted mean sits below the null's half the time.
       warnings.simplefilter("ignore", results.VarianceMismatchWarning)
@@ -145,15 +147,6 @@ class PlantedBugs:
           claimed_epsilon=claimed_epsilon, delta=config.delta)
       return verdict, table_estimates.estimate_table(observed,
                                                      delta=config.delta)
-
-  def bounds(self, verdict: Any) -> audit_lib.AuditVerdict:
-    """The verdict of the bounds within `judge`'s verdict (the table's
-    columns)."""
-    return verdict
-
-  def verdict_dict(self, verdict: Any) -> dict[str, Any]:
-    """`judge`'s verdict for the run's JSON."""
-    return verdict.as_dict()
 
 
 def coin_canaries(config: "BugRunConfig", schedule: schedules.Schedule,
@@ -296,8 +289,7 @@ class BugRun:
     return self.verdict.refuted or not self.noise_check.passed
 
   def row(self) -> dict[str, str]:
-    c, e, v = self.config, self.estimates, self.config.planted.bounds(
-        self.verdict)
+    c, e, v = self.config, self.estimates, self.verdict
     eps = lambda bound: f"{getattr(bound, 'epsilon', float('nan')):.3g}"
     return {
         "bug": c.bug, "size": f"{c.bug_size:g}" if c.bug != "none" else "-",
@@ -317,7 +309,7 @@ class BugRun:
     return dict(config=dataclasses.asdict(self.config), label=self.config.label,
                 claimed_epsilon=self.claimed_epsilon, claim=self.claim,
                 detected=self.detected,
-                verdict=self.config.planted.verdict_dict(self.verdict),
+                verdict=self.verdict.as_dict(),
                 estimates=self.estimates and self.estimates.as_dict(),
                 noise_check=self.noise_check.as_dict(), seconds=self.seconds)
 

@@ -108,13 +108,10 @@ def cosine_table_of(weights: np.ndarray,
   rounds = weights[:-1] - weights[1:]
   final_cos = directions @ final / np.linalg.norm(final)
   round_cos = (directions @ rounds.T) / np.linalg.norm(rounds, axis=1)
-  return cosine_table.CosineTable(
-      id=ids, group=np.where(canaries.inserted, "inserted", "held_out"),
-      participation=canaries.counts(), final_cosine=final_cos,
-      max_cosine=round_cos.max(axis=1), max_round=round_cos.argmax(axis=1),
-      seed=canaries.seed, dim=dim, num_rounds=len(rounds),
-      rounds_recorded=len(rounds), assignment=canaries.assignment,
-      generator=canary_directions.GENERATOR)
+  return cosine_table.of_canaries(
+      canaries, final_cosine=final_cos, max_cosine=round_cos.max(axis=1),
+      max_round=round_cos.argmax(axis=1), dim=dim,
+      rounds_recorded=len(rounds), generator=canary_directions.GENERATOR)
 
 
 __all__ = ["cosine_table_of", "train", "trainable_type"]

@@ -21,6 +21,7 @@ from typing import Any, Optional
 import tensorflow_federated as tff
 
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.running import round_metrics
 from tff_canary.harness.running import tasks
 from tff_canary.stats import atomic_files
 
@@ -81,7 +82,7 @@ def start_state(process, manager, task: tasks.Task, seed: int,
       trainable=trainable, non_trainable=list(weights.non_trainable))
   state = process.set_model_weights(initial, weights)
   atomic_files.save_npy(rd.file(run_dir_lib.INITIAL_WEIGHTS),
-                        tasks.flat_trainable(weights))
+                        round_metrics.flat_trainable(weights, finite=False))
   return state, 0
 
 

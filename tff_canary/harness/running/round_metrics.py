@@ -72,16 +72,19 @@ def clients_per_round(state: canary_process.CanaryDPAggregatorState
   return None if denominator is None else float(denominator)
 
 
-def flat_trainable(weights: Any, name: str = "weights") -> np.ndarray:
+def flat_trainable(weights: Any, name: str = "weights",
+                   finite: bool = True) -> np.ndarray:
   """Trainable weights as a flat float32 vector, from a learning process
   state (its `global_model_weights`), `ModelWeights` (its `trainable`), a
-  structure of arrays in `tf.nest.flatten` order, or a flat vector."""
+  structure of arrays in `tf.nest.flatten` order, or a flat vector. With
+  `finite` False, a diverged model's NaN weights pass (they are saved as
+  they are)."""
   weights = getattr(weights, "global_model_weights", weights)
   weights = getattr(weights, "trainable", weights)
   if weights is None or isinstance(weights, (str, bytes)):
     raise TypeError(f"{name} must be model weights (a state, ModelWeights or "
                     f"arrays), got {validation.show(weights)}.")
-  return flat_layout.flatten_numpy(weights, name)
+  return flat_layout.flatten_numpy(weights, name, finite)
 
 
 __all__ = ["canary_measurements", "canary_state", "clients_per_round",

@@ -136,9 +136,7 @@ class RunWriter:
                                                    "initial_weights")
       self._dim = validation.as_dim(self._initial.size,
                                     "dim (of initial_weights)")
-    if not isinstance(overwrite, bool):
-      raise TypeError(f"overwrite must be a bool, got "
-                      f"{validation.show(overwrite)}.")
+    validation.as_bool(overwrite, "overwrite")
     self._budget = validation.as_int(memory_budget_bytes,
                                      "memory_budget_bytes", minimum=1)
     self._progress = bool(progress)

@@ -240,10 +240,3 @@ def num_parameters(task: Task) -> int:
   """Number of trainable parameters, the canaries' dimension d."""
   return int(sum(tf.size(v).numpy() for v in
                  task.keras_model_fn().trainable_variables))
-
-
-def flat_trainable(model_weights) -> np.ndarray:
-  """The trainable weights of a `tff.learning.models.ModelWeights` as one
-  float32 vector, in the order of `model_weights.trainable`."""
-  return np.concatenate([np.asarray(w, np.float32).ravel()
-                         for w in model_weights.trainable])

@@ -43,6 +43,7 @@ from tff_canary.federated.audit import planted_tree_bugs
 from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import measurement_keys
+from tff_canary.harness.mechanisms import tree as tree_mechanism
 from tff_canary.harness.running import planted_bug_runs
 from tff_canary.stats import validation
 from tff_canary.stats.canaries import canary_config
@@ -74,7 +75,7 @@ class TreeBugRunConfig(planted_bug_runs.BugRunConfig):
   """
 
   mode: str = "server"
-  aggregator: str = "tree"
+  aggregator: str = tree_mechanism.TreeMechanism.name
   noise_multiplier: float = 1.0
   clients_per_round: int = 4
   num_rounds: int = 48
@@ -190,14 +191,6 @@ class TreePlanted(planted_bug_runs.PlantedBugs):
         self_test_noise=check.noise,
         self_test_sizes=check.check.tensor_sizes, level=config.level,
         claimed_epsilon=claimed_epsilon), None
-
-  def bounds(self, verdict):
-    return verdict.bounds
-
-  def verdict_dict(self, verdict):
-    return dict(summary=str(verdict), refuted=verdict.refuted,
-                caught_by=list(verdict.caught_by),
-                bounds=verdict.bounds.as_dict())
 
 
 PLANTED_BUGS = TreePlanted()

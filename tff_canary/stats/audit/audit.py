@@ -315,9 +315,7 @@ def table_bounds(table: CosineTable, delta: float, *,
       "f-DP one-run bound final/all"); else Steinke et al.'s, valid for any
       (epsilon, delta) claim ("one-run bound final/all").
   """
-  if not isinstance(gaussian_claim, (bool, np.bool_)):
-    raise TypeError(f"gaussian_claim must be a bool, got "
-                    f"{validation.show(gaussian_claim)}.")
+  validation.as_bool(gaussian_claim, "gaussian_claim")
   fns: dict[str, AuditBound] = {}
   fns["epsilon_lo final"] = audit_bounds.epsilon_lo_bound(
       table.final_cosines("inserted"), dim=final_dim(table), delta=delta)

@@ -77,18 +77,17 @@ def resolve_record_aggregates(record_aggregates: bool | None,
     TypeError: if `record_aggregates` is not a bool or None.
     ValueError: for True with orthogonal canaries (nothing to record).
   """
+  record_aggregates = validation.as_bool(record_aggregates, "record_aggregates",
+                                         optional=True)
   if record_aggregates is None:
     return directions == "gaussian"
-  if not isinstance(record_aggregates, (bool, np.bool_)):
-    raise TypeError(f"record_aggregates must be a bool or None, got "
-                    f"{record_aggregates!r}.")
   if record_aggregates and directions == "orthogonal":
     raise ValueError(
         "record_aggregates=True with directions='orthogonal': orthogonal "
         "canaries are scored inside each round, so no aggregate is "
         "recorded; leave record_aggregates at None (or False), or use "
         "directions='gaussian' to record the aggregates.")
-  return bool(record_aggregates)
+  return record_aggregates
 
 
 @dataclasses.dataclass(frozen=True)

@@ -190,8 +190,7 @@ def canary_schedule(sampler: ClientSampler, num_rounds: int,
   if not isinstance(sampler, ClientSampler):
     raise TypeError(f"sampler must be a ClientSampler, got {sampler!r}.")
   num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
-  if not isinstance(allow_mismatch, (bool, np.bool_)):
-    raise TypeError(f"allow_mismatch must be a bool, got {allow_mismatch!r}.")
+  validation.as_bool(allow_mismatch, "allow_mismatch")
   mismatch = participation_mismatch(sampler, num_rounds, presentations)
   if mismatch is None:
     if sampler.sampling == "shuffle":

@@ -126,6 +126,11 @@ class Participation:
     return np.bincount(self.events[:, 0], minlength=self.num_rounds).astype(
         np.int64)
 
+  def outside(self, rounds: npt.ArrayLike) -> "Participation":
+    """The events whose round is not in `rounds` (e.g. the recorded ones)."""
+    return Participation(self.num_rounds,
+                         self.events[~np.isin(self.events[:, 0], rounds)])
+
   def rounds_of(self, canary_id: int) -> np.ndarray:
     """The rounds (sorted) in which canary `canary_id` takes part."""
     canary_id = validation.as_int(canary_id, "canary_id", minimum=0)
@@ -222,9 +227,7 @@ class ShuffledEpochs(Schedule):
     num_rounds = validation.as_int(self.num_rounds, "num_rounds", minimum=1)
     per_epoch = validation.as_int(self.rounds_per_epoch, "rounds_per_epoch",
                                   minimum=1)
-    if not isinstance(self.partial_last_epoch, (bool, np.bool_)):
-      raise TypeError(f"partial_last_epoch must be a bool, got "
-                      f"{self.partial_last_epoch!r}.")
+    validation.as_bool(self.partial_last_epoch, "partial_last_epoch")
     if per_epoch > num_rounds and not self.partial_last_epoch:
       raise ValueError(f"rounds_per_epoch = {per_epoch} is longer than the run "
                        f"(num_rounds = {num_rounds}).")

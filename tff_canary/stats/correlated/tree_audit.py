@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -102,6 +102,19 @@ class FtrlAudit:
   contribution_t: float
   contribution_p_value: float
   bounds: audit_module.AuditVerdict
+
+  @property
+  def verdict(self) -> str:
+    """The bounds' verdict (`refuted` is the whole audit's)."""
+    return self.bounds.verdict
+
+  @property
+  def largest_bound(self) -> float:
+    return self.bounds.largest_bound
+
+  def as_dict(self) -> dict[str, Any]:
+    return dict(summary=str(self), refuted=self.refuted,
+                caught_by=list(self.caught_by), bounds=self.bounds.as_dict())
 
   def __str__(self) -> str:
     head = ("REFUTED by " + ", ".join(self.caught_by) if self.refuted else

@@ -192,9 +192,7 @@ def tree_noise(num_rounds: int, *, efficient: bool = True,
     TypeError, ValueError: for a bad argument, naming it.
   """
   num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
-  if not isinstance(efficient, bool):
-    raise TypeError(f"efficient must be a bool, got "
-                    f"{validation.show(efficient)}.")
+  efficient = validation.as_bool(efficient, "efficient")
   restarts = set(restart_rounds(num_rounds, restart_period, restart_warmup))
   calls: list[_Call] = []
   trees = 0

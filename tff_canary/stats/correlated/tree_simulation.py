@@ -92,9 +92,7 @@ class FtrlSetting:
     validation.as_positive(self.noise_multiplier, "noise_multiplier")
     validation.as_int(self.num_candidates, "num_candidates", minimum=4)
     validation.as_int(self.self_test_dim, "self_test_dim", minimum=2)
-    if not isinstance(self.efficient, bool):
-      raise TypeError(f"efficient must be a bool, got "
-                      f"{validation.show(self.efficient)}.")
+    validation.as_bool(self.efficient, "efficient")
 
   @property
   def num_rounds(self) -> int:
@@ -223,8 +221,7 @@ def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
                     f"{type(setting).__name__}.")
   bug = validation.as_choice(bug, "bug", BUGS)
   seed = validation.as_int(seed, "seed", minimum=0)
-  if not isinstance(insert, bool):
-    raise TypeError(f"insert must be a bool, got {validation.show(insert)}.")
+  insert = validation.as_bool(insert, "insert")
   if noise is None:
     b = _released(setting, bug)
   elif bug not in ("none", "double_participation"):
