@@ -87,7 +87,7 @@ class TreeNoiseCheck:
   check: noise_stats.NoiseCheck
   noise: np.ndarray
   node_std: np.ndarray
-  claimed: tree_noise_lib.TreeNoise
+  claimed: linear_noise.LinearNoise  # a TreeNoise for a tree
 
   def __str__(self) -> str:
     return f"tree {self.check}"
@@ -98,7 +98,8 @@ class TreeNoiseCheck:
     out = self.check.as_dict()
     out.update(summary=str(self), kind="tree",
                num_rounds=int(self.claimed.num_rounds),
-               num_trees=int(self.claimed.num_trees),
+               num_trees=int(getattr(self.claimed, "num_trees",
+                                     self.claimed.num_blocks)),
                node_std=[float(s) for s in self.node_std])
     return out
 
@@ -171,9 +172,9 @@ def _claimed_multiplier(aggregator, noise_multiplier):
 def _claimed_noise(aggregator, noise, num_rounds):
   tree = _canary_tree(aggregator)
   if noise is not None:
-    if not isinstance(noise, tree_noise_lib.TreeNoise):
-      raise TypeError(f"noise must be a TreeNoise, got "
-                      f"{validation.show(noise)}.")
+    if not isinstance(noise, linear_noise.LinearNoise):
+      raise TypeError(f"noise must be a LinearNoise (a tree's TreeNoise), "
+                      f"got {validation.show(noise)}.")
     if num_rounds is not None and num_rounds != noise.num_rounds:
       raise ValueError(f"num_rounds={num_rounds} differs from the claimed "
                        f"tree's {noise.num_rounds} rounds.")
@@ -187,11 +188,23 @@ def _claimed_noise(aggregator, noise, num_rounds):
   return tree.noise(num_rounds)
 
 
+def _shape(claimed: linear_noise.LinearNoise) -> str:
+  """The claimed noise's rounds and restarts, for the check's claim."""
+  if not isinstance(claimed, tree_noise_lib.TreeNoise):  # a matrix strategy's
+    return (f"{claimed.num_rounds} rounds of the claimed linear noise, "
+            f"blocks of {list(claimed.rounds_per_block)} rounds")
+  restarts = tree_noise_lib.restart_rounds(
+      claimed.num_rounds, claimed.restart_period, claimed.restart_warmup)
+  return (f"{claimed.num_rounds} rounds of the "
+          f"{'efficient' if claimed.efficient else 'plain'} tree, restarts "
+          f"after rounds {restarts}")
+
+
 def check_tree_noise(
     aggregator: Any,
     value_type: Any = None,
     *,
-    noise: Optional[tree_noise_lib.TreeNoise] = None,
+    noise: Optional[linear_noise.LinearNoise] = None,
     num_rounds: Optional[int] = None,
     num_clients: int = 1,
     clients_per_round: Optional[float] = None,
@@ -209,7 +222,8 @@ def check_tree_noise(
       `tff.templates.AggregationProcess` (initialized anew). A
       `CanaryDPFactory` must have no canary scheduled in these rounds.
     value_type: the value's TFF type; optional for a process.
-    noise: the claimed tree, `tree_noise.tree_noise(T, ...)`; default the
+    noise: the claimed tree, `tree_noise.tree_noise(T, ...)` (or any
+      `LinearNoise`, e.g. a matrix strategy's, with node_std); default the
       `CanaryDPFactory`'s `tree.noise(num_rounds)`.
     num_rounds: T; default `noise.num_rounds`, else `default_rounds`.
     num_clients: zero-valued clients per round (>= 1).
@@ -268,17 +282,13 @@ def check_tree_noise(
       denominators.append(denominator)
   released = np.stack(rows)
   whitened = linear_noise.whiten(released, claimed.covariance)
-  restarts = tree_noise_lib.restart_rounds(
-      num_rounds, claimed.restart_period, claimed.restart_warmup)
   if given is not None:
     source = "given"
   elif z is not None:
     source = f"z C_t with the claimed z = {z:g}"
   else:
     source = "the generator's stddev"
-  claim = (f"tree covariance (whitened): {num_rounds} rounds of the "
-           f"{'efficient' if claimed.efficient else 'plain'} tree, restarts "
-           f"after rounds {restarts}; sigma_t = "
+  claim = (f"tree covariance (whitened): {_shape(claimed)}; sigma_t = "
            f"{source} "
            f"({min(sigmas):.6g}..{max(sigmas):.6g}), denominator "
            f"{denominators[0]:g}")

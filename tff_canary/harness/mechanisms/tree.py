@@ -18,6 +18,7 @@ import dataclasses
 from typing import Any
 
 from tff_canary.harness.mechanisms import protocol
+from tff_canary.stats.correlated import tree_noise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +91,16 @@ class TreeMechanism(protocol.Mechanism):
                        "tree's scores are in units of its node noise; got "
                        "noise_multiplier=0.0.")
     return {}
+
+  def round_noise(self, config, num_rounds: int, rounds_per_epoch: int):
+    """The claimed released noise of the run's rounds (the report's
+    section): the efficient tree restarted every epoch."""
+    return tree_noise.tree_noise(num_rounds, efficient=True,
+                                 restart_period=rounds_per_epoch)
+
+  def section_settings(self, config) -> list[str]:
+    """The report's settings lines for this mechanism's noise."""
+    return ["tree aggregation restarted every epoch"]
 
 
 MECHANISM = TreeMechanism()
