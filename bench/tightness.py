@@ -78,10 +78,8 @@ def _bounds(t_stat, m_stat, mask):
   }
 
 
-def _noise(mechanism, args):
-  """The mechanism's claimed noise: None for the setting's tree."""
-  if mechanism != "blt":
-    return None
+def _blt_noise(args):
+  """The fitted (or given) BLT restarted every epoch."""
   if args.blt_scales:
     strategy = blt.blt(args.blt_scales, args.blt_decays)
   else:
@@ -95,6 +93,16 @@ def _noise(mechanism, args):
         f"{noise.release_mu(1.0):.5g} over the run, worst-case rounds "
         f"{noise.worst_case_rounds().tolist()}")
   return noise
+
+
+# The settings whose claimed noise is not the setting's tree, and its maker.
+OWN_NOISE = {"blt": _blt_noise}
+
+
+def _noise(mechanism, args):
+  """The mechanism's claimed noise: None for the setting's tree."""
+  make = OWN_NOISE.get(mechanism)
+  return None if make is None else make(args)
 
 
 def setting_for(noise, epsilon, candidates):
