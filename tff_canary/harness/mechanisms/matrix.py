@@ -59,7 +59,11 @@ class MatrixMechanism(tree.TreeMechanism):
           "--insertion=server", "insertion='server'",
           f"aggregator={self.name!r} runs with server-side canaries only "
           "(canary clients are not wired to it yet)"))
-    return missing + super().requirements(config)
+    # Not what canary clients would need: they are refused above.
+    clients_only = protocol.seeded_noise_requirement(config)
+    return missing + [r for r in super().requirements(config)
+                      if r not in clients_only
+                      and not r.flag.startswith("--canary_norm")]
 
   def resolve(self, config) -> dict[str, Any]:
     if config.noise_multiplier == 0.0:

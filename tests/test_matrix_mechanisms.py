@@ -1,0 +1,124 @@
+"""Banded and BLT DP-FTRL in the experiments (`--aggregator=banded`,
+`--aggregator=blt`): their settings and refusals, the DP-FTRL report over
+their claimed noise from simulated scores, and a tiny EMNIST run through the
+BLT aggregator with its noise self-test (tff_canary.harness.mechanisms.
+matrix, banded, blt; harness.running.matrix_tff)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.mechanisms import registry
+from tff_canary.harness.recording import run_dir
+from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.matrix import toeplitz
+
+
+def test_each_matrix_mechanism_fills_its_setting_and_refuses_the_other():
+  banded = experiment_config.ExperimentConfig(aggregator="banded", clip=0.1)
+  assert banded.bands == registry.get("banded").settings["bands"].default
+  assert banded.blt_buffers is None
+  with pytest.raises(ValueError, match=r"bands=2 is for aggregator="
+                     r"'banded'; got aggregator='blt'"):
+    experiment_config.ExperimentConfig(aggregator="blt", clip=0.1, bands=2)
+  with pytest.raises(ValueError, match=r"aggregator='blt' needs "
+                     r"noise_multiplier > 0.*got noise_multiplier=0.0"):
+    experiment_config.ExperimentConfig(aggregator="blt", clip=0.1,
+                                       noise_multiplier=0.0)
+
+
+def test_matrix_mechanisms_refuse_canary_clients_and_adaptive_clipping():
+  for name in ("banded", "blt"):
+    with pytest.raises(ValueError, match=(
+        rf"aggregator='{name}' \(--aggregator={name}\) needs 2 more "
+        r"settings; add --insertion=server --clip=C .*server-side canaries "
+        r"only")):
+      experiment_config.ExperimentConfig(aggregator=name, insertion="clients")
+
+
+def _simulated_run(path, z=1.0, seed=0):
+  """A banded run directory (3 bands, 4 epochs of 8 rounds, 400 candidates)
+  whose scores are drawn here: u_j ~ N(a_j / z, K), K = C^-1 C^-T per epoch
+  (built here from the closed-form coefficients, not by strategy_noise)."""
+  from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.canaries import canary_config, schedules  # pylint: disable=g-import-not-at-top
+  config = dict(task="emnist", data="synthetic", seed=seed, canary_seed=7,
+                dim=10_000, noise_multiplier=z, clip=0.1, clients_per_round=4,
+                num_rounds=32, num_inserted=200, num_held_out=200,
+                sampling="shuffle", num_clients=32, delta=1e-5,
+                presentations=4, assignment="coin", directions="orthogonal",
+                aggregator="banded", bands=3)
+  canaries = canary_config.CanaryConfig(
+      seed=7, num_inserted=200, num_held_out=200,
+      schedule=schedules.ShuffledEpochs(32, 8, partial_last_epoch=True),
+      assignment="coin", directions="orthogonal")
+  a = canaries.schedule_matrix() & canaries.inserted[:, None]
+  c = np.zeros((8, 8))
+  for i, ci in enumerate(toeplitz.square_root_coefficients(3)):
+    c += ci * np.eye(8, k=-i)
+  block = np.linalg.inv(c)
+  b = np.kron(np.eye(4), block)
+  rng = np.random.default_rng(seed)
+  u = a / z + rng.standard_normal((400, 32)) @ b.T
+  rd = run_dir.RunDir(path)
+  os.makedirs(rd.path)
+  rd.save_config(config)
+  atomic_files.save_npz(rd.file(run_dir.PARTICIPATION),
+                        events=canaries.participation.events)
+  rd.save_tree_scores(list(u.T))
+  return rd, c
+
+
+def test_the_report_of_a_banded_run_claims_its_strategy_sensitivity(tmp_path):
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
+  rd, c = _simulated_run(tmp_path / "run")
+  report = report_lib.build_report(rd.path)
+  # The claim, independently: one participation per epoch of 4 restarted
+  # epochs; C's coefficients are nonnegative and non-increasing, so the
+  # worst round of an epoch is its first, ||C e_0||, and mu = 2 ||C e_0|| / z.
+  mu = np.sqrt(4 * np.sum(c[:, 0] ** 2))
+  assert report.audit.claim.epsilon == pytest.approx(
+      gaussian_accounting.gaussian_epsilon_of_mu(mu, 1e-5), rel=1e-9)
+  assert report.targets.worst_case_epsilon == pytest.approx(
+      report.audit.claim.epsilon, rel=1e-9)
+  assert not report.audit.refuted, str(report.audit)
+  # Scores drawn with the claimed K: the scheduled statistic's estimate
+  # covers its target (a 95% interval, fixed seed).
+  interval = report.estimates.scheduled.interval
+  assert interval.low <= report.targets.schedules_epsilon <= interval.high
+  text = report.terminal_text()
+  assert text.splitlines()[0].startswith("analytical ε")
+  assert "DP-FTRL, 4 epochs (exact GDP" in text
+  assert "banded square-root strategy of 3 bands" in report.to_markdown()
+
+
+@pytest.mark.tff
+def test_a_tiny_blt_run_reports_its_claim_scores_and_noise_check(tmp_path):
+  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "run"
+  config = experiment_config.ExperimentConfig(
+      aggregator="blt", clip=0.1, output_dir=str(path), num_rounds=6,
+      num_clients=18, clients_per_round=6, examples_per_client=8,
+      num_inserted=4, num_held_out=4, noise_multiplier=1.0, eval_every=0,
+      checkpoint_every=6, eval_examples=16, allow_large_canary_fraction=True)
+  report = experiment.run_experiment(config, progress=False,
+                                     log=lambda *a: None)
+  rd = run_dir.RunDir(str(path))
+  saved = rd.load_config()
+  assert saved["aggregator"] == "blt" and saved["blt_buffers"] == 3
+  assert not rd.exists(run_dir.LEDGER)
+  assert rd.load_tree_scores(8).shape == (6, 8)
+  # Two epochs of 3 rounds: the claim is the fitted BLT's worst case.
+  blt = registry.get("blt")
+  noise = blt.round_noise(saved, 6, 3)
+  assert report.audit.claim.epsilon == pytest.approx(
+      noise.claim(1.0, delta=saved["delta"]).epsilon, rel=1e-12)
+  check = json.loads(open(rd.file(run_dir.NOISE_CHECK)).read())
+  assert check["kind"] == "tree" and check["passed"]
+  assert "claimed linear noise" in check["claim"]
+  assert "noise self-test: passed" in report.terminal_text()
