@@ -8,8 +8,9 @@ The aggregator is the run's strategy C (the NumPy half's
 `DifferentiallyPrivateFactory` over the same query
 (`MatrixAggregation.tff_factory`). The noise check is the tree's
 (`tree_noise_check.check_tree_noise`) with the strategy's claimed noise
-(`MatrixAggregation.noise`, B = C^-1 per epoch) over two restarts (at the
-tree's `check_period`) and sigma = z C. A round records no DpEvent but its
+(`MatrixAggregation.noise`, B = C^-1 per epoch) of the run's C over two
+restarts (restarted sooner for long epochs: the tree's `check_period`) and
+sigma = z C. A round records no DpEvent but its
 canaries' scores in units of z C (tree_scores.npy), as the tree's do.
 """
 
@@ -29,16 +30,19 @@ from tff_canary.harness.running import tree_tff
 
 
 def aggregation(config, rounds_per_epoch: Optional[int],
-                noise_seed: Optional[int] = None
+                noise_seed: Optional[int] = None,
+                restart_every: Optional[int] = None
                 ) -> matrix_factory.MatrixAggregation:
-  """The run's `MatrixAggregation`, restarted every `rounds_per_epoch`."""
+  """The run's `MatrixAggregation` (its C for epochs of `rounds_per_epoch`
+  rounds), restarted every `restart_every` rounds (default the epoch)."""
   if rounds_per_epoch is None:
     raise ValueError(f"aggregator={config.aggregator!r} needs "
                      "rounds_per_epoch, its restart period; got None.")
   mechanism = registry.get(config.aggregator)
   return matrix_factory.MatrixAggregation(
       noise_multiplier=config.noise_multiplier, clip=config.clip,
-      restart_every=int(rounds_per_epoch), noise_seed=noise_seed,
+      restart_every=int(restart_every or rounds_per_epoch),
+      noise_seed=noise_seed,
       **mechanism.strategy_kwargs(config, int(rounds_per_epoch)))
 
 
@@ -62,12 +66,15 @@ class MatrixTff(tree_tff.TreeTff):
         specs, config.clients_per_round)
 
   def noise_check(self, config, inputs: mechanism_tff.NoiseCheckInputs):
-    period = tree_tff.check_period(inputs.rounds_per_epoch)
-    query = aggregation(config, period, inputs.seed)
-    aggregator = self.canary_aggregator(config, inputs.no_canaries,
-                                        inputs.seed, period)
+    # The run's C (a BLT fitted to the run's epoch), restarted sooner when
+    # two epochs do not fit in the check (`tree_tff.check_period`).
+    query = aggregation(config, inputs.rounds_per_epoch, inputs.seed,
+                        tree_tff.check_period(inputs.rounds_per_epoch))
+    period = query.restart_every
     return tree_noise_check.check_tree_noise(
-        aggregator, inputs.value_type,
+        factory.CanaryDPFactory(query, inputs.no_canaries,
+                                clients_per_round=config.clients_per_round),
+        inputs.value_type,
         noise=query.noise(tree_noise_check.default_rounds(period)),
         node_std=config.noise_multiplier * config.clip,
         clients_per_round=config.clients_per_round,
