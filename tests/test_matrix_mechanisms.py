@@ -122,3 +122,22 @@ def test_a_tiny_blt_run_reports_its_claim_scores_and_noise_check(tmp_path):
   assert check["kind"] == "tree" and check["passed"]
   assert "claimed linear noise" in check["claim"]
   assert "noise self-test: passed" in report.terminal_text()
+
+
+@pytest.mark.parametrize("name", ["banded", "blt"])
+def test_the_claimed_noise_gives_the_matrix_accounting(name):
+  from tff_canary.stats.matrix import analytical, sensitivity  # pylint: disable=g-import-not-at-top
+  mechanism = registry.get(name)
+  values = {"bands": 3, "blt_buffers": 2}
+  noise = mechanism.round_noise(values, 20, 8)  # epochs of 8, 8 and 4 rounds
+  assert noise.rounds_per_block == (8, 8, 4)
+  matrix = analytical.matrix_epsilon(
+      sensitivity.restarted_sensitivity(noise), noise_multiplier=0.7,
+      delta=1e-5)
+  assert noise.claim(0.7, delta=1e-5).epsilon == pytest.approx(
+      matrix.epsilon, rel=1e-12)
+  # One participation per epoch of a nonincreasing C: each epoch's worst
+  # round is its first, ||C_E e_0||^2 = sum of c_t^2 over the epoch.
+  c = mechanism.coefficients(values, 8)
+  expected = np.sqrt(2 * np.sum(c**2) + np.sum(c[:4]**2))
+  assert matrix.sensitivity.value == pytest.approx(expected, rel=1e-9)
