@@ -59,6 +59,8 @@ LAST_LINES = {
     "bench/ftrl_sweep.py":
         r"efficient tree, 4 epochs of 64 rounds, \d+ candidates, 1 trials, "
         r"δ = 1e-05; \d+ s",
+    "bench/matrix_audit.py":
+        r"matrix audit: worst detection [\d.]+, worst false alarm [\d.]+",
     "bench/noise_check.py":
         r"noise check: worst detection [\d.]+, worst false alarm [\d.]+",
     "bench/pipeline_audit.py":

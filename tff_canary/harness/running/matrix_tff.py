@@ -11,7 +11,8 @@ The aggregator is the run's strategy C (the NumPy half's
 (`MatrixAggregation.noise`, B = C^-1 per epoch) of the run's C over two
 restarts (restarted sooner for long epochs: the tree's `check_period`) and
 sigma = z C. A round records no DpEvent but its
-canaries' scores in units of z C (tree_scores.npy), as the tree's do.
+canaries' scores in units of z C (tree_scores.npy), as the tree's do. Its
+planted bugs are `matrix_planted`'s.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class MatrixTff(tree_tff.TreeTff):
   """The matrix mechanisms' aggregators (module docstring); a round's
   records are the tree's."""
 
-  planted_bugs_module = None
+  planted_bugs_module = "tff_canary.harness.running.matrix_planted"
 
   def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):
