@@ -90,13 +90,13 @@ class TreeNoiseCheck:
   claimed: linear_noise.LinearNoise  # a TreeNoise for a tree
 
   def __str__(self) -> str:
-    return f"tree {self.check}"
+    return f"{self.claimed.kind} {self.check}"
 
   def as_dict(self) -> dict[str, Any]:
     """noise_check.json: the check's `as_dict` (its verdict, summary and
     tests) with the tree's rounds and node stds, not the noise itself."""
     out = self.check.as_dict()
-    out.update(summary=str(self), kind="tree",
+    out.update(summary=str(self), kind=self.claimed.kind,
                num_rounds=int(self.claimed.num_rounds),
                num_trees=int(getattr(self.claimed, "num_trees",
                                      self.claimed.num_blocks)),
@@ -288,7 +288,8 @@ def check_tree_noise(
     source = f"z C_t with the claimed z = {z:g}"
   else:
     source = "the generator's stddev"
-  claim = (f"tree covariance (whitened): {_shape(claimed)}; sigma_t = "
+  claim = (f"{claimed.kind} covariance (whitened): {_shape(claimed)}; "
+           "sigma_t = "
            f"{source} "
            f"({min(sigmas):.6g}..{max(sigmas):.6g}), denominator "
            f"{denominators[0]:g}")

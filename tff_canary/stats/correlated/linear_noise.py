@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -94,6 +94,9 @@ class LinearNoise:
 
   released: np.ndarray
   round_block: np.ndarray
+  # What the noise is called in the audit's and self-test's text ("tree",
+  # "matrix"; the subclasses').
+  kind: ClassVar[str] = "correlated"
 
   def __post_init__(self):
     b, blocks = self.released, self.round_block

@@ -90,6 +90,7 @@ class FtrlAudit:
     bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks,
       with their reach ("beyond reach" when no bound could exceed the claim
       with these candidates).
+    noise_kind: the claimed noise's `LinearNoise.kind`, for the text.
   """
 
   refuted: bool
@@ -102,6 +103,7 @@ class FtrlAudit:
   contribution_t: float
   contribution_p_value: float
   bounds: audit_module.AuditVerdict
+  noise_kind: str = "tree"
 
   @property
   def verdict(self) -> str:
@@ -134,7 +136,8 @@ class FtrlAudit:
     text = (f"excess {self.contribution_excess:+.3g} per epoch over one "
             f"participation at the clip norm (t = {self.contribution_t:.3g}, "
             f"p = {self.contribution_p_value:.2g}; spread "
-            f"{self.contribution_spread:.3g}x the tree noise's variance)")
+            f"{self.contribution_spread:.3g}x the {self.noise_kind} noise's "
+            "variance)")
     if "contribution" in self.caught_by:
       text += (": the inserted canaries put more into the sums than the "
                "claim allows: more participations per epoch than their "
@@ -297,7 +300,7 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
     except ValueError as error:
       raise ValueError(f"self_test_sizes: {error}") from None
     self_test = noise_stats.check_noise(
-        tensors, 1.0, level=each, claim="tree covariance (whitened)")
+        tensors, 1.0, level=each, claim=f"{noise.kind} covariance (whitened)")
   failed = {"self-test": self_test is not None and not self_test.passed,
             "contribution": contribution.p_value < each,
             "bounds": bounds.refuted}
@@ -308,7 +311,7 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                    contribution_spread=contribution.spread,
                    contribution_t=contribution.t,
                    contribution_p_value=contribution.p_value,
-                   bounds=bounds)
+                   bounds=bounds, noise_kind=noise.kind)
 
 
 @dataclasses.dataclass(frozen=True)

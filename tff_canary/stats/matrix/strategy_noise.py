@@ -18,7 +18,8 @@ NumPy only.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import dataclasses
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 
@@ -27,10 +28,18 @@ from tff_canary.stats.matrix import toeplitz
 from tff_canary.stats import validation
 
 
+@dataclasses.dataclass(frozen=True)
+class StrategyNoise(linear_noise.LinearNoise):
+  """A strategy's released noise: a `LinearNoise` with B = C^-1 per block,
+  called "matrix" noise in the audit's text."""
+
+  kind: ClassVar[str] = "matrix"
+
+
 def strategy_noise(coefficients: Any, rounds: int,
                    restart_every: Optional[int] = None
-                   ) -> linear_noise.LinearNoise:
-  """The `LinearNoise` with B = C^-1, [rounds, rounds].
+                   ) -> StrategyNoise:
+  """The `StrategyNoise` with B = C^-1, [rounds, rounds].
 
   Args:
     coefficients: C's c_0, c_1, ...
@@ -49,8 +58,9 @@ def strategy_noise(coefficients: Any, rounds: int,
     size = min(e, n - start)
     released[start:start + size, start:start + size] = (
         toeplitz.noise_matrix(coefficients, size))
-  return linear_noise.linear_noise(
+  noise = linear_noise.linear_noise(
       released, round_block=np.arange(n, dtype=np.int64) // e)
+  return StrategyNoise(released=noise.released, round_block=noise.round_block)
 
 
 def pattern_mu(coefficients: Any, pattern: Any, *,
@@ -64,4 +74,4 @@ def pattern_mu(coefficients: Any, pattern: Any, *,
   return float(np.linalg.norm(image)) / z
 
 
-__all__ = ["pattern_mu", "strategy_noise"]
+__all__ = ["StrategyNoise", "pattern_mu", "strategy_noise"]
