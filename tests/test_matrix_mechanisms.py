@@ -119,8 +119,11 @@ def test_a_tiny_blt_run_reports_its_claim_scores_and_noise_check(tmp_path):
   assert report.audit.claim.epsilon == pytest.approx(
       noise.claim(1.0, delta=saved["delta"]).epsilon, rel=1e-12)
   check = json.loads(open(rd.file(run_dir.NOISE_CHECK)).read())
-  assert check["kind"] == "tree" and check["passed"]
+  assert check["kind"] == "matrix" and check["passed"]
+  assert check["claim"].startswith("matrix covariance (whitened)")
   assert "claimed linear noise" in check["claim"]
+  assert check["summary"].startswith("matrix noise check passed")
+  assert "tree" not in report.audit.contribution_text()
   assert "noise self-test: passed" in report.terminal_text()
 
 
