@@ -16,6 +16,7 @@ from tff_canary.harness.config import experiment_config
 from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.recording import run_dir
 from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.canaries import schedules
 from tff_canary.stats.matrix import toeplitz
 
 
@@ -41,10 +42,13 @@ def test_matrix_mechanisms_refuse_canary_clients_and_adaptive_clipping():
       experiment_config.ExperimentConfig(aggregator=name, insertion="clients")
 
 
-def _simulated_run(path, z=1.0, seed=0):
+def _simulated_run(path, z=1.0, seed=0, placement="random"):
   """A banded run directory (3 bands, 4 epochs of 8 rounds, 400 candidates)
   whose scores are drawn here: u_j ~ N(a_j / z, K), K = C^-1 C^-T per epoch
-  (built here from the closed-form coefficients, not by strategy_noise)."""
+  (built here from the closed-form coefficients, not by strategy_noise).
+  With placement "worst_case" every canary is in the first round of every
+  epoch (C's coefficients are nonnegative and non-increasing: its first
+  column is its largest)."""
   from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
   from tff_canary.stats.canaries import canary_config, schedules  # pylint: disable=g-import-not-at-top
   config = dict(task="emnist", data="synthetic", seed=seed, canary_seed=7,
@@ -52,10 +56,12 @@ def _simulated_run(path, z=1.0, seed=0):
                 num_rounds=32, num_inserted=200, num_held_out=200,
                 sampling="shuffle", num_clients=32, delta=1e-5,
                 presentations=4, assignment="coin", directions="orthogonal",
-                aggregator="banded", bands=3)
+                aggregator="banded", bands=3, placement=placement)
   canaries = canary_config.CanaryConfig(
       seed=7, num_inserted=200, num_held_out=200,
-      schedule=schedules.ShuffledEpochs(32, 8, partial_last_epoch=True),
+      schedule=(schedules.ShuffledEpochs(32, 8, partial_last_epoch=True)
+                if placement == "random" else
+                schedules.SharedRounds(32, (0, 8, 16, 24))),
       assignment="coin", directions="orthogonal")
   a = canaries.schedule_matrix() & canaries.inserted[:, None]
   c = np.zeros((8, 8))
@@ -95,6 +101,35 @@ def test_the_report_of_a_banded_run_claims_its_strategy_sensitivity(tmp_path):
   assert text.splitlines()[0].startswith("analytical ε")
   assert "DP-FTRL, 4 epochs (exact GDP" in text
   assert "banded square-root strategy of 3 bands" in report.to_markdown()
+
+
+def test_worst_case_placement_targets_the_analytical_epsilon(tmp_path):
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
+  rd, _ = _simulated_run(tmp_path / "run", placement="worst_case")
+  report = report_lib.build_report(rd.path)
+  # Every canary on the worst-case pattern: the schedules' epsilon is the
+  # claim's, and the scheduled estimate (400 candidates, fixed seed) covers it.
+  claimed = report.audit.claim.epsilon
+  assert report.targets.schedules_epsilon == pytest.approx(claimed, rel=1e-9)
+  interval = report.estimates.scheduled.interval
+  assert interval.low <= claimed <= interval.high
+  assert not report.audit.refuted, str(report.audit)
+
+
+def test_placement_worst_case_is_the_noise_s_worst_rounds_or_refused():
+  config = experiment_config.ExperimentConfig(
+      aggregator="blt", clip=0.1, placement="worst_case", num_rounds=12,
+      clients_per_round=2)
+  resolved = experiment_config.resolve(config, 8, 100)  # epochs of 4 rounds
+  assert resolved.canary_schedule == schedules.SharedRounds(12, (0, 4, 8))
+  assert resolved.values["placement"] == "worst_case"
+  with pytest.raises(ValueError, match=(
+      r"needs 1 more setting; add --placement=random .*every canary on the "
+      r"rounds of the accounting's worst case under noise correlated across "
+      r"rounds \(tree, banded, blt\)")):
+    experiment_config.ExperimentConfig(placement="worst_case")
+  with pytest.raises(ValueError, match="placement must be one of"):
+    experiment_config.ExperimentConfig(placement="worst")
 
 
 @pytest.mark.tff

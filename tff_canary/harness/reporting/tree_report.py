@@ -225,7 +225,13 @@ def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
         f"{rd.file(run_dir_lib.CONFIG)} has assignment="
         f"{config.get('assignment')!r}: the DP-FTRL report's one-run bounds "
         "need candidates inserted by fair coins (assignment='coin').")
-  canaries = experiment_config.run_canaries(config)
+  # The epochs are the client sampler's (the canaries' schedule may be a
+  # worst-case placement, `SharedRounds`, which has none).
+  resolved = experiment_config.resolve(
+      experiment_config.ExperimentConfig.from_json(config),
+      config["num_clients"], config["dim"])
+  canaries = experiment_config.run_canaries(resolved.values,
+                                            resolved.canary_schedule)
   recorded = rd.load_participation()
   if not np.array_equal(recorded, canaries.participation.events):
     raise run_dir_lib.RunDirError(
@@ -238,7 +244,7 @@ def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
     raise run_dir_lib.RunDirError(
         f"{rd.file(run_dir_lib.TREE_SCORES)} has {scores.shape[0]} rounds "
         f"of the run's {num_rounds}: the run has not finished (--resume).")
-  per_epoch = canaries.schedule.rounds_per_epoch
+  per_epoch = resolved.sampler.rounds_per_epoch
   mechanism = registry.of_config(config)
   noise = mechanism.round_noise(config, num_rounds, per_epoch)
   z = config["noise_multiplier"]

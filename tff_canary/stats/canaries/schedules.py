@@ -57,6 +57,11 @@ COIN_TAG = 0xC014
 # drawn like the inserted ones' from their own stream, never used to insert.
 HELD_OUT_SCHEDULE_TAG = 0x4E1D0
 
+# Where canaries take part with noise correlated across rounds: "random",
+# as the clients do (a drawn round of each epoch), or "worst_case", every
+# canary on the claimed noise's worst-case rounds (`SharedRounds`).
+PLACEMENTS: tuple[str, ...] = ("random", "worst_case")
+
 _MAX_SEED = 2**63 - 1
 
 

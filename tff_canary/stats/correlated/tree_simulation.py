@@ -53,6 +53,7 @@ from typing import Literal, Optional, Sequence, Union
 
 import numpy as np
 
+from tff_canary.stats.canaries import schedules
 from tff_canary.stats.correlated import linear_noise, tree_noise
 from tff_canary.stats import validation
 
@@ -60,7 +61,7 @@ Bug = Literal["none", "restart_reuse", "double_participation",
               "missing_level", "efficient_scale"]
 BUGS: tuple[str, ...] = ("none", "restart_reuse", "double_participation",
                          "missing_level", "efficient_scale")
-PLACEMENTS: tuple[str, ...] = ("random", "worst_case")
+PLACEMENTS = schedules.PLACEMENTS
 # The level whose nodes lose their noise in "missing_level": the lowest
 # internal level, which covers half the rounds of every tree.
 MISSING_LEVEL = 1
