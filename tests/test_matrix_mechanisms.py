@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -33,13 +34,21 @@ def test_each_matrix_mechanism_fills_its_setting_and_refuses_the_other():
                                        noise_multiplier=0.0)
 
 
-def test_matrix_mechanisms_refuse_canary_clients_and_adaptive_clipping():
+def test_matrix_mechanisms_take_canary_clients_as_the_tree_does():
   for name in ("banded", "blt"):
     with pytest.raises(ValueError, match=(
-        rf"aggregator='{name}' \(--aggregator={name}\) needs 2 more "
-        r"settings; add --insertion=server --clip=C .*server-side canaries "
-        r"only")):
+        rf"aggregator='{name}' with insertion='clients' \(--aggregator={name} "
+        r"--insertion=clients\) needs 2 more settings; add --noseeded_noise "
+        r"--clip=C")):
       experiment_config.ExperimentConfig(aggregator=name, insertion="clients")
+    with pytest.raises(ValueError, match=r"--canary_norm=0.1 or more .*the "
+                       r"strategy's scores count a canary client"):
+      experiment_config.ExperimentConfig(
+          aggregator=name, insertion="clients", seeded_noise=False,
+          clip=0.1, canary_norm=0.05)
+    config = experiment_config.ExperimentConfig(
+        aggregator=name, insertion="clients", seeded_noise=False, clip=0.1)
+    assert config.insertion == "clients"
 
 
 def _simulated_run(path, z=1.0, seed=0, placement="random"):
@@ -179,3 +188,52 @@ def test_the_claimed_noise_gives_the_matrix_accounting(name):
   c = mechanism.coefficients(values, 8)
   expected = np.sqrt(2 * np.sum(c**2) + np.sum(c[:4]**2))
   assert matrix.sensitivity.value == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.tff
+@pytest.mark.slow
+def test_a_tiny_blt_clients_run_scores_canary_clients_in_units_of_z_c(
+    tmp_path):
+  # tests/test_tree_clients.py's tiny run with BLT DP-FTRL: 2 epochs of 2
+  # rounds, 3 clients a round, z = 0.1, so a canary client's 1 / z = 10
+  # stands out of the noise, whose per-round std is sqrt(K_tt), K = C^-1
+  # C^-T: between 1 and 1.2 here (C's inverse coefficients after d_0 = 1
+  # are small), so every residual lies within 5 of it.
+  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.canaries import canary_config  # pylint: disable=g-import-not-at-top
+  z, rounds, candidates = 0.1, 4, 12
+  config = experiment_config.ExperimentConfig(
+      aggregator="blt", insertion="clients", seeded_noise=False, clip=0.1,
+      output_dir=str(tmp_path / "run"), num_rounds=rounds, num_clients=6,
+      clients_per_round=3, examples_per_client=8,
+      num_inserted=candidates // 2, num_held_out=candidates // 2,
+      noise_multiplier=z, server_momentum=0.0, eval_every=0,
+      eval_examples=64, allow_large_canary_fraction=True)
+  with warnings.catch_warnings():  # half the participants are canaries
+    warnings.simplefilter("ignore", experiment.CanaryFractionWarning)
+    report = experiment.run_experiment(config, progress=False,
+                                       log=lambda *a: None)
+  rd = run_dir.RunDir(str(tmp_path / "run"))
+  saved = rd.load_config()
+  scores = rd.load_tree_scores(candidates)
+  canaries = canary_config.CanaryConfig(
+      seed=saved["canary_seed"], num_inserted=candidates // 2,
+      num_held_out=candidates // 2,
+      schedule=schedules.ShuffledEpochs(rounds, 2, partial_last_epoch=True),
+      assignment=saved["assignment"], directions="orthogonal")
+  np.testing.assert_array_equal(rd.load_participation(),
+                                canaries.participation.events)
+  a = (canaries.schedule_matrix() & canaries.inserted[:, None]).T
+  assert a.sum() >= 4
+  residual = scores - a / z
+  assert np.abs(residual).max() < 5.0, residual
+  # The clip of every round is the BLT query's, read from TFF's state.
+  assert all(o["dp_clip"] == pytest.approx(0.1) and o["dp_clipped"]
+             for o in json.load(open(rd.file(
+                 run_dir.CANARY_OUTCOMES)))["outcomes"])
+  noise = rd.load_noise_check()
+  assert noise["kind"] == "matrix" and noise["passed"], noise["summary"]
+  text = report.terminal_text(details=True)
+  assert ("canary clients of norm 10 through TFF's own DP aggregator "
+          "(DP-FTRL matrix mechanism)") in text
+  assert not report.audit.refuted, str(report.audit)

@@ -15,7 +15,8 @@ mu = sens / z, sens = `sensitivity.restarted_sensitivity` of that noise
 
 `banded` and `blt` subclass `MatrixMechanism` with their strategy's
 coefficients; their TFF half is `tff_canary.harness.running.matrix_tff`.
-Canary clients are not run yet (server-side canaries only).
+Canary clients are the tree's too: TFF's own factory over the same query,
+unseeded.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from tff_canary.harness.mechanisms import protocol
 from tff_canary.harness.mechanisms import tree
 from tff_canary.stats.correlated import linear_noise
 from tff_canary.stats.matrix import strategy_noise
@@ -47,23 +47,7 @@ class MatrixMechanism(tree.TreeMechanism):
                        " is that of clients_per_round real clients, each "
                        "once per epoch")
   strategy_name = ""
-
-  def subject(self, config) -> str:
-    return self.flag
-
-  def requirements(self, config) -> list[protocol.Requirement]:
-    """The tree's requirements, and server-side canaries."""
-    missing = []
-    if config.insertion == "clients":
-      missing.append(protocol.Requirement(
-          "--insertion=server", "insertion='server'",
-          f"aggregator={self.name!r} runs with server-side canaries only "
-          "(canary clients are not wired to it yet)"))
-    # Not what canary clients would need: they are refused above.
-    clients_only = protocol.seeded_noise_requirement(config)
-    return missing + [r for r in super().requirements(config)
-                      if r not in clients_only
-                      and not r.flag.startswith("--canary_norm")]
+  scores_of = "the strategy's"
 
   def resolve(self, config) -> dict[str, Any]:
     if config.noise_multiplier == 0.0:

@@ -31,6 +31,7 @@ class TreeMechanism(protocol.Mechanism):
   round_scores = True
   report_section = "tff_canary.harness.reporting.tree_report"
   client_aggregator = " (DP-FTRL tree)"
+  scores_of = "the tree's"  # whose scores, in the refusals' text
   client_accounting = ("the tree accounting (the analytical ε) is that of "
                        "clients_per_round real clients, each once per tree")
   # No noise is refused (`resolve`); a fixed clip (`requirements`).
@@ -38,8 +39,8 @@ class TreeMechanism(protocol.Mechanism):
 
   def subject(self, config) -> str:
     if config.insertion == "clients":
-      return ("aggregator='tree' with insertion='clients' (--aggregator=tree "
-              "--insertion=clients)")
+      return (f"aggregator={self.name!r} with insertion='clients' "
+              f"(--aggregator={self.name} --insertion=clients)")
     return self.flag
 
   def requirements(self, config) -> list[protocol.Requirement]:
@@ -53,8 +54,8 @@ class TreeMechanism(protocol.Mechanism):
         missing.append(protocol.Requirement(
             f"--canary_norm={config.clip:g} or more (got {norm:g})",
             f"canary_norm >= clip = {config.clip:g}",
-            "the tree's scores count a canary client as entering the sum at "
-            "the clip, which one below it does not"))
+            f"{self.scores_of} scores count a canary client as entering the "
+            "sum at the clip, which one below it does not"))
     if config.directions != "orthogonal":
       missing.append(protocol.Requirement(
           "--directions=orthogonal", "directions='orthogonal'",

@@ -6,7 +6,8 @@ The aggregator is the run's strategy C (the NumPy half's
 `rounds_per_epoch` rounds (the client sampler's): server-side,
 `CanaryDPFactory(MatrixAggregation(...))`; without canaries, TFF's own
 `DifferentiallyPrivateFactory` over the same query
-(`MatrixAggregation.tff_factory`). The noise check is the tree's
+(`MatrixAggregation.tff_factory`), unseeded, which canary clients join as
+the tree's do (`tree_tff`). The noise check is the tree's
 (`tree_noise_check.check_tree_noise`) with the strategy's claimed noise
 (`MatrixAggregation.noise`, B = C^-1 per epoch) of the run's C over two
 restarts (restarted sooner for long epochs: the tree's `check_period`) and
@@ -68,14 +69,22 @@ class MatrixTff(tree_tff.TreeTff):
 
   def noise_check(self, config, inputs: mechanism_tff.NoiseCheckInputs):
     # The run's C (a BLT fitted to the run's epoch), restarted sooner when
-    # two epochs do not fit in the check (`tree_tff.check_period`).
-    query = aggregation(config, inputs.rounds_per_epoch, inputs.seed,
+    # two epochs do not fit in the check (`tree_tff.check_period`); with
+    # canary clients TFF's own factory, unseeded, as the run's.
+    clients = config.insertion == "clients"
+    query = aggregation(config, inputs.rounds_per_epoch,
+                        None if clients else inputs.seed,
                         tree_tff.check_period(inputs.rounds_per_epoch))
     period = query.restart_every
+    if clients:
+      checked = query.tff_factory(
+          tff.types.type_to_tf_tensor_specs(inputs.value_type),
+          config.clients_per_round)
+    else:
+      checked = factory.CanaryDPFactory(
+          query, inputs.no_canaries, clients_per_round=config.clients_per_round)
     return tree_noise_check.check_tree_noise(
-        factory.CanaryDPFactory(query, inputs.no_canaries,
-                                clients_per_round=config.clients_per_round),
-        inputs.value_type,
+        checked, inputs.value_type,
         noise=query.noise(tree_noise_check.default_rounds(period)),
         node_std=config.noise_multiplier * config.clip,
         clients_per_round=config.clients_per_round,
