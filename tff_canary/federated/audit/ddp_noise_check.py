@@ -86,7 +86,11 @@ the lattice. `lattice_rms` reports it (0.289, 1/sqrt(12), for values off the
 lattice): under `LATTICE_RMS`, the rounded values are the integer sums up to
 an occasional unit and the `reuse` test sees repeats at any offset; above,
 only repeats that survive rounding count, while the halves' cosine does not
-need the lattice. A pass says that the listed
+need the lattice. TFF's Hadamard signs are sign(u - 1/2) with float32 u, so
+0 with probability 2^-23 per coordinate: such a round drops that coordinate
+(TFF's own client and server transforms zero it) and its release is off the
+lattice by about sigma / sqrt(d) per coordinate, which raises `lattice_rms`
+over the run's rounds but not the tests' statistics. A pass says that the listed
 defects are absent in the basis where the claim is i.i.d.; it cannot show
 that the mechanism is private.
 """
