@@ -230,7 +230,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                                                        clients_per_round)
     tree = tree_factory.TreeAggregation(
         noise_multiplier=noise_multiplier, clip=clip,
-        efficient=construction.as_bool(use_efficient, "use_efficient"),
+        efficient=validation.as_bool(use_efficient, "use_efficient"),
         restart_period=restart_period, restart_warmup=restart_warmup,
         noise_seed=noise_seed)
     return cls(tree, canaries, clients_per_round=clients_per_round)
@@ -430,14 +430,12 @@ def canary_dp_aggregator(
   Returns:
     A `tff.aggregators.UnweightedAggregationFactory`.
   """
-  zeroing = construction.as_bool(zeroing, "zeroing")
+  zeroing = validation.as_bool(zeroing, "zeroing")
   factory = CanaryDPFactory.gaussian_adaptive(noise_multiplier,
                                               clients_per_round,
                                               canaries=canaries,
                                               noise_seed=noise_seed)
-  if zeroing:
-    return with_zeroing(factory)
-  return factory
+  return with_zeroing(factory) if zeroing else factory
 
 
 __all__ = [

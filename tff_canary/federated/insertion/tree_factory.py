@@ -89,7 +89,6 @@ from typing import Any, Optional
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
-from tff_canary.federated.insertion import construction
 from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import seeded_query
 from tff_canary.federated.runtime import worker_guard
@@ -173,7 +172,7 @@ class TreeAggregation:
     set_("noise_multiplier", validation.as_nonnegative(self.noise_multiplier,
                                                        "noise_multiplier"))
     set_("clip", validation.as_positive(self.clip, "clip"))
-    set_("efficient", construction.as_bool(self.efficient, "efficient"))
+    set_("efficient", validation.as_bool(self.efficient, "efficient"))
     # tree_noise's check is tensorflow_privacy's rule, with the names.
     tree_noise.restart_rounds(0, self.restart_period, self.restart_warmup)
     if self.restart_period is not None:
