@@ -1,12 +1,10 @@
 """How a canary aggregator was built: its named constructor and arguments.
 
 A `CanaryDPFactory` keeps the record so that it can build itself again with
-other canaries: the noise self-test (`tff_canary.federated.audit.self_test`)
-runs the same aggregator with none (`CanaryDPFactory.without_canaries`).
-`remembered` marks a named constructor (a classmethod) whose call is
-recorded; `CanaryDPFactory(...)` itself records its own arguments. The
-checks of the arguments the insertion modules share (`as_canaries`,
-`orthogonal`, `as_unweighted_factory`) are here too, each with one message.
+other canaries (`CanaryDPFactory.without_canaries`, for the noise
+self-test). `remembered` marks a named constructor (a classmethod) whose
+call is recorded. The checks of the arguments the insertion modules share
+are here too, each with one message.
 """
 
 from __future__ import annotations
