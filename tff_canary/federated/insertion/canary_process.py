@@ -149,7 +149,7 @@ def build(
                               seed_type, schedule_type)
   def add_canaries(params, sample_state, round_num, seed_t, schedule):
     clip = noise.clip(params)
-    ids = tf.boolean_mask(schedule[:, 1], tf.equal(schedule[:, 0], round_num))
+    ids = round_scores.round_ids(schedule, round_num)
     if has_canaries:
       if orthogonal:
         total = orthogonal_transform.canary_sum(seed_t, ids, dim, rows)

@@ -105,11 +105,9 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
 
   def __init__(self, l2_norm_clip: float, stddev: float, noise_seed: int,
                stream: int = 0):
-    """Initializes the query.
+    """Initializes the query; `l2_norm_clip` and `stddev` are the parent's.
 
     Args:
-      l2_norm_clip: The clip norm of each record, as in the parent.
-      stddev: The standard deviation of the noise added to the sum.
       noise_seed: Integer in [0, 2^63 - 1]: the seed of the noise. For
         simulation only (module docstring).
       stream: Integer >= 0 that separates queries sharing a seed.
