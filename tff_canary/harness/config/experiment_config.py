@@ -1,36 +1,21 @@
 """What defines an experiment run, checked without TensorFlow.
 
 `ExperimentConfig` is everything that defines a run (the experiment scripts
-have one flag per field); it is validated at construction, and this module
-imports neither TensorFlow nor TFF, so a bad flag is answered before either
-is loaded. `resolve` fills in every derived value (config.json) and refuses,
-before any training, a client sampler or a canary participation that cannot
-work (docs/method/canaries.md); `check_resumable` refuses to resume a run directory with
-other settings.
+have one flag per field), validated at construction before TensorFlow or
+TFF is loaded. `resolve` fills in every derived value (config.json) and
+refuses, before any training, a client sampler or a canary participation
+that cannot work (docs/method/canaries.md); `check_resumable` refuses to
+resume a run directory with other settings.
 
-Two insertion modes (docs/guide/insertion-modes.md): `insertion="server"`
-(the default) adds the canaries inside this package's DP aggregator
-(`tff_canary.federated.insertion.factory`); `insertion="clients"` makes them canary
-clients of norm `canary_norm` (`tff_canary.federated.insertion.canary_clients`) that
-enter TFF's own `DifferentiallyPrivateFactory` like any client. Client mode
-refuses, here before TensorFlow loads, what it cannot do: seeded noise
-(TFF's factory draws its own, unseeded noise) and, when the aggregates are
-recorded, a server optimizer other than SGD without momentum (each round's
-aggregate is read from the model weights, theta_{t-1} - theta_t =
-server_learning_rate x a_t, which needs exactly that optimizer).
-`insertion_of(values)` reads the mode of any config.json (a `RunWriter`'s
-too; older files without the key are server-side runs).
-
-The DP mechanism (`aggregator`, a name of `registry.MECHANISMS`: "gaussian",
-the default, DP-FedAvg's central Gaussian noise; "ddp", TFF's distributed-DP
-chain; "tree", DP-FTRL) owns its settings (the `ddp_*` knobs are the DDP
-mechanism's, refused with any other) and says what it needs of the others
-(`preflight.check_requirements`, `protocol.Mechanism.requirements`) and
-which values it cannot run with (`protocol.Mechanism.resolve`).
-
-An experiment's config.json reads back as the same frozen spec
-(`ExperimentConfig.from_json`; older files: a server-side run of
-`registry.DEFAULT`).
+The insertion mode (`insertion`, "server" or "clients";
+docs/guide/insertion-modes.md, which lists what client mode refuses) and
+the DP mechanism (`aggregator`, a name of `registry.MECHANISMS`), which
+owns its settings (refused with any other mechanism), says what it needs
+of the others (`preflight.check_requirements`) and resolves its values
+(`protocol.Mechanism.resolve`). `insertion_of(values)` reads the mode of
+any config.json. An experiment's config.json reads back as the same
+frozen spec (`ExperimentConfig.from_json`; older files: a server-side run
+of `registry.DEFAULT`).
 """
 
 from __future__ import annotations

@@ -1,38 +1,9 @@
 """The files of a run directory, and their validated loading (NumPy only).
 
-A run directory written by the experiment scripts (or, without checkpoints/
-and noise_check.json, by a `run_writer.RunWriter` from any loop) holds:
-
-  config.json          every flag of the run, the canary seed, dim, versions,
-                       client and canary participation (`participation`)
-  metrics.csv          one row per round (training metrics, clip, canaries
-                       inserted, and evaluation metrics on evaluation rounds)
-  ledger.json          the run's DpEvents, one per round (`ledger.Ledger`;
-                       none with the DDP aggregator, `harness.mechanisms.ddp_claim`)
-  participation.npz    the (round, canary id) events of the inserted canaries
-                       and each client's participation count (client_counts)
-  cosines.csv/.npz     the cosine table (`cosine_table.CosineTable`)
-  report.json/.md      every estimate (`tff_canary report RUN_DIR` rewrites)
-  plots/*.png          the report's figures
-  aggregates.npy       each round's noised aggregate (`aggregate_recorder`;
-                       with aggregates.npy.rounds.json, the rounds written),
-                       with gaussian canaries (orthogonal canaries record
-                       none: they are scored in the round, in the state)
-  initial_weights.npy, final_weights.npy   theta_0 and theta_T, flat
-  checkpoints/         learning process state (`tff.program.FileProgramStateManager`)
-  noise_check.json     the noise self-test of the run's aggregator, before
-                       training (`noise_stats.NoiseCheck.as_dict`)
-  tree_scores.npy      with aggregator="tree" (DP-FTRL): float64 [rounds,
-                       candidates], every canary's score in each round in
-                       units of the node noise (`tree_factory`), the input
-                       of the tree's report (`harness.reporting.tree_report`)
-  canary_outcomes.json with insertion="clients": what the aggregator did
-                       with each canary client in each round (clipped,
-                       zeroed; `harness.running.client_insertion`)
-
-Loading checks what it reads and names the file in every error: a missing
-file, a corrupt one, or one that disagrees with config.json (a cosine table
-whose dim or seed differs from the config's).
+What a run directory holds, file by file: docs/guide/report.md, "The run
+directory". Loading checks what it reads and names the file in every
+error: a missing file, a corrupt one, or one that disagrees with
+config.json (a cosine table whose dim or seed differs from the config's).
 """
 
 from __future__ import annotations

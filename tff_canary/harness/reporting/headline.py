@@ -1,39 +1,16 @@
 """The headline of a report: the answer in at most 8 lines (NumPy only).
 
-A run's report holds a dozen epsilons. The headline picks the ones that
-answer "how much does this run leak?" (docs/method/which-epsilon.md):
-
-  * the analytical epsilon: what the run's DP accounting guarantees for the
-    canaries' own participation, the claim the audit tests by default
-    (`cosine_report.CosineSection.canary_claim`, `canary_claim`); the first
-    line and the audit line name the same one;
-  * for DP-FTRL only, the epsilons below it that the estimates are read
-    against (`tree_targets`): what the released rounds show about the
-    worst-case participant, and about this run's canaries (`targets`, one
-    line); each estimate names the one it targets;
-  * epsilon-final: the mean-only estimate for the final model, with its
-    interval (the variant whose variance is the null's, so it is not biased
-    upward by the sampling noise of a fitted variance);
-  * epsilon-all: the estimate of the mechanism's epsilon for an adversary who
-    sees every round (the max model), with its interval. The paper's
-    Gaussian fit to the maxima is not here: over many rounds it targets
-    neither the mechanism's epsilon nor a bound on it, so it stays in the
-    details as the paper's construction;
-  * the strongest lower bound: the largest of the audit's bounds, each at the
-    audit's Bonferroni level, so it holds with the report's confidence;
-  * the audit's verdict on the claim, and the noise self-test's verdict;
-    when no bound could exceed the claim with the run's canaries (the claim
-    is beyond the audit's reach, `audit.AuditVerdict.beyond_reach`), the
-    audit line says so, and how many canaries would reach it, instead of
-    "consistent"; report.json's `headline["audit"]["reach"]` holds the reach
-    (`AuditVerdict.reach_dict`);
-  * one sentence on how to read them: estimates are evidence against the
-    analytical epsilon only when their whole interval lies above it; a bound
-    above it refutes the claim.
-
-A report's section picks them (`headline_parts`, `report`).
-`Headline.lines()` is the terminal's and report.md's text; `as_dict()` is
-report.json's "headline" key.
+A run's report holds a dozen epsilons; the headline picks the ones that
+answer "how much does this run leak?" (docs/guide/report.md, "The
+headline"; docs/method/which-epsilon.md): the analytical epsilon the audit
+tests (`canary_claim`), for DP-FTRL the epsilons the estimates target
+(`tree_targets`), epsilon-final (mean-only) and epsilon-all with their
+intervals, the strongest lower bound at the audit's Bonferroni level, the
+audit's verdict (or that the claim is beyond its reach,
+`audit.AuditVerdict.beyond_reach`) and the noise self-test's, and one
+sentence on how to read them. A report's section picks them
+(`headline_parts`, `report`). `Headline.lines()` is the terminal's and
+report.md's text; `as_dict()` is report.json's "headline" key.
 """
 
 from __future__ import annotations
