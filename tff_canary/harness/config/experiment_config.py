@@ -359,13 +359,8 @@ def run_canaries(values: dict[str, Any],
 def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
                     path: str) -> None:
   """Refuses to resume the run of `path` (its config.json `saved`) with other
-  settings than `resolved`'s (but for `RESUMABLE_KEYS` and versions).
-
-  `saved` is read as `ExperimentConfig.from_json` reads it: a config.json
-  from before the client mode (no `insertion`, no `canary_norm`) is a
-  server-side run's; one from before the DDP aggregator (no `aggregator`,
-  no `ddp_*`) a Gaussian run's; an orthogonal run recorded no aggregate.
-  """
+  settings than `resolved`'s (but for `RESUMABLE_KEYS` and versions);
+  `saved` is read as `ExperimentConfig.from_json` reads an older file."""
   spec = ExperimentConfig.from_json(saved).as_dict()
   saved = dict(saved, record_aggregates=spec["record_aggregates"])
   saved.update({k: v for k, v in spec.items() if k not in saved})

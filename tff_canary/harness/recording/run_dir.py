@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import pathlib
 from typing import Any
 
 import numpy as np
@@ -75,11 +76,17 @@ class RunDir:
     return path
 
   @staticmethod
-  def _json(path: str) -> Any:
-    try:  # strict JSON, non-finite floats as strings (`atomic_files`)
-      return atomic_files.read_json(path)
-    except (ValueError, UnicodeDecodeError) as e:
-      raise RunDirError(f"{path} is not valid JSON: {e}") from None
+  def _read(path: str, read, what: str, errors=Exception) -> Any:
+    """`read(path)`; a RunDirError "`path` is not `what`" on `errors`."""
+    try:
+      return read(path)
+    except errors as e:  # pylint: disable=broad-except
+      raise RunDirError(f"{path} is not {what}: {e}") from None
+
+  def _json(self, path: str) -> Any:
+    # strict JSON, non-finite floats as strings (`atomic_files`)
+    return self._read(path, atomic_files.read_json, "valid JSON",
+                      (ValueError, UnicodeDecodeError))
 
   def load_report(self) -> dict[str, Any]:
     """report.json as the report wrote it (`RunReport.as_dict`), its
@@ -123,10 +130,8 @@ class RunDir:
     name = COSINES_NPZ if self.exists(COSINES_NPZ) else COSINES_CSV
     path = self._require(name)
     config = self.load_config() if config is None else config
-    try:
-      table = CosineTable.load(path)
-    except (ValueError, TypeError, OSError, KeyError) as e:
-      raise RunDirError(f"{path} is not a valid cosine table: {e}") from None
+    table = self._read(path, CosineTable.load, "a valid cosine table",
+                       (ValueError, TypeError, OSError, KeyError))
     for table_key, key in (("dim", "dim"), ("seed", "canary_seed")):
       if int(config[key]) != getattr(table, table_key):
         raise RunDirError(
@@ -137,12 +142,10 @@ class RunDir:
 
   # Ledger ------------------------------------------------------------------
   def load_ledger(self) -> ledger.Ledger:
-    path = self._require(LEDGER)
-    try:
-      with open(path, encoding="utf-8") as f:
-        return ledger.Ledger.from_json(f.read())
-    except (ValueError, TypeError, KeyError) as e:
-      raise RunDirError(f"{path} is not a valid DpEvent ledger: {e}") from None
+    return self._read(
+        self._require(LEDGER),
+        lambda p: ledger.Ledger.from_json(pathlib.Path(p).read_text("utf-8")),
+        "a valid DpEvent ledger", (ValueError, TypeError, KeyError))
 
   def save_ledger(self, events) -> None:
     """ledger.json from the run's DpEvents, one per round."""
@@ -158,10 +161,7 @@ class RunDir:
   def load_tree_scores(self, num_candidates: int) -> np.ndarray:
     """float64 [rounds, num_candidates] of tree_scores.npy, checked."""
     path = self._require(TREE_SCORES)
-    try:
-      scores = np.load(path)
-    except Exception as e:  # pylint: disable=broad-except
-      raise RunDirError(f"{path} is not a valid .npy file: {e}") from None
+    scores = self._read(path, np.load, "a valid .npy file")
     if scores.ndim != 2 or scores.shape[1] != num_candidates:
       raise RunDirError(f"{path}: scores must have shape [rounds, "
                         f"{num_candidates}] (the config's candidates), got "
@@ -174,12 +174,8 @@ class RunDir:
   def load_participation(self) -> np.ndarray:
     """int [n, 2] (round, canary id) events of the inserted canaries."""
     path = self._require(PARTICIPATION)
-    try:
-      with np.load(path) as data:
-        events = np.asarray(data["events"])
-    except Exception as e:  # pylint: disable=broad-except
-      raise RunDirError(f"{path} is not a valid participation file: "
-                        f"{e}") from None
+    events = self._read(path, lambda p: np.load(p)["events"],
+                        "a valid participation file")
     if events.ndim != 2 or events.shape[1] != 2:
       raise RunDirError(f"{path}: events must have shape [n, 2], got "
                         f"{events.shape}.")

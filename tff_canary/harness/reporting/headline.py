@@ -24,8 +24,7 @@ from tff_canary.stats import results
 MEANING = ("An estimate counts only if its whole interval is above the "
            "analytical ε; a bound above it refutes it.")
 
-# What a headline says of a noise self-test of zero claimed noise that saw
-# exactly zero output (`noise_check_verdict`).
+# What a headline says of a degenerate noise self-test (`noise_check_verdict`).
 NOISE_CHECK_DEGENERATE = (
     "degenerate (no noise claimed): the released rounds were exactly zero, "
     "which is all a check of zero noise can say")
@@ -44,7 +43,7 @@ class Target:
   value: float
 
   def as_dict(self) -> dict[str, Any]:
-    return dict(name=self.name, value=self.value)
+    return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +58,7 @@ class Estimate:
   target: Optional[Target] = None
 
   def as_dict(self) -> dict[str, Any]:
-    return dict(name=self.name, value=self.value, ci=list(self.ci),
-                above_analytical=self.above_analytical,
-                target=None if self.target is None else self.target.as_dict())
+    return dict(dataclasses.asdict(self), ci=list(self.ci))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,12 +175,9 @@ def noise_check_verdict(noise_check: Optional[dict[str, Any]]
                         ) -> tuple[str, str]:
   """(verdict, text) of a run's noise_check.json: verdict "passed",
   "failed", "degenerate" or "not run"; the text says what the test found (its
-  first note, if any).
-
-  "degenerate": no noise was claimed (noise multiplier 0, noise_check.json's
-  `degenerate`) and the output was exactly zero, which is all a check of zero
-  noise can say; it is no pass of a noise test. Zero claimed noise with a
-  nonzero output stays "failed".
+  first note, if any). "degenerate": no noise was claimed (noise_check.json's
+  `degenerate`) and the output was exactly zero (`NOISE_CHECK_DEGENERATE`),
+  no pass of a noise test; with a nonzero output it stays "failed".
   """
   if noise_check is None:
     return "not run", NOISE_CHECK_NOT_RUN

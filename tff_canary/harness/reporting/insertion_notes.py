@@ -34,18 +34,11 @@ class InsertionNotes:
   """The insertion mode of a run and, for canary clients, their outcomes.
 
   Attributes:
-    mode: "server" or "clients".
-    canary_norm: The canary clients' norm (None for server).
-    clients_per_round: The DP query's denominator.
     outcomes: canary_outcomes.json's records (one per canary and round of
-      participation; `client_insertion.ClientRounds`), [] for server.
-    chain: The aggregation chain's description when it is not TFF's
-      `DifferentiallyPrivateFactory` (`protocol.Mechanism.chain`: the DDP
-      aggregator's, `ddp_claim.describe_chain`), else None.
-    aggregator: How TFF's aggregator is named after "TFF's own DP
-      aggregator" (`protocol.Mechanism.client_aggregator`).
-    accounting: What the analytical epsilon counts
-      (`protocol.Mechanism.client_accounting`).
+      participation; `client_insertion.ClientRounds`), () for server.
+    chain, aggregator, accounting: the mechanism's `chain(config)` (None
+      but for a chain other than TFF's `DifferentiallyPrivateFactory`),
+      `client_aggregator` and `client_accounting` (`protocol.Mechanism`).
   """
 
   mode: experiment_config.Insertion
