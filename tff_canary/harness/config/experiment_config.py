@@ -40,8 +40,6 @@ OPTIMIZERS = ("sgd", "adam")
 # Where the canaries enter (module docstring).
 Insertion = Literal["server", "clients"]
 INSERTIONS: tuple[str, ...] = typing.get_args(Insertion)
-# Which DP mechanism (module docstring): a name of `registry.MECHANISMS`.
-Aggregator = str
 AGGREGATORS: tuple[str, ...] = registry.names()
 _NOISE_TAG = 0x401
 
@@ -159,7 +157,7 @@ class ExperimentConfig:
   resume: bool = False
   insertion: Insertion = "server"
   canary_norm: Optional[float] = None
-  aggregator: Aggregator = registry.DEFAULT
+  aggregator: str = registry.DEFAULT
   # ... and every mechanism's settings, None by default
   # (`_with_mechanism_settings`).
 

@@ -113,11 +113,8 @@ class CosineSection:
     out = []
     for name, kind, result in self.estimates.rows():
       interval = getattr(result, "interval", None)
-      if kind == "nominal bound" or name in PAPER_ESTIMATES:
-        continue
-      if kind == "estimate" and not interval.low > bound:
-        continue
-      if kind == "bound" and not result.epsilon > bound:
+      low = interval.low if kind == "estimate" else result.epsilon
+      if kind == "nominal bound" or name in PAPER_ESTIMATES or not low > bound:
         continue
       out.append(dict(
           name=name, kind=kind, epsilon=result.epsilon,

@@ -203,12 +203,9 @@ def _legend_handles(report: Any, kinds: set[str], cut: set[str],
 
 
 def figure(report: Any) -> Figure:
-  """The epsilons figure of a `report.RunReport` (module docstring).
-
-  Args:
-    report: the run's report (`estimates`, `analytical`, `confidence`,
-      `delta_line()`, `above_analytical_bound()`).
-  """
+  """The epsilons figure of a `report.RunReport` (module docstring): its
+  `estimates`, `analytical`, `confidence`, `delta_line()` and
+  `above_analytical_bound()`."""
   rows = report.estimates.rows()
   flagged = {item["name"] for item in report.above_analytical_bound()}
   scale = LogScale.fit(_values(report))

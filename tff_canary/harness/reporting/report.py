@@ -54,9 +54,7 @@ class RunReport:
   # noise_check.json (`noise_stats.NoiseCheck.as_dict`), None if not run.
   noise_check: Optional[dict[str, Any]] = None
   participation: Optional[dict[str, Any]] = None
-  # Where delta came from, e.g. "from the run's default 1/n^1.1 for n =
-  # 1,000 clients" (`delta_source`).
-  delta_source: str = "given"
+  delta_source: str = "given"  # where delta came from (`delta_line`)
   insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
       "server")
 
@@ -199,11 +197,11 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
   """
   rd = run_dir_lib.RunDir(path)
   config = rd.load_config()
-  source = analytical_epsilons.delta_source(config, None if delta is None else
-                        validation.as_open_unit(delta, "delta"))
-  delta = validation.as_open_unit(config["delta"] if delta is None else delta,
-                                  "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  given = delta
+  delta, confidence = validation.as_levels(
+      config["delta"] if given is None else given, confidence)
+  source = analytical_epsilons.delta_source(
+      config, None if given is None else delta)
   if claimed_epsilon is not None:
     claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
                                                 "claimed_epsilon")
@@ -225,7 +223,6 @@ def write_report(report: RunReport, plots: bool = True,
   """Writes report.json, report.md (and the plots) atomically; returns paths.
 
   Args:
-    report: the report.
     plots: draw the section's figures into plots/ and embed them; without,
       the figures a previous report drew there (at other settings) are
       removed, so report.md never shows a stale figure.
