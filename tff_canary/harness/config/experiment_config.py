@@ -106,12 +106,8 @@ class ExperimentConfig:
   knobs = `ddp.DEFAULTS` with `aggregator="ddp"` (refused with others),
   record_aggregates = gaussian canaries (`preflight.record_aggregates`).
   Canaries beyond 10% of the participants need `allow_large_canary_fraction`
-  (`preflight.canary_fraction`).
-
-  Canaries take part as clients do (docs/method/canaries.md; `client_sampling`): a
-  `presentations` that contradicts the client sampler is refused before any
-  training unless `allow_participation_mismatch`, and so is a per-round rate
-  clients_per_round / num_clients above 1.
+  (`preflight.canary_fraction`); canaries take part as clients do, unless
+  `allow_participation_mismatch` (`resolve`; docs/method/canaries.md).
   """
 
   task: str = "emnist"
@@ -276,15 +272,11 @@ def client_sampler(config: ExperimentConfig,
 
 @dataclasses.dataclass(frozen=True)
 class Resolved:
-  """A config with every derived value, and the run's sampling built once.
-
-  Attributes:
-    values: config.json's content (`resolve`).
-    sampler: The run's client sampler.
-    canary_schedule: When the inserted canaries take part: as the clients do
-      (`client_sampling.canary_schedule`), or as `presentations` says when a
-      mismatch is allowed.
-  """
+  """A config with every derived value (`values`, config.json's content),
+  and the run's client `sampler` and `canary_schedule` built once: the
+  inserted canaries take part as the clients do
+  (`client_sampling.canary_schedule`), or as `presentations` says when a
+  mismatch is allowed."""
 
   values: dict[str, Any]
   sampler: client_sampling.ClientSampler

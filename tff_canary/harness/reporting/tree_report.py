@@ -68,17 +68,16 @@ class TreeSection:
     return [(FINAL, e.final), (SCHEDULED, e.scheduled), (MAX, e.max),
             (INDEPENDENT, e.independent)]
 
-  def _estimate(self, name: str, result: Any, bound: float,
-                target: float) -> headline_lib.Estimate:
-    """The headline's estimate `name` and the epsilon it targets."""
-    return headline_lib.estimate(
-        name, result, bound, headline_lib.Target(TARGET_NAMES[name], target))
-
   def headline_parts(self) -> dict[str, Any]:
     """The headline (`headline`), for DP-FTRL: each estimate names the
     epsilon it targets (`tree_targets`)."""
     name, bound = next(iter(self.analytical.items()))
     verdict, t = self.audit.bounds, self.targets
+    final, scheduled = (
+        headline_lib.estimate(row, result, bound, headline_lib.Target(
+            TARGET_NAMES[row], target)) for row, result, target in (
+                (FINAL, self.estimates.final, t.final_epsilon),
+                (SCHEDULED, self.estimates.scheduled, t.schedules_epsilon)))
     audit_text = (f"consistent with the {self.claim} = "
                   f"{self.claimed_epsilon:.4g} (contribution per epoch and "
                   f"{len(verdict.bounds)} bounds, {self.confidence:.0%} "
@@ -99,10 +98,7 @@ class TreeSection:
                        "larger than the clip)")
     return dict(
         analytical_name=name, analytical_epsilon=bound,
-        epsilon_final=self._estimate(FINAL, self.estimates.final, bound,
-                                     t.final_epsilon),
-        epsilon_all=self._estimate(SCHEDULED, self.estimates.scheduled,
-                                   bound, t.schedules_epsilon),
+        epsilon_final=final, epsilon_all=scheduled,
         epsilon_all_missing="", strongest_bound_name=verdict.strongest,
         strongest_bound=verdict.largest_bound,
         audit_verdict="refuted" if self.audit.refuted else (
