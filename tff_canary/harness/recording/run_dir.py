@@ -211,20 +211,18 @@ class RunDir:
     so that rows written back with `str` keep their exact text.
     """
     path = self._require(METRICS)
-    rows = []
     with open(path, newline="", encoding="utf-8") as f:
-      for row in csv.DictReader(f):
-        parsed = {}
-        for key, value in row.items():
-          if value in ("", None):
-            parsed[key] = None
-            continue
-          try:  # integers stay integers, so rows written back (on
-            parsed[key] = int(value)  # resume) keep their text
-          except ValueError:
-            try:
-              parsed[key] = float(value)
-            except ValueError:
-              parsed[key] = value
-        rows.append(parsed)
-    return rows
+      return [{key: _cell(value) for key, value in row.items()}
+              for row in csv.DictReader(f)]
+
+
+def _cell(value: str | None) -> Any:
+  """A metrics.csv cell: None if empty, else an int, a float or the text."""
+  if value in ("", None):
+    return None
+  for parse in (int, float):
+    try:
+      return parse(value)
+    except ValueError:
+      pass
+  return value
