@@ -262,24 +262,20 @@ def audit(bound_fns: dict[str, BoundFn], *, claimed_epsilon: float,
   strongest = max(bounds, key=lambda name: bounds[name].epsilon)
   candidates = max([fn.candidates for fn in bound_fns.values()
                     if isinstance(fn, AuditBound)], default=None)
-  reaches = [reach[name] for name in active]
-  largest_reach = (math.nan if any(map(math.isnan, reaches))
-                   else max(reaches))  # nan: a bound's reach is unknown
-  needed = None
-  if bounds[strongest].epsilon > claimed:
-    verdict = "refuted"
-  elif largest_reach <= claimed:
-    verdict = "beyond reach"
-    needed = audit_bounds.candidates_needed(bound_fns, active, per, claimed,
-                                            candidates)
-  else:
-    verdict = "consistent"
-  return AuditVerdict(claimed_epsilon=claimed, delta=delta,
-                      confidence=confidence, verdict=verdict, bounds=bounds,
-                      per_bound_confidence=per, strongest=strongest,
-                      reach=reach,
-                      powerless=tuple(n for n in bound_fns if n not in active),
-                      candidates=candidates, candidates_needed=needed)
+  verdict = AuditVerdict(
+      claimed_epsilon=claimed, delta=delta, confidence=confidence,
+      verdict="consistent", bounds=bounds, per_bound_confidence=per,
+      strongest=strongest, reach=reach,
+      powerless=tuple(n for n in bound_fns if n not in active),
+      candidates=candidates)
+  if verdict.largest_bound > claimed:
+    return dataclasses.replace(verdict, verdict="refuted")
+  if verdict.reach_epsilon <= claimed:  # nan (a reach unknown): never
+    return dataclasses.replace(
+        verdict, verdict="beyond reach",
+        candidates_needed=audit_bounds.candidates_needed(
+            bound_fns, active, per, claimed, candidates))
+  return verdict
 
 
 def final_dim(table: CosineTable) -> int:

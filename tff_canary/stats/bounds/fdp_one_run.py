@@ -47,9 +47,10 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy.typing as npt
-from scipy import optimize, special
+from scipy import special
 
 from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats import results
 from tff_canary.stats.bounds import threshold_strategies
 from tff_canary.stats import validation
@@ -87,17 +88,11 @@ def rejection_margin(mu: float, guesses: int, correct: int,
 def largest_rejected_mu(guesses: int, correct: int, num_candidates: int,
                         alpha: float) -> float:
   """The largest mu whose claim is rejected (0 if not even mu = 0 is)."""
-
-  def margin(mu):
-    return rejection_margin(mu, guesses, correct, num_candidates, alpha)
-
-  if correct == 0 or margin(0.0) <= 0.0:
+  if correct == 0:
     return 0.0
-  high = 1.0
-  while margin(high) > 0.0:  # g -> 0 as mu grows, so R + H -> alpha r/m.
-    high *= 2.0
-  low = high / 2.0 if high > 1.0 else 0.0
-  return float(optimize.brentq(margin, low, high, xtol=_MU_XTOL))
+  return lower_bounds.largest_rejected(  # g -> 0 as mu grows, R + H too
+      lambda mu: rejection_margin(mu, guesses, correct, num_candidates, alpha),
+      lambda margin: margin > 0.0, _MU_XTOL)
 
 
 def all_guess_fractions(num_candidates: int) -> list[float]:

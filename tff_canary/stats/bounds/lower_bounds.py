@@ -75,8 +75,9 @@ NumPy/SciPy only.
 
 from __future__ import annotations
 
+import functools
 import typing
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -96,23 +97,24 @@ Null = options.Null
 _RANK_RATIO = 2.0
 
 
+def _beta_upper(count, trials, alpha, a, b):
+  """Beta(count + a, trials - count + b).ppf(1 - alpha); 1 when count = trials."""
+  count = np.asarray(count, dtype=np.float64)
+  with np.errstate(invalid="ignore"):
+    upper = special.betaincinv(count + a, trials - count + b, 1.0 - alpha)
+  return np.where(count >= trials, 1.0, upper)
+
+
 def jeffreys_upper(failures: npt.ArrayLike, trials: npt.ArrayLike,
                    alpha: float) -> np.ndarray:
   """One-sided Jeffreys upper limit Beta(f + 1/2, n - f + 1/2).ppf(1 - alpha); 1 when f = n."""
-  failures = np.asarray(failures, dtype=np.float64)
-  with np.errstate(invalid="ignore"):
-    upper = special.betaincinv(failures + 0.5, trials - failures + 0.5,
-                               1.0 - alpha)
-  return np.where(failures >= trials, 1.0, upper)
+  return _beta_upper(failures, trials, alpha, 0.5, 0.5)
 
 
 def clopper_pearson_upper(successes: npt.ArrayLike, trials: npt.ArrayLike,
                           alpha: float) -> np.ndarray:
   """One-sided Clopper-Pearson upper limit Beta(c + 1, n - c).ppf(1 - alpha); 1 when c = n."""
-  successes = np.asarray(successes, dtype=np.float64)
-  with np.errstate(invalid="ignore"):
-    upper = special.betaincinv(successes + 1.0, trials - successes, 1.0 - alpha)
-  return np.where(successes >= trials, 1.0, upper)
+  return _beta_upper(successes, trials, alpha, 1.0, 0.0)
 
 
 def simultaneous_ranks(n: int) -> np.ndarray:
@@ -218,8 +220,12 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
         float(x.mean()), "null's mean", null_mean,
         se=results.standard_error(x, None if null == "exact" else y))
   search = {"none": _paper_search, "simultaneous": _simultaneous_search,
-            "bonferroni": _all_ranks_search, "split": _split_search,
-            "multi_split": _multi_split_search}[correction]
+            "bonferroni": lambda x, *rest: _simultaneous_search(  # every rank
+                x, *rest, ranks=np.arange(1, x.size + 1)),
+            "split": _split_search,
+            "multi_split": functools.partial(
+                _split_search, splits=threshold_strategies.MULTI_SPLITS),
+            }[correction]
   epsilon, threshold, fnr, fpr, ceiling = search(x, null_dist, y, delta,
                                                  1.0 - confidence)
   return results.LowerBound(
@@ -295,12 +301,6 @@ def _simultaneous_search(x, null_dist, y, delta, alpha, ranks=None):
           float(np.exp(log_fnr[best])), float(np.exp(log_fpr[best])), ceiling)
 
 
-def _all_ranks_search(x, null_dist, y, delta, alpha):
-  """correction="bonferroni": every rank 1..n, each at alpha / n."""
-  return _simultaneous_search(x, null_dist, y, delta, alpha,
-                              ranks=np.arange(1, x.size + 1))
-
-
 def _split_search(x, null_dist, y, delta, alpha, splits=1):
   """correction="split" (splits=1, level alpha) or "multi_split"."""
   rng = np.random.default_rng([x.size, 0 if y is None else y.size])
@@ -321,11 +321,6 @@ def _split_search(x, null_dist, y, delta, alpha, splits=1):
   return found[threshold_strategies.median_index([f[0] for f in found])]
 
 
-def _multi_split_search(x, null_dist, y, delta, alpha):
-  return _split_search(x, null_dist, y, delta, alpha,
-                       splits=threshold_strategies.MULTI_SPLITS)
-
-
 def one_run_p_value(epsilon, guesses, correct, num_candidates, delta):
   """p(eps) = min(1, beta + 2 m delta alpha') of the module docstring."""
   q = special.expit(epsilon)
@@ -338,19 +333,22 @@ def one_run_p_value(epsilon, guesses, correct, num_candidates, delta):
   return float(min(1.0, beta + 2.0 * num_candidates * delta * windows.max()))
 
 
-def _largest_rejected_epsilon(guesses, correct, num_candidates, delta, alpha):
-  """The largest eps with p(eps) <= alpha (0 if p(0) > alpha): bracket, then Brent."""
+def largest_rejected(test: Callable[[float], float],
+                     rejects: Callable[[float], bool], xtol: float) -> float:
+  """The largest claim x >= 0 a test rejects (0 if it does not reject x = 0).
 
-  def excess(eps):
-    return one_run_p_value(eps, guesses, correct, num_candidates, delta) - alpha
-
-  if excess(0.0) > 0.0:
+  For tests that reject every claim below a threshold and none above it
+  (`one_run_bound`, `fdp_one_run`, `tight_one_run`): `rejects(test(x))` says
+  whether x is rejected, and the threshold is the root of `test`, bracketed
+  by doubling from 1 and found by Brent's method.
+  """
+  if not rejects(test(0.0)):
     return 0.0
-  hi = 1.0
-  while excess(hi) <= 0.0:  # p -> 1 as eps -> inf, so this ends.
-    hi *= 2.0
-  return float(optimize.brentq(excess, hi / 2.0 if hi > 1.0 else 0.0, hi,
-                               xtol=1e-12))
+  high = 1.0
+  while rejects(test(high)):
+    high *= 2.0
+  return float(optimize.brentq(test, high / 2.0 if high > 1.0 else 0.0, high,
+                               xtol=xtol))
 
 
 def default_guesses(num_candidates: int) -> int:
@@ -391,8 +389,12 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
   alpha = 1.0 - confidence
   below = threshold_strategies.sign_check(s, mask)
 
-  epsilon = _largest_rejected_epsilon(guesses, correct, m, delta, alpha)
-  ceiling = _largest_rejected_epsilon(guesses, guesses, m, delta, alpha)
+  def bound(right):  # p rises with eps, to 1
+    return largest_rejected(
+        lambda eps: one_run_p_value(eps, guesses, right, m, delta) - alpha,
+        lambda excess: excess <= 0.0, 1e-12)
+
+  epsilon, ceiling = bound(correct), bound(guesses)
   return results.OneRunBound(
       epsilon=epsilon, num_candidates=m, num_inserted=int(mask.sum()),
       k_plus=k_plus, k_minus=k_minus, guesses=guesses, correct=correct,

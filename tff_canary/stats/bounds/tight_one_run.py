@@ -57,9 +57,10 @@ from typing import Optional
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize, special, stats
+from scipy import special, stats
 
 from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats import results
 from tff_canary.stats.bounds import threshold_strategies
 from tff_canary.stats import validation
@@ -110,17 +111,9 @@ def p_value(mu: float, num_candidates: int, released: int,
 def largest_rejected_mu(num_candidates: int, released: int, mistakes: int,
                         alpha: float) -> float:
   """The largest mu with p(mu) < alpha (0 if not even mu = 0 is rejected)."""
-
-  def excess(mu):
-    return p_value(mu, num_candidates, released, mistakes) - alpha
-
-  if excess(0.0) >= 0.0:
-    return 0.0
-  high = 1.0
-  while excess(high) < 0.0:
-    high *= 2.0
-  low = high / 2.0 if high > 1.0 else 0.0
-  return float(optimize.brentq(excess, low, high, xtol=_MU_XTOL))
+  return lower_bounds.largest_rejected(
+      lambda mu: p_value(mu, num_candidates, released, mistakes) - alpha,
+      lambda excess: excess < 0.0, _MU_XTOL)
 
 
 def tight_one_run_bound(statistics: npt.ArrayLike,

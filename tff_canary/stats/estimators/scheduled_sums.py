@@ -232,13 +232,6 @@ def _epsilon(mu: float, delta: float) -> float:
   return gaussian_accounting.gaussian_epsilon_of_mu(max(mu, 0.0), delta)
 
 
-def _p_two_sided_variance(sample: np.ndarray, variance: float) -> float:
-  df = sample.size - 1
-  chi = df * sample.var(ddof=1) / variance
-  law = stats.chi2(df)
-  return float(min(1.0, 2.0 * min(law.cdf(chi), law.sf(chi))))
-
-
 def _residuals(x: np.ndarray, shape: Optional[np.ndarray]
                ) -> tuple[float, int]:
   """(residual sum of squares, degrees of freedom) of x around a + s m_j
@@ -318,7 +311,8 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
     validation.check_spread(y, "held_out_T")
     null, mean0, std0 = "held_out", float(y.mean()), float(y.std(ddof=1))
     p_mean = float(stats.ttest_1samp(y, 0.0).pvalue)
-    null_p = min(p_mean, _p_two_sided_variance(y, 1.0))
+    null_p = min(p_mean, _variance_p_value(
+        (y.size - 1) * y.var(ddof=1), y.size - 1, 1.0, None))
     level = math.sqrt(confidence)
     gap = mean1 - mean0
     v1, v0 = std1**2 / x.size, std0**2 / y.size
