@@ -1,23 +1,12 @@
 """Every estimate of docs/method/estimates.md from a run's cosine table, in one call.
 
 `estimate_table(table, delta=...)` feeds a `CosineTable` (the output of the
-cosine pass, or a table loaded from a run directory) to the estimators:
-
-  final model (x_j = cos(c_j, theta_0 - theta_T)):
-    epsilon-final, mean-only and fitted-variance (point estimates);
-    epsilon_lo with the exact null, simultaneous (valid) and the paper's
-      (nominal) construction;
-  all iterates (m_j = max_t cos(c_j, a_t)), when aggregates were recorded:
-    epsilon-all of the mechanism (point estimate; `max_of_rounds`, from each
-      canary's participation count and the number of recorded rounds);
-    the paper's epsilon-all, Gaussians fitted to the maxima (Algorithm 3;
-      `estimates.epsilon_all`), which over several rounds targets neither the
-      mechanism's epsilon nor a bound on it (docs/method/estimates.md);
-    epsilon_lo with the held-out null, simultaneous and the paper's;
-  one-run bound (Steinke et al. 2023) and the f-DP one-run bound for a
-    Gaussian claim (Mahloujifar et al. 2024, `fdp_one_run`; the one the audit
-    uses) on both statistics, when the canaries were assigned by fair coins
-    (`assignment="coin"`), which their guarantees require.
+cosine pass, or a table loaded from a run directory) to every estimator and
+bound (`TableEstimates.rows` lists them in report order): on the final model
+(x_j = cos(c_j, theta_0 - theta_T)) and, when aggregates were recorded, on
+all iterates (m_j = max_t cos(c_j, a_t)); the one-run bounds only when the
+canaries were assigned by fair coins (`assignment="coin"`), which their
+guarantees require.
 
 The all-iterates estimates are refused (None, with the reason in `warnings`
 and an `UnrecordedRoundsWarning`) when an inserted canary took part in a round
@@ -32,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from typing import Any, Optional
-
 
 import numpy as np
 
@@ -65,7 +53,9 @@ class TableEstimates:
   statistics; no fair-coin assignment for the one-run bound).
   `all_iterates` is epsilon-all of the mechanism (`max_of_rounds`, the
   headline); `all_iterates_gaussian_fit` is the paper's Gaussian fit to the
-  maxima (`estimates.epsilon_all`), kept for comparison.
+  maxima (Algorithm 3, `estimates.epsilon_all`), which over several rounds
+  targets neither the mechanism's epsilon nor a bound on it, kept for
+  comparison (docs/method/estimates.md).
   """
 
   delta: float

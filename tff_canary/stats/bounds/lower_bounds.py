@@ -23,22 +23,19 @@ for 1000 inserted and 1000 held-out canaries. The max over thresholds, with
 each rate at level alpha, is what the paper does (`correction="none"`).
 
 That construction is NOT a 95% bound: each threshold's interval holds at 95%,
-but the maximum over ~n data-chosen thresholds does not. Measured here (400
-seeded trials, d = 10^6, delta = 1e-6, 1000 inserted canaries): with no canary
-effect at all the exact-null bound is positive in 70% of trials (95th
-percentile 1.26); on the Gaussian mechanism it exceeds the true epsilon in 26%
-(epsilon = 1), 14% (3) and 7% (10) of trials. The held-out null is positive in
-23% of no-effect trials. Results carry `correction` so a report can say which
-construction it used.
+but the maximum over ~n data-chosen thresholds does not (`bench/validity.py`;
+docs/method/lower-bounds.md has the rates). Results carry `correction` so a
+report can say which construction it used.
 
 `correction="simultaneous"` is a corrected version that keeps its confidence.
 The thresholds are the inserted statistics at a fixed set of ranks K (the k-th
 largest, k = 1, 2, 4, 8, ..., and the same counted from the bottom: about
 2 log2(n) ranks, chosen before seeing the data; finer grids measured no more
-powerful, since each extra threshold costs Bonferroni level). At the k-th largest inserted statistic s_k,
-TPR(s_k) = P(X >= s_k) is distributed exactly as Beta(k, n - k + 1) (the k-th
-smallest of n uniforms) for i.i.d. continuous statistics, so its alpha_k
-quantile is an exact lower limit; FNR_up = 1 - that limit serves both terms.
+powerful, since each extra threshold costs Bonferroni level). At the k-th
+largest inserted statistic s_k, TPR(s_k) = P(X >= s_k) is distributed
+exactly as Beta(k, n - k + 1) (the k-th smallest of n uniforms) for i.i.d.
+continuous statistics, so its alpha_k quantile is an exact lower limit;
+FNR_up = 1 - that limit serves both terms.
 The FPR is exact under the closed-form null; under a held-out null it is the
 Clopper-Pearson upper limit of the held-out count at or above s_k, valid
 because the held-out statistics are independent of s_k. alpha goes to the TPR

@@ -35,18 +35,12 @@ integrand is smooth; the mixture quantile is found by vectorized bisection,
 and gamma_bar in log space (`log_ndtr`).
 
 What this assumes, beyond the Gaussian claim: the n scores are independent
-draws of M, as for n runs of one mechanism. In one training run gaussian
-canaries share one noise vector, so they are not independent, and the paper
-gives no guarantee for that: `bench/validity.py` measured its exceedance
-rate on our simulator of exactly that setting
-(`gaussian_mechanism.simulate_coin`) above 5% in most settings, so the audit
-does not use it for gaussian canaries. Orthogonal canaries' noise scores
-are exactly independent (docs/method/orthogonal-canaries.md), the paper's
-assumption: there `bench/validity.py --directions orthogonal` measured it
-valid, and `audit` uses it, the number released chosen by Bonferroni
-(`audit.tight_bound`: for tables of orthogonal canaries, and on DP-FTRL's
-scheduled statistic in `tree_audit`). docs/method/lower-bounds.md has the
-figures.
+draws of M, as for n runs of one mechanism. Gaussian canaries of one
+training run share one noise vector, which the paper gives no guarantee for
+(measured to exceed the truth too often), so the audit uses it only for
+orthogonal canaries, whose noise scores are exactly independent
+(`audit.tight_bound`; DP-FTRL's `tree_audit`). docs/method/lower-bounds.md
+has the figures.
 
 NumPy/SciPy only.
 """

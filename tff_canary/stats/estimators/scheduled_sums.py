@@ -1,4 +1,5 @@
-"""epsilon of a multi-round mechanism from schedule-aware sums of cosines.
+"""epsilon of a multi-round mechanism from schedule-aware sums of cosines
+(docs/method/orthogonal-canaries.md, "The schedule-aware statistic").
 
 The statistic (Agrawal et al. 2026, "Let's Ask Gauss: Improved One-Run Privacy
 Auditing", arXiv 2606.12733). Over R rounds, each round r an independent
@@ -21,20 +22,17 @@ N(sqrt(P_j) mu_round, 1) with mu_round = 1/sigma, both exact as d -> inf (at
 finite d the null variance is d / (d - |I_r|), 1 + |I_r| / d, and the
 inserted mean is low by a relative O(1 / (sigma^2 d))).
 
-What epsilon it estimates. One round is the Gaussian mechanism, mu_round-GDP
-(Dong, Roth & Su 2019, arXiv 1905.02383, §2); the P rounds a canary takes part
-in compose to (sqrt(P) mu_round)-GDP (ibid., Cor. 3.3). So mean(T) over the
-inserted canaries estimates the composed mechanism's mu (with equal P_j; with
-unequal ones, the mean of sqrt(P_j) mu_round), and epsilon is that of the
-Gaussian mechanism with this mu at delta (Balle & Wang 2018, Thm 8;
-`gaussian_accounting.gaussian_epsilon_of_mu`):
+What epsilon it estimates. One round is mu_round-GDP (Dong, Roth & Su 2019,
+arXiv 1905.02383, §2); a canary's P rounds compose to (sqrt(P) mu_round)-GDP
+(ibid., Cor. 3.3). So mean(T) over the inserted canaries estimates the
+composed mu (with unequal P_j, the mean of sqrt(P_j) mu_round), and epsilon
+is that of the Gaussian mechanism with this mu at delta (Balle & Wang 2018,
+Thm 8; `gaussian_accounting.gaussian_epsilon_of_mu`):
 
   delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2).
 
-Unlike the all-iterates statistic (the max over rounds, Algorithm 3 of Andrew
-et al.; `max_of_rounds`), T_j adds up the evidence of all P rounds instead of
-keeping the largest cosine, and it is a linear statistic with a Gaussian
-law, so the estimate needs no likelihood model of a maximum.
+Unlike the max over rounds (`max_of_rounds`), T_j adds up the evidence of
+all P rounds, and its law is Gaussian, so no likelihood model is needed.
 
 The estimate and its interval.
 
@@ -59,17 +57,15 @@ the data can: the inserted T's variance against the null's, and with held-out
 canaries their mean and variance against N(0, 1).
 
 The variance check. Under the model an inserted T_j is N(s m_j, sigma_0^2):
-its mean is a known shape m_j times one scale s (sqrt(P_j) with unequal
-participations; `gls_statistics.schedule_mu` in DP-FTRL, where schedules
-differ in what they reveal), its variance the null's. So the inserted T's
-variance is sigma_0^2 + s^2 Var(m_j), not sigma_0^2, when the m_j differ.
-Given the shape (`inserted_mu`), the check fits a + s m_j by least squares
-and compares the residual variance, on n - 2 degrees of freedom, with the
-null's; s is fitted, not taken from the claim, because a run that leaks
-less than claimed (s below the claim's) is no reason to doubt the Gaussian
-reading. The null's variance is 1 for the exact null (a chi-square test)
-and the held-out T's sample variance otherwise, whose own sampling error the
-F test (n - 2 and m - 1 degrees of freedom) takes into account.
+a known shape m_j (sqrt(P_j) with unequal participations;
+`gls_statistics.schedule_mu` in DP-FTRL) times one scale s, so the inserted
+T's variance is sigma_0^2 + s^2 Var(m_j) when the m_j differ. Given the shape
+(`inserted_mu`), the check fits a + s m_j by least squares and compares the
+residual variance, on n - 2 degrees of freedom, with the null's; s is fitted,
+not taken from the claim, since a run that leaks less than claimed is no
+reason to doubt the Gaussian reading. The null's variance is 1 for the exact
+null (a chi-square test) and the held-out T's sample variance otherwise (an
+F test on n - 2 and m - 1 degrees of freedom, its sampling error included).
 
 NumPy/SciPy only.
 """

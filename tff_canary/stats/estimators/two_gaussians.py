@@ -30,9 +30,8 @@ Gaussian mechanism with noise multiplier sigma / Delta (Balle & Wang 2018,
 Theorem 8); the tests check that against dp_accounting.
 
 `epsilon_for_delta` finds the smallest epsilon >= 0 with delta(epsilon) <= delta
-(delta(epsilon) is nonincreasing): bracket by doubling, then Brent's method on
-log delta(epsilon) - log delta. `epsilon_for_delta_many` does the same for
-arrays of Gaussians at once (vectorized bisection), for bootstrap intervals.
+(delta(epsilon) is nonincreasing); `epsilon_for_delta_many` does the same for
+arrays of Gaussians at once.
 
 NumPy/SciPy only.
 """
@@ -165,17 +164,8 @@ def delta_for_epsilon(epsilon: float, mu0: float, sigma0: float, mu1: float,
                       sigma1: float) -> float:
   """The smallest delta for which outputting N(mu0, sigma0^2) vs N(mu1, sigma1^2) is (epsilon, delta)-DP.
 
-  Equation (1) of the module docstring, exact in log space.
-
-  Args:
-    epsilon: epsilon >= 0.
-    mu0: mean of the first Gaussian.
-    sigma0: standard deviation (> 0) of the first Gaussian.
-    mu1: mean of the second Gaussian.
-    sigma1: standard deviation (> 0) of the second Gaussian.
-
-  Returns:
-    delta in [0, 1].
+  Equation (1) of the module docstring, exact in log space, for epsilon >= 0
+  and standard deviations sigma0, sigma1 > 0. Returns delta in [0, 1].
   """
   epsilon = validation.as_nonnegative(epsilon, "epsilon")
   args = _check_gaussians(mu0, sigma0, mu1, sigma1)
@@ -186,15 +176,9 @@ def epsilon_for_delta(delta: float, mu0: float, sigma0: float, mu1: float,
                       sigma1: float) -> float:
   """The smallest epsilon >= 0 at which N(mu0, sigma0^2) vs N(mu1, sigma1^2) is (epsilon, delta)-DP.
 
-  Brackets by doubling, then Brent's method on log delta(eps) - log delta,
-  which is smooth and strictly decreasing wherever delta(eps) > 0.
-
-  Args:
-    delta: target delta in (0, 1).
-    mu0: mean of the first Gaussian.
-    sigma0: standard deviation (> 0) of the first Gaussian.
-    mu1: mean of the second Gaussian.
-    sigma1: standard deviation (> 0) of the second Gaussian.
+  For delta in (0, 1) and standard deviations sigma0, sigma1 > 0. Brackets by
+  doubling, then Brent's method on log delta(eps) - log delta, which is
+  smooth and strictly decreasing wherever delta(eps) > 0.
 
   Returns:
     epsilon >= 0; 0 when even the total variation distance is <= delta, inf
@@ -229,7 +213,7 @@ def epsilon_for_delta_many(delta: float, mu0: npt.ArrayLike,
                            max_iterations: int = 200) -> np.ndarray:
   """`epsilon_for_delta` for arrays of Gaussian pairs at once (broadcast).
 
-  For bootstrap intervals, where thousands of epsilons are needed. Brackets by
+  For projection intervals, where many epsilons are needed. Brackets by
   doubling, then runs the Illinois variant of regula falsi (Dowell & Jarratt
   1971) on g(eps) = log delta(eps) - log delta for every element at once: the
   bracket [lo, hi] with g(lo) > 0 >= g(hi) is kept, so the method cannot
