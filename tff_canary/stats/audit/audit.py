@@ -47,6 +47,7 @@ NumPy only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from typing import Any, Literal, Optional
@@ -310,13 +311,10 @@ def table_bounds(table: CosineTable, delta: float, *,
 one_run_bound = fdp_one_run.fdp_one_run_bound
 
 
-def tight_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
-                delta: float, confidence: float):
-  """The audit's one-run bound with orthogonal canaries (module docstring):
-  the tight one, the number released chosen by Bonferroni."""
-  return tight_one_run.tight_one_run_bound(
-      statistics, inserted_mask, delta=delta, confidence=confidence,
-      strategy="bonferroni")
+# The audit's one-run bound with orthogonal canaries (module docstring): the
+# tight one, the number released chosen by Bonferroni.
+tight_bound = functools.partial(tight_one_run.tight_one_run_bound,
+                                strategy="bonferroni")
 
 
 def audit_table(table: CosineTable, *, claimed_epsilon: float, delta: float,

@@ -68,11 +68,11 @@ class TableEstimates:
   final_fitted: results.EpsilonEstimate
   lo_final: results.LowerBound
   lo_final_paper: results.LowerBound
-  all_iterates: Optional[results.EpsilonEstimate]
-  lo_all: Optional[results.LowerBound]
-  lo_all_paper: Optional[results.LowerBound]
-  one_run_final: Optional[results.OneRunBound]
-  one_run_all: Optional[results.OneRunBound]
+  all_iterates: Optional[results.EpsilonEstimate] = None
+  lo_all: Optional[results.LowerBound] = None
+  lo_all_paper: Optional[results.LowerBound] = None
+  one_run_final: Optional[results.OneRunBound] = None
+  one_run_all: Optional[results.OneRunBound] = None
   warnings: tuple[str, ...] = ()
   fdp_final: Optional[results.GaussianClaimBound] = None
   fdp_all: Optional[results.GaussianClaimBound] = None
@@ -160,22 +160,21 @@ def estimate_table(table: CosineTable, *, delta: float,
       raise ValueError(f"the cosine table has {table.mask(group).sum()} "
                        f"{group} canaries; the estimators need at least 2.")
 
-  notes = []
+  notes, found = [], {}
   dim = audit.final_dim(table)  # d - |I| + 1 after known-canary removal
   final_in = table.final_cosines("inserted")
   final_out = table.final_cosines("held_out")
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     kw = dict(delta=delta, confidence=confidence)
-    final_mean_only = estimates.epsilon_final(final_in, dim=dim, **kw)
-    final_fitted = estimates.epsilon_final(final_in, dim=dim,
-                                           method="fitted_variance", **kw)
-    lo_final = lower_bounds.epsilon_lo(final_in, dim=dim,
-                                       correction="simultaneous", **kw)
-    lo_final_paper = lower_bounds.epsilon_lo(final_in, dim=dim, **kw)
+    found["final_mean_only"] = estimates.epsilon_final(final_in, dim=dim, **kw)
+    found["final_fitted"] = estimates.epsilon_final(
+        final_in, dim=dim, method="fitted_variance", **kw)
+    found["lo_final"] = lower_bounds.epsilon_lo(
+        final_in, dim=dim, correction="simultaneous", **kw)
+    found["lo_final_paper"] = lower_bounds.epsilon_lo(final_in, dim=dim, **kw)
 
     have_all = table.has_max_cosines
-    all_iterates = all_iterates_gaussian_fit = lo_all = lo_all_paper = None
     if have_all:
       max_in = table.max_cosines("inserted")
       max_out = table.max_cosines("held_out")
@@ -184,35 +183,33 @@ def estimate_table(table: CosineTable, *, delta: float,
       # which it took part in `participation`.
       taken = table.participations("inserted")
       if taken.max() > 0:
-        all_iterates = max_of_rounds.epsilon_all_max_model(
+        found["all_iterates"] = max_of_rounds.epsilon_all_max_model(
             max_in, max_out, inserted_participation=taken,
             num_rounds=table.rounds_recorded, **kw)
       else:
         notes.append(_NEVER_TOOK_PART)
-      all_iterates_gaussian_fit = estimates.epsilon_all(max_in, max_out, **kw)
-      lo_all = lower_bounds.epsilon_lo(max_in, held_out=max_out,
-                                       correction="simultaneous", **kw)
-      lo_all_paper = lower_bounds.epsilon_lo(max_in, held_out=max_out, **kw)
+      found["all_iterates_gaussian_fit"] = estimates.epsilon_all(
+          max_in, max_out, **kw)
+      found["lo_all"] = lower_bounds.epsilon_lo(
+          max_in, held_out=max_out, correction="simultaneous", **kw)
+      found["lo_all_paper"] = lower_bounds.epsilon_lo(
+          max_in, held_out=max_out, **kw)
 
-    scheduled = None
     if table.has_scheduled_sums:  # orthogonal canaries, scored in the round
-      scheduled = scheduled_sums.epsilon_scheduled(
+      found["scheduled"] = scheduled_sums.epsilon_scheduled(
           table.scheduled_statistics("inserted"),
           table.scheduled_statistics("held_out"), **kw)
 
-    one_run_final = one_run_all = fdp_final = fdp_all = None
-    tight_final = tight_all = None
     if table.assignment == "coin":
       mask = table.mask("inserted")
-      one_run_final = lower_bounds.one_run_bound(table.final_cosine, mask, **kw)
-      fdp_final = fdp_one_run.fdp_one_run_bound(table.final_cosine, mask, **kw)
-      if table.orthogonal:  # independent scores (`audit`)
-        tight_final = audit.tight_bound(table.final_cosine, mask, **kw)
+      parts = {"final": table.final_cosine}
       if have_all:
-        one_run_all = lower_bounds.one_run_bound(table.max_cosine, mask, **kw)
-        fdp_all = fdp_one_run.fdp_one_run_bound(table.max_cosine, mask, **kw)
-        if table.orthogonal:
-          tight_all = audit.tight_bound(table.max_cosine, mask, **kw)
+        parts["all"] = table.max_cosine
+      for part, stat in parts.items():
+        found[f"one_run_{part}"] = lower_bounds.one_run_bound(stat, mask, **kw)
+        found[f"fdp_{part}"] = fdp_one_run.fdp_one_run_bound(stat, mask, **kw)
+        if table.orthogonal:  # independent scores (`audit`)
+          found[f"tight_{part}"] = audit.tight_bound(stat, mask, **kw)
 
   if (table.rounds_recorded and not np.isnan(table.max_cosine).any()
       and not have_all):  # recorded, but refused: unrecorded participations
@@ -230,10 +227,4 @@ def estimate_table(table: CosineTable, *, delta: float,
   return TableEstimates(
       delta=delta, confidence=confidence, dim=table.dim, seed=table.seed,
       num_inserted=int(final_in.size), num_held_out=int(final_out.size),
-      final_mean_only=final_mean_only, final_fitted=final_fitted,
-      lo_final=lo_final, lo_final_paper=lo_final_paper,
-      all_iterates=all_iterates, lo_all=lo_all, lo_all_paper=lo_all_paper,
-      all_iterates_gaussian_fit=all_iterates_gaussian_fit,
-      one_run_final=one_run_final, one_run_all=one_run_all,
-      warnings=tuple(notes), fdp_final=fdp_final, fdp_all=fdp_all,
-      scheduled=scheduled, tight_final=tight_final, tight_all=tight_all)
+      warnings=tuple(notes), **found)

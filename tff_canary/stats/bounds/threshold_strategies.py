@@ -194,16 +194,12 @@ def choose_and_bound(num_items: int, bound_at: BoundAt, *,
                        "option of the bound.")
     return _bonferroni(everything, bound_at, all_options, alpha, exceeds)
   rng = np.random.default_rng([seed, num_items])
-  if strategy == "split":
-    first, second = halves(num_items, rng)
-    option = _choose(first, bound_at, options, alpha)
-    value, details = bound_at(second, option, alpha)
-    return value, option, details
+  count, level = (1, alpha) if strategy == "split" else (splits, alpha / 2.0)
   found = []
-  for _ in range(splits):
+  for _ in range(count):
     first, second = halves(num_items, rng)
-    option = _choose(first, bound_at, options, alpha / 2.0)
-    value, details = bound_at(second, option, alpha / 2.0)
+    option = _choose(first, bound_at, options, level)
+    value, details = bound_at(second, option, level)
     found.append((value, option, details))
   return found[median_index([value for value, _, _ in found])]
 

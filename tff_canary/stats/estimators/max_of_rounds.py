@@ -28,17 +28,14 @@ likelihood flattens out (a canary whose own round is far below the nulls has
 the max of R - p_j nulls): an unconstrained fit wanders there. A negative
 unconstrained theta is reported as epsilon 0 with a `SignConventionWarning`.
 
-What epsilon it reports. One round a canary took part in is theta-GDP
-(N(theta s, s^2) against N(0, s^2); Dong, Roth & Su 2019, arXiv 1905.02383,
-§2; theta = 1/z for the Gaussian sum mechanism with noise multiplier z), and
-its p rounds compose to (theta sqrt(p))-GDP (ibid., Cor. 3.3). The estimate
-is the exact epsilon at `delta` of (theta sqrt(P))-GDP
-(`gaussian_accounting.gaussian_epsilon_of_mu`, Balle & Wang 2018 Thm 8), P =
-max_j p_j over the inserted canaries: with P = 1 the one-round Gaussian
-mechanism's epsilon, the paper's "analytical epsilon" (its §5.1); for P > 1
-that of P compositions without amplification
-(`gaussian_accounting.repeated_epsilon`), which the report compares every
-estimate with.
+What epsilon it reports: that of (theta sqrt(P))-GDP at `delta`
+(`gaussian_accounting.gaussian_epsilon_of_mu`), P = max_j p_j over the
+inserted canaries. One round a canary took part in is theta-GDP (Dong, Roth &
+Su 2019, arXiv 1905.02383, §2; theta = 1/z at noise multiplier z) and its p
+rounds compose to (theta sqrt(p))-GDP (ibid., Cor. 3.3). With P = 1 it is
+the paper's "analytical epsilon" (§5.1), for P > 1 that of P compositions
+without amplification (`gaussian_accounting.repeated_epsilon`): what the
+report compares every estimate with.
 
 Interval: profile likelihood for theta, l_p(theta) = max_s l(theta, s):
 {theta >= 0 : 2 (l(theta_hat) - l_p(theta)) <= chi2_1(confidence)} (Wilks;

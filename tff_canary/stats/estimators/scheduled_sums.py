@@ -22,17 +22,14 @@ N(sqrt(P_j) mu_round, 1) with mu_round = 1/sigma, both exact as d -> inf (at
 finite d the null variance is d / (d - |I_r|), 1 + |I_r| / d, and the
 inserted mean is low by a relative O(1 / (sigma^2 d))).
 
-What epsilon it estimates. One round is mu_round-GDP (Dong, Roth & Su 2019,
-arXiv 1905.02383, §2); a canary's P rounds compose to (sqrt(P) mu_round)-GDP
-(ibid., Cor. 3.3). So mean(T) over the inserted canaries estimates the
+What epsilon it estimates. One round is mu_round-GDP and a canary's P rounds
+compose to (sqrt(P) mu_round)-GDP (Dong, Roth & Su 2019, arXiv 1905.02383,
+§2 and Cor. 3.3), so mean(T) over the inserted canaries estimates the
 composed mu (with unequal P_j, the mean of sqrt(P_j) mu_round), and epsilon
-is that of the Gaussian mechanism with this mu at delta (Balle & Wang 2018,
-Thm 8; `gaussian_accounting.gaussian_epsilon_of_mu`):
-
-  delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2).
-
-Unlike the max over rounds (`max_of_rounds`), T_j adds up the evidence of
-all P rounds, and its law is Gaussian, so no likelihood model is needed.
+is that of mu-GDP at delta (Balle & Wang 2018, Thm 8;
+`gaussian_accounting.gaussian_epsilon_of_mu`). Unlike the max over rounds
+(`max_of_rounds`), T_j adds up the evidence of all P rounds, and its law is
+Gaussian, so no likelihood model is needed.
 
 The estimate and its interval.
 
@@ -53,19 +50,14 @@ epsilon grows with mu >= 0, so each mu interval maps to an epsilon interval
 
 These are estimates, not bounds: they assume the Gaussian laws above (a
 Gaussian mechanism in every round, large d), which the result checks where
-the data can: the inserted T's variance against the null's, and with held-out
-canaries their mean and variance against N(0, 1).
-
-The variance check. Under the model an inserted T_j is N(s m_j, sigma_0^2):
-a known shape m_j (sqrt(P_j) with unequal participations;
-`gls_statistics.schedule_mu` in DP-FTRL) times one scale s, so the inserted
-T's variance is sigma_0^2 + s^2 Var(m_j) when the m_j differ. Given the shape
-(`inserted_mu`), the check fits a + s m_j by least squares and compares the
-residual variance, on n - 2 degrees of freedom, with the null's; s is fitted,
-not taken from the claim, since a run that leaks less than claimed is no
-reason to doubt the Gaussian reading. The null's variance is 1 for the exact
-null (a chi-square test) and the held-out T's sample variance otherwise (an
-F test on n - 2 and m - 1 degrees of freedom, its sampling error included).
+the data can. The inserted T_j are N(s m_j, sigma_0^2), a known shape m_j
+(sqrt(P_j); `gls_statistics.schedule_mu` in DP-FTRL) times one scale s, so
+given the shape (`inserted_mu`) the check fits a + s m_j by least squares
+(s fitted, not taken from the claim: leaking less than claimed is no reason
+to doubt the Gaussian reading) and tests the residual variance, on n - 2
+degrees of freedom, against the null's: 1 for the exact null (chi-square),
+the held-out T's sample variance otherwise (F on n - 2 and m - 1 degrees of
+freedom). Held-out T are also checked against N(0, 1) (mean and variance).
 
 NumPy/SciPy only.
 """
