@@ -69,17 +69,17 @@ class TableEstimates:
   lo_final: results.LowerBound
   lo_final_paper: results.LowerBound
   all_iterates: Optional[results.EpsilonEstimate] = None
+  all_iterates_gaussian_fit: Optional[results.EpsilonEstimate] = None
   lo_all: Optional[results.LowerBound] = None
   lo_all_paper: Optional[results.LowerBound] = None
   one_run_final: Optional[results.OneRunBound] = None
   one_run_all: Optional[results.OneRunBound] = None
-  warnings: tuple[str, ...] = ()
   fdp_final: Optional[results.GaussianClaimBound] = None
   fdp_all: Optional[results.GaussianClaimBound] = None
-  all_iterates_gaussian_fit: Optional[results.EpsilonEstimate] = None
   scheduled: Optional[scheduled_sums.ScheduledEstimate] = None
   tight_final: Optional[results.GaussianClaimBound] = None
   tight_all: Optional[results.GaussianClaimBound] = None
+  warnings: tuple[str, ...] = ()
 
   def rows(self) -> list[tuple[str, str, Any]]:
     """(name, kind, result) for every estimate present, in report order.
@@ -124,15 +124,10 @@ class TableEstimates:
     return "\n".join(lines)
 
   def as_dict(self) -> dict[str, Any]:
-    out = {key: getattr(self, key) for key in (
-        "delta", "confidence", "dim", "seed", "num_inserted", "num_held_out")}
-    for field in ("final_mean_only", "final_fitted", "lo_final",
-                  "lo_final_paper", "all_iterates", "all_iterates_gaussian_fit",
-                  "lo_all", "lo_all_paper", "one_run_final", "one_run_all",
-                  "fdp_final", "fdp_all", "scheduled", "tight_final",
-                  "tight_all"):
-      value = getattr(self, field)
-      out[field] = None if value is None else value.as_dict()
+    out = {}  # in field order, which is report.json's
+    for field in dataclasses.fields(self):
+      value = getattr(self, field.name)
+      out[field.name] = value.as_dict() if hasattr(value, "as_dict") else value
     out["warnings"] = list(self.warnings)
     return out
 

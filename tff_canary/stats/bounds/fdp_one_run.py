@@ -31,13 +31,11 @@ delta (Balle & Wang 2018, Theorem 8; `gaussian_accounting`). It is a lower
 bound on the epsilon of a mechanism whose trade-off curve is Gaussian; see
 `results.GaussianClaimBound`.
 
-Choosing k+ and k- from the data must be paid for: `strategy` (module
-`threshold_strategies`) is "fixed" (the default k+ = k- = 5% of the
-candidates, as `lower_bounds.one_run_bound`), "bonferroni", "split" or
-"multi_split" over the grid `GUESS_FRACTIONS`, or "bonferroni_all" over
-every k+ = k- = k from 1 to m // 2, each at alpha / (m // 2) (a claim is
-skipped without a search when the recursion does not reject the best mu so
-far at that k, which cannot change the maximum).
+Choosing k+ and k- from the data must be paid for (`threshold_strategies`):
+"fixed" is k+ = k- = 5% of the candidates (as `lower_bounds.one_run_bound`),
+the others choose among `GUESS_FRACTIONS` or, "bonferroni_all", every k from
+1 to m // 2 (skipping a k at which the recursion does not reject the best mu
+so far, which cannot change the maximum).
 
 NumPy/SciPy only.
 """

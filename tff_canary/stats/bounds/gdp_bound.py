@@ -20,9 +20,8 @@ max(FPR+, FNR+) < 1 - delta,
 which is <= the true mu whenever the limits hold (both inverse normals move
 the right way). A negative value is no evidence of leakage and is clamped to
 0, never turned into |mu|: swapping the roles of the two groups is another
-test, with its own limits, and a negative mu from a weak attack says nothing
-about the mechanism (a library that takes |mu| reports large epsilons for a
-mechanism that leaks nothing; `tests/test_gdp_bound.py` shows it). The bound
+test, with its own limits, and taking |mu| reports large epsilons for a
+mechanism that leaks nothing (`tests/test_gdp_bound.py`). The bound
 is then the epsilon of mu_lo-GDP at delta (Dong, Roth & Su 2019, Corollary
 2.13; `gaussian_accounting.gaussian_epsilon_of_mu`).
 
@@ -35,10 +34,9 @@ limits also assume the held-out and the inserted statistics are each
 independent draws.
 
 Threshold strategies (`threshold_strategies`): "bonferroni" (above; the
-default), "split" (a seeded half of the canaries chooses the threshold with
-the largest mu at level alpha, the other half bounds mu at that one threshold
-with each limit at level alpha/2) and "multi_split" (`splits` such splits at
-level alpha/2, the ceil(S/2)-th largest reported).
+default), "split" and "multi_split" (a seeded half of the canaries chooses
+the threshold, the other half bounds mu there with each limit at half the
+split's level).
 
 NumPy/SciPy only.
 """

@@ -58,14 +58,11 @@ and the bound is the largest eps with p(eps) <= 1 - confidence (p rises with
 eps). At delta = 0 it cannot exceed logit((1 - confidence)^(1/r)): 3.49 for
 r = 100.
 
-The threshold strategies of docs/method/lower-bounds.md (`threshold_strategies`) are offered
-as further corrections, each with the simultaneous construction's exact
-limits: "bonferroni" (every rank 1..n, each at alpha / n, instead of the
-geometric grid), "split" (a seeded half of the inserted, and of the held-out,
-canaries chooses the rank on the grid; the other half is bounded at that rank,
-as a share of its size, at level alpha) and "multi_split" (10 such splits at
-level alpha/2, the ceil(S/2)-th largest reported). `bench/validity.py` and
-`bench/power.py` measure them beside "simultaneous".
+The strategies of `threshold_strategies` are further corrections, each with
+the simultaneous construction's exact limits: "bonferroni" (every rank 1..n
+at alpha / n), "split" and "multi_split" (the rank chosen on the grid by a
+seeded half of the inserted, and of the held-out, canaries, the other half
+bounded at that rank as a share of its size).
 
 NumPy/SciPy only.
 """
@@ -178,16 +175,14 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
                correction: Correction = "none") -> results.LowerBound:
   """epsilon_lo: the threshold-attack lower bound on epsilon (see module docstring).
 
-  Exactly one of `dim` and `held_out` gives the null: `dim` uses the exact
-  closed-form null law of a cosine (final model), `held_out` the empirical null
-  of held-out canaries (all iterates, where there is no closed form).
-
   Args:
     inserted: 1-D array of the inserted canaries' statistics (cosines in
       [-1, 1]), at least 2.
     delta: delta in (0, 1).
-    dim: model dimension (>= 2) for the exact null.
-    held_out: 1-D array of held-out canaries' statistics for the empirical null.
+    dim: model dimension (>= 2) for the exact closed-form null of a cosine
+      (final model). Give exactly one of `dim` and `held_out`.
+    held_out: 1-D array of held-out canaries' statistics for the empirical
+      null (all iterates, where there is no closed form).
     confidence: the bound holds with this probability (per the paper's
       construction, see `correction`), in (0, 1).
     correction: "none" (the paper's; nominal confidence only),
