@@ -5,36 +5,29 @@ alpha when a lower bound on epsilon that holds with probability >= 1 - alpha
 exceeds the claimed epsilon (Tramèr et al. 2022, "Debugging Differential
 Privacy: A Case Study for Privacy Auditing"; Jagielski et al. 2020). Only such
 bounds decide the verdict, never the point estimates. The bounds
-(`table_bounds`; docs/method/lower-bounds.md has their validity and power):
+(`table_bounds`; docs/method/audit.md says which one-run bound and why):
 
   * epsilon_lo with `correction="simultaneous"` (`lower_bounds`), on the final
     model with the exact null (in `final_dim` dimensions) and, when
     aggregates were recorded, on all iterates with the held-out null;
   * with fair-coin assignment, a one-run bound on each statistic: for a claim
-    that is a Gaussian mechanism without amplification (a DP-FedAvg ledger
-    audited for its participations), the f-DP one-run bound of Mahloujifar,
-    Melis & Chaudhuri (2024, `fdp_one_run`), or with orthogonal canaries,
-    whose noise scores are exactly independent, the tight one-run bound of
-    Xiang et al. (2025, `tight_one_run`, `tight_bound`); for any other claim
-    (Poisson-subsampled, distributed DP, unknown shape), Steinke, Nasr &
-    Jagielski's (2023, `lower_bounds.one_run_bound`), which holds for any
-    (epsilon, delta) claim (`gaussian_claim=False`).
+    that is a Gaussian mechanism without amplification, the f-DP one-run
+    bound (Mahloujifar, Melis & Chaudhuri 2024, `fdp_one_run`), or with
+    orthogonal canaries the tight one (Xiang et al. 2025, `tight_bound`);
+    for any other claim, Steinke, Nasr & Jagielski's (2023,
+    `lower_bounds.one_run_bound`; `gaussian_claim=False`).
 
 With m such bounds, each is computed at confidence 1 - alpha/m (Bonferroni),
 so the chance that ANY of them exceeds the true epsilon, and hence of refuting a
 true claim, is at most alpha. A claim consistent with every bound is
 "consistent": not confirmed, only not refuted by this attack.
 
-The reach of an audit. Each bound's reach is its value on perfectly separated
-statistics (every inserted canary above every other), which depends only on
-the counts, its confidence and delta (`audit_bounds`). A claim at or beyond
-the largest reach cannot be refuted by any run: the verdict is then "beyond
-reach", with the candidates that would reach the claim
-(`AuditVerdict.candidates_needed`, the canaries doubled). A bound of reach 0
-at its Bonferroni share is "powerless": it takes no share of the level, the
-others split it. The reach depends only on the counts, never on the
-statistics, so the split stays fixed in advance: starting from all bounds,
-those of reach 0 at the current share are dropped until none is.
+The reach of an audit (docs/method/audit.md): a bound's value on perfectly
+separated statistics, which depends only on the counts (`audit_bounds`). A
+claim at or beyond the largest reach cannot be refuted by any run: the
+verdict is then "beyond reach", with the candidates that would reach it. A
+bound of reach 0 at its share is "powerless" and takes no share of the
+level (`audit_bounds.share`), a split still fixed before the statistics.
 
 Caveat: the one-run bound is proved for many canaries in one run; epsilon_lo's
 order-statistic limits assume the canaries' statistics are independent, which

@@ -1,18 +1,16 @@
 """Removing the other inserted canaries from a canary's statistic
-(docs/method/estimates.md, "Other canaries are noise: removing them").
+(docs/method/estimates.md, "Other canaries are noise: removing them": why,
+when it is exact, and where it is used).
 
 With k inserted canaries in one aggregate, every other canary is noise for
 canary j's cosine: in the Gaussian mechanism rho = sum_{i in I} c_i + sigma z
 (Andrew et al., "One-shot Empirical Privacy Estimation for Federated
 Learning", ICLR 2024, arXiv 2302.03098, Section 3 and Theorem 3.3), the
-inserted mean cosine is about 1 / sqrt(sigma^2 d + k), so the mean-only
-epsilon-final estimates the epsilon of noise std sqrt(sigma^2 + k / d), not
-sigma.
-
-The auditor knows every inserted canary, each round it took part in and that
-round's scale s_r (C_r / clients_per_round in DP-FedAvg; 1 in the Gaussian
-mechanism). With S_r the canaries inserted in round r and a_r the round's
-aggregate as the server applies it (docs/method/sign-convention.md),
+inserted mean cosine is about 1 / sqrt(sigma^2 d + k). The auditor knows
+every inserted canary, each round it took part in and that round's scale s_r
+(C_r / clients_per_round in DP-FedAvg; 1 in the Gaussian mechanism). With S_r
+the canaries inserted in round r and a_r the round's aggregate as the server
+applies it (docs/method/sign-convention.md),
 
     a'_r = a_r - s_r sum_{i in S_r} c_i
 
@@ -26,13 +24,7 @@ taken against the aggregate in which j alone is inserted:
 (|c_j| = 1): `corrected_cosines`, with no per-canary d-vector. Held-out
 canaries (never in S_r) get cos(c_j, a'_r). In the Gaussian mechanism
 b_{j,r} is exactly the output of the mechanism run with canary j alone (same
-noise), whatever k is; in training it removes canary i's direct contribution
-to a_r, not the clients' later reaction to the model it moved, and the
-final-model vector is a sum of the a_r only with server SGD without momentum.
-Used by the simulators of the Gaussian mechanism
-(`tff_canary.stats.simulation`, their `remove_known_canaries`); orthogonal
-canaries remove the others exactly inside each round
-(`tff_canary.federated.insertion.round_scores`).
+noise), whatever k is.
 
 NumPy only.
 """

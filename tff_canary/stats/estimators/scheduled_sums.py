@@ -14,22 +14,18 @@ i != j} s_{i,r}^2), s_{i,r} = <c_i, rho_r>),
 
   T_j = sqrt(d / P_j) * sum_{r in S_j} x_{j,r}                 (`scheduled_statistic`).
 
-Its law. In dimension d, x_{j,r} is about N(0, 1/d) when j is not in round r
-(the null law of docs/method/null-law.md) and N(1 / (sigma sqrt(d)), 1/d) when
-it is (Theorem 3.3 of Andrew et al., ICLR 2024, arXiv 2302.03098); the rounds
-are independent. So a held-out T_j is about N(0, 1) and an inserted one about
-N(sqrt(P_j) mu_round, 1) with mu_round = 1/sigma, both exact as d -> inf (at
-finite d the null variance is d / (d - |I_r|), 1 + |I_r| / d, and the
-inserted mean is low by a relative O(1 / (sigma^2 d))).
-
-What epsilon it estimates. One round is mu_round-GDP and a canary's P rounds
-compose to (sqrt(P) mu_round)-GDP (Dong, Roth & Su 2019, arXiv 1905.02383,
-§2 and Cor. 3.3), so mean(T) over the inserted canaries estimates the
-composed mu (with unequal P_j, the mean of sqrt(P_j) mu_round), and epsilon
-is that of mu-GDP at delta (Balle & Wang 2018, Thm 8;
-`gaussian_accounting.gaussian_epsilon_of_mu`). Unlike the max over rounds
-(`max_of_rounds`), T_j adds up the evidence of all P rounds, and its law is
-Gaussian, so no likelihood model is needed.
+Its law (Theorem 3.3 of Andrew et al., ICLR 2024, arXiv 2302.03098):
+x_{j,r} is about N(0, 1/d) when j is not in round r (docs/method/null-law.md)
+and N(1 / (sigma sqrt(d)), 1/d) when it is, the rounds independent. So a
+held-out T_j is about N(0, 1) and an inserted one N(sqrt(P_j) / sigma, 1),
+exact as d -> inf (at finite d the null variance is d / (d - |I_r|) and the
+inserted mean is low by a relative O(1 / (sigma^2 d))): the mean of P_j
+rounds of (1/sigma)-GDP composed (Dong, Roth & Su 2019, arXiv 1905.02383, §2
+and Cor. 3.3). So mean(T_in) estimates the composed mu (with unequal P_j,
+the mean of sqrt(P_j) / sigma), and epsilon is that of mu-GDP at delta
+(Balle & Wang 2018, Thm 8; `gaussian_accounting.gaussian_epsilon_of_mu`).
+Unlike the max over rounds (`max_of_rounds`), T_j adds up the evidence of
+all P rounds, and its law is Gaussian.
 
 The estimate and its interval.
 

@@ -98,26 +98,22 @@ def _roots(a, b, c):
 def _log_masses_where_positive(a, b, c, m, s):
   """log P[f > 0], log Q[f > 0] for f(x) = a x^2 + b x + c, P = N(0,1), Q = N(m, s^2)."""
   lo, hi, disc = _roots(a, b, c)
-  # Case a == 0: f is linear (or constant).
   with np.errstate(divide="ignore", invalid="ignore"):
-    root = -c / b
-  log_p_lin = np.where(b > 0.0, special.log_ndtr(-root),
-                       np.where(b < 0.0, special.log_ndtr(root),
-                                np.where(c > 0.0, 0.0, -np.inf)))
-  log_q_lin = np.where(b > 0.0, special.log_ndtr(-(root - m) / s),
-                       np.where(b < 0.0, special.log_ndtr((root - m) / s),
-                                np.where(c > 0.0, 0.0, -np.inf)))
-  # Case a > 0: positive outside the roots, or everywhere if none are real.
-  # Case a < 0: positive between the roots, or nowhere.
+    root = -c / b  # where a == 0: f is linear (or constant)
   real = disc > 0.0
-  log_p_out = np.where(real, _log_mass_outside(lo, hi), 0.0)
-  log_q_out = np.where(real, _log_mass_outside((lo - m) / s, (hi - m) / s), 0.0)
-  log_p_in = np.where(real, _log_mass_between(lo, hi), -np.inf)
-  log_q_in = np.where(real, _log_mass_between((lo - m) / s, (hi - m) / s),
-                      -np.inf)
-  log_p = np.where(a == 0.0, log_p_lin, np.where(a > 0.0, log_p_out, log_p_in))
-  log_q = np.where(a == 0.0, log_q_lin, np.where(a > 0.0, log_q_out, log_q_in))
-  return log_p, log_q
+
+  def log_mass(mean, std):  # of {f > 0} under N(mean, std^2)
+    low, high, at = (lo - mean) / std, (hi - mean) / std, (root - mean) / std
+    linear = np.where(b > 0.0, special.log_ndtr(-at),
+                      np.where(b < 0.0, special.log_ndtr(at),
+                               np.where(c > 0.0, 0.0, -np.inf)))
+    # a > 0: positive outside the roots, or everywhere if none are real;
+    # a < 0: positive between the roots, or nowhere.
+    outside = np.where(real, _log_mass_outside(low, high), 0.0)
+    between = np.where(real, _log_mass_between(low, high), -np.inf)
+    return np.where(a == 0.0, linear, np.where(a > 0.0, outside, between))
+
+  return log_mass(0.0, 1.0), log_mass(m, s)
 
 
 def _standardize(mu0, sigma0, mu1, sigma1):
