@@ -20,34 +20,27 @@ paper's estimators). So the CDF and log density of its max are
 with u0 = x/s, u1 = u0 - theta, theta = mu/s, and h = phi/Phi (computed as
 exp(log phi - log Phi) with `scipy.special.log_ndtr`, so no tail underflows).
 (theta, s) are fitted by maximum likelihood jointly over inserted and held-out
-maxima, with theta >= 0: Nelder-Mead on (theta, log s) from moment-based
-starting values, polished by the profile (below) along theta. theta >= 0
-because an inserted canary cannot lower its own round's cosine under the sign
-convention (docs/method/sign-convention.md), and because below 0 the
-likelihood flattens out (a canary whose own round is far below the nulls has
-the max of R - p_j nulls): an unconstrained fit wanders there. A negative
-unconstrained theta is reported as epsilon 0 with a `SignConventionWarning`.
+maxima (Nelder-Mead on (theta, log s) from moment-based starting values,
+polished by the profile along theta), with theta >= 0: an inserted canary
+cannot lower its own round's cosine under the sign convention
+(docs/method/sign-convention.md), and below 0 the likelihood flattens out, so
+an unconstrained fit wanders there. A negative unconstrained theta is reported
+as epsilon 0 with a `SignConventionWarning`.
 
-What epsilon it reports: that of (theta sqrt(P))-GDP at `delta`
+The estimate is the epsilon at `delta` of (theta sqrt(P))-GDP
 (`gaussian_accounting.gaussian_epsilon_of_mu`), P = max_j p_j over the
-inserted canaries. One round a canary took part in is theta-GDP (Dong, Roth &
-Su 2019, arXiv 1905.02383, §2; theta = 1/z at noise multiplier z) and its p
-rounds compose to (theta sqrt(p))-GDP (ibid., Cor. 3.3). With P = 1 it is
-the paper's "analytical epsilon" (§5.1), for P > 1 that of P compositions
-without amplification (`gaussian_accounting.repeated_epsilon`): what the
-report compares every estimate with.
+inserted canaries: one round is theta-GDP (Dong, Roth & Su 2019, arXiv
+1905.02383, §2; theta = 1/z at noise multiplier z), p rounds compose to
+(theta sqrt(p))-GDP (ibid., Cor. 3.3). With P = 1 it is the paper's
+"analytical epsilon" (§5.1), for P > 1 `gaussian_accounting.repeated_epsilon`.
 
 Interval: profile likelihood for theta, l_p(theta) = max_s l(theta, s):
 {theta >= 0 : 2 (l(theta_hat) - l_p(theta)) <= chi2_1(confidence)} (Wilks;
 e.g. Pawitan 2001, "In All Likelihood", §3.4 and §9.4), mapped through
 epsilon, which grows with theta. At theta = 0 on the boundary the likelihood
 ratio is a 50:50 mixture of chi2_0 and chi2_1 (Self & Liang 1987, JASA
-82:605, Case 1), so the chi2_1 cut-off is conservative there. Unlike a Wald
-interval it follows the skewed likelihood of a maximum and does not depend
-on the parameterization; unlike a parametric bootstrap it costs a few
-hundred likelihood evaluations. `bench/coverage.py --parts all` measures its
-coverage. Both ends are found by bracketing (doubling steps), then Brent's
-method.
+82:605, Case 1), so the chi2_1 cut-off is conservative there. Both ends are
+found by bracketing (doubling steps), then Brent's method.
 
 What it does not model: the correlation between two canaries' cosines with
 the same round (of order 1/sqrt(d)), and other inserted canaries in the same
