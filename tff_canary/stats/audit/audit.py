@@ -33,8 +33,6 @@ Caveat: the one-run bound is proved for many canaries in one run; epsilon_lo's
 order-statistic limits assume the canaries' statistics are independent, which
 holds for the Gaussian mechanism's held-out law and approximately for inserted
 canaries in high dimension (`bench/validity.py` measures the rates).
-
-NumPy only.
 """
 
 from __future__ import annotations

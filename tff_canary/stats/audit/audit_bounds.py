@@ -1,4 +1,4 @@
-"""The bounds of an audit with their reach (NumPy only).
+"""The bounds of an audit with their reach.
 
 An audit (`audit.audit`) calls each bound with its Bonferroni share of the
 confidence. An `AuditBound` also knows its reach: its value on perfectly

@@ -12,8 +12,6 @@ The all-iterates estimates are refused (None, with the reason in `warnings`
 and an `UnrecordedRoundsWarning`) when an inserted canary took part in a round
 whose aggregate was not recorded (`CosineTable.all_iterates_refusal`): its max
 would miss its own rounds and make it look held out.
-
-NumPy only: no TensorFlow.
 """
 
 from __future__ import annotations

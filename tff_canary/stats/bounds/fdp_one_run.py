@@ -36,8 +36,6 @@ Choosing k+ and k- from the data must be paid for (`threshold_strategies`):
 the others choose among `GUESS_FRACTIONS` or, "bonferroni_all", every k from
 1 to m // 2 (skipping a k at which the recursion does not reject the best mu
 so far, which cannot change the maximum).
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations

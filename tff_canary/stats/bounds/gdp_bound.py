@@ -37,8 +37,6 @@ Threshold strategies (`threshold_strategies`): "bonferroni" (above; the
 default), "split" and "multi_split" (a seeded half of the canaries chooses
 the threshold, the other half bounds mu there with each limit at half the
 split's level).
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations
@@ -134,8 +132,7 @@ def gdp_bound(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
     mu = gdp_mu_lower(x, y, alpha, delta)
   else:
     rng = np.random.default_rng([seed, x.size + y.size])
-    count = 1 if strategy == "split" else splits
-    level = alpha if strategy == "split" else alpha / 2.0
+    count, level = (1, alpha) if strategy == "split" else (splits, alpha / 2)
     values = [_split_mu(x, y, *threshold_strategies.halves(x.size + y.size,
                                                             rng), level, delta)
               for _ in range(count)]

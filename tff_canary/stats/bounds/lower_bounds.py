@@ -63,8 +63,6 @@ the simultaneous construction's exact limits: "bonferroni" (every rank 1..n
 at alpha / n), "split" and "multi_split" (the rank chosen on the grid by a
 seeded half of the inserted, and of the held-out, canaries, the other half
 bounded at that rank as a share of its size).
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations
@@ -327,13 +325,10 @@ def one_run_p_value(epsilon, guesses, correct, num_candidates, delta):
 
 def largest_rejected(test: Callable[[float], float],
                      rejects: Callable[[float], bool], xtol: float) -> float:
-  """The largest claim x >= 0 a test rejects (0 if it does not reject x = 0).
-
-  For tests that reject every claim below a threshold and none above it
-  (`one_run_bound`, `fdp_one_run`, `tight_one_run`): `rejects(test(x))` says
-  whether x is rejected, and the threshold is the root of `test`, bracketed
-  by doubling from 1 and found by Brent's method.
-  """
+  """The largest claim x >= 0 a test rejects (0 if it does not reject x = 0),
+  for tests that reject every claim below a threshold and none above it:
+  `rejects(test(x))` says whether x is rejected; the threshold, a root of
+  `test`, is bracketed by doubling from 1 and found by Brent's method."""
   if not rejects(test(0.0)):
     return 0.0
   high = 1.0

@@ -39,8 +39,6 @@ the first half (its coins and statistics) leaves the second half a fair-coin
 game against a mechanism that is as private as before. Options are fractions
 of the items (guesses per side, or ranks), so the same option means the same
 share of a half as of the whole.
-
-NumPy only.
 """
 
 from __future__ import annotations

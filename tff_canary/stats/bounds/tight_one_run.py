@@ -41,8 +41,6 @@ training run share one noise vector, which the paper gives no guarantee for
 orthogonal canaries, whose noise scores are exactly independent
 (`audit.tight_bound`; DP-FTRL's `tree_audit`). docs/method/lower-bounds.md
 has the figures.
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations

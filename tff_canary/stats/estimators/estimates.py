@@ -5,15 +5,10 @@ x_j = cos(c_j, theta_0 - theta_T) for the inserted canaries. Without the canary,
 x_j would follow the null law of docs/method/null-law.md, whose Gaussian limit is N(0, 1/d).
 Fit N(mu, sigma^2) to the x_j; epsilon-final is the epsilon of the two Gaussians
 N(0, 1/d) and N(mu, sigma^2) at delta (docs/method/two-gaussians.md). Two variants
-(docs/method/estimates.md, "Which variant to trust"):
-
-  * "fitted_variance": mu and sigma are the sample mean and standard deviation
-    (the paper's Algorithm 2); biased upward by the sampling noise of
-    sigma-hat, to which epsilon is very sensitive.
-  * "mean_only": mu is the sample mean and sigma^2 = 1/d, the null's (Theorem
-    3.3 of the paper shows the inserted canaries' variance tends to the null's
-    for the Gaussian mechanism). Wrong when the inserted canaries' variance
-    truly differs, which `VarianceMismatchWarning` flags.
+(docs/method/estimates.md, "Which variant to trust"): "fitted_variance", mu
+and sigma the sample mean and standard deviation (the paper's Algorithm 2),
+and "mean_only", sigma^2 = 1/d, the null's (the paper's Theorem 3.3 for the
+Gaussian mechanism; `VarianceMismatchWarning` when the sample disagrees).
 
 epsilon-all (Algorithm 3). The all-iterates threat model: m_j = max over rounds
 of cos(c_j, a_t), for inserted and held-out canaries; the null has no closed
@@ -32,8 +27,6 @@ ratio, with a cusp at equal variances, that it undercovers).
 
 These are estimates, not bounds: `lower_bounds` has the statements that hold
 with a stated confidence.
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations

@@ -25,8 +25,6 @@ taken against the aggregate in which j alone is inserted:
 canaries (never in S_r) get cos(c_j, a'_r). In the Gaussian mechanism
 b_{j,r} is exactly the output of the mechanism run with canary j alone (same
 noise), whatever k is.
-
-NumPy only.
 """
 
 from __future__ import annotations

@@ -45,8 +45,6 @@ found by bracketing (doubling steps), then Brent's method.
 What it does not model: the correlation between two canaries' cosines with
 the same round (of order 1/sqrt(d)), and other inserted canaries in the same
 aggregate (remove them with `known_canaries`).
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations

@@ -23,8 +23,6 @@ evaluates (1) in log space with the continued fraction of I_x(a, b) (Press et
 al., Numerical Recipes, 3rd ed., eq. 6.4.5, modified Lentz's method), whose
 prefactor x^a (1 - x)^b / (a B(a, b)) is taken in logs, wherever SciPy's
 `betainc` underflows.
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations

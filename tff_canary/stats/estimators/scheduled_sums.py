@@ -54,8 +54,6 @@ to doubt the Gaussian reading) and tests the residual variance, on n - 2
 degrees of freedom, against the null's: 1 for the exact null (chi-square),
 the held-out T's sample variance otherwise (F on n - 2 and m - 1 degrees of
 freedom). Held-out T are also checked against N(0, 1) (mean and variance).
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations
@@ -80,9 +78,8 @@ ScheduledNull = Literal["exact", "held_out"]
 
 @dataclasses.dataclass(frozen=True)
 class ScheduledEstimate:
-  """epsilon of the composed mechanism from schedule-aware sums (module docstring).
-
-  An estimate, not a bound: read it beside the lower bounds.
+  """epsilon of the composed mechanism from schedule-aware sums (module
+  docstring): an estimate, not a bound.
 
   Attributes:
     epsilon: the estimate, epsilon at `delta` of mu-GDP.
@@ -153,11 +150,10 @@ class ScheduledEstimate:
           f"{self.null_p_value:.2g}): the statistic is off (schedules, "
           "removal or scaling); the estimate uses the held-out null")
     if not notes:
-      base = ("Gaussian model consistent with the data"
-              if self.null == "held_out" else
-              "inserted variance consistent with the null; the N(0, 1) null "
-              "is assumed (give held-out T to check it)")
-      return base + "; an estimate, not a bound"
+      notes = ["Gaussian model consistent with the data"
+               if self.null == "held_out" else
+               "inserted variance consistent with the null; the N(0, 1) null "
+               "is assumed (give held-out T to check it)"]
     return "; ".join(notes) + "; an estimate, not a bound"
 
   def __str__(self) -> str:

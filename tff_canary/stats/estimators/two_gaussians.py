@@ -32,8 +32,6 @@ Theorem 8); the tests check that against dp_accounting.
 `epsilon_for_delta` finds the smallest epsilon >= 0 with delta(epsilon) <= delta
 (delta(epsilon) is nonincreasing); `epsilon_for_delta_many` does the same for
 arrays of Gaussians at once.
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations
