@@ -205,10 +205,9 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
     y = np.sort(validation.as_cosines(held_out, "held_out"))
     null, null_dist, null_mean = "held_out", None, float(y.mean())
   below = float(x.mean()) < null_mean
-  if below:
-    results.warn_sign_convention(
-        float(x.mean()), "null's mean", null_mean,
-        se=results.standard_error(x, None if null == "exact" else y))
+  if below:  # y is None for the exact null
+    results.warn_sign_convention(float(x.mean()), "null's mean", null_mean,
+                                 se=results.standard_error(x, y))
   search = {"none": _paper_search, "simultaneous": _simultaneous_search,
             "bonferroni": lambda x, *rest: _simultaneous_search(  # every rank
                 x, *rest, ranks=np.arange(1, x.size + 1)),
@@ -263,10 +262,8 @@ def _paper_search(x, null_dist, y, delta, alpha):
 
 
 def _simultaneous_search(x, null_dist, y, delta, alpha, ranks=None):
-  """correction="simultaneous" (module docstring); same return as above.
-
-  `ranks` replaces the geometric grid (the level is split among them).
-  """
+  """correction="simultaneous" (module docstring), the level split among
+  `ranks` if given instead of the geometric grid; same return as above."""
   n = x.size
   ranks = simultaneous_ranks(n) if ranks is None else ranks
   thresholds = np.sort(x)[::-1][ranks - 1]

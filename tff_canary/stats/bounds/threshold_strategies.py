@@ -164,12 +164,10 @@ def choose_and_bound(num_items: int, bound_at: BoundAt, *,
   Args:
     num_items: how many items (candidates) there are; subsets are index
       arrays into them.
-    bound_at: f(indices, option, alpha) -> (the bound on those items with
-      that option, valid at level alpha for an option fixed in advance; any
-      details of it to hand back).
+    bound_at: a `BoundAt`, valid at level alpha for an option fixed in advance.
     options: the grid of options ("bonferroni", "split", "multi_split").
     all_options: every option ("bonferroni_all"; required for it).
-    exceeds: optional cheap test that lets "bonferroni_all" skip options.
+    exceeds: an optional `Exceeds`, which lets "bonferroni_all" skip options.
     default: the option of "fixed".
     strategy: "fixed", "bonferroni", "split" or "multi_split".
     alpha: 1 - confidence.

@@ -53,7 +53,6 @@ IntervalMethod = options.IntervalMethod
 # test) triggers VarianceMismatchWarning for the mean-only variant.
 _VARIANCE_TEST_LEVEL = 1e-3
 
-
 # Grid sizes for the projection interval (per standard deviation / mean).
 _STD_GRID = 25
 _STD_GRID_PAIRED = 11
@@ -100,11 +99,8 @@ def _projection_interval(delta, mean_diffs, sigma_pairs):
 
 
 def _sigma_pairs(range0, range1):
-  """Grid pairs (s0, s1) over two std intervals, plus equal pairs where they overlap.
-
-  Epsilon has a cusp at equal variances, so pairs with s0 == s1 are included
-  explicitly wherever both intervals allow them.
-  """
+  """Grid pairs (s0, s1) over two std intervals, plus pairs s0 == s1 where
+  they overlap: epsilon has a cusp at equal variances."""
   grid0 = _std_grid(*range0, _STD_GRID_PAIRED)
   grid1 = _std_grid(*range1, _STD_GRID_PAIRED)
   pairs = [(a, b) for a in grid0 for b in grid1]

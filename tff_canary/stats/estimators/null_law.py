@@ -14,8 +14,7 @@ and T^2 ~ Beta(1/2, (d-1)/2), so for t >= 0
 
 where I_x(a, b) is the regularized incomplete beta function. (1) is accurate in
 the tail, (2) near t = 0 (where 1 - t^2 rounds to 1). N(0, 1/d) is the large-d
-limit (Theorem 3.2) but is wrong in deep tails: at d = 999, t = 0.3 the exact
-tail is 1.5e-22 and the normal one 1.3e-21.
+limit (Theorem 3.2) but is wrong in deep tails (docs/method/null-law.md).
 
 Deep tails underflow double precision long before they stop mattering: at
 d = 10^6 a cosine of 0.04 already has P(T >= t) ~ e^-800. `logsf` therefore

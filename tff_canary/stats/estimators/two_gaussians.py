@@ -207,14 +207,13 @@ def epsilon_for_delta_many(delta: float, mu0: npt.ArrayLike,
                            max_iterations: int = 200) -> np.ndarray:
   """`epsilon_for_delta` for arrays of Gaussian pairs at once (broadcast).
 
-  For projection intervals, where many epsilons are needed. Brackets by
-  doubling, then runs the Illinois variant of regula falsi (Dowell & Jarratt
-  1971) on g(eps) = log delta(eps) - log delta for every element at once: the
-  bracket [lo, hi] with g(lo) > 0 >= g(hi) is kept, so the method cannot
-  diverge, and it converges superlinearly (order about 1.44). Stops when each
-  bracket is narrower than rtol * hi (or 1e-300), and returns hi, at which
-  delta(hi) <= delta holds. Inputs are assumed valid (finite means, positive
-  stds).
+  Brackets by doubling, then runs the Illinois variant of regula falsi
+  (Dowell & Jarratt 1971) on g(eps) = log delta(eps) - log delta for every
+  element at once: the bracket [lo, hi] with g(lo) > 0 >= g(hi) is kept, so
+  the method cannot diverge, and it converges superlinearly (order about
+  1.44). Stops when each bracket is narrower than rtol * hi (or 1e-300), and
+  returns hi, at which delta(hi) <= delta holds. Inputs are assumed valid
+  (finite means, positive stds).
   """
   log_delta = np.log(delta)
   args = [np.asarray(v, dtype=np.float64) for v in (mu0, sigma0, mu1, sigma1)]
