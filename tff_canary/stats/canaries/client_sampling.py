@@ -11,15 +11,8 @@ clients with `ClientSampler`, a function of (seed, round):
   * "per_round": Poisson sampling, each client in each round independently
     with probability q = clients_per_round / num_clients.
 
-`canary_schedule` derives the canaries' schedule from the same sampler: shuffled
-epochs with the same rounds per epoch (each canary once per epoch at a uniform
-round, the run's last partial epoch included, `schedules.ShuffledEpochs(...,
-partial_last_epoch=True)`), or per-round sampling at the same rate q
-(`schedules.PerRoundSampling`). A requested number of presentations that
-contradicts the sampler is refused unless the mismatch is asked for, and
+`canary_schedule` derives the canaries' schedule from the same sampler, and
 `participation_summary` records client and canary participation side by side.
-
-NumPy only (no TensorFlow), so reports can use it.
 """
 
 from __future__ import annotations

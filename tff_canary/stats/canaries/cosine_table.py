@@ -14,10 +14,7 @@ Columns (docs/method/null-law.md; Andrew et al., ICLR 2024, arXiv 2302.03098, Se
   * `unrecorded`: how many of the canary's participations fall in rounds
     whose aggregate was not recorded (0 for held-out canaries; tables saved
     before this column existed load with 0). Any nonzero entry makes the
-    all-iterates statistics unusable: such a canary's max misses its own
-    rounds and looks held out, so `max_cosines` refuses with an error and
-    `has_max_cosines` is False.
-
+    all-iterates statistics unusable (`CosineTable.all_iterates_refusal`).
   * `scheduled_sum`, `scheduled_rounds` (orthogonal canaries, scored in the
     round, `tff_canary.federated.insertion.round_scores`): the sum of the
     canary's round cosines over the rounds of its schedule (held-out
@@ -32,9 +29,7 @@ were taken without the other inserted canaries, `known_canaries`; "none",
 also for tables saved before it existed).
 
 `CosineTable` is frozen (its arrays are read-only) and validated whenever it is
-built, including on `load`. Files are written atomically (temporary file in
-the same directory, then `os.replace`), so a crash never leaves half a table.
-NumPy only: the TF-free report command loads tables without TensorFlow.
+built, including on `load`. Files are written atomically (`atomic_files`).
 """
 
 from __future__ import annotations

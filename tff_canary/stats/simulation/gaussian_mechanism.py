@@ -11,8 +11,7 @@ is
 the Gaussian mechanism on a sum of sensitivity 1 with noise std `sigma`. The
 statistic of canary j is cos(c_j, rho). Inserted canaries have mean cosine close
 to 1 / sqrt(sigma^2 d + |I|); the others (held out) follow the exact null law of
-docs/method/null-law.md: density proportional to (1 - t^2)^((d - 3) / 2), mean 0,
-variance 1/d.
+docs/method/null-law.md (mean 0, variance 1/d).
 
 With `remove_known_canaries` (the default) the statistics are the auditor's
 corrected ones of `tff_canary.stats.estimators.known_canaries`: canary j's cosine is taken
@@ -24,15 +23,11 @@ keep the null law.
 
 Two simulators give the same law:
 
-* ``"brute"`` materializes the d-dimensional vectors. Canary j is regenerated
-  from (seed, j) whenever it is needed, so memory is one block of
-  `block_size` x d floats; a first pass sums the inserted canaries into rho, a
-  second computes every cosine block by block. It costs O(m d) time.
+* ``"brute"`` materializes the d-dimensional vectors, `block_size` of them
+  at a time (`_brute_cosines`). It costs O(m d) time.
 * ``"fast"`` is exact in distribution without any d-dimensional vector; see
   `_fast_cosines` for the derivation (Bartlett decomposition of a Wishart
   matrix). It costs O(|I|^2 + m) time and needs d >= |I| + 1.
-
-NumPy only; no TensorFlow.
 """
 
 from __future__ import annotations
@@ -108,15 +103,11 @@ class CoinRun:
   (docs/method/lower-bounds.md).
 
   Attributes:
-    dim: The dimension d.
     num_candidates: The number m of candidate canaries.
-    noise_std: The noise std sigma on the sum (sensitivity 1).
-    seed: The seed every random draw derives from.
-    simulator: "fast" or "brute".
-    block_size: The `block_size` argument (None: the default).
     statistics: The m cosines cos(c_j, rho), in candidate order (read-only).
     inserted_mask: Boolean, True where candidate j was inserted (read-only).
-    output_norm: |rho|.
+    dim, noise_std, seed, simulator, block_size, output_norm: As in
+      `GaussianMechanismRun`.
   """
   dim: int
   num_candidates: int
@@ -215,9 +206,7 @@ def simulate_coin(*,
     num_candidates: The number m of candidates, at least 1.
     noise_std: The noise std sigma on the sum, at least 0 (0 fails if no coin
       comes up heads).
-    seed: A nonnegative integer; the same seed gives identical arrays.
-    simulator: "fast" or "brute".
-    block_size: As in `simulate`.
+    seed, simulator, block_size: As in `simulate`.
 
   Returns:
     A `CoinRun`; with the brute-force simulator candidate j has index j.

@@ -16,13 +16,8 @@ and inserts canaries in one of two modes:
   `canary_norm` x C, above the clip, and travels the client path (clip,
   rounding, its own noise share, wrap).
 
-Rotation is skipped: it is orthogonal, so it changes no norm, no inner
-product and no cosine, and it exists to spread peaky vectors over the
-coordinates before rounding and wrapping; the simulated clients and canaries
-are uniformly random directions, already spread (TFF's own scale heuristic
-assumes such flat vectors). One consequence: a defect that repeats noise
-between tensors appears here as a copy between coordinates, where a real
-pipeline rotates it into a correlation spread over all of them.
+Rotation is skipped: it is orthogonal, so it changes no cosine
+(docs/guide/distributed-dp.md says why that is safe, and what it hides).
 
 Planted bugs (`Bug`): ``"clip"``: clients are clipped at `bug_size` x C while
 scale, noise and the claim are for C (TFF's DDP queries assert the integer

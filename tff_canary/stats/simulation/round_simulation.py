@@ -22,8 +22,6 @@ zero vector). So each canary's max is drawn exactly from its law. Across
 canaries, the cosines of two canaries with the same foreign round r are
 treated as independent; their true correlation is c_i.c_j, of order
 1 / sqrt(d), which this simulator ignores.
-
-NumPy only.
 """
 
 from __future__ import annotations
@@ -45,14 +43,10 @@ _TAG_NULL = 1   # the cosines with foreign rounds.
 class RoundsRun:
   """One run of `num_rounds` Gaussian-mechanism rounds with canaries.
 
+  The attributes up to `remove_known_canaries` are `simulate_rounds`'s
+  arguments.
+
   Attributes:
-    dim: The argument of `simulate_rounds`, as are the next six.
-    num_rounds: As in `simulate_rounds`.
-    inserted_per_round: As in `simulate_rounds`.
-    num_held_out: As in `simulate_rounds`.
-    noise_std: As in `simulate_rounds`.
-    seed: As in `simulate_rounds`.
-    remove_known_canaries: As in `simulate_rounds`.
     inserted: max over rounds of each inserted canary's cosines, round by
       round (the canaries of round 0 first), read-only.
     held_out: the same for the held-out canaries, read-only.
