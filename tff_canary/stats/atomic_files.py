@@ -12,13 +12,10 @@ File modes are a plain `open()`'s: the temporary file is created with mode
 umask means setting it, which is not thread-safe), and a file that is
 replaced keeps its mode, as a file rewritten in place does.
 
-JSON (`write_json`, `read_json`) is strict (RFC 8259): JSON has no NaN or
-infinity, and strict parsers (browsers' `JSON.parse`, jq, Go, Rust's serde)
-reject Python's bare `NaN` / `Infinity`. A non-finite float (an infinite
-epsilon at noise multiplier 0, an undefined statistic) is written as the
-string "Infinity", "-Infinity" or "NaN" (`NONFINITE`), which JavaScript's
-`Number(...)` and Python's `float(...)` both read back; `read_json` turns
-these three strings back into floats (docs/guide/report.md).
+JSON (`write_json`, `read_json`) is strict (RFC 8259; docs/guide/report.md,
+"report.json is strict JSON"): a non-finite float is written as the string
+"Infinity", "-Infinity" or "NaN" (`NONFINITE`), and `read_json` turns these
+three strings back into floats.
 """
 
 from __future__ import annotations

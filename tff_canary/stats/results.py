@@ -106,13 +106,15 @@ _SIGN_NOTE = ("  WARNING: inserted mean below the null's; check the sign "
 
 class _Result:
   """What every result shares: its one-line summary (`_summary`) ends with the
-  sign note when `inserted_below_null`, and `as_dict` gives its fields."""
+  sign note when `inserted_below_null`, and `as_dict` gives its fields (a
+  `ConfidenceInterval` as a list)."""
 
   def __str__(self) -> str:
     return self._summary() + (_SIGN_NOTE if self.inserted_below_null else "")
 
   def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    return {name: list(value) if isinstance(value, ConfidenceInterval)
+            else value for name, value in dataclasses.asdict(self).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,11 +187,6 @@ class EpsilonEstimate(_Result):
             f"[{format_number(self.interval.low)}, {format_number(self.interval.high)}] "
             f"({self.confidence:.0%} CI; {method}; δ={self.delta:g}"
             f"{dim}; {_counts(self.num_inserted, self.num_held_out)})")
-
-  def as_dict(self) -> dict[str, Any]:
-    out = dataclasses.asdict(self)
-    out["interval"] = list(self.interval)
-    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,8 +32,6 @@ from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 
 ASSIGNMENTS = ("fixed", "coin")
-# "gaussian": i.i.d. uniform directions (the paper's); "orthogonal": rows of a
-# seeded structured orthogonal matrix.
 Directions = Literal["gaussian", "orthogonal"]
 DIRECTIONS = typing.get_args(Directions)
 
@@ -93,10 +91,8 @@ class CanaryConfig:
       inserted by an independent fair coin from the seed) or "fixed" (the
       paper's: the ids above).
     record_aggregates: Whether the aggregation process reports each round's
-      noised aggregate (measurement `noised_aggregate`), needed for the
-      all-iterates cosines of gaussian canaries. None (the default): True
-      for gaussian canaries, False for orthogonal ones, which are scored in
-      the round and record nothing (True with them is refused).
+      noised aggregate (measurement `noised_aggregate`); None (the default)
+      as `resolve_record_aggregates` says.
     directions: "orthogonal" (the default: rows of one seeded orthogonal
       matrix, `tff_canary.federated.insertion.orthogonal_transform`, scored
       inside each round) or "gaussian" (the paper's: independent uniform

@@ -14,12 +14,9 @@ to 1 / sqrt(sigma^2 d + |I|); the others (held out) follow the exact null law of
 docs/method/null-law.md (mean 0, variance 1/d).
 
 With `remove_known_canaries` (the default) the statistics are the auditor's
-corrected ones of `tff_canary.stats.estimators.known_canaries`: canary j's cosine is taken
-against rho with every other inserted canary removed, cos(c_j, c_j + sigma z)
-for inserted and cos(c_j, sigma z) for held-out canaries. This is exact here:
-each inserted canary then has the lone-canary law of Theorem 3.3 (mean about
-1 / sqrt(sigma^2 d + 1)) whatever the number inserted, and held-out canaries
-keep the null law.
+corrected ones of `tff_canary.stats.estimators.known_canaries`, exact here:
+cos(c_j, c_j + sigma z) for inserted and cos(c_j, sigma z) for held-out
+canaries.
 
 Two simulators give the same law:
 
@@ -76,10 +73,8 @@ class GaussianMechanismRun:
     block_size: The `block_size` argument (None: the default).
     remove_known_canaries: Whether the other inserted canaries were removed
       from each canary's statistic (module docstring).
-    inserted: The k cosines of the inserted canaries, cos(c_j, rho) or, with
-      `remove_known_canaries`, cos(c_j, c_j + sigma z) (read-only).
-    held_out: The k' cosines of the held-out canaries, cos(c_j, rho) or
-      cos(c_j, sigma z) (read-only).
+    inserted: The k cosines of the inserted canaries (read-only).
+    held_out: The k' cosines of the held-out canaries (read-only).
     output_norm: |rho|.
   """
   dim: int
@@ -143,8 +138,8 @@ def simulate(*,
     block_size: Canaries materialized at once by the brute-force simulator
       (memory block_size x dim floats); default about 32 MiB. Ignored by "fast".
     remove_known_canaries: Take each canary's cosine against rho without the
-      other inserted canaries (module docstring; exact here). False: against
-      rho itself, as the paper does.
+      other inserted canaries (module docstring). False: against rho itself,
+      as the paper does.
 
   Returns:
     A `GaussianMechanismRun`. With the brute-force simulator inserted canary j

@@ -116,18 +116,14 @@ def simulate(*,
 
   Args:
     dim: The dimension d, at least 2 and at least num_inserted + num_held_out.
-    num_inserted: The number of inserted canaries, at least 0.
-    num_held_out: The number of held-out canaries, at least 0 (the sum at
-      least 1).
+    num_inserted, num_held_out, seed: As in `gaussian_mechanism.simulate`.
     noise_std: The noise std sigma on the sum, positive.
-    seed: A nonnegative integer; the same seed gives identical arrays.
     remove_known_canaries: The removal cosines (1) of the module docstring
       (project the other inserted canaries out of rho); False: cos(c_j, rho).
 
   Returns:
     A `gaussian_mechanism.GaussianMechanismRun` with simulator "orthogonal"
-    and block_size None; canary j is inserted canary j, then held-out canary j
-    is canary num_inserted + j. output_norm is |rho|.
+    and block_size None; held-out canary j is canary num_inserted + j.
 
   Raises:
     TypeError, ValueError: for a bad argument, naming it.
