@@ -294,14 +294,11 @@ _METHOD_NAMES = {"fdp_one_run": "f-DP one-run bound (Mahloujifar et al. 2024)",
 class GaussianClaimBound(_Result):
   """A lower bound on epsilon that tests Gaussian claims (docs/method/lower-bounds.md).
 
-  Each of these bounds tests the claim "the mechanism is mu-GDP", i.e. its
-  trade-off curve is at least the Gaussian one G_mu(x) = Phi(Phi^-1(1 - x) -
-  mu) (Dong, Roth & Su 2019), and reports the epsilon at `delta` of the
-  largest mu it rejects (the exact Gaussian conversion,
-  `gaussian_accounting.gaussian_epsilon_of_mu`). So it bounds the epsilon of a
-  mechanism whose trade-off curve is Gaussian (the Gaussian mechanism, DP-SGD
-  and DP-FedAvg without amplification); for another mechanism it bounds the
-  epsilon of the Gaussian mechanism with the same mu, an assumption.
+  Each tests the claim "the mechanism is mu-GDP", i.e. its trade-off curve is
+  at least G_mu(x) = Phi(Phi^-1(1 - x) - mu) (Dong, Roth & Su 2019), and
+  reports the epsilon at `delta` of the largest mu it rejects
+  (`gaussian_accounting.gaussian_epsilon_of_mu`): a lower bound on epsilon if
+  the mechanism's trade-off curve is Gaussian, an assumption otherwise.
 
   Attributes:
     epsilon: the bound (0 when not even mu = 0 is rejected).

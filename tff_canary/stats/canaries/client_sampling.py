@@ -160,8 +160,6 @@ def canary_schedule(sampler: ClientSampler, num_rounds: int,
   """The canaries' schedule: the clients' participation (docs/method/canaries.md).
 
   Args:
-    sampler: The run's client sampler.
-    num_rounds: Rounds of the run.
     presentations: None (derive everything from the sampler), or the number
       of participations asked for; it must agree with the sampler
       (`participation_mismatch`) unless `allow_mismatch`.
@@ -218,10 +216,7 @@ def participation_summary(sampler: ClientSampler, num_rounds: int,
   """Client and canary participation side by side (JSON-ready).
 
   Args:
-    sampler: The run's client sampler.
-    num_rounds: Rounds of the run.
     canary_counts: Participation count of each inserted canary.
-    schedule: The canaries' schedule.
     client_counts: `sampler.counts(num_rounds)` if the caller has it already
       (it is computed otherwise).
     mismatch: `participation_mismatch`'s text when a mismatch was allowed.

@@ -333,14 +333,8 @@ class CosineTable:
   @classmethod
   def load(cls, path: str | os.PathLike, dim: int | None = None
           ) -> CosineTable:
-    """Loads a table saved by `save_csv` or `save_npz` (format sniffed).
-
-    Args:
-      path: The file.
-      dim: If given, the model dimension the table must have.
-
-    Returns:
-      The validated `CosineTable`.
+    """Loads and validates a table saved by `save_csv` or `save_npz` (format
+    sniffed); with `dim`, the model dimension it must have.
 
     Raises:
       FileNotFoundError: if there is no such file.

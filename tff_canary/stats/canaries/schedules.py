@@ -137,9 +137,6 @@ class Schedule(abc.ABC):
         ones).
       tag: The stream of `seed` (`SCHEDULE_TAG`; `HELD_OUT_SCHEDULE_TAG` for
         the held-out canaries' schedules).
-
-    Returns:
-      The `Participation`.
     """
     seed = as_seed(seed)
     ids = np.asarray(canary_ids)

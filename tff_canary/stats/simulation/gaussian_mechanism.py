@@ -64,13 +64,8 @@ class GaussianMechanismRun:
   """One run of the mechanism with `num_inserted` + `num_held_out` canaries.
 
   Attributes:
-    dim: The dimension d.
-    num_inserted: The number k of inserted canaries.
-    num_held_out: The number k' of held-out canaries.
-    noise_std: The noise std sigma on the sum (sensitivity 1).
-    seed: The seed every random draw derives from.
-    simulator: "fast" or "brute".
-    block_size: The `block_size` argument (None: the default).
+    dim, num_inserted, num_held_out, noise_std, seed, simulator, block_size:
+      `simulate`'s arguments (k = num_inserted, k' = num_held_out).
     remove_known_canaries: Whether the other inserted canaries were removed
       from each canary's statistic (module docstring).
     inserted: The k cosines of the inserted canaries (read-only).
@@ -101,8 +96,8 @@ class CoinRun:
     num_candidates: The number m of candidate canaries.
     statistics: The m cosines cos(c_j, rho), in candidate order (read-only).
     inserted_mask: Boolean, True where candidate j was inserted (read-only).
-    dim, noise_std, seed, simulator, block_size, output_norm: As in
-      `GaussianMechanismRun`.
+    dim, noise_std, seed, simulator, block_size: `simulate_coin`'s arguments.
+    output_norm: |rho|.
   """
   dim: int
   num_candidates: int

@@ -33,10 +33,8 @@ d - |I| + 1 (`effective_dim`), and a held-out one the null law of
 docs/method/null-law.md in dimension d - |I| (variance 1 / (d - |I|)).
 Without removal the cosine is s_j / |rho|, as in the paper.
 
-So a simulation needs m normals and one chi-square draw per run, O(m), and no
-d-dimensional vector: m = d / 10 at d = 1e6 costs a few milliseconds.
-
-`simulate` and `simulate_coin` return `gaussian_mechanism`'s run objects with
+So a run costs m normals and one chi-square draw, O(m), and no d-dimensional
+vector (docs/benchmarks.md). `simulate` and `simulate_coin` return `gaussian_mechanism`'s run objects with
 simulator "orthogonal" (a seed inserts the same candidates as
 `gaussian_mechanism.simulate_coin`); `simulate_scheduled` runs R rounds with
 candidates on schedules.
@@ -66,12 +64,8 @@ class ScheduledRun:
   """One multi-round run with fair-coin candidates on schedules.
 
   Attributes:
-    dim: The dimension d.
-    num_candidates: The number m of candidate canaries.
-    num_rounds: The number R of rounds.
-    participations: The number P of rounds in each candidate's schedule.
-    noise_std: The noise std sigma of each round (sensitivity 1).
-    seed: The seed every random draw derives from.
+    dim, num_candidates, num_rounds, participations, noise_std, seed:
+      `simulate_scheduled`'s arguments (d, m, R, P, sigma).
     statistics: T_j = sqrt(d / P) * sum over the schedule of x_{j,r}, in
       candidate order (read-only).
     inserted_mask: Boolean, True where candidate j was inserted (read-only).

@@ -29,13 +29,14 @@ dropout), so the sum carries 1/sqrt(bug_size) of the claimed noise std;
 two tensors) repeats that of the first.
 
 A run applies the tool as a whole: the claimed epsilon is `ddp_accounting`'s
-bound for the factory as configured (one participation); the audit
-(`audit.audit`) uses epsilon_lo on the final model (exact null) and on all
-iterates (held-out null) and the one-run bound on both; the noise self-test
-(`noise_stats.check_noise`) runs `noise_check_rounds` rounds of the same
-pipeline (same participants) on zero client values, two tensors of d/2,
+bound for the factory as configured (one participation); the audit is that
+of the run's cosine table for a claim of any shape
+(`audit.table_bounds(..., gaussian_claim=False)`: epsilon_lo on the final
+model and on all iterates, Steinke et al.'s one-run bound on both); the noise
+self-test (`noise_stats.check_noise`) runs `noise_check_rounds` rounds of the
+same pipeline (same participants) on zero client values, two tensors of d/2,
 against the noise std the factory claims. Canaries are candidates inserted
-by fair coins, spread evenly over the rounds, one participation each. NumPy.
+by fair coins, spread evenly over the rounds, one participation each.
 """
 
 from __future__ import annotations
@@ -48,12 +49,11 @@ import warnings
 import numpy as np
 
 from tff_canary.stats.audit import audit as audit_lib
-from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
+from tff_canary.stats.canaries import cosine_table
 from tff_canary.stats.simulation import discrete_noise
 from tff_canary.stats.estimators import estimates
-from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.noise import noise_stats
 from tff_canary.stats import results
 from tff_canary.stats import validation
@@ -265,16 +265,13 @@ def simulate(config: PipelineConfig, seed: int) -> PipelineRun:
   max_cos = round_cos.max(axis=1)
   claimed = ddp_accounting.ddp_epsilon(params, delta=config.delta)
   delta = config.delta
-  fns = {
-      "epsilon_lo final": audit_bounds.epsilon_lo_bound(
-          final_cos[inserted], dim=d, delta=delta),
-      "epsilon_lo all": audit_bounds.epsilon_lo_bound(
-          max_cos[inserted], held_out=max_cos[~inserted], delta=delta),
-      "one-run bound final": audit_bounds.coin_bound(
-          lower_bounds.one_run_bound, final_cos, inserted, delta=delta),
-      "one-run bound all": audit_bounds.coin_bound(
-          lower_bounds.one_run_bound, max_cos, inserted, delta=delta),
-  }
+  table = cosine_table.CosineTable(
+      id=np.arange(m), group=np.where(inserted, "inserted", "held_out"),
+      participation=inserted.astype(np.int64), final_cosine=final_cos,
+      max_cosine=max_cos, max_round=round_cos.argmax(axis=1), seed=seed,
+      dim=d, num_rounds=config.num_rounds,
+      rounds_recorded=config.num_rounds, assignment="coin")
+  fns = audit_lib.table_bounds(table, delta, gaussian_claim=False)
   with warnings.catch_warnings():
     # Under no leak the inserted mean sits below the null's half the time.
     warnings.simplefilter("ignore", results.VarianceMismatchWarning)
