@@ -4,7 +4,7 @@ Every writer puts the bytes in a temporary file in the destination's directory
 (same file system), flushes and fsyncs it, then `os.replace`s it onto the
 destination, which POSIX makes atomic: a reader sees the old file or the new
 one, never a mix, even if the process is killed with SIGKILL mid-write. The
-temporary file is removed if writing fails. NumPy only.
+temporary file is removed if writing fails.
 
 File modes are a plain `open()`'s: the temporary file is created with mode
 0o666 less the process's umask, which the kernel applies as for `open()`

@@ -2,7 +2,7 @@
 
 Like scipy.stats results, each keeps the inputs that produced it (counts,
 `dim`, `delta`, confidence, method), prints a one-line summary, and converts to a
-plain dict (`as_dict()`) for JSON reports. NumPy only.
+plain dict (`as_dict()`) for JSON reports.
 """
 
 from __future__ import annotations
@@ -197,8 +197,7 @@ class LowerBound(_Result):
   2022), as in the paper (docs/method/lower-bounds.md). With `correction="none"` (the paper's
   construction) the confidence is nominal only: see `tff_canary.stats.bounds.lower_bounds`
   for how far it falls short. The bound saturates with the number of
-  canaries: it can never exceed `ceiling` (about 6.2 with 1000 inserted and
-  1000 held-out canaries), which is why the point estimates exist.
+  canaries (`ceiling`; docs/method/lower-bounds.md).
 
   Attributes:
     epsilon: the bound (max over thresholds).

@@ -268,10 +268,8 @@ class CosineTable:
                 and np.all(self.scheduled_rounds > 0))
 
   def scheduled_statistics(self, group: Group) -> np.ndarray:
-    """T_j = sqrt(dim / P_j) * scheduled_sum_j of `group` (P_j its rounds).
-
-    Under the null each round cosine has variance 1/dim, so a held-out
-    canary's T_j is close to N(0, 1) (docs/method/orthogonal-canaries.md).
+    """T_j = sqrt(dim / P_j) * scheduled_sum_j of `group` (P_j its rounds),
+    about N(0, 1) under the null (docs/method/orthogonal-canaries.md).
 
     Raises:
       ValueError: when the table has no schedule-aware sums.

@@ -147,35 +147,27 @@ def simulate(*,
       dim, noise_std, seed, simulator, block_size)
   num_inserted, num_held_out, remove_known_canaries = _check_canaries(
       num_inserted, num_held_out, remove_known_canaries)
-  _check_output_nonzero(num_inserted, noise_std)
-  if simulator == "fast":
-    _check_fast_dim(dim, num_inserted, "num_inserted")
-    inserted, held_out, norm, noise = _fast_cosines(
-        dim, num_inserted, num_held_out, noise_std, seed)
-    if remove_known_canaries and noise_std == 0.0:
-      # Held-out cosines with rho and with sigma z both have the exact null
-      # law, independent of the inserted ones (`_fast_cosines`); the same
-      # draws serve for either, but they are 0 when sigma z = 0.
-      held_out = np.zeros(num_held_out)
-  else:
-    index = np.arange(num_inserted + num_held_out)
-    cosines, norm, noise = _brute_cosines(dim, index[:num_inserted], index,
-                                          noise_std, seed, block_size)
-    inserted, held_out = cosines[:num_inserted], cosines[num_inserted:]
+  cosines, norm, noise = _cosines(
+      dim, np.arange(num_inserted + num_held_out) < num_inserted, noise_std,
+      seed, simulator, block_size, "num_inserted")
   if remove_known_canaries:
     # c_j . (sigma z) and |sigma z|: the residual a' = rho - sum_i c_i (brute:
     # every canary; fast: the inserted ones).
     corrected = known_canaries.corrected_cosines(
         noise_std * noise.norm * noise.dots, noise_std * noise.norm, 1.0,
         np.arange(noise.dots.size) < num_inserted)
-    inserted = corrected[:num_inserted]
-    held_out = held_out if simulator == "fast" else corrected[num_inserted:]
+    cosines[:corrected.size] = corrected
+    if simulator == "fast" and noise_std == 0.0:
+      # Held-out cosines with rho and with sigma z both have the exact null
+      # law, independent of the inserted ones (`_fast_cosines`); the same
+      # draws serve for either, but they are 0 when sigma z = 0.
+      cosines[num_inserted:] = 0.0
   return GaussianMechanismRun(
       dim=dim, num_inserted=num_inserted, num_held_out=num_held_out,
       noise_std=noise_std, seed=seed, simulator=simulator,
       block_size=block_size, remove_known_canaries=remove_known_canaries,
-      inserted=_frozen(inserted),
-      held_out=_frozen(held_out), output_norm=norm)
+      inserted=_frozen(cosines[:num_inserted]),
+      held_out=_frozen(cosines[num_inserted:]), output_norm=norm)
 
 
 def simulate_coin(*,
@@ -209,18 +201,8 @@ def simulate_coin(*,
   num_candidates = validation.as_int(num_candidates, "num_candidates",
                                      minimum=1)
   mask = _coins(seed, num_candidates)
-  num_inserted = int(mask.sum())
-  _check_output_nonzero(num_inserted, noise_std)
-  if simulator == "fast":
-    _check_fast_dim(dim, num_inserted, "the number of inserted candidates")
-    inserted, held_out, norm, _ = _fast_cosines(
-        dim, num_inserted, num_candidates - num_inserted, noise_std, seed)
-    statistics = np.empty(num_candidates)
-    statistics[mask], statistics[~mask] = inserted, held_out
-  else:
-    statistics, norm, _ = _brute_cosines(dim, np.flatnonzero(mask),
-                                      np.arange(num_candidates), noise_std,
-                                      seed, block_size)
+  statistics, norm, _ = _cosines(dim, mask, noise_std, seed, simulator,
+                                 block_size, "the number of inserted candidates")
   return CoinRun(dim=dim, num_candidates=num_candidates, noise_std=noise_std,
                  seed=seed, simulator=simulator, block_size=block_size,
                  statistics=_frozen(statistics), inserted_mask=_frozen(mask),
@@ -264,20 +246,30 @@ def _coins(seed: int, size: int) -> np.ndarray:  # also orthogonal_mechanism's
   return np.random.default_rng([seed, _TAG_COIN]).random(size) < 0.5
 
 
-def _check_output_nonzero(num_inserted: int, noise_std: float) -> None:
+def _cosines(dim: int, mask: np.ndarray, noise_std: float, seed: int,
+             simulator: Simulator, block_size: int | None,
+             what: str) -> tuple[np.ndarray, float, _Noise]:
+  """cos(c_j, rho) of every canary (inserted where `mask`), |rho| and the
+  `_Noise` of every canary (brute) or of the inserted ones (fast)."""
+  num_inserted = int(mask.sum())
   if num_inserted == 0 and noise_std == 0.0:
     raise ValueError("noise_std=0.0 with no inserted canary makes the output "
                      "rho = 0, whose cosines are undefined; use noise_std > 0 "
                      "or insert a canary.")
-
-
-def _check_fast_dim(dim: int, num_inserted: int, what: str) -> None:
+  if simulator == "brute":
+    return _brute_cosines(dim, np.flatnonzero(mask), np.arange(mask.size),
+                          noise_std, seed, block_size)
   if dim < num_inserted + 1:
     raise ValueError(
         f"The fast simulator needs dim >= {what} + 1 (the noise and the "
         f"inserted canaries must be linearly independent for the Bartlett "
         f"decomposition), got dim={dim} with {num_inserted} inserted; use "
         f"simulator='brute'.")
+  inserted, held_out, norm, noise = _fast_cosines(
+      dim, num_inserted, mask.size - num_inserted, noise_std, seed)
+  cosines = np.empty(mask.size)
+  cosines[mask], cosines[~mask] = inserted, held_out
+  return cosines, norm, noise
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
