@@ -124,8 +124,7 @@ def dumps_json(value: Any) -> str:
 
 
 def write_json(path: str | os.PathLike, value: Any) -> None:
-  """Writes `value` as indented strict JSON: a non-finite float as the
-  string "Infinity", "-Infinity" or "NaN" (module docstring)."""
+  """Writes `dumps_json(value)` to `path` atomically."""
   write_text(path, dumps_json(value))
 
 

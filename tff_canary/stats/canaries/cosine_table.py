@@ -155,16 +155,16 @@ class CosineTable:
     columns["group"] = group.astype("<U8")
     if columns["participation"].min() < 0:
       raise ValueError("column participation must be nonnegative.")
-    held = group == "held_out"
-    if np.any(columns["participation"][held] != 0):
-      i = int(np.flatnonzero(held & (columns["participation"] != 0))[0])
+    bad = (group == "held_out") & (columns["participation"] != 0)
+    if bad.any():
+      i = int(np.flatnonzero(bad)[0])
       raise ValueError(f"held-out canary id {ids[i]} has participation "
                        f"{columns['participation'][i]}; held-out canaries "
                        "never take part.")
     unrecorded = columns["unrecorded"]
-    if unrecorded.min() < 0 or np.any(unrecorded > columns["participation"]):
-      i = int(np.flatnonzero((unrecorded < 0)
-                             | (unrecorded > columns["participation"]))[0])
+    bad = (unrecorded < 0) | (unrecorded > columns["participation"])
+    if bad.any():
+      i = int(np.flatnonzero(bad)[0])
       raise ValueError(f"column unrecorded must lie in [0, participation], "
                        f"but canary id {ids[i]} has unrecorded "
                        f"{unrecorded[i]} and participation "

@@ -132,7 +132,6 @@ class Schedule(abc.ABC):
     events, on any machine (NumPy's PCG64 via `default_rng([seed, tag])`).
 
     Args:
-      seed: Nonnegative integer seed.
       canary_ids: 1-D array of distinct nonnegative canary ids (the inserted
         ones).
       tag: The stream of `seed` (`SCHEDULE_TAG`; `HELD_OUT_SCHEDULE_TAG` for
