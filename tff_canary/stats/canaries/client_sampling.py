@@ -92,13 +92,6 @@ class ClientSampler:
     """Participation count of every client over rounds 0..num_rounds-1."""
     num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
     counts = np.zeros(self.num_clients, np.int64)
-    if self.sampling == "shuffle":
-      per_epoch = self.rounds_per_epoch
-      for epoch in range(-(-num_rounds // per_epoch)):
-        rounds = min(per_epoch, num_rounds - epoch * per_epoch)
-        order = _epoch_order(self.seed, epoch, self.num_clients)
-        counts[order[:rounds * self.clients_per_round]] += 1
-      return counts
     for round_num in range(num_rounds):
       counts[self.clients(round_num)] += 1
     return counts
