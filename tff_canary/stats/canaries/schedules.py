@@ -231,8 +231,6 @@ class ShuffledEpochs(Schedule):
     offsets = rng.integers(0, self.rounds_per_epoch,
                            size=(num_canaries, epochs))
     rounds = offsets + np.arange(epochs) * self.rounds_per_epoch
-    if epochs == self.num_epochs:
-      return list(rounds)
     return [row[row < self.num_rounds] for row in rounds]
 
 
