@@ -180,7 +180,8 @@ def simulate_coin(*,
   """Runs the mechanism once, inserting each candidate by a fair coin.
 
   The coins come from their own stream of `seed`, so both simulators insert the
-  same candidates for the same seed.
+  same candidates for the same seed. `seed`, `simulator` and `block_size` are
+  as in `simulate`.
 
   Args:
     dim: The dimension d, at least 2; the fast simulator also needs d to exceed
@@ -188,7 +189,6 @@ def simulate_coin(*,
     num_candidates: The number m of candidates, at least 1.
     noise_std: The noise std sigma on the sum, at least 0 (0 fails if no coin
       comes up heads).
-    seed, simulator, block_size: As in `simulate`.
 
   Returns:
     A `CoinRun`; with the brute-force simulator candidate j has index j.

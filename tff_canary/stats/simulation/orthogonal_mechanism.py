@@ -108,9 +108,11 @@ def simulate(*,
              ) -> gaussian_mechanism.GaussianMechanismRun:
   """Runs the mechanism once with orthonormal inserted and held-out canaries.
 
+  `num_inserted`, `num_held_out` and `seed` are as in
+  `gaussian_mechanism.simulate`.
+
   Args:
     dim: The dimension d, at least 2 and at least num_inserted + num_held_out.
-    num_inserted, num_held_out, seed: As in `gaussian_mechanism.simulate`.
     noise_std: The noise std sigma on the sum, positive.
     remove_known_canaries: The removal cosines (1) of the module docstring
       (project the other inserted canaries out of rho); False: cos(c_j, rho).
