@@ -329,40 +329,23 @@ def _fast_cosines(dim: int, num_inserted: int, num_held_out: int,
                   ) -> tuple[np.ndarray, np.ndarray, float, _Noise]:
   """The cosines of one run, exact in distribution, without d-dim vectors.
 
-  Derivation. Let X = [z, g_1, ..., g_k] be the d x (k + 1) matrix of the noise
-  and the inserted canaries' Gaussian vectors (i.i.d. N(0, I_d) columns). Only
-  inner products enter the cosines, and they are entries of the Gram matrix
-  W = X^T X ~ Wishart_{k+1}(d, I). By the Bartlett decomposition (Bartlett
-  1933; e.g. Muirhead, "Aspects of Multivariate Statistical Theory", 1982,
-  Theorem 3.2.14), for d >= k + 1, W = L L^T with L lower triangular and
+  L is the Bartlett factor of the Gram matrix of X = [z, g_1, ..., g_k],
+  Wishart_{k+1}(d, I) (Bartlett 1933; Muirhead, "Aspects of Multivariate
+  Statistical Theory", 1982, Theorem 3.2.14), lower triangular with
   independent entries
 
     L_ii^2 ~ chi2(d - i + 1)  (i = 1, ..., k + 1),   L_ij ~ N(0, 1)  (i > j).
 
-  Geometrically, X = Q L^T is the Gram-Schmidt (QR) factorization, so row i of
-  L holds the coordinates of column i of X in the orthonormal basis Q of the
-  span. Hence, with l_j = row (j + 1) of L divided by its norm (canary c_j in
-  that basis) and row 1 of L = (|z|, 0, ..., 0),
+  With l_j = row (j + 1) of L divided by its norm (canary c_j in the span's
+  Gram-Schmidt basis) and row 1 of L = (|z|, 0, ..., 0),
 
     u = noise_std * L_1 + sum_j l_j       (the coordinates of rho; |rho| = |u|)
-    cos(c_j, rho) = <l_j, u> / |u|.
+    cos(c_j, rho) = <l_j, u> / |u|,
 
-  In terms of W: <g_j, rho> = (W s)_j and |rho|^2 = s^T W s with
-  s = (noise_std, 1/|g_1|, ..., 1/|g_k|) and |g_j|^2 = W_jj; computing
-  u = L^T s (with the 1/|g_j| folded into the rows) gives them as
-  (L u)_j and |u|^2 in O(k^2), without forming W (O(k^3)). Precision: at
-  d = 1e6, L_ii ~ 1e3 and W_ij ~ 1e3-1e6 while the cosines are ~1e-3. With unit
-  rows every term of <l_j, u> is O(1) and |u|^2 is a sum of squares, so in
-  float64 a cosine keeps about 13 significant digits; nothing is obtained as
-  a small difference of large numbers.
-
-  Held-out canaries are independent of rho, so by rotation invariance their
-  cosines are i.i.d. with the null law of docs/method/null-law.md, and independent of the
-  inserted cosines (`null_cosines`). (In the Bartlett factor of [z, g, h_1,
-  ..., h_k'] the rows of h have k + 1 N(0, 1) coordinates in the span of rho,
-  and the rest of their squared norm is chi2(d - k - 1), independently.) So
-  inserted canaries cost O(k^2) and held-out ones O(1) each, and only the
-  inserted ones need d >= k + 1.
+  in O(k^2) and float64 to about 13 digits. Held-out cosines are i.i.d.
+  draws of the null law (`null_cosines`), independent of the inserted ones.
+  Derivation, precision and cost: docs/method/null-law.md ("Simulating the
+  Gaussian mechanism exactly").
 
   For the corrected statistics (`known_canaries`), c_j . z / |z| is the first
   coordinate of l_j, and |z| = L_11: returned as a `_Noise` for the inserted
