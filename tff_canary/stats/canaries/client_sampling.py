@@ -6,8 +6,7 @@ clients with `ClientSampler`, a function of (seed, round):
   * "shuffle": epochs of `rounds_per_epoch = num_clients // clients_per_round`
     rounds, each a fresh permutation of the clients cut into rounds of
     `clients_per_round` (the `num_clients % clients_per_round` clients at the
-    end of a permutation sit that epoch out); a run that stops inside an epoch
-    has used only that epoch's first rounds;
+    end of a permutation sit that epoch out);
   * "per_round": Poisson sampling, each client in each round independently
     with probability q = clients_per_round / num_clients.
 

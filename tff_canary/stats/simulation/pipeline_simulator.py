@@ -20,9 +20,8 @@ Rotation is skipped: it is orthogonal, so it changes no cosine
 (docs/guide/distributed-dp.md says why that is safe, and what it hides).
 
 Planted bugs (`Bug`): ``"clip"``: clients are clipped at `bug_size` x C while
-scale, noise and the claim are for C (TFF's DDP queries assert the integer
-norm bound, so in TFF this bug also needs that bound mis-set; conditional
-rounding here uses the clip actually applied); ``"shortfall"``: the factory
+scale, noise and the claim are for C (conditional rounding uses the clip
+actually applied; docs/guide/distributed-dp.md); ``"shortfall"``: the factory
 computes noise shares for `bug_size` x more clients than take part (as under
 dropout), so the sum carries 1/sqrt(bug_size) of the claimed noise std;
 ``"reuse"``: the noise of the second half of the coordinates (the second of
