@@ -8,20 +8,16 @@ for `num_rounds` rounds on clients whose values are all ZERO, rotates each
 round's released noise back into the domain where the clients added it, and
 tests it there with `noise_stats.check_noise`.
 
-Why the rotated domain. TFF's `DistributedDpSumFactory` (TFF 0.87,
-distributed_dp.py; `ddp_chain` composes its parts) rotates each client's
-vector (randomized DFT or Hadamard, `rotation.py`), scales and rounds it to
-integers, and only then does each client add its noise share; the server
-sums, divides by the scale and undoes the rotation. The released noise is
-R_t^T S_t / s, with S_t the integer sum of the shares and R_t round t's
-rotation. Any S_t with the right per-coordinate variance looks right after
-R_t^T: a defect of the shares, such as each client's share for the second
-half of its rotated vector repeating the first half's
-(`planted_bugs.ShareReuseSkellamQuery`), spreads over every released
-coordinate with the claimed variance and nothing repeating, so
-`noise_check.check_aggregation_noise` passes it (docs/guide/distributed-dp.md,
-"Noise reuse inside distributed DP"). Whitening by the claimed structure, as
-`tree_noise_check` does for DP-FTRL's tree, means here applying R_t again.
+Why the rotated domain (docs/guide/distributed-dp.md, "Noise reuse inside
+distributed DP"): TFF's `DistributedDpSumFactory` (TFF 0.87,
+distributed_dp.py) rotates each client's vector (`rotation.py`), scales and
+rounds it, and only then adds each client's noise share; the released noise
+is R_t^T S_t / s, with S_t the integer sum of the shares and R_t round t's
+rotation, so a defect of the shares (`planted_bugs.ShareReuseSkellamQuery`)
+spreads over every released coordinate with the claimed variance and
+`noise_check.check_aggregation_noise` passes it. Whitening by the claimed
+structure, as `tree_noise_check` does for DP-FTRL's tree, means here
+applying R_t again.
 
 The server knows R_t. TFF 0.87's rotation factories keep one seed in their
 state, (timestamp in microseconds, counter), drawn once from the clock at
@@ -39,8 +35,7 @@ real parts then imaginary parts; each repeat with the seed plus the repeat's
 index (both seed entries, as TFF's `seed += 1`). The random draws are the
 same public TF calls with the same arguments as TFF's `sample_rademacher` and
 `sample_cis` (rotation.py, not exported from `tff.aggregators`), so the same
-numbers; the transforms are NumPy in float64. Nothing of TFF's is imported
-from a private module here.
+numbers; the transforms are NumPy in float64.
 
 The claim, per rotated coordinate. With zero client values each client's
 scaled, rounded vector is exactly 0 (stochastic rounding of 0 is 0), so
@@ -61,36 +56,26 @@ sum of the n clients' integer shares, reduced modulo 2^b to
     sum is integer, symmetric, variance n sigma^2 (less by < 3e-7 relative;
     close to, not exactly, a discrete Gaussian: the paper's Sec. 4).
 
-The claimed std is `parameters.total_noise_std()`: sqrt(the clients the
-factory expects) x the share's std, in integer units (`ddp_parameters`); the
-check runs `num_clients` zero-valued clients (default the expected ones), so
-a chain that computes its shares for more clients than take part fails the
-variance test. `check_noise` tests y_t, rounded to the integers, against
-i.i.d. noise of that std (variance, mean, correlation between rounds and
-between neighbours, exact reuse at any offset, Gaussian shape), with the
-rotated vector's two halves as its two tensors: for the DFT they are the real
-and imaginary parts of the rotated complex vector, and the `prefix` test's
+The claimed std is `parameters.total_noise_std()` (`ddp_parameters`), for
+the clients the factory expects; the check runs `num_clients` zero-valued
+clients (default those), so a chain that computes its shares for more
+clients than take part fails the variance test. `check_noise` tests y_t,
+rounded to the integers, with the rotated vector's two halves as its two
+tensors (for the DFT, the real and imaginary parts): the `prefix` test's
 cosine between them is 1 when one half repeats the other, however the
 rounding goes. The Gaussian-shape test compares with the continuous N(0, 1),
-whose distance from an integer sum of std sigma is about 0.2 / sigma (the
-lattice's steps), so it rejects correct sums that are too coarse: a sum
-coarser than `MIN_INTEGER_STD` is refused (the rejection rates by std:
-docs/benchmarks.md; tests/test_ddp_noise_check.py checks `MIN_INTEGER_STD`
-and 10).
+about 0.2 / sigma away from an integer sum of std sigma, so a claimed std
+under `MIN_INTEGER_STD` is refused (rejection rates: docs/benchmarks.md).
 
-Rounding to the integers resolves S_t exactly only when the float32 error of
-the release is under half an integer unit. It grows with the scale (TF's
-complex64 FFT makes the DFT's larger than the Hadamard transform's; measured
-distances: docs/benchmarks.md); at TFF's 20 bits the DFT's release can be off
-the lattice. `lattice_rms` reports it (0.289, 1/sqrt(12), for values off the
-lattice): under `LATTICE_RMS`, the rounded values are the integer sums up to
-an occasional unit and the `reuse` test sees repeats at any offset; above,
-only repeats that survive rounding count, while the halves' cosine does not
-need the lattice. TFF's Hadamard signs are sign(u - 1/2) with float32 u, so
-0 with probability 2^-23 per coordinate: such a round drops that coordinate
-(TFF's own client and server transforms zero it) and its release is off the
-lattice by about sigma / sqrt(d) per coordinate, which raises `lattice_rms`
-over the run's rounds but not the tests' statistics. A pass says that the listed
+Rounding resolves S_t only while the release's float32 error is under half
+an integer unit; it grows with the scale (more for the DFT, TF's complex64
+FFT; docs/benchmarks.md), so at TFF's 20 bits the DFT's release can be off
+the lattice. `lattice_rms` reports it (1/sqrt(12) = 0.289 off the lattice):
+under `LATTICE_RMS` the `reuse` test sees repeats at any offset; above, only
+repeats that survive rounding, while the halves' cosine needs no lattice.
+TFF's Hadamard sign(u - 1/2) is 0 with probability 2^-23 per coordinate (u
+float32); TFF drops such a coordinate, which raises `lattice_rms` by about
+sigma / sqrt(d) but not the tests' statistics. A pass says that the listed
 defects are absent in the basis where the claim is i.i.d.; it cannot show
 that the mechanism is private.
 """

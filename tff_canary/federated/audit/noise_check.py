@@ -33,19 +33,12 @@ The DP state is found anywhere in the process state (e.g. under TFF's zeroing
 wrapper's `inner_agg`) as the first node with `query_state` and `dp_event`
 fields (TFF's `DPAggregatorState`, `CanaryDPAggregatorState`). For any other
 process, give `claimed_std` (one number, or one per round): it overrides the
-whole derivation. DP-FTRL's tree aggregation releases noise correlated across
-rounds, which no per-round std describes: its state is refused with a
-pointer to `tff_canary.federated.audit.tree_noise_check`, its self-test.
-TFF's distributed-DP chain adds its noise after a random rotation, where a
-defect of the shares can hide from this check;
-`tff_canary.federated.audit.ddp_noise_check` tests it in that basis.
-
-The check runs in any context a user's loop installs: TFF's default one,
-the multi-worker one, and those of TFF's program loops
-(`tff.program.NativeFederatedContext`, an asynchronous context, a call from
-inside a running asyncio loop), where its few computations run in a private
-synchronous local context (`tff_canary.federated.runtime.sync_context`), as
-do the tree and distributed-DP self-tests'.
+whole derivation. DP-FTRL's tree (noise correlated across rounds) has its own
+self-test, `tree_noise_check`, and TFF's distributed-DP chain (noise added
+after a random rotation) `ddp_noise_check`. Every self-test runs its
+computations in a private synchronous context when the user's loop has
+installed a program or asynchronous one (`tff_canary.federated.runtime.
+sync_context`).
 """
 
 from __future__ import annotations

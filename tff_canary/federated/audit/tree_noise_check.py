@@ -8,35 +8,29 @@ over a tensorflow_privacy tree query, or a given unweighted
 `tff.templates.AggregationProcess`, initialized anew), runs it for
 `num_rounds` rounds on clients whose values are all ZERO, so that each
 round's result is its noise alone, and tests that noise against the claimed
-tree (`tff_canary.stats.correlated.tree_noise.TreeNoise`).
+tree (`tff_canary.stats.correlated.tree_noise.TreeNoise`;
+docs/method/dp-ftrl.md).
 
 The claim. Round t's released noise is e_t = sum_k B[t, k] xi_k with xi_k
-iid N(0, sigma^2 I) node noises (`tree_noise`, docs/method/dp-ftrl.md), so
-over the rounds each coordinate is N(0, sigma^2 K), K = B B^T, independent
-across coordinates. Each round's result (a mean: the sum over the
-denominator) is turned into units of the node noise,
+iid N(0, sigma^2 I) node noises, so over the rounds each coordinate is
+N(0, sigma^2 K), K = B B^T, independent across coordinates. Each round's
+result (a mean) is turned into units of the node noise,
 
     n_t = result_t * denominator / sigma_t,
 
-sigma_t = z C_t the claimed node std of the tree that round t belongs to:
-the claimed noise multiplier z (`noise_multiplier`; for a `CanaryDPFactory`
-with a tree, its constructor's `tree.noise_multiplier`) times the clip C_t
-in the tree query's state before the round (`clip_value`; `tree_adaptive`
-moves it at each restart), or `node_std` when given. Without a claimed z,
-the `stddev` of the value tree's `GaussianNoiseGenerator` state is used:
-the implementation's own number, so a bug that sets it wrong would be
-measured against itself (the claim says which was used). The denominator is the
-`tfp.NormalizedQuery` state's (clients_per_round), or `clients_per_round`.
-The [T, d] array n is what `tree_audit.audit_ftrl` takes as
-`self_test_noise`; the check here is the audit's self-test on its own: n is
-whitened by the Cholesky factor of the claimed K (n -> L^-1 n, K = L L^T),
-which makes correct noise i.i.d. N(0, 1) in every round, and
-`noise_stats.check_noise` tests variance, mean, correlation between rounds
-and reuse of values (Holm) at `level`. Whitening mixes rounds, never
-coordinates, so each tensor of the value keeps its own columns: the check is
-per tensor like the Gaussian one (`noise_check`), and its tests between
-tensors (`prefix[a,b]`: one tensor's node noise reused in another) run on a
-real model's weights.
+sigma_t = z C_t the claimed node std of round t's tree: the claimed noise
+multiplier z (`noise_multiplier`, or a `CanaryDPFactory`'s
+`tree.noise_multiplier`) times the clip C_t in the tree query's state before
+the round (`clip_value`; `tree_adaptive` moves it at each restart), or
+`node_std` when given. Without a claimed z, the `stddev` of the value tree's
+`GaussianNoiseGenerator` state is used: the implementation's own number, so
+a bug that sets it wrong would be measured against itself (the claim says
+which was used). The denominator is the `tfp.NormalizedQuery` state's
+(clients_per_round), or `clients_per_round`. n ([T, d], `tree_audit.
+audit_ftrl`'s `self_test_noise`) is whitened by the Cholesky factor of the
+claimed K (n -> L^-1 n, K = L L^T), which makes correct noise i.i.d.
+N(0, 1), and `noise_stats.check_noise` tests it at `level`, per tensor of
+the value (whitening mixes rounds, never coordinates).
 
 The tree's shape (efficient or plain, restarts) is not in the process state
 in a usable form: `noise` gives it, or, for a `CanaryDPFactory` with a tree,
@@ -115,14 +109,6 @@ def default_rounds(restart_period: Optional[int] = None,
   return max(DEFAULT_ROUNDS, restarts[1] + 2)
 
 
-def _tree_state(query_state: Any) -> Any:
-  """The value tree's `TreeResidualSumQuery` state (depth first: the value
-  tree comes before `tree_adaptive`'s clipped-count tree)."""
-  return tree_search.find_first(
-      query_state, lambda s: hasattr(s, "_fields")
-      and "tree_state" in s._fields and "clip_value" in s._fields)
-
-
 def _dp_query_state(state: Any) -> Any:
   dp_state = noise_check.find_dp_state(state)
   if dp_state is None:
@@ -132,9 +118,17 @@ def _dp_query_state(state: Any) -> Any:
   return dp_state.query_state
 
 
+def _tree_state(state: Any) -> Any:
+  """The value tree's `TreeResidualSumQuery` state (depth first: the value
+  tree comes before `tree_adaptive`'s clipped-count tree), or None."""
+  return tree_search.find_first(
+      _dp_query_state(state), lambda s: hasattr(s, "_fields")
+      and "tree_state" in s._fields and "clip_value" in s._fields)
+
+
 def _node_std(state: Any) -> float:
   """The value tree's generator stddev: the next round's sigma."""
-  tree = _tree_state(_dp_query_state(state))
+  tree = _tree_state(state)
   generator = None if tree is None else tree.tree_state.value_generator_state
   if generator is None or not hasattr(generator, "stddev"):
     raise noise_check.NoClaimError(
@@ -145,7 +139,7 @@ def _node_std(state: Any) -> float:
 
 def _clip(state: Any) -> float:
   """The value tree's clip before the next round (`clip_value`)."""
-  tree = _tree_state(_dp_query_state(state))
+  tree = _tree_state(state)
   if tree is None:
     raise noise_check.NoClaimError(
         "the DP query state has no tree query state with a clip_value; "

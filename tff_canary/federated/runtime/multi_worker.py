@@ -1,12 +1,11 @@
 """TFF's multi-worker runtime: start `worker_binary` servers, run on them.
 
-A TFF computation can run on several C++ workers instead of the one the local
-runtime starts: each worker serves TFF's executor protocol over gRPC, and a
-mergeable context splits the clients among the workers (one subround per
-worker), runs each worker's share up to the aggregation, merges the partial
-aggregates and finishes the round. Workers may run on other machines; this
-module starts them on this one (`local_workers`, at 127.0.0.1) and connects
-to any `host:port` (`mergeable_context`).
+docs/guide/scaling.md ("TFF's multi-worker runtime"): a mergeable context
+splits the clients among C++ workers serving TFF's executor protocol over
+gRPC (one subround per worker) and merges the partial aggregates. This
+module starts workers on this machine (`local_workers`, at 127.0.0.1) and
+connects to any `host:port` (`mergeable_context`); install the context for
+a block with `tff.framework.get_context_stack().install(context)`.
 
 It relies on TFF 0.87's public API only:
 
@@ -29,22 +28,13 @@ It relies on TFF 0.87's public API only:
     compiles a computation to `tff.framework.MergeableCompForm` and runs it on
     the contexts.
 
-Install the context for a block with
-`tff.framework.get_context_stack().install(context)`; outside the block TFF's
-default (local) context is back.
-
-The workers started here are `tff_canary.federated.runtime.worker_guard.GuardedPopen`
-processes: quiet, killed by the kernel if Python dies, and stopped at exit.
+The workers started here are `worker_guard.GuardedPopen` processes;
 `local_workers` also stops them itself (SIGTERM, then SIGKILL) and reaps them
 when its block ends, normally, on an exception or on Ctrl-C. SIGTERM rather
 than TFF's SIGINT: a process started in the background by a shell script
 ignores SIGINT, and so do its children. A worker listens on every interface
 of its machine (the binary has no flag to choose one) and serves anyone who
 connects: keep its ports behind a firewall.
-
-Results equal the local runtime's up to float summation order: a worker sums
-its own clients and the partial sums are then added, where the local runtime
-sums all clients in one order (`tests/test_multi_worker.py`).
 """
 
 from __future__ import annotations

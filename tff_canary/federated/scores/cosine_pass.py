@@ -7,31 +7,23 @@ docs/method/sign-convention.md, docs/method/null-law.md (Andrew et al., ICLR 202
     noised aggregate as the server applies it (theta_{r+1} = theta_r - eta a_r
     with server SGD), for inserted and held-out canaries alike.
 
-The signs make inserted canaries' cosines positive: a client update is
-(initial - trained) and the server subtracts the aggregate, so an inserted
-canary moves the model along -c and u = theta_0 - theta_T along +c.
-
 This is the path of gaussian canaries (the paper's construction); orthogonal
-canaries are scored inside each round and their table comes from the process
-state (`tff_canary.federated.scores.orthogonal_table`, which
+canaries' table comes from the process state
+(`tff_canary.federated.scores.orthogonal_table`, which
 `compute_cosine_table` calls for them). The other inserted canaries are not
 removed from any statistic (the table's `known_canaries_removed` is "none"):
 they are part of the noise, as in the paper.
 
-The cost design: regenerating every canary every round costs m R canary
-generations for m canaries and R rounds. Instead, during training
-`tff_canary.federated.scores.aggregate_recorder.AggregateRecorder` writes each
-round's noised aggregate to disk, and after training `compute_cosine_table`
+The cost design (docs/guide/scaling.md): instead of m R canary generations
+in training (m canaries, R rounds), each round's noised aggregate is
+recorded (`aggregate_recorder.AggregateRecorder`), and `compute_cosine_table`
 regenerates each canary ONCE, in blocks whose size comes from
 `memory_budget_bytes`, and per block takes the final cosines (one
 matrix-vector product) and all round cosines (one matrix product with the
 recorded aggregates, read in chunks by `row_reader` when they do not fit the
 budget), keeping the max over rounds and its round (the first round
-attaining it).
-
-Cost after training: m canary generations + 2 m R d flops, instead of m R
-generations in training. A k x d canary matrix is never held unless it fits
-the budget.
+attaining it): m canary generations + 2 m R d flops after training. A k x d
+canary matrix is never held unless it fits the budget.
 
 Numerics: products run in float32 (BLAS), with canaries of norm 1 to a few
 ulps and the norms of u and a_r accumulated in float64. The float32 rounding
