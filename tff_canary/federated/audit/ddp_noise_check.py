@@ -309,18 +309,17 @@ def check_ddp_noise(
 
   Args:
     aggregator: the unweighted distributed-DP SUM factory
-      (`ddp_chain.ddp_sum_factory(parameters)`, `planted_bugs.
-      ddp_sum_factory(parameters, ...)`; `create(value_type)` is called) or
-      its unweighted `tff.templates.AggregationProcess` (initialized anew).
+      (`create(value_type)` is called) or its unweighted
+      `tff.templates.AggregationProcess` (module docstring).
     parameters: the `ddp_parameters.DdpParameters` the chain was built from:
       the claim (mechanism, shares, expected clients, rotation, scale).
     value_type: the value's TFF type, float tensors with an even (dft) or
       power-of-2 (hd) number of values in all; default a float32 vector of
-      `parameters.padded_dim`. Optional for a process (its own type is used;
-      a given one must match it).
+      `parameters.padded_dim`. Optional for a process (a given one must
+      match its own).
     num_rounds: rounds to run (>= 1).
     num_clients: zero-valued clients per round; default
-      `parameters.clients_per_round`, the clients the claim expects.
+      `parameters.clients_per_round`.
     level: family-wise level of `noise_stats.check_noise`.
     seed: its subsample seed.
 
