@@ -1,14 +1,11 @@
 """A noise self-test for any DP aggregation process (the TFF side).
 
-`check_aggregation_noise(aggregator, value_type)` builds a FRESH aggregation
-process (from an unweighted factory such as
-`tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed/gaussian_adaptive`,
-`tff.learning.dp_aggregator` or `tff_canary.federated.insertion.factory.CanaryDPFactory` with no
-canaries scheduled; or a given `tff.templates.AggregationProcess`, which is
-`initialize`d anew, so no state of a real run is touched), runs it for
-`num_rounds` rounds on clients whose values are all ZERO, so that each round's
-result is its noise alone, and tests that noise against the claim with
-`tff_canary.stats.noise.noise_stats.check_noise`.
+docs/method/noise-self-test.md: `check_aggregation_noise(aggregator,
+value_type)` builds a FRESH aggregation process (from an unweighted factory,
+or a given `tff.templates.AggregationProcess` `initialize`d anew, so no
+state of a real run is touched), runs it for `num_rounds` rounds on clients
+whose values are all ZERO, so that each round's result is its noise alone,
+and tests that noise with `tff_canary.stats.noise.noise_stats.check_noise`.
 
 The claimed per-coordinate std of round t is that of DP-FedAvg (McMahan et
 al., ICLR 2018, arXiv 1710.06963, Algorithm 1):

@@ -7,26 +7,11 @@ module starts workers on this machine (`local_workers`, at 127.0.0.1) and
 connects to any `host:port` (`mergeable_context`); install the context for
 a block with `tff.framework.get_context_stack().install(context)`.
 
-It relies on TFF 0.87's public API only:
-
-  * the worker shipped in the package, `tensorflow_federated/data/worker_binary`
-    (the file TFF's local runtime starts), with its flags `--port`,
-    `--max_concurrent_computation_calls` and
-    `--grpc_max_message_length_megabytes`;
-  * `tff.framework.RemoteExecutorGrpcStub` over a `grpc.insecure_channel`,
-    `tff.framework.RemoteExecutor` and
-    `tff.framework.ResourceManagingExecutorFactory`, as TFF's own local
-    factory builds them, with the client cardinality 0 when a computation
-    does not fix it, as in TFF's local factory (a computation with no
-    client-placed argument, such as `initialize`, otherwise fails with "No
-    cardinality provided for clients placement");
-  * `tff.framework.AsyncExecutionContext` with
-    `tff.backends.native.desugar_and_transform_to_native` and
-    `tff.tensorflow.transform_args` / `transform_result` (what
-    `tff.backends.native.create_async_local_cpp_execution_context` uses);
-  * `tff.backends.native.create_mergeable_comp_execution_context`, which
-    compiles a computation to `tff.framework.MergeableCompForm` and runs it on
-    the contexts.
+It relies on TFF 0.87's public API only: the `worker_binary` shipped in the
+package (the file TFF's local runtime starts) and its flags; the remote
+executors, `tff.framework.AsyncExecutionContext` and
+`tff.backends.native.create_mergeable_comp_execution_context`, built as
+TFF's own local runtime builds them.
 
 The workers started here are `worker_guard.GuardedPopen` processes;
 `local_workers` also stops them itself (SIGTERM, then SIGKILL) and reaps them
@@ -200,6 +185,8 @@ def _remote_executor_factory(address: str):
   """Executors on the worker at `address`, one per cardinality (as TFF's)."""
 
   def stack_fn(cardinalities):
+    # As TFF's local factory: without it, a computation with no client-placed
+    # argument (`initialize`) fails, "No cardinality provided for clients".
     cardinalities.setdefault(tff.CLIENTS, 0)
     stub = tff.framework.RemoteExecutorGrpcStub(_channel(address))
     executor = tff.framework.RemoteExecutor(stub)
@@ -210,7 +197,8 @@ def _remote_executor_factory(address: str):
 
 
 def async_remote_context(address: str) -> tff.framework.AsyncExecutionContext:
-  """An async TFF context that runs computations on the worker at `address`."""
+  """An async TFF context that runs computations on the worker at `address`
+  (as `tff.backends.native.create_async_local_cpp_execution_context`)."""
   address = _check_address(address, "address")
   return tff.framework.AsyncExecutionContext(
       executor_fn=_remote_executor_factory(address),
