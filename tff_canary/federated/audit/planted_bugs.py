@@ -30,6 +30,7 @@ real factory's scale, norm bounds and local std.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import dp_accounting
@@ -118,28 +119,23 @@ def ddp_query(parameters: ddp_parameters.DdpParameters, *,
   `clip_factor` x C (TFF's formulas, `ddp_parameters`), the noise that of C.
   """
   factor = validation.as_positive(clip_factor, "clip_factor")
-  if factor == 1.0 and not share_reuse:
-    return ddp_chain.ddp_query(parameters)
-  l2 = parameters.l2_sensitivity
-  l1 = parameters.l1_sensitivity
   if factor != 1.0:
     inflated = ddp_parameters.inflated_l2_bound(
         factor * parameters.l2_clip, parameters.gamma, parameters.beta,
         parameters.padded_dim)
     l2 = (inflated + ddp_parameters.NORM_LEEWAY) * parameters.scale
-    l1 = math.ceil(l2 * min(math.sqrt(parameters.padded_dim), l2))
-  if share_reuse:
-    if parameters.mechanism != "distributed_skellam":
-      raise ValueError("share_reuse needs mechanism 'distributed_skellam', "
-                       f"got {parameters.mechanism!r}.")
-    return ShareReuseSkellamQuery(l1_norm_bound=l1, l2_norm_bound=l2,
-                                  local_stddev=parameters.scaled_local_std)
-  if parameters.mechanism == "distributed_dgauss":
-    return tfp.DistributedDiscreteGaussianSumQuery(
-        l2_norm_bound=l2, local_stddev=parameters.scaled_local_std)
-  return tfp.DistributedSkellamSumQuery(
-      l1_norm_bound=l1, l2_norm_bound=l2,
-      local_stddev=parameters.scaled_local_std)
+    parameters = dataclasses.replace(
+        parameters, l2_sensitivity=l2,
+        l1_sensitivity=math.ceil(l2 * min(math.sqrt(parameters.padded_dim),
+                                          l2)))
+  if not share_reuse:
+    return ddp_chain.ddp_query(parameters)
+  if parameters.mechanism != "distributed_skellam":
+    raise ValueError("share_reuse needs mechanism 'distributed_skellam', "
+                     f"got {parameters.mechanism!r}.")
+  return ShareReuseSkellamQuery(l1_norm_bound=parameters.l1_sensitivity,
+                                l2_norm_bound=parameters.l2_sensitivity,
+                                local_stddev=parameters.scaled_local_std)
 
 
 def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
@@ -154,10 +150,8 @@ def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
       bug is parameters for more clients than take part).
     share_reuse: plant the reuse defect in the noise shares
       (`ShareReuseSkellamQuery`).
-    clip_factor: plant the clip bug: clients clipped at `clip_factor` x C,
-      and the query's norm bounds set to match (TFF's DDP queries assert
-      them: a record over the bound fails the round), while the scale and
-      the noise, hence the claim, stay those of C.
+    clip_factor: plant the clip bug (module docstring): clients clipped at
+      `clip_factor` x C, the query's norm bounds set to match.
 
   Returns:
     An unweighted SUM factory (wrap it in `tff.aggregators.
