@@ -147,23 +147,16 @@ def _clip(state: Any) -> float:
   return float(np.asarray(tree.clip_value))
 
 
-def _canary_tree(aggregator):
-  """A `CanaryDPFactory`'s tree (`TreeAggregation`), else None."""
-  return (aggregator.tree if isinstance(aggregator, factory.CanaryDPFactory)
+def _claim(aggregator, noise, num_rounds, noise_multiplier):
+  """(the claimed `TreeNoise`, the claimed z or None) (`check_tree_noise`'s
+  defaults: a `CanaryDPFactory`'s tree)."""
+  tree = (aggregator.tree if isinstance(aggregator, factory.CanaryDPFactory)
           else None)
-
-
-def _claimed_multiplier(aggregator, noise_multiplier):
   if noise_multiplier is not None:
-    return validation.as_positive(noise_multiplier, "noise_multiplier")
-  tree = _canary_tree(aggregator)
-  if tree is not None and tree.noise_multiplier > 0.0:
-    return float(tree.noise_multiplier)
-  return None
-
-
-def _claimed_noise(aggregator, noise, num_rounds):
-  tree = _canary_tree(aggregator)
+    z = validation.as_positive(noise_multiplier, "noise_multiplier")
+  else:
+    z = (float(tree.noise_multiplier) if tree is not None
+         and tree.noise_multiplier > 0.0 else None)
   if noise is not None:
     if not isinstance(noise, tree_noise_lib.TreeNoise):
       raise TypeError(f"noise must be a TreeNoise, got "
@@ -171,14 +164,14 @@ def _claimed_noise(aggregator, noise, num_rounds):
     if num_rounds is not None and num_rounds != noise.num_rounds:
       raise ValueError(f"num_rounds={num_rounds} differs from the claimed "
                        f"tree's {noise.num_rounds} rounds.")
-    return noise
+    return noise, z
   if tree is None:
     raise TypeError("noise (the claimed tree_noise.TreeNoise) is required "
                     "unless aggregator is a CanaryDPFactory with a tree.")
   if num_rounds is None:
     num_rounds = default_rounds(restart_period=tree.restart_period,
                                 restart_warmup=tree.restart_warmup)
-  return tree.noise(num_rounds)
+  return tree.noise(num_rounds), z
 
 
 def check_tree_noise(
@@ -228,7 +221,7 @@ def check_tree_noise(
   """
   if num_rounds is not None:
     num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=2)
-  claimed = _claimed_noise(aggregator, noise, num_rounds)
+  claimed, z = _claim(aggregator, noise, num_rounds, noise_multiplier)
   num_rounds = claimed.num_rounds
   num_clients = validation.as_int(num_clients, "num_clients", minimum=1)
   if clients_per_round is not None:
@@ -236,7 +229,6 @@ def check_tree_noise(
                                                "clients_per_round")
   given = (None if node_std is None else
            noise_stats.as_claimed_stds(node_std, num_rounds))
-  z = _claimed_multiplier(aggregator, noise_multiplier)
   if given is not None and min(given) <= 0.0:
     raise ValueError(f"node_std must be positive, got {node_std!r}.")
   process, value_type = noise_check.process_and_type(aggregator, value_type)

@@ -85,18 +85,10 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
 def of_run(rd: run_dir_lib.RunDir, config: dict[str, Any],
            table_schedule: str, events: np.ndarray, delta: float):
   """(the run's `protocol.AnalyticalClaim`, the claim the canaries face) of
-  a run directory `rd`: its mechanism's claim (`protocol.Mechanism.claim`:
-  the DpEvent ledger's, `analytical`, or e.g. the DDP bound of a DDP run,
-  `ddp_claim`), and which of its epsilons the canaries face
-  (`canary_claim.choose`).
-
-  Args:
-    rd: the run directory (`run_dir.RunDir`).
-    config: its config.json.
-    table_schedule: the cosine table's `schedule` (`canary_claim`).
-    events: participation.npz's (round, canary id) events.
-    delta: in (0, 1).
-  """
+  run directory `rd` (config.json `config`, participation.npz's `events`,
+  the cosine table's `table_schedule`) at `delta`: its mechanism's claim
+  (`protocol.Mechanism.claim`) and which of its epsilons the canaries face
+  (`canary_claim.choose`)."""
   schedule = canary_claim.recorded_schedule(config, table_schedule)
   claim = registry.of_config(config).claim(
       rd, config, events, delta, canary_claim.poisson_rate(schedule))
