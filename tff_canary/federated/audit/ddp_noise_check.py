@@ -45,16 +45,14 @@ sum of the n clients' integer shares, reduced modulo 2^b to
 [-2^(b-1), 2^(b-1)) (modular clipping; a sum wraps with probability about
 `modclip_prob` or less):
 
-  * distributed Skellam (Agarwal, Kairouz & Liu 2021, "The Skellam Mechanism
-    for Differentially Private Federated Learning", arXiv 2110.04995): each
-    share is Sk(lam, lam), lam = (sigma_l s)^2 / 2, so the sum of n is
+  * distributed Skellam (Agarwal, Kairouz & Liu 2021, arXiv 2110.04995):
+    each share is Sk(lam, lam), lam = (sigma_l s)^2 / 2, so the sum of n is
     Sk(n lam, n lam): integer, symmetric, variance n (sigma_l s)^2;
-  * distributed discrete Gaussian (Kairouz, Liu & Steinke 2021, "The
-    Distributed Discrete Gaussian Mechanism for Federated Learning with
-    Secure Aggregation", arXiv 2102.06387): each share is N_Z(0, sigma^2),
-    sigma = ceil(sigma_l s) (tensorflow_privacy's sampler rounds up), so the
-    sum is integer, symmetric, variance n sigma^2 (less by < 3e-7 relative;
-    close to, not exactly, a discrete Gaussian: the paper's Sec. 4).
+  * distributed discrete Gaussian (Kairouz, Liu & Steinke 2021, arXiv
+    2102.06387): each share is N_Z(0, sigma^2), sigma = ceil(sigma_l s)
+    (tensorflow_privacy's sampler rounds up), so the sum is integer,
+    symmetric, variance n sigma^2 (less by < 3e-7 relative; close to, not
+    exactly, a discrete Gaussian: the paper's Sec. 4).
 
 The claimed std is `parameters.total_noise_std()` (`ddp_parameters`), for
 the clients the factory expects; the check runs `num_clients` zero-valued

@@ -108,13 +108,8 @@ def _wait_ready(process: subprocess.Popen, address: str,
 
 
 def start_worker(startup_timeout: float = 60.0) -> Worker:
-  """Starts one `worker_binary` on a free port; waits till it serves.
-
-  Args:
-    startup_timeout: Seconds to wait for the worker to serve (> 0).
-
-  Returns:
-    The running `Worker`. Stop it with `stop_workers`.
+  """Starts one `worker_binary` on a free port and returns its `Worker` once
+  it serves, within `startup_timeout` seconds; stop it with `stop_workers`.
 
   Raises:
     RuntimeError: if the worker exits at start (three times, each on a new
@@ -158,19 +153,10 @@ def stop_workers(workers: Sequence[Worker]) -> None:
 @contextlib.contextmanager
 def local_workers(num_workers: int = 2, startup_timeout: float = 60.0
                   ) -> Iterator[list[Worker]]:
-  """Runs `num_workers` workers on this machine for the `with` block.
-
-  Every worker started is stopped and reaped when the block ends, whether it
-  ends normally, by an exception or by KeyboardInterrupt (Ctrl-C), and also
-  if starting a later worker fails.
-
-  Args:
-    num_workers: How many workers (>= 1).
-    startup_timeout: Passed to `start_worker`.
-
-  Yields:
-    The list of running `Worker`s.
-  """
+  """Yields `num_workers` (>= 1) running `Worker`s on this machine for the
+  `with` block (`start_worker(startup_timeout)`); every worker started is
+  stopped and reaped when the block ends (module docstring), also if
+  starting a later worker fails."""
   num_workers = validation.as_int(num_workers, "num_workers", minimum=1)
   workers = []
   try:

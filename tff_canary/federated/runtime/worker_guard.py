@@ -80,12 +80,10 @@ class GuardedPopen(subprocess.Popen):
     """`Popen.wait`, but an unbounded wait on a live worker cannot hang.
 
     TFF's `ServiceManager.__del__` (run whenever an execution context is
-    replaced) sends the worker SIGINT and then waits with no timeout. A
-    process started with SIGINT ignored (any command a non-interactive shell
-    runs with `&`, e.g. a CI job in the background) passes that on to the
-    worker, which then ignores TFF's SIGINT, and the wait never returned (a
-    test run hung in it). So an unbounded wait gives the worker the grace
-    period and then SIGKILLs it, as `stop_workers` does.
+    replaced) sends the worker SIGINT and then waits with no timeout; a
+    worker of a process started with SIGINT ignored (any command a
+    non-interactive shell runs with `&`) ignores it too. So an unbounded
+    wait gives the worker the grace period and then SIGKILLs it.
     """
     if timeout is not None:
       return super().wait(timeout)

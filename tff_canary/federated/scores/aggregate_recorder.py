@@ -140,20 +140,11 @@ class AggregateRecorder:
     return self._recorded.copy()
 
   def record(self, metrics: Any) -> int:
-    """Pops `noised_aggregate` out of a round's metrics and writes it.
-
-    Args:
-      metrics: The round's `output.metrics` (any nesting of mappings). The
-        mapping holding `noised_aggregate` must also hold `round_num` (the
-        canary factory reports both); `noised_aggregate` is removed from it.
-
-    Returns:
-      The round written.
+    """Pops `noised_aggregate` out of a round's `output.metrics`
+    (`pop_aggregate`) and writes it; returns the round written.
 
     Raises:
-      ValueError: if there is no `noised_aggregate` (a `CanaryConfig` with
-        `record_aggregates=False`?) or more than one, or the round is out of
-        range.
+      ValueError: as `pop_aggregate`, or if the round is out of range.
     """
     round_num, aggregate = pop_aggregate(metrics)
     self.write(round_num, aggregate)

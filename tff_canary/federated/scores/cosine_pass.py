@@ -132,18 +132,16 @@ def compute_cosine_table(
     progress: Show a tqdm progress bar over the canaries.
     state: Optional: the learning process state after training (or the
       checkpoint it was loaded from), or the
-      `canary_process.CanaryDPAggregatorState` itself. Its `seed` and
-      `schedule` fields are compared with `canaries` (see
-      `state_check.check_state`); None skips the check. Required with
-      orthogonal canaries, whose scores it holds.
+      `canary_process.CanaryDPAggregatorState` itself (the guard above;
+      None skips it). Required with orthogonal canaries, whose scores it
+      holds.
 
   Returns:
     The `CosineTable`.
 
   Raises:
     TypeError, ValueError: for bad arguments (mismatched dims, a budget too
-      small for one canary and one aggregate, a `state` whose seed or
-      schedule differs from those of `canaries`, ...).
+      small for one canary and one aggregate, a `state` of other canaries).
   """
   if not isinstance(canaries, canary_config.CanaryConfig):
     raise TypeError("canaries must be a tff_canary.stats.canaries.canary_config."
