@@ -232,25 +232,26 @@ def _is_seed(node: Any) -> bool:
           and node[1].dtype == np.int64)
 
 
+def _find(tree: Any, predicate, what: str) -> Any:
+  node = tree_search.find_first(tree, predicate)
+  if node is None:
+    raise ValueError(f"{what}: check_ddp_noise needs the DistributedDpSum"
+                     "Factory chain (ddp_chain.ddp_sum_factory).")
+  return node
+
+
 def rotation_seed(state: Any) -> np.ndarray:
   """The seed a TFF rotation factory's state holds (module docstring): the
   first (inner state, int64[2]) pair in `state`, depth first."""
-  node = tree_search.find_first(state, _is_seed)
-  if node is None:
-    raise ValueError("the process state has no TFF rotation state (an "
-                     "(inner state, int64[2] seed) pair): check_ddp_noise "
-                     "needs the DistributedDpSumFactory chain "
-                     "(ddp_chain.ddp_sum_factory).")
+  node = _find(state, _is_seed, "the process state has no TFF rotation state "
+               "(an (inner state, int64[2] seed) pair)")
   return np.array(node[1], dtype=np.int64)
 
 
 def _scale(state: Any, parameters) -> float:
-  node = tree_search.find_first(
-      state, lambda n: isinstance(n, Mapping) and "scale_factor" in n)
-  if node is None:
-    raise ValueError("the process state has no scale_factor "
-                     "(DiscretizationFactory's state): check_ddp_noise "
-                     "needs the DistributedDpSumFactory chain.")
+  node = _find(state, lambda n: isinstance(n, Mapping) and "scale_factor" in n,
+               "the process state has no scale_factor (DiscretizationFactory's"
+               " state)")
   scale = float(np.asarray(node["scale_factor"]))
   # float32 in the state, float64 in ddp_parameters: 1e-5 relative apart.
   if not math.isclose(scale, parameters.scale, rel_tol=1e-4):
@@ -261,14 +262,11 @@ def _scale(state: Any, parameters) -> float:
 
 
 def _rotation(measurements: Any, parameters) -> str:
-  node = tree_search.find_first(
-      measurements, lambda n: isinstance(n, Mapping)
-      and any(k in n for k in ddp_parameters.ROTATIONS))
-  if node is None:
-    raise ValueError("the process's measurements name no TFF rotation "
-                     f"({' or '.join(ddp_parameters.ROTATIONS)}): "
-                     "check_ddp_noise needs the DistributedDpSumFactory chain.")
-  name = next(k for k in ddp_parameters.ROTATIONS if k in node)
+  names = ddp_parameters.ROTATIONS
+  node = _find(measurements, lambda n: isinstance(n, Mapping) and any(
+      k in n for k in names), "the process's measurements name no TFF "
+               f"rotation ({' or '.join(names)})")
+  name = next(k for k in names if k in node)
   if name != parameters.rotation:
     raise ValueError(f"the chain rotates with {name!r} but "
                      f"parameters.rotation is {parameters.rotation!r}.")
