@@ -21,10 +21,9 @@ tensorflow_privacy module is patched:
   internal nodes' own noise is drawn with std sigma / sqrt(2), as if
   `EfficientTreeAggregator`'s variance reduction (its docstring: node std
   "roughly sigma sqrt(2^{d-1} / (2^d - 1))") had to be applied by hand.
-* `TwicePerEpoch` ("double_participation"): the client sampler's bug: each
-  canary takes part in its `schedules.ShuffledEpochs` round (same seed, same
-  draws) and in a second, uniformly drawn other round of the same epoch,
-  while the audit is told `ShuffledEpochs`. The noise is correct.
+* `TwicePerEpoch` ("double_participation"): the client sampler's bug, a
+  second round per epoch for each canary while the audit is told
+  `schedules.ShuffledEpochs`. The noise is correct.
 
 and one without a counterpart in the one-tensor `tree_simulation`:
 

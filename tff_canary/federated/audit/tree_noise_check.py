@@ -33,10 +33,7 @@ N(0, 1), and `noise_stats.check_noise` tests it at `level`, per tensor of
 the value (whitening mixes rounds, never coordinates).
 
 The tree's shape (efficient or plain, restarts) is not in the process state
-in a usable form: `noise` gives it, or, for a `CanaryDPFactory` with a tree,
-its `tree.noise(num_rounds)`. By default the run spans two restarts of the
-tree when it restarts (so that noise repeated by a restarted tree shows),
-`DEFAULT_ROUNDS` rounds when it does not.
+in a usable form: `noise` gives it (`check_tree_noise`'s defaults).
 """
 
 from __future__ import annotations

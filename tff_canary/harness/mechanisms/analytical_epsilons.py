@@ -64,8 +64,8 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
     if rounds.size > 1:
       out[f"{rounds.size} participations"] = ledger.epsilon_for_rounds(
           rounds.tolist(), delta)
-  if config["sampling"] == "per_round":
-    rate = float(config["clients_per_round"]) / float(config["num_clients"])
+  rate = canary_claim.clients_rate(config)
+  if rate is not None:
     if not 0.0 < rate <= 1.0:
       raise run_dir_lib.RunDirError(
           f"config.json has clients_per_round = {config['clients_per_round']} "
@@ -75,8 +75,7 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
     out[canary_claim.POISSON] = ledger.epsilon_poisson(rate, delta)
   if canary_rate is not None and (
       canary_claim.POISSON not in out
-      or not math.isclose(canary_rate, canary_claim.clients_rate(config),
-                          rel_tol=1e-9)):
+      or not math.isclose(canary_rate, rate, rel_tol=1e-9)):
     out[canary_claim.POISSON_AT_CANARY_RATE] = ledger.epsilon_poisson(
         canary_rate, delta)
   return out, max_participation
