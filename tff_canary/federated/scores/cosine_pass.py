@@ -16,14 +16,11 @@ they are part of the noise, as in the paper.
 
 The cost design (docs/guide/scaling.md): instead of m R canary generations
 in training (m canaries, R rounds), each round's noised aggregate is
-recorded (`aggregate_recorder.AggregateRecorder`), and `compute_cosine_table`
-regenerates each canary ONCE, in blocks whose size comes from
-`memory_budget_bytes`, and per block takes the final cosines (one
-matrix-vector product) and all round cosines (one matrix product with the
-recorded aggregates, read in chunks by `row_reader` when they do not fit the
-budget), keeping the max over rounds and its round (the first round
-attaining it): m canary generations + 2 m R d flops after training. A k x d
-canary matrix is never held unless it fits the budget.
+recorded (`aggregate_recorder`), and `compute_cosine_table` regenerates
+each canary ONCE, in blocks (`plan_blocks`), and per block takes the final
+cosines and all round cosines (the aggregates read in chunks by
+`row_reader`), keeping the max over rounds and its first round:
+m canary generations + 2 m R d flops after training.
 
 Numerics: products run in float32 (BLAS), with canaries of norm 1 to a few
 ulps and the norms of u and a_r accumulated in float64. The float32 rounding

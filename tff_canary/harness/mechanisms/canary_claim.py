@@ -4,24 +4,17 @@ docs/method/accounting.md ("The analytical epsilons of a report"): an
 analytical epsilon holds for records that take part as its accounting
 assumes, so the audit tests the one that holds for the canaries' own
 participation, read from their schedule (`CanaryConfig.schedule`), not from
-the loop's client sampling (config.json's `sampling`):
-
-  * canaries Poisson-sampled at rate p (`schedules.PerRoundSampling`) face
-    the Poisson-amplified epsilon at p (amplification by sampling, Balle,
-    Barthe & Gaboardi 2018; the PLD accountant): `POISSON` when p is the
-    clients' rate q = clients_per_round / num_clients, else
-    `POISSON_AT_CANARY_RATE`;
-  * canaries on any other schedule, with no recorded schedule, or in a run
-    without a ledger (a DDP run's bound models no sampling) face the
-    composition over the rounds of the canary that took part most often,
-    without amplification ("<r> participations", or "one participation"),
-    which holds whatever the schedule.
-
-The clients' Poisson epsilon of a run whose canaries were not
-Poisson-sampled at q stays in the report as the clients' claim, marked not
-audited, with the reason. The point estimates target the epsilon of the
-canaries' realized rounds without amplification, so the report compares them
-with that one (`RunReport.analytical_bound`).
+the loop's client sampling. Canaries Poisson-sampled at rate p
+(`schedules.PerRoundSampling`) face the Poisson-amplified epsilon at p
+(amplification by sampling, Balle, Barthe & Gaboardi 2018; the PLD
+accountant): `POISSON` at the clients' rate q = clients_per_round /
+num_clients, else `POISSON_AT_CANARY_RATE`. Any other canaries (or an
+unrecorded schedule, or a run without a ledger) face the composition over
+the rounds of the canary that took part most often, without amplification,
+which holds whatever the schedule; the clients' Poisson epsilon is then
+marked not audited, with the reason. The point estimates are compared with
+the unamplified epsilon of the canaries' realized rounds
+(`RunReport.analytical_bound`).
 
 NumPy only.
 """
