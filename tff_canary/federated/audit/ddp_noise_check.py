@@ -9,15 +9,12 @@ round's released noise back into the domain where the clients added it, and
 tests it there with `noise_stats.check_noise`.
 
 Why the rotated domain (docs/guide/distributed-dp.md, "Noise reuse inside
-distributed DP"): TFF's `DistributedDpSumFactory` (TFF 0.87,
-distributed_dp.py) rotates each client's vector (`rotation.py`), scales and
-rounds it, and only then adds each client's noise share; the released noise
-is R_t^T S_t / s, with S_t the integer sum of the shares and R_t round t's
-rotation, so a defect of the shares (`planted_bugs.ShareReuseSkellamQuery`)
-spreads over every released coordinate with the claimed variance and
-`noise_check.check_aggregation_noise` passes it. Whitening by the claimed
-structure, as `tree_noise_check` does for DP-FTRL's tree, means here
-applying R_t again.
+distributed DP"): TFF's `DistributedDpSumFactory` (TFF 0.87) adds the
+clients' noise shares after rotating, scaling and rounding; the released
+noise is R_t^T S_t / s (S_t the integer sum of the shares, R_t round t's
+rotation), where a defect of the shares spreads over every coordinate with
+the claimed variance. Whitening by the claimed structure, as
+`tree_noise_check` does for DP-FTRL's tree, means here applying R_t again.
 
 The server knows R_t. TFF 0.87's rotation factories keep one seed in their
 state, (timestamp in microseconds, counter), drawn once from the clock at

@@ -65,11 +65,16 @@ class NoClaimError(ValueError):
   """The process state does not say which noise it claims; give claimed_std."""
 
 
-def find_dp_state(state: Any) -> Optional[Any]:
-  """The first node (depth first) with `query_state` and `dp_event` fields."""
-  return tree_search.find_first(
+def find_dp_state(state: Any, remedy: Optional[str] = None) -> Optional[Any]:
+  """The first node (depth first) with `query_state` and `dp_event` fields;
+  if there is none, None, or with `remedy` a `NoClaimError` ending with it."""
+  node = tree_search.find_first(
       state, lambda node: hasattr(node, "query_state")
       and hasattr(node, "dp_event"))
+  if node is None and remedy is not None:
+    raise NoClaimError("the process state has no DP aggregator state (fields "
+                       f"query_state and dp_event); {remedy}")
+  return node
 
 
 def denominator_of(query_state: Any) -> tuple[float, Any]:
@@ -224,12 +229,8 @@ def check_aggregation_noise(
                                       num_clients)) as zero:
     for state, output in zero:
       if claimed_std is None:
-        dp_state = find_dp_state(state)
-        if dp_state is None:
-          raise NoClaimError("the process state has no DP aggregator state "
-                             "(fields query_state and dp_event); pass "
-                             "claimed_std.")
-        clip, denominator = clip_and_denominator(dp_state.query_state)
+        clip, denominator = clip_and_denominator(
+            find_dp_state(state, "pass claimed_std.").query_state)
         if clients_per_round is not None:
           denominator = clients_per_round
         z = value_noise_multiplier(_extract_dp_event(find_dp_state(

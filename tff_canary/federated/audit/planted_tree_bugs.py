@@ -12,11 +12,9 @@ tensorflow_privacy module is patched:
   re-initialized: with a `noise_seed` every restarted tree draws the first
   tree's node noises again (tensorflow_privacy's own `reset_state` keeps the
   generator state running).
-* `MissingLevelTreeQuery` ("missing_level"): node values multiplied by a
-  per-level scale that is 0 at level `tree_simulation.MISSING_LEVEL` (1).
-  On the plain tree each step draws one node, at the level it creates; on
-  the efficient tree a node's own noise is scaled, its children's halves are
-  kept.
+* `MissingLevelTreeQuery` ("missing_level"): node noises multiplied by a
+  per-level scale that is 0 at level `tree_simulation.MISSING_LEVEL` (1)
+  (`ScaledLevelTreeAggregator`, `ScaledLevelEfficientTreeAggregator`).
 * `HalvedVarianceTreeQuery` ("efficient_scale"): an efficient tree whose
   internal nodes' own noise is drawn with std sigma / sqrt(2), as if
   `EfficientTreeAggregator`'s variance reduction (its docstring: node std

@@ -107,12 +107,8 @@ def default_rounds(restart_period: Optional[int] = None,
 
 
 def _dp_query_state(state: Any) -> Any:
-  dp_state = noise_check.find_dp_state(state)
-  if dp_state is None:
-    raise noise_check.NoClaimError(
-        "the process state has no DP aggregator state (fields query_state "
-        "and dp_event); pass node_std and clients_per_round.")
-  return dp_state.query_state
+  return noise_check.find_dp_state(
+      state, "pass node_std and clients_per_round.").query_state
 
 
 def _tree_state(state: Any) -> Any:

@@ -145,13 +145,9 @@ def live_workers() -> list[int]:
 
 
 def stop_workers() -> None:
-  """Stops every guarded worker (SIGINT, then SIGKILL after 5 s).
-
-  Safe to call more than once. Stopped workers stay unreaped until TFF (or
-  the exit of this process) reaps them, so their pids cannot be reused while
-  TFF still refers to them. TFF starts a new worker at its next computation if
-  one is needed.
-  """
+  """Stops every guarded worker (SIGINT, then SIGKILL after 5 s), leaving it
+  unreaped (module docstring). Safe to call more than once; TFF starts a new
+  worker at its next computation if one is needed."""
   with _lock:
     workers = list(_workers)
   for worker in workers:

@@ -7,12 +7,10 @@ docs/method/sign-convention.md, docs/method/null-law.md (Andrew et al., ICLR 202
     noised aggregate as the server applies it (theta_{r+1} = theta_r - eta a_r
     with server SGD), for inserted and held-out canaries alike.
 
-This is the path of gaussian canaries (the paper's construction); orthogonal
-canaries' table comes from the process state
-(`tff_canary.federated.scores.orthogonal_table`, which
-`compute_cosine_table` calls for them). The other inserted canaries are not
-removed from any statistic (the table's `known_canaries_removed` is "none"):
-they are part of the noise, as in the paper.
+This is the path of gaussian canaries (the paper's construction: the other
+inserted canaries are part of the noise, `known_canaries_removed` "none");
+orthogonal canaries' table comes from the process state (`orthogonal_table`,
+which `compute_cosine_table` calls for them).
 
 The cost design (docs/guide/scaling.md): instead of m R canary generations
 in training (m canaries, R rounds), each round's noised aggregate is

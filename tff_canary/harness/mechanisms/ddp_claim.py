@@ -99,12 +99,8 @@ class DdpClaim:
 def analytical(config: dict[str, Any], events: np.ndarray, delta: float
                ) -> tuple[dict[str, float], int, DdpClaim]:
   """(analytical epsilons by name, the largest canary participation, the
-  claim behind them) of a DDP run (module docstring).
-
-  Args:
-    config: config.json's values.
-    events: participation.npz's (round, canary id) events.
-    delta: in (0, 1).
+  claim behind them) of a DDP run (module docstring): config.json's values
+  `config`, participation.npz's (round, canary id) `events`, delta in (0, 1).
   """
   params = parameters(config)
   epsilons = {"one participation": ddp_accounting.ddp_epsilon(
