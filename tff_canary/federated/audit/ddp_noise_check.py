@@ -342,13 +342,11 @@ def check_ddp_noise(
   if value_type is None and isinstance(
       aggregator, tff.aggregators.UnweightedAggregationFactory):
     value_type = tff.TensorType(np.float32, [parameters.padded_dim])
-  process, value_type = noise_check.process_and_type(  # checked before built
-      aggregator, value_type, lambda t: _flat_size(t, parameters.rotation))
-  half = _flat_size(value_type, parameters.rotation) // 2
   rounds, squared, count, strides = [], 0.0, 0, set()
   scale = rotation = None
-  with contextlib.closing(noise_check.zero_rounds(
-      process, value_type, num_rounds, num_clients)) as zero:
+  with contextlib.closing(noise_check.zero_rounds(  # type checked, then built
+      aggregator, value_type, num_rounds, num_clients,
+      lambda t: _flat_size(t, parameters.rotation))) as zero:
     for before_state, output in zero:
       if rotation is None:
         scale = _scale(before_state, parameters)
@@ -364,6 +362,7 @@ def check_ddp_noise(
       integers = np.rint(rotated)
       squared += float(np.sum((rotated - integers) ** 2))
       count += rotated.size
+      half = rotated.size // 2
       rounds.append([integers[:half], integers[half:]])
   if len(strides) != 1:
     raise ValueError(f"the rotation seed advanced by {sorted(strides)} in "

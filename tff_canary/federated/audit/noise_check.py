@@ -152,12 +152,14 @@ def process_and_type(aggregator, value_type, check_type=None):
                   f"AggregationProcess, got {validation.show(aggregator)}.")
 
 
-def zero_rounds(process, value_type, num_rounds: int, num_clients: int):
+def zero_rounds(aggregator, value_type, num_rounds: int, num_clients: int,
+                check_type=None):
   """Yields (the state before, the output) of each of `num_rounds` rounds of
-  `process`, initialized anew, on `num_clients` clients of zero values, in a
-  private synchronous context (module docstring): every self-test's loop.
-  Iterate it in `contextlib.closing`, so that an error while reading a round
-  leaves that context at once."""
+  a fresh process of `aggregator` (`process_and_type`) on `num_clients`
+  clients of zero values, in a private synchronous context (module
+  docstring): every self-test's loop. Iterate it in `contextlib.closing`, so
+  that an error while reading a round leaves that context at once."""
+  process, value_type = process_and_type(aggregator, value_type, check_type)
   zeros = tf.nest.map_structure(
       lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype),
       tff.types.type_to_tf_tensor_specs(value_type))
@@ -223,9 +225,8 @@ def check_aggregation_noise(
                                                "clients_per_round")
   if claimed_std is not None:
     claimed = noise_stats.as_claimed_stds(claimed_std, num_rounds)
-  process, value_type = process_and_type(aggregator, value_type)
   noise, stds, described = [], [], []
-  with contextlib.closing(zero_rounds(process, value_type, num_rounds,
+  with contextlib.closing(zero_rounds(aggregator, value_type, num_rounds,
                                       num_clients)) as zero:
     for state, output in zero:
       if claimed_std is None:

@@ -224,10 +224,9 @@ def check_tree_noise(
            noise_stats.as_claimed_stds(node_std, num_rounds))
   if given is not None and min(given) <= 0.0:
     raise ValueError(f"node_std must be positive, got {node_std!r}.")
-  process, value_type = noise_check.process_and_type(aggregator, value_type)
   rows, sigmas, denominators = [], [], []
   with contextlib.closing(noise_check.zero_rounds(
-      process, value_type, num_rounds, num_clients)) as zero:
+      aggregator, value_type, num_rounds, num_clients)) as zero:
     for t, (state, output) in enumerate(zero):
       if given is not None:
         sigma = given[t]

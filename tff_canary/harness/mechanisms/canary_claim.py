@@ -1,20 +1,14 @@
 """Which analytical epsilon a report audits: the one the canaries face.
 
-docs/method/accounting.md ("The analytical epsilons of a report"): an
-analytical epsilon holds for records that take part as its accounting
-assumes, so the audit tests the one that holds for the canaries' own
-participation, read from their schedule (`CanaryConfig.schedule`), not from
-the loop's client sampling. Canaries Poisson-sampled at rate p
-(`schedules.PerRoundSampling`) face the Poisson-amplified epsilon at p
-(amplification by sampling, Balle, Barthe & Gaboardi 2018; the PLD
-accountant): `POISSON` at the clients' rate q = clients_per_round /
-num_clients, else `POISSON_AT_CANARY_RATE`. Any other canaries (or an
-unrecorded schedule, or a run without a ledger) face the composition over
-the rounds of the canary that took part most often, without amplification,
-which holds whatever the schedule; the clients' Poisson epsilon is then
-marked not audited, with the reason. The point estimates are compared with
-the unamplified epsilon of the canaries' realized rounds
-(`RunReport.analytical_bound`).
+docs/method/accounting.md ("The analytical epsilons of a report"): the audit
+tests the epsilon that holds for the canaries' own participation, read from
+their schedule (`CanaryConfig.schedule`), not the loop's client sampling.
+Canaries Poisson-sampled at rate p (`schedules.PerRoundSampling`) face the
+Poisson-amplified epsilon at p (amplification by sampling, Balle, Barthe &
+Gaboardi 2018; the PLD accountant): `POISSON` at the clients' rate q =
+clients_per_round / num_clients, else `POISSON_AT_CANARY_RATE`. Any other
+canaries face the largest participation's composition without
+amplification, and the clients' Poisson epsilon is marked not audited.
 
 NumPy only.
 """
