@@ -113,31 +113,26 @@ def _dp_query_state(state: Any) -> Any:
 
 def _tree_state(state: Any) -> Any:
   """The value tree's `TreeResidualSumQuery` state (depth first: the value
-  tree comes before `tree_adaptive`'s clipped-count tree), or None."""
-  return tree_search.find_first(
+  tree comes before `tree_adaptive`'s clipped-count tree); its `clip_value`
+  is the clip before the next round."""
+  tree = tree_search.find_first(
       _dp_query_state(state), lambda s: hasattr(s, "_fields")
       and "tree_state" in s._fields and "clip_value" in s._fields)
-
-
-def _node_std(state: Any) -> float:
-  """The value tree's generator stddev: the next round's sigma."""
-  tree = _tree_state(state)
-  generator = None if tree is None else tree.tree_state.value_generator_state
-  if generator is None or not hasattr(generator, "stddev"):
-    raise noise_check.NoClaimError(
-        "the DP query state has no tree with a GaussianNoiseGenerator state "
-        "(tree_state.value_generator_state.stddev); pass node_std.")
-  return float(np.asarray(generator.stddev))
-
-
-def _clip(state: Any) -> float:
-  """The value tree's clip before the next round (`clip_value`)."""
-  tree = _tree_state(state)
   if tree is None:
     raise noise_check.NoClaimError(
         "the DP query state has no tree query state with a clip_value; "
         "pass node_std.")
-  return float(np.asarray(tree.clip_value))
+  return tree
+
+
+def _node_std(state: Any) -> float:
+  """The value tree's generator stddev: the next round's sigma."""
+  generator = _tree_state(state).tree_state.value_generator_state
+  if not hasattr(generator, "stddev"):
+    raise noise_check.NoClaimError(
+        "the DP query state has no tree with a GaussianNoiseGenerator state "
+        "(tree_state.value_generator_state.stddev); pass node_std.")
+  return float(np.asarray(generator.stddev))
 
 
 def _claim(aggregator, noise, num_rounds, noise_multiplier):
@@ -231,7 +226,7 @@ def check_tree_noise(
       if given is not None:
         sigma = given[t]
       elif z is not None:
-        sigma = z * _clip(state)
+        sigma = z * float(np.asarray(_tree_state(state).clip_value))
       else:
         sigma = _node_std(state)
       if sigma <= 0.0:
