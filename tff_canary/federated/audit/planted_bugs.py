@@ -90,9 +90,8 @@ class NoiseReuseQuery(seeded_query.SeededGaussianSumQuery):
 
 
 class ShareReuseSkellamQuery(tfp.DistributedSkellamSumQuery):
-  """Each client's Skellam share for the second half of its (rotated,
-  integer) vector repeats the share of the first half: the reuse defect
-  planted after the rotation, where the distributed-DP chain adds noise."""
+  """Each client's share for the second half of its vector repeats the first
+  half's (module docstring)."""
 
   def add_noise_to_sample(self, local_stddev, record):
     parent = super()

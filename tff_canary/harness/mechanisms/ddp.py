@@ -3,12 +3,10 @@
 TFF's distributed-DP chain (docs/guide/distributed-dp.md) with the `ddp_*`
 settings (None: `DEFAULTS`, TFF's factory defaults, bits as tff.learning's
 DDP aggregator), canary clients only, a fixed clip and no zeroing (each
-refusal's reason: `DdpMechanism.requirements`). Its bits are checked against
-`clients_per_round` as TFF's factory checks them, and with Skellam noise
-each client's integer L1 norm bound against the int32 range TFF's query
-checks it in (`check_dim`). The queries emit no DpEvent: the claim is the
-DDP bound of the factory's parameters (`ddp_claim`). Its TFF half is
-`tff_canary.harness.running.ddp_tff`.
+refusal's reason: `DdpMechanism.requirements`), bits TFF accepts for the
+cohort (`resolve`) and an int32 L1 bound with Skellam noise (`check_dim`).
+The queries emit no DpEvent: the claim is the DDP bound of the factory's
+parameters (`ddp_claim`). Its TFF half is `tff_canary.harness.running.ddp_tff`.
 """
 
 from __future__ import annotations
