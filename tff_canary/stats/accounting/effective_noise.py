@@ -24,6 +24,7 @@ from typing import Any
 import dp_accounting
 
 from tff_canary.stats.accounting import dp_event_data
+from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats import validation
 
 
@@ -78,24 +79,14 @@ def event_precision(event: Any, where: str) -> float:
                   f"{validation.show(event)} of type {type(event).__name__}.")
 
 
-def _multiplier_of_precision(precision: float) -> float:
-  if precision == 0.0:
-    return math.inf
-  if precision == math.inf:
-    return 0.0
-  return 1.0 / math.sqrt(precision)
-
-
 def effective_noise_multiplier(event: dp_accounting.DpEvent, *,
                                where: str = "event") -> float:
   """The z of the single Gaussian mechanism equivalent to `event`.
 
-  GaussianDpEvent(z) -> z; ComposedDpEvent of Gaussians (what TFF's adaptive
-  DP aggregator records each round) -> (sum_i z_i^-2)^(-1/2);
-  SelfComposedDpEvent(e, r) -> z_e / sqrt(r) (Dong, Roth & Su 2022,
-  Corollary 3.3; McMahan et al. 2018, arXiv:1812.06210, section 3). Nested
-  structures are reduced recursively. NoOpDpEvent -> inf (no release),
-  NonPrivateDpEvent or a zero multiplier -> 0 (no privacy).
+  GaussianDpEvent(z) -> z; compositions -> (sum_i z_i^-2)^(-1/2) (module
+  docstring), SelfComposedDpEvent(e, r) -> z_e / sqrt(r), nested ones
+  recursively. NoOpDpEvent -> inf (no release), NonPrivateDpEvent or a zero
+  multiplier -> 0 (no privacy).
 
   Args:
     event: a dp_accounting DpEvent (or its `to_named_tuple()` form).
@@ -112,4 +103,5 @@ def effective_noise_multiplier(event: dp_accounting.DpEvent, *,
   if isinstance(event, dp_accounting.GaussianDpEvent):  # z itself, unrounded
     return validation.as_nonnegative(
         event.noise_multiplier, f"{where}: the noise_multiplier of {event!r}")
-  return _multiplier_of_precision(event_precision(event, where))
+  # z = 1 / mu, as mu = 1 / z (0 and inf swapped alike).
+  return gaussian_accounting.mu_of(math.sqrt(event_precision(event, where)))

@@ -1,34 +1,25 @@
 """A DP-FTRL run with orthogonal canaries, simulated in the canaries' scores.
 
-What is simulated exactly. With orthonormal canary directions c_j and
-isotropic Gaussian node noise, canary j's scores over the rounds
-(`gls_statistics`, u_{j,t} = <c_j, noised sum_t> / sigma) are
+With orthonormal canary directions and isotropic Gaussian node noise,
+canary j's scores over the rounds (`gls_statistics`) are exactly
 
     u_j = a_j / z + B xi_j,     xi_j ~ N(0, I) independent across canaries,
 
-B the released-noise coefficients: the tree's (`tree_noise.TreeNoise.
-released`) or any other `linear_noise.LinearNoise`'s (`simulate`'s `noise`),
-and a_j the rounds canary j took part in, at the clip norm. That is the law
-of the scores in a real run, without the d-dimensional vectors, when the
-clients' data has no component along the canaries (its part is O(1/sqrt(d))
-per round; the TFF runs have it). The noise self-test's input, the
-mechanism run on zero values, is B Xi for `self_test_dim` coordinates.
-
-The setting is DP-FTRL's (Kairouz et al. 2021, arXiv 2103.00039): epochs of
-`rounds_per_epoch` rounds, the tree restarted after each epoch, and each
-client, so each inserted canary, in one uniformly drawn round of every
-epoch. Canaries are fair-coin candidates (Steinke, Nasr & Jagielski 2023):
-each is inserted with probability 1/2, and every candidate gets a schedule,
-so the held-out ones have the schedules they would have had.
+B the released-noise coefficients (the tree's, or `simulate`'s `noise`) and
+a_j the rounds canary j took part in, at the clip norm: a real run's law
+when the clients' data has no component along the canaries (the TFF runs
+have one, O(1/sqrt(d)) per round). The self-test's input, the mechanism on
+zero values, is B Xi for `self_test_dim` coordinates. DP-FTRL's setting
+(Kairouz et al. 2021, arXiv 2103.00039): the tree restarted after each
+epoch, each inserted canary in one uniformly drawn round of every epoch;
+fair-coin candidates (Steinke, Nasr & Jagielski 2023), each with a schedule.
 
 Planted bugs (`Bug`), each the failure of one assumption of the accounting:
 
 * "restart_reuse": each restarted tree draws the first tree's node noises
-  again (its generator state reset to the initial seed), so the noise of
-  every epoch repeats the first epoch's;
+  again (its generator state reset to the initial seed);
 * "double_participation": each inserted canary takes part in a second,
-  uniformly drawn other round of every epoch (a client counted twice in an
-  epoch); the noise is correct;
+  uniformly drawn other round of every epoch; the noise is correct;
 * "missing_level": the nodes of one level (`MISSING_LEVEL`) get no noise;
 * "efficient_scale": in the efficient tree, internal nodes' own noise is
   drawn with std sigma / sqrt(2), as if the efficient tree's variance

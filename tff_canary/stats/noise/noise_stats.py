@@ -5,25 +5,18 @@ noise alone: claimed to be i.i.d. N(0, s_t^2) in every coordinate of round t,
 independent across coordinates, tensors and rounds (the Gaussian mechanism of
 DP-FedAvg, McMahan et al., ICLR 2018, arXiv 1710.06963, Algorithm 1:
 s_t = z * C_t / clients_per_round). `check_noise` tests that claim on R rounds
-of such output, given as flattened tensors (so that tensor boundaries are
-known) and the claimed s_t per round, with the family of tests of
-`noise_tests` (variance, mean, prefix and exact reuse, repetition across
-rounds, lag-1 correlation, Gaussianity). NumPy and SciPy only; the TFF side is
-`tff_canary.federated.audit.noise_check`.
+of such output with the family of tests of `noise_tests`, combined by Holm's
+step-down procedure (Holm 1979) at `level`: the verdict equals Bonferroni's,
+so a false alarm on correct noise has probability at most `level` when the
+p-values are valid. The default 0.001 leaves a factor of ten below the 1%
+false-alarm budget for the two approximate p-values (lag1, reuse);
+bench/noise_check.py measures the rates. The TFF side is
+`tff_canary.federated.audit.noise_check`; docs/method/noise-self-test.md.
 
-The family is combined by Holm's step-down procedure (Holm 1979) at `level`:
-the overall verdict equals Bonferroni's (fail iff the smallest p-value is at
-most level / number of tests), so the probability of a false alarm on correct
-noise is at most `level` when the p-values are valid; Holm only names more of
-the failing tests. The default level 0.001 leaves a factor of ten below the
-1% false-alarm budget for the two approximate p-values (lag1, reuse), while
-the defects the check targets give p-values of essentially zero, far under
-any threshold (bench/noise_check.py measures both rates).
-
-Zero claimed noise (noise multiplier 0) is a degenerate end: there is no
-distribution to test, and such a round passes only if its output is exactly
-zero. A pass says the listed defects are absent to the resolution the summary
-states; it does not show that the mechanism is private.
+Zero claimed noise (noise multiplier 0) is a degenerate end: such a round
+passes only if its output is exactly zero. A pass says the listed defects are
+absent to the resolution the summary states; it does not show that the
+mechanism is private.
 """
 
 from __future__ import annotations
