@@ -57,12 +57,8 @@ _MAX_BRACKET_STEPS = 2100  # 2^2100 spans every double from tiny to huge.
 
 
 def _log_gaussian_delta(mu: float, epsilon: float) -> float:
-  """log delta of mu-GDP at `epsilon` (mu = 1/z), in log space.
-
-  log delta = log Phi(a) + log(1 - exp(epsilon + log Phi(b) - log Phi(a))),
-  a = mu/2 - epsilon/mu, b = -mu/2 - epsilon/mu (Balle & Wang 2018, Thm 8).
-  Returns -inf where delta underflows or rounds to zero.
-  """
+  """log delta_z(epsilon) of the module docstring, for mu = 1/z; -inf where
+  delta underflows or rounds to zero."""
   if epsilon == math.inf:
     return -math.inf
   a = 0.5 * mu - epsilon / mu
@@ -152,9 +148,8 @@ def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
 def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
   """Exact epsilon of one use of the Gaussian mechanism (sensitivity 1).
 
-  The smallest epsilon >= 0 with
-    Phi(1/(2z) - epsilon z) - e^epsilon Phi(-1/(2z) - epsilon z) <= delta
-  (Balle & Wang 2018, Theorem 8), z = `noise_multiplier`. Zero when
+  The smallest epsilon >= 0 with delta_z(epsilon) <= delta (module
+  docstring; Balle & Wang 2018, Theorem 8), z = `noise_multiplier`. Zero when
   delta >= erf(1/(2 sqrt(2) z)); otherwise the root is bracketed in
   [0, 1/(2 z^2) + Phi^-1(1 - delta)/z] and found by Brent's method in log
   space to full double precision.

@@ -60,11 +60,8 @@ class FtrlAudit:
     claim: the analytical epsilons (`noise.claim`: the tree's
       `tree_accounting.TreeEpsilons`, or `linear_noise.LinearEpsilons`).
     self_test: the whitened noise check, or None without self-test noise.
-    contribution_excess: the contribution check's `Contribution.excess`:
-      extra participations, or updates larger than the clip.
-    contribution_spread: its `Contribution.spread`.
-    contribution_t: its `Contribution.t`.
-    contribution_p_value: its `Contribution.p_value`.
+    contribution_excess, contribution_spread, contribution_t,
+      contribution_p_value: the contribution check's `Contribution`.
     bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks,
       with their reach ("beyond reach" when no bound could exceed the claim
       with these candidates).
@@ -248,9 +245,7 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   each = level / checks
   t_stat = gls_statistics.scheduled_statistic(u, a, noise)
   m_stat = gls_statistics.max_statistic(u, noise)
-  # Each with its reach (`audit_bounds.coin_bound`): with 512 candidates the
-  # tight bound cannot exceed 20.0 here, and a claim beyond every reach is
-  # "beyond reach", not consistent.
+  # Each with its reach (`audit_bounds.coin_bound`).
   coin_bound = audit_bounds.coin_bound
   fns = {
       "one-run bound (scheduled T)": coin_bound(
@@ -339,14 +334,9 @@ def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       "independent": (a_in / np.sqrt(np.diag(noise.covariance))).sum(axis=1)
                      / np.sqrt(rounds)}
 
-  def gauss(values, kind):
+  def estimate(values, kind, held_out=None):   # None: the exact N(0, 1) null
     return scheduled_sums.epsilon_scheduled(
-        values[mask], values[~mask], delta=delta, confidence=confidence,
-        inserted_mu=shape[kind])
-
-  def exact(values, kind):
-    return scheduled_sums.epsilon_scheduled(
-        values[mask], delta=delta, confidence=confidence,
+        values[mask], held_out, delta=delta, confidence=confidence,
         inserted_mu=shape[kind])
 
   # epsilon_all fits two Gaussians, whose epsilon is unchanged by one
@@ -354,10 +344,11 @@ def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   # scaled into [-1, 1] first.
   scale = 1.01 * float(np.abs(m_stat).max())
   return FtrlEstimates(
-      final=gauss(final, "final"), scheduled=gauss(t_stat, "scheduled"),
+      final=estimate(final, "final", final[~mask]),
+      scheduled=estimate(t_stat, "scheduled", t_stat[~mask]),
       max=estimates.epsilon_all(m_stat[mask] / scale, m_stat[~mask] / scale,
                                 delta=delta, confidence=confidence),
-      independent=exact(naive, "independent"))
+      independent=estimate(naive, "independent"))
 
 
 __all__ = ["CHECKS", "Contribution", "FtrlAudit", "FtrlEstimates",
