@@ -132,11 +132,9 @@ def ddg_rdp(orders: npt.ArrayLike, *, l2_sensitivity: float,
 
 def ddg_zcdp_rho(*, l2_sensitivity: float, sigma: float, num_shares: int,
                  dim: int) -> float:
-  """rho-zCDP of the sum of n discrete Gaussians (Theorem 1's form).
-
-  rho = min(D2^2/(2 n sigma^2) + tau d, (D2/(sqrt(n) sigma) + tau sqrt(d))^2/2),
-  from Proposition 14 of arXiv 2102.06387 (module docstring).
-  """
+  """rho-zCDP of the sum of n discrete Gaussians (Theorem 1's form): the
+  smaller of the two rho the module docstring derives from Proposition 14 of
+  arXiv 2102.06387."""
   d2 = validation.as_nonnegative(l2_sensitivity, "l2_sensitivity")
   sigma = validation.as_positive(sigma, "sigma")
   if sigma < 0.5:

@@ -92,9 +92,6 @@ def effective_noise_multiplier(event: dp_accounting.DpEvent, *,
     event: a dp_accounting DpEvent (or its `to_named_tuple()` form).
     where: how error messages name `event` (e.g. "events[3]").
 
-  Returns:
-    The effective noise multiplier in [0, inf].
-
   Raises:
     ValueError: for events that are not (compositions of) Gaussians, such as
       LaplaceDpEvent or PoissonSampledDpEvent, naming the event.

@@ -2,10 +2,7 @@
 
 The accounting side of docs/method/accounting.md for Gaussian releases without
 amplification: the epsilon that the accounting promises, to be compared with
-the epsilon that the canaries measure. NumPy and SciPy only. Poisson sampling
-is in `poisson_accounting`, DpEvents of Gaussians in `effective_noise`, the
-adaptive-clipping noise split in `adaptive_split` and a run's DpEvents in
-`ledger`.
+the epsilon that the canaries measure. NumPy and SciPy only.
 
 One use of the Gaussian mechanism. A query with L2 sensitivity 1 released with
 N(0, z^2 I) noise (z = `noise_multiplier`) is (epsilon, delta)-DP if and only if
@@ -171,10 +168,9 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
 def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
   """The noise multiplier z whose exact Gaussian-mechanism epsilon is given.
 
-  Inverts `gaussian_epsilon`: solves
-    Phi(mu/2 - epsilon/mu) - e^epsilon Phi(-mu/2 - epsilon/mu) = delta
-  for mu = 1/z (Balle & Wang 2018, Theorem 8; delta increases with mu), by
-  bracketing mu geometrically and Brent's method. At epsilon = 0 the answer is
+  Inverts `gaussian_epsilon`: solves delta_z(epsilon) = delta (module
+  docstring; Balle & Wang 2018, Theorem 8) for mu = 1/z (delta increases with
+  mu), by bracketing mu geometrically and Brent's method. At epsilon = 0 the answer is
   closed-form, z = 1 / (2 sqrt(2) erfinv(delta)): the smallest z with
   epsilon 0 (every larger z also has epsilon 0).
 
@@ -218,9 +214,6 @@ def repeated_epsilon(noise_multiplier: float, participations: int,
     noise_multiplier: z >= 0 (0 gives inf).
     participations: r >= 1, an integer.
     delta: in (0, 1).
-
-  Returns:
-    epsilon in [0, inf].
   """
   noise_multiplier = validation.as_nonnegative(noise_multiplier,
                                                "noise_multiplier")

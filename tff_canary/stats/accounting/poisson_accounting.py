@@ -105,9 +105,6 @@ def poisson_epsilon(noise_multiplier: float, sampling_probability: float,
     rounds: R >= 1, an integer.
     delta: in (0, 1).
     accountant: "pld" (tight) or "rdp".
-
-  Returns:
-    epsilon in [0, inf].
   """
   noise_multiplier = validation.as_nonnegative(noise_multiplier,
                                                "noise_multiplier")

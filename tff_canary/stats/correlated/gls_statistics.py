@@ -11,26 +11,7 @@ B B^T the claimed noise's round covariance (`linear_noise.LinearNoise`, its
 only input here), the canaries' noises exactly independent. Rounds are not
 independent: the variance of a sum of rounds is 1_S^T K 1_S, not sum K_tt.
 The statistics are those of the known-covariance Gaussian linear model
-(generalized least squares; Aitken 1935); docs/method/dp-ftrl.md tabulates
-them:
-
-* `scheduled_statistic`: T_j = a_j^T K^-1 u_j / sqrt(a_j^T K^-1 a_j)
-  ~ N(mu_j, 1), the most powerful test of "j took part in schedule a_j"
-  (Neyman-Pearson), exactly N(0, 1) without the canary;
-  mu_j = sqrt(a_j^T K^-1 a_j) / z (`schedule_mu`) is the GDP mu of what the
-  released rounds reveal about that schedule (Dong, Roth & Su 2019, arXiv
-  1905.02383, Thm 2.7). The mean T over inserted canaries estimates the
-  mean mu_j, not a ceiling (`LinearNoise.worst_case_mu` is the largest);
-* `round_statistics`: g_{j,t} = (K^-1 u_j)_t / sqrt((K^-1)_tt), the score
-  test of "j took part in round t", N(0, 1) per round but correlated;
-  `max_statistic` is its max over rounds (the all-iterates statistic of
-  Andrew et al., ICLR 2024, arXiv 2302.03098, Algorithm 3, with K);
-* `independent_scheduled_statistic`: rounds taken as independent,
-  sum_{t in S_j} u_{j,t} / sqrt(K_tt) / sqrt(P_j); its null variance is
-  1_S^T R 1_S / P (R the correlation), not 1: shown to make the point;
-* `epoch_counts`: z sum_{t in e} u_{j,t}, a canary's participations per
-  epoch, unbiased, with covariance z^2 E^T K E across epochs (E the epochs'
-  round indicators, `linear_noise.epoch_matrix`).
+(generalized least squares; Aitken 1935), tabulated in docs/method/dp-ftrl.md.
 
 NumPy/SciPy only.
 """
@@ -91,6 +72,10 @@ def schedule_mu(schedule: npt.ArrayLike, noise: linear_noise.LinearNoise,
                 *, noise_multiplier: float) -> np.ndarray:
   """mu_j = sqrt(a_j^T K^-1 a_j) / z: what the released rounds reveal (GDP).
 
+  The GDP mu of the released rounds for schedule a_j (Dong, Roth & Su 2019,
+  arXiv 1905.02383, Thm 2.7). The mean T over inserted canaries estimates
+  the mean mu_j, not a ceiling (`LinearNoise.worst_case_mu` is the largest).
+
   Args:
     schedule: [canaries, rounds] Boolean a_j.
     noise: the claimed noise.
@@ -104,7 +89,9 @@ def schedule_mu(schedule: npt.ArrayLike, noise: linear_noise.LinearNoise,
 
 def scheduled_statistic(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                         noise: linear_noise.LinearNoise) -> np.ndarray:
-  """T_j = a_j^T K^-1 u_j / sqrt(a_j^T K^-1 a_j), N(0, 1) without the canary."""
+  """T_j = a_j^T K^-1 u_j / sqrt(a_j^T K^-1 a_j) ~ N(mu_j, 1) (`schedule_mu`),
+  exactly N(0, 1) without the canary: the most powerful test of "j took part
+  in schedule a_j" against no part (Neyman-Pearson)."""
   noise = linear_noise.as_linear_noise(noise)
   u = _scores(scores, noise.num_rounds)
   a = _schedule(schedule, *u.shape[::-1])
@@ -115,7 +102,8 @@ def scheduled_statistic(scores: npt.ArrayLike, schedule: npt.ArrayLike,
 
 def round_statistics(scores: npt.ArrayLike,
                      noise: linear_noise.LinearNoise) -> np.ndarray:
-  """g_{j,t} = (K^-1 u_j)_t / sqrt((K^-1)_tt): each round's score test."""
+  """g_{j,t} = (K^-1 u_j)_t / sqrt((K^-1)_tt): each round's score test, N(0, 1)
+  without the canary, correlated across rounds."""
   noise = linear_noise.as_linear_noise(noise)
   v = noise.solve(_scores(scores, noise.num_rounds).T).T
   return v / np.sqrt(np.diag(noise.precision))[None, :]
@@ -123,7 +111,8 @@ def round_statistics(scores: npt.ArrayLike,
 
 def max_statistic(scores: npt.ArrayLike,
                   noise: linear_noise.LinearNoise) -> np.ndarray:
-  """M_j = max over rounds of g_{j,t} (`round_statistics`)."""
+  """M_j = max over rounds of g_{j,t} (`round_statistics`): the all-iterates
+  statistic of Andrew et al., ICLR 2024, arXiv 2302.03098, Algorithm 3."""
   return round_statistics(scores, noise).max(axis=1)
 
 
@@ -148,7 +137,8 @@ def independent_null_variance(
 
 def epoch_counts(scores: npt.ArrayLike, epochs: npt.ArrayLike, *,
                  noise_multiplier: float) -> np.ndarray:
-  """n_{j,e} = z sum_{t in e} u_{j,t}: participations per epoch, unbiased."""
+  """n_{j,e} = z sum_{t in e} u_{j,t}: participations per epoch, unbiased
+  (`epoch_count_covariance`); E, [rounds, epochs], the epochs' rounds."""
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   e = np.asarray(epochs, dtype=np.float64)
   u = _scores(scores, e.shape[0])

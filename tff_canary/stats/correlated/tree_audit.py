@@ -60,8 +60,9 @@ class FtrlAudit:
     claim: the analytical epsilons (`noise.claim`: the tree's
       `tree_accounting.TreeEpsilons`, or `linear_noise.LinearEpsilons`).
     self_test: the whitened noise check, or None without self-test noise.
-    contribution_excess, contribution_spread, contribution_t,
-      contribution_p_value: the contribution check's `Contribution`.
+    contribution_excess, contribution_spread: the contribution check's
+      `Contribution.excess` and `.spread`.
+    contribution_t, contribution_p_value: its `Contribution.t`, `.p_value`.
     bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks,
       with their reach ("beyond reach" when no bound could exceed the claim
       with these candidates).
@@ -216,7 +217,7 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
 
   Args:
     scores: [candidates, rounds] u_{j,t}, in units of the node noise.
-    schedule: [candidates, rounds] Boolean, each candidate's schedule.
+    schedule: [candidates, rounds] Boolean (or 0/1), each candidate's rounds.
     inserted: [candidates] Boolean, the fair coins.
     noise: the claimed noise, a `linear_noise.LinearNoise` (the tree's:
       `tree_noise.tree_noise`).
@@ -300,11 +301,9 @@ class FtrlEstimates:
     independent: all iterates, the statistic of independent rounds with an
       N(0, 1) null (wrong when rounds are correlated; shown for contrast).
 
-  What each estimates: `tree_targets` (final: the final model's epsilon;
-  scheduled: this run's schedules; max: none, a fit to maxima). The inserted
-  canaries' means differ by schedule, as the targets compute them, so each
-  variance check is given that known spread (`epsilon_scheduled`'s
-  `inserted_mu`).
+  Their targets: `tree_targets`. The inserted canaries' means differ by
+  schedule, so each variance check is given that known spread
+  (`epsilon_scheduled`'s `inserted_mu`).
   """
 
   final: scheduled_sums.ScheduledEstimate

@@ -169,9 +169,6 @@ def tree_noise(num_rounds: int, *, efficient: bool = True,
       `tree_aggregation`).
     restart_warmup: its `warmup` (TFF's `tree_adaptive`: 128), or None.
 
-  Returns:
-    A `TreeNoise`.
-
   Raises:
     TypeError, ValueError: for a bad argument, naming it.
   """

@@ -85,18 +85,8 @@ class TreeTargets:
 def tree_targets(noise: linear_noise.LinearNoise, schedule: npt.ArrayLike,
                  inserted: npt.ArrayLike, *, rounds_per_epoch: int,
                  noise_multiplier: float, delta: float) -> TreeTargets:
-  """The epsilons of `TreeTargets` for a run's claimed tree and canaries.
-
-  Args:
-    noise: the claimed noise, a `linear_noise.LinearNoise` (the tree's:
-      `tree_noise.tree_noise`), restarted after every epoch of
-      `rounds_per_epoch` rounds.
-    schedule: [candidates, rounds] Boolean (or 0/1), each candidate's rounds.
-    inserted: [candidates] Boolean, which candidates were inserted.
-    rounds_per_epoch: the epoch length.
-    noise_multiplier: z > 0, the node noise over the clip.
-    delta: in (0, 1).
-  """
+  """The epsilons of `TreeTargets` for a run's claimed noise (restarted after
+  every epoch) and canaries; arguments as `tree_audit.audit_ftrl`'s."""
   noise = linear_noise.as_linear_noise(noise)
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   delta = validation.as_open_unit(delta, "delta")

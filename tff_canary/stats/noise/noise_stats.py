@@ -261,9 +261,6 @@ def check_noise(noise: Sequence[Sequence[npt.ArrayLike]],
     tensor_names: K distinct names for the messages (default tensor0, ...).
     claim: where `claimed_std` came from, kept in the result.
 
-  Returns:
-    A `NoiseCheck`.
-
   Raises:
     TypeError, ValueError: for bad arguments, naming them.
   """
