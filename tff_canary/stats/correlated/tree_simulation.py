@@ -14,17 +14,13 @@ zero values, is B Xi for `self_test_dim` coordinates. DP-FTRL's setting
 epoch, each inserted canary in one uniformly drawn round of every epoch;
 fair-coin candidates (Steinke, Nasr & Jagielski 2023), each with a schedule.
 
-Planted bugs (`Bug`), each the failure of one assumption of the accounting:
-
-* "restart_reuse": each restarted tree draws the first tree's node noises
-  again (its generator state reset to the initial seed);
-* "double_participation": each inserted canary takes part in a second,
-  uniformly drawn other round of every epoch; the noise is correct;
-* "missing_level": the nodes of one level (`MISSING_LEVEL`) get no noise;
-* "efficient_scale": in the efficient tree, internal nodes' own noise is
-  drawn with std sigma / sqrt(2), as if the efficient tree's variance
-  reduction (`EfficientTreeAggregator`'s docstring: node std "roughly sigma
-  sqrt(2^{d-1} / (2^d - 1))") were applied a second time.
+Planted bugs (`Bug`), each the failure of one assumption of the accounting
+(docs/method/dp-ftrl.md, "Planted bugs"): "restart_reuse" (each restarted
+tree draws the first tree's node noises again), "double_participation"
+(each inserted canary in a second, uniformly drawn round of every epoch),
+"missing_level" (the nodes of level `MISSING_LEVEL` get no noise),
+"efficient_scale" (the efficient tree's internal nodes draw their own noise
+at std sigma / sqrt(2): its variance reduction applied twice).
 
 NumPy only.
 """
@@ -48,6 +44,7 @@ BUGS: tuple[str, ...] = ("none", "restart_reuse", "double_participation",
 # The level whose nodes lose their noise in "missing_level": the lowest
 # internal level, which covers half the rounds of every tree.
 MISSING_LEVEL = 1
+_frozen = linear_noise._frozen  # pylint: disable=protected-access
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,11 +134,6 @@ class FtrlRun:
   inserted: np.ndarray
   participations: np.ndarray
   self_test_noise: np.ndarray
-
-
-def _frozen(array: np.ndarray) -> np.ndarray:
-  array.setflags(write=False)
-  return array
 
 
 @functools.lru_cache(maxsize=16)
