@@ -79,15 +79,11 @@ def _check_sensitivities(l2_sensitivity, l1_sensitivity):
 
 
 def _as_orders(orders: npt.ArrayLike, integer: bool) -> np.ndarray:
-  a = np.atleast_1d(np.asarray(orders, dtype=float))
-  if a.ndim != 1 or a.size == 0 or not np.all(np.isfinite(a)):
-    raise ValueError(f"orders must be a nonempty 1-D array of finite numbers,"
-                     f" got {validation.show(orders)}.")
-  if integer and (np.any(a < 2) or np.any(a != np.round(a))):
+  a = validation.as_sample(np.atleast_1d(np.asarray(orders, dtype=float)),
+                           "orders", min_size=1, lower=2.0 if integer else 1.0)
+  if integer and np.any(a != np.round(a)):
     raise ValueError("orders must be integers >= 2 for the Skellam bound, got"
                      f" {validation.show(orders)}.")
-  if not integer and np.any(a < 1):
-    raise ValueError(f"orders must be >= 1, got {validation.show(orders)}.")
   return a
 
 

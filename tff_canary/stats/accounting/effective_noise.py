@@ -8,11 +8,9 @@ z_eff = (sum_i z_i^-2)^(-1/2), the reduction that dp_accounting's RDP
 accountant also makes (McMahan et al. 2018, arXiv:1812.06210, section 3).
 sum_i z_i^-2 = mu^2 is the event's `event_precision`: 0 for a NoOpDpEvent (no
 release), inf for a NonPrivateDpEvent or a zero multiplier (no privacy). Other
-events (Laplace, Poisson-sampled, ...) have no effective multiplier and are
-refused, naming the event. An `UnsupportedDpEvent` (what TFF's distributed DP
-and tensorflow_privacy's tree aggregation, DP-FTRL, report every round) and
-a `SingleEpochTreeAggregationDpEvent` (a whole tree's) are refused with what
-to use instead: their privacy is not a per-round Gaussian.
+events have no effective multiplier and are refused, naming the event; an
+`UnsupportedDpEvent` (TFF's distributed DP, DP-FTRL's tree, every round) or
+a whole tree's `SingleEpochTreeAggregationDpEvent` with what to use instead.
 """
 
 from __future__ import annotations

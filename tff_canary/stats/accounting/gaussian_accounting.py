@@ -122,10 +122,9 @@ def mu_of(noise_multiplier: float) -> float:
 def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
   """Exact delta of one use of the Gaussian mechanism at `epsilon`.
 
-  delta = Phi(1/(2z) - epsilon z) - e^epsilon Phi(-1/(2z) - epsilon z)
-  (Balle & Wang 2018, Theorem 8), for sensitivity 1 and noise std
-  z = `noise_multiplier`; computed in log space, so it is accurate down to the
-  smallest positive double. z = 0 (no noise) gives 1 at every epsilon.
+  delta_z(epsilon) of the module docstring (Balle & Wang 2018, Theorem 8),
+  for sensitivity 1 and noise std z = `noise_multiplier`, in log space:
+  accurate down to the smallest positive double. z = 0 (no noise) gives 1.
 
   Args:
     noise_multiplier: z >= 0, the noise std in units of the sensitivity.

@@ -195,11 +195,8 @@ def _inputs(scores, schedule, inserted, noise):
     raise ValueError(f"scores must be [candidates, rounds] with "
                      f"{noise.num_rounds} rounds (the noise's), got shape "
                      f"{u.shape}.")
-  mask = np.asarray(inserted)
-  if mask.dtype != bool or mask.shape != (u.shape[0],):
-    raise ValueError(f"inserted must be a Boolean array of one flag per "
-                     f"candidate ({u.shape[0]}), got dtype {mask.dtype} and "
-                     f"shape {mask.shape}.")
+  mask = validation.as_mask(inserted, "inserted", (u.shape[0],),
+                            "the candidates of scores")
   if mask.all() or not mask.any():
     raise ValueError("inserted must have both inserted and held-out "
                      "candidates (fair coins).")

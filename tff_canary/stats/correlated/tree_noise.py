@@ -45,10 +45,6 @@ class _Call:
   level: int   # the node's level (0 = leaf)
 
 
-def _weight(level: int, efficient: bool) -> float:
-  return 1.0 / (2.0 - 0.5**level) if efficient else 1.0
-
-
 class _Tree:
   """tensorflow_privacy's (Efficient)TreeAggregator on symbolic values."""
 
@@ -68,7 +64,7 @@ class _Tree:
   def cumsum_and_update(self) -> dict[int, float]:
     total: dict[int, float] = {}
     for level, value in self.buffer:
-      w = _weight(level, self.efficient)
+      w = 1.0 / (2.0 - 0.5**level) if self.efficient else 1.0   # Honaker's
       for k, c in value.items():
         total[k] = total.get(k, 0.0) + w * c
     level = 0
@@ -120,8 +116,7 @@ class TreeNoise(linear_noise.LinearNoise):
   Attributes:
     released, round_block: as `LinearNoise`'s; a block is a tree.
     efficient: True for Honaker's efficient tree.
-    restart_period: the restart period, as given (None: no restart).
-    restart_warmup: the restart warmup, as given.
+    restart_period, restart_warmup: as given (None: no restart; warmup 0).
     prefix: [T, K] float64, A: the noise on the prefix sum of round t within
       its tree.
     call_index, call_level: [K] int, for each generator call its position

@@ -91,16 +91,14 @@ def tree_targets(noise: linear_noise.LinearNoise, schedule: npt.ArrayLike,
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   delta = validation.as_open_unit(delta, "delta")
   noise.epochs(rounds_per_epoch)   # one block per epoch, or a clear error
-  mask = np.asarray(inserted)
-  if mask.dtype != bool or mask.ndim != 1 or not mask.any():
-    raise ValueError(f"inserted must be a 1-D Boolean array with at least "
-                     f"one inserted candidate, got dtype {mask.dtype} and "
-                     f"shape {mask.shape}.")
   a = np.asarray(schedule)
-  if a.ndim != 2 or a.shape[0] != mask.size:
-    raise ValueError(f"schedule must be [candidates, rounds] with "
-                     f"{mask.size} candidates (inserted's), got shape "
+  if a.ndim != 2:
+    raise ValueError(f"schedule must be [candidates, rounds], got shape "
                      f"{a.shape}.")
+  mask = validation.as_mask(inserted, "inserted", a.shape[:1],
+                            "the candidates of schedule")
+  if not mask.any():
+    raise ValueError("inserted must have at least one inserted candidate.")
   mu_j = gls_statistics.schedule_mu(a[mask], noise, noise_multiplier=z)
   node = noise.release_mu(z)
   worst = noise.worst_case_mu(z)

@@ -174,22 +174,9 @@ def _as_rounds(noise: Any, tensor_names: Optional[Sequence[str]]):
         round_noise, Sequence) or not round_noise:
       raise TypeError(f"{name} must be a non-empty sequence of tensors, got "
                       f"{validation.show(round_noise)}.")
-    tensors = []
-    for k, tensor in enumerate(round_noise):
-      array = np.asarray(tensor)
-      if array.dtype == bool or not (np.issubdtype(array.dtype, np.floating)
-                                     or np.issubdtype(array.dtype, np.integer)):
-        raise TypeError(f"{name}[{k}] must hold real numbers, got dtype "
-                        f"{array.dtype}.")
-      array = array.reshape(-1)
-      if array.size == 0:
-        raise ValueError(f"{name}[{k}] is empty.")
-      bad = ~np.isfinite(array)
-      if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name}[{k}] must be finite, but {name}[{k}][{i}] "
-                         f"= {array[i]}.")
-      tensors.append(array)
+    tensors = [np.asarray(tensor).reshape(-1) for tensor in round_noise]
+    for k, array in enumerate(tensors):   # real, finite, not empty
+      validation.as_sample(array, f"{name}[{k}]", min_size=1)
     these = tuple(a.size for a in tensors)
     if sizes is None:
       sizes = these
