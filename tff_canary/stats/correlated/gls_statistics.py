@@ -70,11 +70,10 @@ def _quadratic(precision: np.ndarray, a: np.ndarray) -> np.ndarray:
 
 def schedule_mu(schedule: npt.ArrayLike, noise: linear_noise.LinearNoise,
                 *, noise_multiplier: float) -> np.ndarray:
-  """mu_j = sqrt(a_j^T K^-1 a_j) / z: what the released rounds reveal (GDP).
-
-  The GDP mu of the released rounds for schedule a_j (Dong, Roth & Su 2019,
-  arXiv 1905.02383, Thm 2.7). The mean T over inserted canaries estimates
-  the mean mu_j, not a ceiling (`LinearNoise.worst_case_mu` is the largest).
+  """mu_j = sqrt(a_j^T K^-1 a_j) / z: what the released rounds reveal about
+  schedule a_j (GDP; Dong, Roth & Su 2019, arXiv 1905.02383, Thm 2.7). The
+  mean T over inserted canaries estimates the mean mu_j, not a ceiling
+  (`LinearNoise.worst_case_mu` is the largest).
 
   Args:
     schedule: [canaries, rounds] Boolean a_j.

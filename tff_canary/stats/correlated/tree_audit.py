@@ -243,14 +243,12 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   each = level / checks
   t_stat = gls_statistics.scheduled_statistic(u, a, noise)
   m_stat = gls_statistics.max_statistic(u, noise)
-  # Each with its reach (`audit_bounds.coin_bound`).
-  coin_bound = audit_bounds.coin_bound
-  fns = {
-      "one-run bound (scheduled T)": coin_bound(
+  fns = {   # each with its reach
+      "one-run bound (scheduled T)": audit_bounds.coin_bound(
           lower_bounds.one_run_bound, t_stat, mask, delta=delta),
-      "one-run bound (max M)": coin_bound(
+      "one-run bound (max M)": audit_bounds.coin_bound(
           lower_bounds.one_run_bound, m_stat, mask, delta=delta),
-      "tight one-run bound (scheduled T)": coin_bound(
+      "tight one-run bound (scheduled T)": audit_bounds.coin_bound(
           audit_module.tight_bound, t_stat, mask, delta=delta),
   }
   claimed = (claim.epsilon if claimed_epsilon is None else

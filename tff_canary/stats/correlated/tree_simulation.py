@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 import numpy as np
 
@@ -39,8 +39,7 @@ from tff_canary.stats import validation
 
 Bug = Literal["none", "restart_reuse", "double_participation",
               "missing_level", "efficient_scale"]
-BUGS: tuple[str, ...] = ("none", "restart_reuse", "double_participation",
-                         "missing_level", "efficient_scale")
+BUGS: tuple[str, ...] = get_args(Bug)
 # The level whose nodes lose their noise in "missing_level": the lowest
 # internal level, which covers half the rounds of every tree.
 MISSING_LEVEL = 1

@@ -168,8 +168,6 @@ def _two_sided_cosines(cosines: npt.ArrayLike, dim: int) -> np.ndarray:
   """P(|T| >= |cosine|) of each cosine under the exact null law of
   docs/method/null-law.md in dimension `dim`."""
   cosines = np.asarray(cosines, dtype=np.float64)
-  if dim < 2:
-    return np.ones_like(cosines)
   tail = null_law.CosineNull(dim).sf(np.minimum(1.0, np.abs(cosines)))
   return np.minimum(1.0, 2.0 * np.asarray(tail, dtype=np.float64))
 
