@@ -169,9 +169,9 @@ def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
 
   Inverts `gaussian_epsilon`: solves delta_z(epsilon) = delta (module
   docstring; Balle & Wang 2018, Theorem 8) for mu = 1/z (delta increases with
-  mu), by bracketing mu geometrically and Brent's method. At epsilon = 0 the answer is
-  closed-form, z = 1 / (2 sqrt(2) erfinv(delta)): the smallest z with
-  epsilon 0 (every larger z also has epsilon 0).
+  mu), by bracketing mu geometrically and Brent's method. At epsilon = 0 the
+  answer is closed-form, z = 1 / (2 sqrt(2) erfinv(delta)): the smallest z
+  with epsilon 0 (every larger z also has epsilon 0).
 
   Args:
     epsilon: epsilon >= 0 (finite).
