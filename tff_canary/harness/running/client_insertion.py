@@ -1,33 +1,20 @@
 """An experiment's rounds in the client-insertion mode (`insertion="clients"`).
 
 The process is `canary_clients.build_canary_client_fedavg` over TFF's own DP
-aggregator (`dp_fedavg`). Each round, `ClientRounds.round`:
-
-  1. reads the clip C_r this round uses from the state before it (the
-     mechanism's `TffMechanism.client_clip`; DP-FedAvg's
-     `client_round_state.query_clip`) and theta_{r-1};
-  2. appends the round's scheduled canary clients to the sampled clients
-     (`canary_clients.scheduled_canary_ids`, `with_canary_clients`: the
-     server-side mode's schedule) and runs `next`; the client work's
-     `canary_clients` count must equal the canaries scheduled;
-  3. takes the round's aggregate from the weights, a_r = (theta_{r-1} -
-     theta_r) / eta (`client_round_state.round_aggregate`, exact for server
-     SGD without momentum, which the config demands), in the report's units
-     (`TffMechanism.client_aggregate`), into the same recorder as the
-     server-side mode's noised aggregate (gaussian canaries; orthogonal
-     canary clients are scored in the round by the process);
-  4. records per canary what the aggregator did with it
-     (`canary_client_outcomes`: zeroing and clipping stages from TFF's
-     measurements; a zeroed canary is a finding) plus the DP query's own
-     clip from the state (`dp_clip`, `dp_clipped` = canary_norm > C_r), kept
-     in canary_outcomes.json (written at each checkpoint, cut back on
-     resume);
-  5. takes what the mechanism records of the round
-     (`TffMechanism.client_round`): DP-FedAvg's DpEvent from TFF's factory
-     state (`client_round_state.dp_event`) for the ledger; none with TFF's
-     distributed DP (`ddp_tff`, which also clips at the run's fixed clip and
-     rescales its aggregate); DP-FTRL's canary scores (`tree_tff`,
-     `tree_scores`) for tree_scores.npy.
+aggregator (`dp_fedavg`). Each round, `ClientRounds.round` reads the clip
+C_r this round uses from the state before it
+(`TffMechanism.client_clip`); appends the round's scheduled canary clients
+to the sampled clients and runs `next` (the client work's count of canary
+clients must equal the schedule's); takes the round's aggregate from the
+weights, a_r = (theta_{r-1} - theta_r) / eta
+(`client_round_state.round_aggregate`, exact for server SGD without
+momentum, which the config demands), in the report's units
+(`TffMechanism.client_aggregate`), into the server-side mode's recorder;
+records per canary what the aggregator did with it
+(`canary_client_outcomes`, plus the DP query's clip: `dp_clip`,
+`dp_clipped` = canary_norm > C_r) for canary_outcomes.json; and takes what
+the mechanism records of the round (`TffMechanism.client_round`). What
+differs from the server-side mode: docs/guide/insertion-modes.md.
 """
 
 from __future__ import annotations

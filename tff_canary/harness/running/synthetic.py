@@ -157,12 +157,13 @@ def emnist_generator(seed: int, examples: int, model: HandwritingModel):
   seed = validation.as_int(seed, "seed", minimum=0)
   examples = validation.as_int(examples, "examples", minimum=1)
   model = _check_model(model, HandwritingModel)
-  return _compiled_emnist(seed, examples, model)
+  return _compiled(_draw_emnist, seed, examples, model)
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled_emnist(seed, examples, model):
-  return tf.function(lambda index: _draw_emnist(seed, index, examples, model),
+def _compiled(draw, seed, *sizes_and_model):
+  """`draw(seed, index, *sizes_and_model)` as a graph of the index."""
+  return tf.function(lambda index: draw(seed, index, *sizes_and_model),
                      input_signature=[tf.TensorSpec([], tf.int64)])
 
 
@@ -298,15 +299,8 @@ def stackoverflow_generator(seed: int, sentences: int, length: int,
   length = validation.as_int(length, "length", minimum=2)
   vocab_size = validation.as_int(vocab_size, "vocab_size", minimum=1)
   model = _check_model(model, SentenceModel)
-  return _compiled_sentences(seed, sentences, length, vocab_size, model)
-
-
-@functools.lru_cache(maxsize=64)
-def _compiled_sentences(seed, sentences, length, vocab_size, model):
-  return tf.function(
-      lambda index: _draw_sentences(seed, index, sentences, length, vocab_size,
-                                    model),
-      input_signature=[tf.TensorSpec([], tf.int64)])
+  return _compiled(_draw_sentences, seed, sentences, length, vocab_size,
+                   model)
 
 
 def stackoverflow_client(seed: int, index, sentences: int, length: int,

@@ -4,20 +4,11 @@
 a run (`Run`: what `experiment.run_experiment` built): each round the
 sampler's clients (`client_sampling.ClientSampler`, a function of seed and
 round), the round itself (`Run.rounds`: `ServerRounds`, or with
-`insertion="clients"` `client_insertion.ClientRounds`), a row of metrics.csv
-(loss, accuracy, clip norm, canaries inserted, clients, seconds, and the
-evaluation every `eval_every` rounds and after the last), and a checkpoint
-every `checkpoint_every` rounds and after the last. A progress bar on stderr
-shows the round, loss, accuracy, clip norm and canaries inserted.
-
-A round gives a `RoundResult`: its output, clip, canaries inserted, and what
-the run's mechanism records of it (`mechanism_tff.TffMechanism.server_round`
-or `client_round`): a DpEvent for ledger.json (None: the DDP aggregator,
-whose TFF queries emit none, and DP-FTRL, whose privacy is per tree), and
-the canaries' scores of a mechanism scored per round (DP-FTRL's, saved to
-tree_scores.npy with each checkpoint), else None. The noised aggregate is
-recorded as the round goes (gaussian canaries,
-`aggregate_recorder.AggregateRecorder`).
+`insertion="clients"` `client_insertion.ClientRounds`; a `RoundResult`), a
+row of metrics.csv (with the evaluation every `eval_every` rounds and after
+the last), and a checkpoint every `checkpoint_every` rounds and after the
+last. A progress bar on stderr shows the round, loss, accuracy, clip norm
+and canaries inserted.
 """
 
 from __future__ import annotations
