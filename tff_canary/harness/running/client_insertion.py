@@ -49,13 +49,10 @@ def load_outcomes(rd: run_dir_lib.RunDir, done: int) -> list[dict[str, Any]]:
 def tree_scores(metrics: Any, clients_per_round: float,
                 noise_multiplier: float, clip: float) -> np.ndarray:
   """DP-FTRL's canary clients' scores u_j = <c_j, a_r> x clients_per_round
-  / (z C_r), float64 [m], a_r the round's released mean.
-
-  The process (`scoring_factory`, scores="dot_products") reports every
-  candidate's <c_j, a_r> under `measurement_keys.DOT_PRODUCTS_KEY`; these
-  are the server-side mode's `TREE_SCORES_KEY` scores: a canary client of
-  norm at least C_r is clipped to C_r c_j, so it adds exactly 1/z, and the
-  noise is in units of the node noise z C_r.
+  / (z C_r), float64 [m], a_r the round's released mean, from the
+  process's `measurement_keys.DOT_PRODUCTS_KEY` (scores="dot_products"):
+  the server-side mode's scores, in units of the node noise z C_r
+  (docs/method/dp-ftrl.md, "In TFF").
   """
   key = measurement_keys.DOT_PRODUCTS_KEY
   found = tree_search.find_first(

@@ -3,16 +3,14 @@
 Two sources, with the element formats of TFF's datasets so the same
 preprocessing and models apply to both: synthetic (the default; no
 download), `synthetic_emnist` and `synthetic_stackoverflow`, whose clients
-are generated on demand from (seed, client index) with stateless random ops
-(`synthetic`: the generative models), so a population of 10^6 clients costs
-nothing until a client is used; and TFF's cached SQLite files
+are generated on demand (`synthetic`); and TFF's cached SQLite files
 (`--data=tff`), `load_emnist` and `load_stackoverflow`, read through TFF's
-own loaders. Offline, a missing file is an error that names the file and
-where to put it, raised before TFF is called, so nothing is downloaded or
-half-written. StackOverflow's vocabulary comes from TFF's word-count file,
-which TFF only fetches through a hash-checked download; offline it is read
-from `<cache_dir>/stackoverflow.word_count` (or `vocab_path`), one "word
-count" per line, most frequent first.
+own loaders (docs/guide/experiments.md). Offline, a missing file is an
+error that names the file and where to put it, raised before TFF is
+called. StackOverflow's vocabulary comes from TFF's word-count file, which
+TFF only fetches through a hash-checked download; offline it is read from
+`<cache_dir>/stackoverflow.word_count` (or `vocab_path`), one "word count"
+per line, most frequent first.
 
 Client ids are "0", "1", ..., as strings (TFF's convention).
 """

@@ -13,9 +13,8 @@ Its noise self-test runs the SUM chain as configured on zero values from
 summed noise is under `ddp_noise_check.MIN_INTEGER_STD` integer units is
 too coarse for that check; its noise is tested as released against the
 std the factory claims (`ddp_chain.claimed_std`). The DP query clips at the
-config's clip, and the chain's mean divides by every participant, canary
-clients included, so a recorded aggregate is rescaled to sum /
-clients_per_round, the quantity the Gaussian runs record.
+config's clip; a recorded aggregate is rescaled to sum / clients_per_round
+(`DdpTff.client_aggregate`).
 """
 
 from __future__ import annotations
@@ -63,7 +62,8 @@ class DdpTff(mechanism_tff.TffMechanism):
 
   def client_aggregate(self, config, aggregate: np.ndarray,
                        participants: int) -> np.ndarray:
-    # The mean of all participants -> sum / clients_per_round.
+    # The chain's mean divides by every participant, canary clients
+    # included -> sum / clients_per_round, as the Gaussian runs record.
     return aggregate * np.float32(participants / config.clients_per_round)
 
 

@@ -2,22 +2,17 @@
 
 `run_experiment(ExperimentConfig(...))` is what `experiments/emnist.py` and
 `experiments/stackoverflow.py` run (they only turn flags into a config,
-`tff_canary.harness.config.experiment_config`, which is checked without TensorFlow):
-
-  1. load the data (`datasets`), build the task (`tasks`), and resolve the
-     config (`experiment_config.resolve`: derived values, the client
-     sampler and the canaries' schedule, both checked before training;
-     config.json's `participation` and participation.npz's `client_counts`
-     record client and canary participation side by side);
-  2. build the process (`dp_fedavg`, canary clients through
-     `client_insertion`) and test its aggregator's noise before training
-     (noise_check.json);
-  3. start fresh or from the last checkpoint (`resume`) and train
-     (`training`);
-  4. write the cosine table and the report (`run_results.write_results`; a
-     mechanism scored per round, DP-FTRL, has its saved scores instead),
-     into the run directory (`tff_canary.harness.recording.run_dir` lists
-     the files).
+`tff_canary.harness.config.experiment_config`, which is checked without
+TensorFlow); docs/guide/experiments.md ("How a run flows through the
+package") shows its steps: load the data and the task, resolve the config
+(`experiment_config.resolve`: the client sampler and the canaries'
+schedule, checked before training; config.json's `participation` and
+participation.npz's `client_counts` record client and canary participation
+side by side), build the process (`dp_fedavg`) and test its aggregator's
+noise (noise_check.json), start fresh or from the last checkpoint
+(`resume`), train (`training`), then write the cosine table and the report
+(`run_results.write_results`; a mechanism scored per round, DP-FTRL, has
+its saved scores instead; `_after_training`).
 
 Reproducible from the seeds, a run killed at any point and finished with
 `resume=True` included (docs/guide/reproducibility.md). Every file is
@@ -181,8 +176,8 @@ def _recorder(canaries, rd, dim, num_rounds, done):
 
 def _after_training(run: training.Run, canaries, state, log,
                     progress) -> report_lib.Report:
-  """Step 4 (module docstring); client mode with gaussian canaries has no
-  canary aggregator state to check the table against."""
+  """The last step (module docstring); client mode with gaussian canaries
+  has no canary aggregator state to check the table against."""
   rd = run.rd
   final = round_metrics.flat_trainable(
       run.process.get_model_weights(state), finite=False)

@@ -19,18 +19,13 @@ The run asks its mechanism's TFF half (`mechanism_tff.TffMechanism.
 planted_bugs`), never its name, for a `PlantedBugs`: its planted bugs (user
 code, `tff_canary.federated.audit.planted_bugs`) and each step of a run;
 the defaults are DP-FedAvg's, a mechanism overrides what differs. By
-default the claim is the run's analytical epsilon for one participation at
-`delta`; the canaries are `num_candidates` candidates inserted by fair
-coins, each once; the cosines with theta_0 - theta_R (final model) and the
-max over rounds with theta_t - theta_{t+1} (all iterates) make a
-`CosineTable`, audited at 95% on its valid bounds (`audit.table_bounds`:
-epsilon_lo on both statistics, and the f-DP one-run bound of a Gaussian
-claim, or, for another claim, Steinke et al.'s one-run bound,
-`lower_bounds.one_run_bound`, valid for any (epsilon, delta) claim); the
-point estimates (`table_estimates`) decide nothing. The noise self-test runs
-the run's aggregator as configured, with the same participants, on zero
-values. "The tool" caught a run when the audit refuted the claim or the
-self-test failed.
+default the claim is the analytical epsilon of one participation; the
+canaries' cosine table (final model and all iterates) is audited at 95% on
+its valid bounds (`audit.table_bounds`; for a claim that is not a Gaussian
+mechanism's, Steinke et al.'s one-run bound, valid for any (epsilon, delta)
+claim, replaces the f-DP one); the point estimates decide nothing. "The
+tool" caught a run when the audit refuted the claim or the noise self-test
+(the run's aggregator as configured, on zero values) failed.
 """
 
 from __future__ import annotations

@@ -31,10 +31,9 @@ class CanaryReleaseManager(tff.program.ReleaseManager):
 
   def __init__(self, writer: run_writer.RunWriter,
                forward_to: Sequence[tff.program.ReleaseManager] = ()):
-    """Initializes the manager.
+    """Records into `writer`.
 
     Args:
-      writer: The `RunWriter` of the run.
       forward_to: Release managers that get every release after it is
         recorded (without `noised_aggregate`).
     """

@@ -18,16 +18,14 @@ at any delta (docs/guide/drop-in.md). Each `round(output)` pops the round's
 row of metrics.csv and the round's DpEvent; `finish(state)` writes the rest
 (`run_results.write_results`).
 
-Derived, not asked for: dim (from the initial weights or the first
-aggregate), the round (the aggregator's `round_num` measurement, so the
-loop's own numbering, 0- or 1-based, does not matter), the clip and
-canaries inserted (measurements), clients_per_round (the query's
-denominator in the aggregator state), the noise multiplier (the effective
-one of the ledger's DpEvents, `effective_noise.effective_noise_multiplier`).
-Checked as they come: the canaries inserted each round against `canaries`'
-schedule (so a writer given another CanaryConfig than the aggregator's
-fails at the first round where the counts differ, else at `finish`), each
-round recorded once, the state after a round against that round. A DP-FTRL
+Derived, not asked for: dim, clients_per_round and the noise multiplier
+(docs/guide/drop-in.md), the round (the aggregator's `round_num`
+measurement, so the loop's own numbering, 0- or 1-based, does not matter),
+the clip and canaries inserted (measurements). Checked as they come: the
+canaries inserted each round against `canaries`' schedule (so a writer
+given another CanaryConfig than the aggregator's fails at the first round
+where the counts differ, else at `finish`), each round recorded once, the
+state after a round against that round. A DP-FTRL
 run is refused at its first round (`RunWriter.round`). Without a state
 (`release_manager.CanaryReleaseManager`), a round's DpEvent is the trained
 state's at `finish`: exact for this package's aggregator, whose DpEvent

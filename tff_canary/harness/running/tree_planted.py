@@ -1,32 +1,14 @@
 """DP-FTRL's planted-bug runs: the tree's `PlantedBugs`.
 
 The TFF counterpart of `tff_canary.stats.correlated.tree_simulation` (and
-of bench/ftrl_audit.py), through `planted_bug_runs.run`
-(docs/method/dp-ftrl.md, "Planted bugs"). A run is a `TreeBugRunConfig`:
-no model is trained; a `CanaryDPFactory` tree aggregation
-(`planted_tree_bugs.PlantedTreeAggregation`, the tree restarted after every
-epoch of `rounds_per_epoch` rounds, a fixed `noise_seed`) runs as a TFF
-aggregation process on a float32 vector of `dim` values for `num_rounds`
-rounds (whole epochs). Each round `clients_per_round` clients send
-independent zero-mean Gaussian values of norm about `client_scale` x
-sqrt(dim), above the clip, so the query clips them to C (`l2_clip`); their
-component along a canary is O(C / sqrt(dim)) per client and round,
-independent across rounds.
-
-Canaries: `num_candidates` orthogonal candidates, each inserted by a fair
-coin and scheduled once per epoch (`schedules.ShuffledEpochs`). With the
-bug "double_participation" the run's canaries have the schedule
-`planted_tree_bugs.TwicePerEpoch` while the audit is told `ShuffledEpochs`.
-The run observes every candidate's score u_{j,t} (`tree_factory`: units of
-the node noise), [candidates, rounds].
-
-The noise self-test (`tree_noise_check.check_tree_noise`) runs the run's
-aggregation (with the bug, no canaries, another noise seed) for the same
-rounds on zero values. The audit is `tree_audit.audit_ftrl` on the scores,
-the told schedule, the coins, the CLAIMED tree (`TreeAggregation.noise`)
-and the self-test's noise, at family-wise level `level`, against the
-claimed epsilon of the node release (`tree_accounting.tree_epsilons`, one
-tree per epoch).
+of bench/ftrl_audit.py), through `planted_bug_runs.run`. A run is a
+`TreeBugRunConfig`: no model is trained; the run's tree aggregation
+(`TreeBugRunConfig.aggregation`) in a `CanaryDPFactory` aggregates
+`clients_per_round` clipped Gaussian values of `dim` values a round; the
+run observes every candidate's score u_{j,t} (`tree_factory`: units of the
+node noise), [candidates, rounds], and is judged by the DP-FTRL audit
+(`tree_audit.audit_ftrl`) at family-wise level `level`. The whole setup:
+docs/method/dp-ftrl.md, "Planted bugs".
 """
 
 from __future__ import annotations
