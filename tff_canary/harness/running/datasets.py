@@ -82,10 +82,8 @@ def synthetic_emnist(num_clients: int = 100_000,
 
   Args:
     num_clients: training clients (ids "0" .. str(num_clients - 1)).
-    examples_per_client: examples per client.
     seed: data seed (independent of the canary seed).
     num_test_clients: test clients (ids continue after the training ones).
-    model: the generative model's parameters.
   """
   num_clients, examples, num_test_clients, seed = _check_counts(
       num_clients, examples_per_client, "examples_per_client",

@@ -158,10 +158,8 @@ def aggregator_names() -> tuple[str, ...]:
 
 def bugs() -> tuple[str, ...]:
   """Every planted bug, in the order of `aggregator_names`' mechanisms."""
-  out = []
-  for name in aggregator_names():
-    out += [bug for bug in planted(name).bugs if bug not in out]
-  return tuple(out)
+  return tuple(dict.fromkeys(bug for name in aggregator_names()
+                             for bug in planted(name).bugs))
 
 
 def _either(names: typing.Sequence[str]) -> str:

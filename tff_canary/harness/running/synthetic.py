@@ -147,9 +147,7 @@ def emnist_client(seed: int, index, examples: int, model: HandwritingModel
   """Client `index`'s examples: pixels [n, 28, 28], label, clean_label.
 
   `label` is the observed (possibly replaced) label and `clean_label` the
-  class that was drawn; see `HandwritingModel`. A pure function of
-  (seed, index, examples, model), with stateless random ops only, run
-  through `emnist_generator`'s graph.
+  class that was drawn; run through `emnist_generator`'s graph.
   """
   return emnist_generator(seed, examples, model)(tf.cast(index, tf.int64))
 
@@ -276,8 +274,7 @@ def stackoverflow_client(seed: int, index, sentences: int, length: int,
   """Client `index`'s sentences as word indices, and its preferences.
 
   Returns `words` int64[sentences, length] and `preferences` float32[k] (the
-  client's q_i; see `SentenceModel`). A pure function of its arguments, with
-  stateless random ops only, run through `stackoverflow_generator`'s graph.
+  client's q_i), run through `stackoverflow_generator`'s graph.
   """
   return stackoverflow_generator(seed, sentences, length, vocab_size, model)(
       tf.cast(index, tf.int64))

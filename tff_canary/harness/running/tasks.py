@@ -122,13 +122,10 @@ class Task:
         data.train_data.create_tf_dataset_for_client(client_id))
 
   def test_dataset(self, max_examples: int | None = None) -> tf.data.Dataset:
-    """The centralized, preprocessed test set (optionally truncated).
-
-    The same examples in the same order in every process: the test clients
-    are joined in a fixed order (TFF's `get_centralized_test_data()` joins
-    them in an unseeded one, which changes the evaluation loss and, with
-    `max_examples`, which examples are kept).
-    """
+    """The centralized, preprocessed test set (optionally truncated), its
+    clients joined in a fixed order (TFF's `get_centralized_test_data()`
+    joins them in an unseeded one, which changes the evaluation loss and,
+    with `max_examples`, which examples are kept)."""
     datasets_ = self.baseline.datasets
     data = datasets_.test_data
     if isinstance(data, tff.simulation.datasets.ClientData):
