@@ -2,19 +2,15 @@
 
 The process is `canary_clients.build_canary_client_fedavg` over TFF's own DP
 aggregator (`dp_fedavg`). Each round, `ClientRounds.round` reads the clip
-C_r this round uses from the state before it
-(`TffMechanism.client_clip`); appends the round's scheduled canary clients
-to the sampled clients and runs `next` (the client work's count of canary
-clients must equal the schedule's); takes the round's aggregate from the
-weights, a_r = (theta_{r-1} - theta_r) / eta
-(`client_round_state.round_aggregate`, exact for server SGD without
-momentum, which the config demands), in the report's units
-(`TffMechanism.client_aggregate`), into the server-side mode's recorder;
-records per canary what the aggregator did with it
-(`canary_client_outcomes`, plus the DP query's clip: `dp_clip`,
-`dp_clipped` = canary_norm > C_r) for canary_outcomes.json; and takes what
-the mechanism records of the round (`TffMechanism.client_round`). What
-differs from the server-side mode: docs/guide/insertion-modes.md.
+C_r from the state before it (`TffMechanism.client_clip`), runs `next` with
+the round's scheduled canary clients appended to the sampled ones, takes
+the round's aggregate from the weights, a_r = (theta_{r-1} - theta_r) / eta
+(`client_round_state.round_aggregate`; in the report's units,
+`TffMechanism.client_aggregate`), records per canary what the aggregator
+did with it (canary_outcomes.json, with `dp_clipped` = canary_norm > C_r)
+and takes what the mechanism records of the round
+(`TffMechanism.client_round`). The mode, and what differs from the
+server-side one: docs/guide/insertion-modes.md.
 """
 
 from __future__ import annotations

@@ -15,9 +15,8 @@ noise (noise_check.json), start fresh or from the last checkpoint
 its saved scores instead; `_after_training`).
 
 Reproducible from the seeds, a run killed at any point and finished with
-`resume=True` included (docs/guide/reproducibility.md). Every file is
-written atomically (or by TFF's own write-then-rename checkpointing); on
-resume, the per-round files are cut back to the last checkpoint.
+`resume=True` included (docs/guide/reproducibility.md; what a killed run
+leaves: `resume`).
 """
 
 from __future__ import annotations
