@@ -131,7 +131,7 @@ def test_the_resolver_rejects_what_does_not_exist():
   # The check above must be able to fail: a removed function, a module that
   # is gone, a missing class member.
   assert resolves("tff_canary.stats.estimators.estimates.epsilon_final")
-  assert resolves("tff_canary.stats.results.EpsilonEstimate.as_dict")
+  assert resolves("tff_canary.stats.results.EpsilonEstimate.epsilon")
   assert not resolves("tff_canary.stats.estimators.estimates.no_such_name")
   assert not resolves("tff_canary.stats.estimates.epsilon_final")
   assert not resolves("tff_canary.stats.results.EpsilonEstimate.no_member")

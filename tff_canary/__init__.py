@@ -5,23 +5,13 @@ Privacy Estimation for Federated Learning", ICLR 2024) for TensorFlow Federated.
 
 The names exported here are the estimators and analytical accounting; they need
 only NumPy, SciPy and dp-accounting, so `import tff_canary` never imports
-TensorFlow. The TFF side lives in submodules that import it on demand:
-
-  tff_canary.stats.canaries.canary_config       CanaryConfig: which canaries,
-                                                inserted when
-  tff_canary.stats.canaries.schedules           participation schedules
-  tff_canary.federated.insertion.factory        CanaryDPFactory,
-                                                canary_dp_aggregator
-  tff_canary.federated.scores.aggregate_recorder  AggregateRecorder (training)
-  tff_canary.federated.scores.cosine_pass       compute_cosine_table (after)
-  tff_canary.harness.running.run_writer                 RunWriter: a run directory
-                                                and report from any loop
-
-The method these implement is in docs/method/ (start at docs/method/index.md);
-the package's layout, one line per module, is docs/guide/layout.md. Modules
-that moved keep their old import path for one release, with a
-DeprecationWarning naming the new one (tff_canary.moved_modules; the list is
-in docs/changelog.md).
+TensorFlow. The TFF side (`CanaryConfig`, `canary_dp_aggregator`,
+`RunWriter`, ...) lives in submodules that import it on demand
+(docs/guide/drop-in.md). The method these implement is in docs/method/
+(start at docs/method/index.md); the package's layout, one line per module,
+is docs/guide/layout.md. Modules that moved keep their old import path for
+one release, with a DeprecationWarning naming the new one
+(tff_canary.moved_modules; the list is in docs/changelog.md).
 """
 
 from tff_canary import moved_modules as _moved_modules

@@ -4,12 +4,10 @@
                                       [--claimed_epsilon E] [--no_plots]
                                       [--details] [--output_dir DIR]
 
-recomputes every estimate of a finished run from its saved cosines (any delta,
-any confidence), prints the headline (the full table with --details), and
-rewrites report.json, report.md and the plots of RUN_DIR (or writes them to
---output_dir, leaving the run untouched). With --no_plots it removes the
-plots an earlier report drew, so report.md never embeds a stale figure. A plain `pip install .` (no TensorFlow, no matplotlib) runs
-it with --no_plots; the plots come with the `plots` extra.
+recomputes every estimate of a finished run and rewrites its report
+(docs/guide/report.md, "Recompute it"). A plain `pip install .` (no
+TensorFlow, no matplotlib) runs it with --no_plots; the plots come with
+the `plots` extra.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every writer puts the bytes in a temporary file in the destination's directory
 (same file system), flushes and fsyncs it, then `os.replace`s it onto the
 destination, which POSIX makes atomic: a reader sees the old file or the new
 one, never a mix, even if the process is killed with SIGKILL mid-write. The
-temporary file is removed if writing fails. NumPy only.
+temporary file is removed if writing fails.
 
 File modes are a plain `open()`'s: the temporary file is created with mode
 0o666 less the process's umask, which the kernel applies as for `open()`
@@ -12,13 +12,10 @@ File modes are a plain `open()`'s: the temporary file is created with mode
 umask means setting it, which is not thread-safe), and a file that is
 replaced keeps its mode, as a file rewritten in place does.
 
-JSON (`write_json`, `read_json`) is strict (RFC 8259): JSON has no NaN or
-infinity, and strict parsers (browsers' `JSON.parse`, jq, Go, Rust's serde)
-reject Python's bare `NaN` / `Infinity`. A non-finite float (an infinite
-epsilon at noise multiplier 0, an undefined statistic) is written as the
-string "Infinity", "-Infinity" or "NaN" (`NONFINITE`), which JavaScript's
-`Number(...)` and Python's `float(...)` both read back; `read_json` turns
-these three strings back into floats (docs/guide/report.md).
+JSON (`write_json`, `read_json`) is strict (RFC 8259; docs/guide/report.md,
+"report.json is strict JSON"): a non-finite float is written as the string
+"Infinity", "-Infinity" or "NaN" (`NONFINITE`), and `read_json` turns these
+three strings back into floats.
 """
 
 from __future__ import annotations
@@ -127,8 +124,7 @@ def dumps_json(value: Any) -> str:
 
 
 def write_json(path: str | os.PathLike, value: Any) -> None:
-  """Writes `value` as indented strict JSON: a non-finite float as the
-  string "Infinity", "-Infinity" or "NaN" (module docstring)."""
+  """Writes `dumps_json(value)` to `path` atomically."""
   write_text(path, dumps_json(value))
 
 

@@ -2,7 +2,7 @@
 
 Like scipy.stats results, each keeps the inputs that produced it (counts,
 `dim`, `delta`, confidence, method), prints a one-line summary, and converts to a
-plain dict (`as_dict()`) for JSON reports. NumPy only.
+plain dict (`as_dict()`) for JSON reports.
 """
 
 from __future__ import annotations
@@ -106,13 +106,15 @@ _SIGN_NOTE = ("  WARNING: inserted mean below the null's; check the sign "
 
 class _Result:
   """What every result shares: its one-line summary (`_summary`) ends with the
-  sign note when `inserted_below_null`, and `as_dict` gives its fields."""
+  sign note when `inserted_below_null`, and `as_dict` gives its fields (a
+  `ConfidenceInterval` as a list)."""
 
   def __str__(self) -> str:
     return self._summary() + (_SIGN_NOTE if self.inserted_below_null else "")
 
   def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    return {name: list(value) if isinstance(value, ConfidenceInterval)
+            else value for name, value in dataclasses.asdict(self).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,11 +188,6 @@ class EpsilonEstimate(_Result):
             f"({self.confidence:.0%} CI; {method}; δ={self.delta:g}"
             f"{dim}; {_counts(self.num_inserted, self.num_held_out)})")
 
-  def as_dict(self) -> dict[str, Any]:
-    out = dataclasses.asdict(self)
-    out["interval"] = list(self.interval)
-    return out
-
 
 @dataclasses.dataclass(frozen=True)
 class LowerBound(_Result):
@@ -200,8 +197,7 @@ class LowerBound(_Result):
   2022), as in the paper (docs/method/lower-bounds.md). With `correction="none"` (the paper's
   construction) the confidence is nominal only: see `tff_canary.stats.bounds.lower_bounds`
   for how far it falls short. The bound saturates with the number of
-  canaries: it can never exceed `ceiling` (about 6.2 with 1000 inserted and
-  1000 held-out canaries), which is why the point estimates exist.
+  canaries (`ceiling`; docs/method/lower-bounds.md).
 
   Attributes:
     epsilon: the bound (max over thresholds).
@@ -297,14 +293,11 @@ _METHOD_NAMES = {"fdp_one_run": "f-DP one-run bound (Mahloujifar et al. 2024)",
 class GaussianClaimBound(_Result):
   """A lower bound on epsilon that tests Gaussian claims (docs/method/lower-bounds.md).
 
-  Each of these bounds tests the claim "the mechanism is mu-GDP", i.e. its
-  trade-off curve is at least the Gaussian one G_mu(x) = Phi(Phi^-1(1 - x) -
-  mu) (Dong, Roth & Su 2019), and reports the epsilon at `delta` of the
-  largest mu it rejects (the exact Gaussian conversion,
-  `gaussian_accounting.gaussian_epsilon_of_mu`). So it bounds the epsilon of a
-  mechanism whose trade-off curve is Gaussian (the Gaussian mechanism, DP-SGD
-  and DP-FedAvg without amplification); for another mechanism it bounds the
-  epsilon of the Gaussian mechanism with the same mu, an assumption.
+  Each tests the claim "the mechanism is mu-GDP", i.e. its trade-off curve is
+  at least G_mu(x) = Phi(Phi^-1(1 - x) - mu) (Dong, Roth & Su 2019), and
+  reports the epsilon at `delta` of the largest mu it rejects
+  (`gaussian_accounting.gaussian_epsilon_of_mu`): a lower bound on epsilon if
+  the mechanism's trade-off curve is Gaussian, an assumption otherwise.
 
   Attributes:
     epsilon: the bound (0 when not even mu = 0 is rejected).

@@ -2,8 +2,7 @@
 
 Every check raises `TypeError` (wrong kind of value) or `ValueError` (right kind,
 wrong value) with a message that names the argument and shows the value, so a
-user never meets a deep NumPy, SciPy or TensorFlow traceback instead. NumPy
-only; no TensorFlow.
+user never meets a deep NumPy, SciPy or TensorFlow traceback instead.
 """
 
 from __future__ import annotations

@@ -8,19 +8,12 @@ for `num_rounds` rounds on clients whose values are all ZERO, rotates each
 round's released noise back into the domain where the clients added it, and
 tests it there with `noise_stats.check_noise`.
 
-Why the rotated domain. TFF's `DistributedDpSumFactory` (TFF 0.87,
-distributed_dp.py; `ddp_chain` composes its parts) rotates each client's
-vector (randomized DFT or Hadamard, `rotation.py`), scales and rounds it to
-integers, and only then does each client add its noise share; the server
-sums, divides by the scale and undoes the rotation. The released noise is
-R_t^T S_t / s, with S_t the integer sum of the shares and R_t round t's
-rotation. Any S_t with the right per-coordinate variance looks right after
-R_t^T: a defect of the shares, such as each client's share for the second
-half of its rotated vector repeating the first half's
-(`planted_bugs.ShareReuseSkellamQuery`), spreads over every released
-coordinate with the claimed variance and nothing repeating, so
-`noise_check.check_aggregation_noise` passes it (docs/guide/distributed-dp.md,
-"Noise reuse inside distributed DP"). Whitening by the claimed structure, as
+Why the rotated domain (docs/guide/distributed-dp.md, "Noise reuse inside
+distributed DP"): TFF's `DistributedDpSumFactory` (TFF 0.87) adds the
+clients' noise shares after rotating, scaling and rounding; the released
+noise is R_t^T S_t / s (S_t the integer sum of the shares, R_t round t's
+rotation), where a defect of the shares spreads over every coordinate with
+the claimed variance. Whitening by the claimed structure, as
 `tree_noise_check` does for DP-FTRL's tree, means here applying R_t again.
 
 The server knows R_t. TFF 0.87's rotation factories keep one seed in their
@@ -39,8 +32,7 @@ real parts then imaginary parts; each repeat with the seed plus the repeat's
 index (both seed entries, as TFF's `seed += 1`). The random draws are the
 same public TF calls with the same arguments as TFF's `sample_rademacher` and
 `sample_cis` (rotation.py, not exported from `tff.aggregators`), so the same
-numbers; the transforms are NumPy in float64. Nothing of TFF's is imported
-from a private module here.
+numbers; the transforms are NumPy in float64.
 
 The claim, per rotated coordinate. With zero client values each client's
 scaled, rounded vector is exactly 0 (stochastic rounding of 0 is 0), so
@@ -50,43 +42,35 @@ sum of the n clients' integer shares, reduced modulo 2^b to
 [-2^(b-1), 2^(b-1)) (modular clipping; a sum wraps with probability about
 `modclip_prob` or less):
 
-  * distributed Skellam (Agarwal, Kairouz & Liu 2021, "The Skellam Mechanism
-    for Differentially Private Federated Learning", arXiv 2110.04995): each
-    share is Sk(lam, lam), lam = (sigma_l s)^2 / 2, so the sum of n is
+  * distributed Skellam (Agarwal, Kairouz & Liu 2021, arXiv 2110.04995):
+    each share is Sk(lam, lam), lam = (sigma_l s)^2 / 2, so the sum of n is
     Sk(n lam, n lam): integer, symmetric, variance n (sigma_l s)^2;
-  * distributed discrete Gaussian (Kairouz, Liu & Steinke 2021, "The
-    Distributed Discrete Gaussian Mechanism for Federated Learning with
-    Secure Aggregation", arXiv 2102.06387): each share is N_Z(0, sigma^2),
-    sigma = ceil(sigma_l s) (tensorflow_privacy's sampler rounds up), so the
-    sum is integer, symmetric, variance n sigma^2 (less by < 3e-7 relative;
-    close to, not exactly, a discrete Gaussian: the paper's Sec. 4).
+  * distributed discrete Gaussian (Kairouz, Liu & Steinke 2021, arXiv
+    2102.06387): each share is N_Z(0, sigma^2), sigma = ceil(sigma_l s)
+    (tensorflow_privacy's sampler rounds up), so the sum is integer,
+    symmetric, variance n sigma^2 (less by < 3e-7 relative; close to, not
+    exactly, a discrete Gaussian: the paper's Sec. 4).
 
-The claimed std is `parameters.total_noise_std()`: sqrt(the clients the
-factory expects) x the share's std, in integer units (`ddp_parameters`); the
-check runs `num_clients` zero-valued clients (default the expected ones), so
-a chain that computes its shares for more clients than take part fails the
-variance test. `check_noise` tests y_t, rounded to the integers, against
-i.i.d. noise of that std (variance, mean, correlation between rounds and
-between neighbours, exact reuse at any offset, Gaussian shape), with the
-rotated vector's two halves as its two tensors: for the DFT they are the real
-and imaginary parts of the rotated complex vector, and the `prefix` test's
+The claimed std is `parameters.total_noise_std()` (`ddp_parameters`), for
+the clients the factory expects; the check runs `num_clients` zero-valued
+clients (default those), so a chain that computes its shares for more
+clients than take part fails the variance test. `check_noise` tests y_t,
+rounded to the integers, with the rotated vector's two halves as its two
+tensors (for the DFT, the real and imaginary parts): the `prefix` test's
 cosine between them is 1 when one half repeats the other, however the
 rounding goes. The Gaussian-shape test compares with the continuous N(0, 1),
-whose distance from an integer sum of std sigma is about 0.2 / sigma (the
-lattice's steps), so it rejects correct sums that are too coarse: a sum
-coarser than `MIN_INTEGER_STD` is refused (the rejection rates by std:
-docs/benchmarks.md; tests/test_ddp_noise_check.py checks `MIN_INTEGER_STD`
-and 10).
+about 0.2 / sigma away from an integer sum of std sigma, so a claimed std
+under `MIN_INTEGER_STD` is refused (rejection rates: docs/benchmarks.md).
 
-Rounding to the integers resolves S_t exactly only when the float32 error of
-the release is under half an integer unit. It grows with the scale (TF's
-complex64 FFT makes the DFT's larger than the Hadamard transform's; measured
-distances: docs/benchmarks.md); at TFF's 20 bits the DFT's release can be off
-the lattice. `lattice_rms` reports it (0.289, 1/sqrt(12), for values off the
-lattice): under `LATTICE_RMS`, the rounded values are the integer sums up to
-an occasional unit and the `reuse` test sees repeats at any offset; above,
-only repeats that survive rounding count, while the halves' cosine does not
-need the lattice. A pass says that the listed
+Rounding resolves S_t only while the release's float32 error is under half
+an integer unit; it grows with the scale (more for the DFT, TF's complex64
+FFT; docs/benchmarks.md), so at TFF's 20 bits the DFT's release can be off
+the lattice. `lattice_rms` reports it (1/sqrt(12) = 0.289 off the lattice):
+under `LATTICE_RMS` the `reuse` test sees repeats at any offset; above, only
+repeats that survive rounding, while the halves' cosine needs no lattice.
+TFF's Hadamard sign(u - 1/2) is 0 with probability 2^-23 per coordinate (u
+float32); TFF drops such a coordinate, which raises `lattice_rms` by about
+sigma / sqrt(d) but not the tests' statistics. A pass says that the listed
 defects are absent in the basis where the claim is i.i.d.; it cannot show
 that the mechanism is private.
 """
@@ -245,25 +229,26 @@ def _is_seed(node: Any) -> bool:
           and node[1].dtype == np.int64)
 
 
+def _find(tree: Any, predicate, what: str) -> Any:
+  node = tree_search.find_first(tree, predicate)
+  if node is None:
+    raise ValueError(f"{what}: check_ddp_noise needs the DistributedDpSum"
+                     "Factory chain (ddp_chain.ddp_sum_factory).")
+  return node
+
+
 def rotation_seed(state: Any) -> np.ndarray:
   """The seed a TFF rotation factory's state holds (module docstring): the
   first (inner state, int64[2]) pair in `state`, depth first."""
-  node = tree_search.find_first(state, _is_seed)
-  if node is None:
-    raise ValueError("the process state has no TFF rotation state (an "
-                     "(inner state, int64[2] seed) pair): check_ddp_noise "
-                     "needs the DistributedDpSumFactory chain "
-                     "(ddp_chain.ddp_sum_factory).")
+  node = _find(state, _is_seed, "the process state has no TFF rotation state "
+               "(an (inner state, int64[2] seed) pair)")
   return np.array(node[1], dtype=np.int64)
 
 
 def _scale(state: Any, parameters) -> float:
-  node = tree_search.find_first(
-      state, lambda n: isinstance(n, Mapping) and "scale_factor" in n)
-  if node is None:
-    raise ValueError("the process state has no scale_factor "
-                     "(DiscretizationFactory's state): check_ddp_noise "
-                     "needs the DistributedDpSumFactory chain.")
+  node = _find(state, lambda n: isinstance(n, Mapping) and "scale_factor" in n,
+               "the process state has no scale_factor (DiscretizationFactory's"
+               " state)")
   scale = float(np.asarray(node["scale_factor"]))
   # float32 in the state, float64 in ddp_parameters: 1e-5 relative apart.
   if not math.isclose(scale, parameters.scale, rel_tol=1e-4):
@@ -274,14 +259,11 @@ def _scale(state: Any, parameters) -> float:
 
 
 def _rotation(measurements: Any, parameters) -> str:
-  node = tree_search.find_first(
-      measurements, lambda n: isinstance(n, Mapping)
-      and any(k in n for k in ddp_parameters.ROTATIONS))
-  if node is None:
-    raise ValueError("the process's measurements name no TFF rotation "
-                     f"({' or '.join(ddp_parameters.ROTATIONS)}): "
-                     "check_ddp_noise needs the DistributedDpSumFactory chain.")
-  name = next(k for k in ddp_parameters.ROTATIONS if k in node)
+  names = ddp_parameters.ROTATIONS
+  node = _find(measurements, lambda n: isinstance(n, Mapping) and any(
+      k in n for k in names), "the process's measurements name no TFF "
+               f"rotation ({' or '.join(names)})")
+  name = next(k for k in names if k in node)
   if name != parameters.rotation:
     raise ValueError(f"the chain rotates with {name!r} but "
                      f"parameters.rotation is {parameters.rotation!r}.")
@@ -320,18 +302,17 @@ def check_ddp_noise(
 
   Args:
     aggregator: the unweighted distributed-DP SUM factory
-      (`ddp_chain.ddp_sum_factory(parameters)`, `planted_bugs.
-      ddp_sum_factory(parameters, ...)`; `create(value_type)` is called) or
-      its unweighted `tff.templates.AggregationProcess` (initialized anew).
+      (`create(value_type)` is called) or its unweighted
+      `tff.templates.AggregationProcess` (module docstring).
     parameters: the `ddp_parameters.DdpParameters` the chain was built from:
       the claim (mechanism, shares, expected clients, rotation, scale).
     value_type: the value's TFF type, float tensors with an even (dft) or
       power-of-2 (hd) number of values in all; default a float32 vector of
-      `parameters.padded_dim`. Optional for a process (its own type is used;
-      a given one must match it).
+      `parameters.padded_dim`. Optional for a process (a given one must
+      match its own).
     num_rounds: rounds to run (>= 1).
     num_clients: zero-valued clients per round; default
-      `parameters.clients_per_round`, the clients the claim expects.
+      `parameters.clients_per_round`.
     level: family-wise level of `noise_stats.check_noise`.
     seed: its subsample seed.
 
@@ -361,13 +342,11 @@ def check_ddp_noise(
   if value_type is None and isinstance(
       aggregator, tff.aggregators.UnweightedAggregationFactory):
     value_type = tff.TensorType(np.float32, [parameters.padded_dim])
-  process, value_type = noise_check.process_and_type(  # checked before built
-      aggregator, value_type, lambda t: _flat_size(t, parameters.rotation))
-  half = _flat_size(value_type, parameters.rotation) // 2
   rounds, squared, count, strides = [], 0.0, 0, set()
   scale = rotation = None
-  with contextlib.closing(noise_check.zero_rounds(
-      process, value_type, num_rounds, num_clients)) as zero:
+  with contextlib.closing(noise_check.zero_rounds(  # type checked, then built
+      aggregator, value_type, num_rounds, num_clients,
+      lambda t: _flat_size(t, parameters.rotation))) as zero:
     for before_state, output in zero:
       if rotation is None:
         scale = _scale(before_state, parameters)
@@ -383,6 +362,7 @@ def check_ddp_noise(
       integers = np.rint(rotated)
       squared += float(np.sum((rotated - integers) ** 2))
       count += rotated.size
+      half = rotated.size // 2
       rounds.append([integers[:half], integers[half:]])
   if len(strides) != 1:
     raise ValueError(f"the rotation seed advanced by {sorted(strides)} in "

@@ -1,14 +1,11 @@
 """A noise self-test for any DP aggregation process (the TFF side).
 
-`check_aggregation_noise(aggregator, value_type)` builds a FRESH aggregation
-process (from an unweighted factory such as
-`tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed/gaussian_adaptive`,
-`tff.learning.dp_aggregator` or `tff_canary.federated.insertion.factory.CanaryDPFactory` with no
-canaries scheduled; or a given `tff.templates.AggregationProcess`, which is
-`initialize`d anew, so no state of a real run is touched), runs it for
-`num_rounds` rounds on clients whose values are all ZERO, so that each round's
-result is its noise alone, and tests that noise against the claim with
-`tff_canary.stats.noise.noise_stats.check_noise`.
+docs/method/noise-self-test.md: `check_aggregation_noise(aggregator,
+value_type)` builds a FRESH aggregation process (from an unweighted factory,
+or a given `tff.templates.AggregationProcess` `initialize`d anew, so no
+state of a real run is touched), runs it for `num_rounds` rounds on clients
+whose values are all ZERO, so that each round's result is its noise alone,
+and tests that noise with `tff_canary.stats.noise.noise_stats.check_noise`.
 
 The claimed per-coordinate std of round t is that of DP-FedAvg (McMahan et
 al., ICLR 2018, arXiv 1710.06963, Algorithm 1):
@@ -33,19 +30,12 @@ The DP state is found anywhere in the process state (e.g. under TFF's zeroing
 wrapper's `inner_agg`) as the first node with `query_state` and `dp_event`
 fields (TFF's `DPAggregatorState`, `CanaryDPAggregatorState`). For any other
 process, give `claimed_std` (one number, or one per round): it overrides the
-whole derivation. DP-FTRL's tree aggregation releases noise correlated across
-rounds, which no per-round std describes: its state is refused with a
-pointer to `tff_canary.federated.audit.tree_noise_check`, its self-test.
-TFF's distributed-DP chain adds its noise after a random rotation, where a
-defect of the shares can hide from this check;
-`tff_canary.federated.audit.ddp_noise_check` tests it in that basis.
-
-The check runs in any context a user's loop installs: TFF's default one,
-the multi-worker one, and those of TFF's program loops
-(`tff.program.NativeFederatedContext`, an asynchronous context, a call from
-inside a running asyncio loop), where its few computations run in a private
-synchronous local context (`tff_canary.federated.runtime.sync_context`), as
-do the tree and distributed-DP self-tests'.
+whole derivation. DP-FTRL's tree (noise correlated across rounds) has its own
+self-test, `tree_noise_check`, and TFF's distributed-DP chain (noise added
+after a random rotation) `ddp_noise_check`. Every self-test runs its
+computations in a private synchronous context when the user's loop has
+installed a program or asynchronous one (`tff_canary.federated.runtime.
+sync_context`).
 """
 
 from __future__ import annotations
@@ -75,11 +65,16 @@ class NoClaimError(ValueError):
   """The process state does not say which noise it claims; give claimed_std."""
 
 
-def find_dp_state(state: Any) -> Optional[Any]:
-  """The first node (depth first) with `query_state` and `dp_event` fields."""
-  return tree_search.find_first(
+def find_dp_state(state: Any, remedy: Optional[str] = None) -> Optional[Any]:
+  """The first node (depth first) with `query_state` and `dp_event` fields;
+  if there is none, None, or with `remedy` a `NoClaimError` ending with it."""
+  node = tree_search.find_first(
       state, lambda node: hasattr(node, "query_state")
       and hasattr(node, "dp_event"))
+  if node is None and remedy is not None:
+    raise NoClaimError("the process state has no DP aggregator state (fields "
+                       f"query_state and dp_event); {remedy}")
+  return node
 
 
 def denominator_of(query_state: Any) -> tuple[float, Any]:
@@ -157,12 +152,14 @@ def process_and_type(aggregator, value_type, check_type=None):
                   f"AggregationProcess, got {validation.show(aggregator)}.")
 
 
-def zero_rounds(process, value_type, num_rounds: int, num_clients: int):
+def zero_rounds(aggregator, value_type, num_rounds: int, num_clients: int,
+                check_type=None):
   """Yields (the state before, the output) of each of `num_rounds` rounds of
-  `process`, initialized anew, on `num_clients` clients of zero values, in a
-  private synchronous context (module docstring): every self-test's loop.
-  Iterate it in `contextlib.closing`, so that an error while reading a round
-  leaves that context at once."""
+  a fresh process of `aggregator` (`process_and_type`) on `num_clients`
+  clients of zero values, in a private synchronous context (module
+  docstring): every self-test's loop. Iterate it in `contextlib.closing`, so
+  that an error while reading a round leaves that context at once."""
+  process, value_type = process_and_type(aggregator, value_type, check_type)
   zeros = tf.nest.map_structure(
       lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype),
       tff.types.type_to_tf_tensor_specs(value_type))
@@ -228,18 +225,13 @@ def check_aggregation_noise(
                                                "clients_per_round")
   if claimed_std is not None:
     claimed = noise_stats.as_claimed_stds(claimed_std, num_rounds)
-  process, value_type = process_and_type(aggregator, value_type)
   noise, stds, described = [], [], []
-  with contextlib.closing(zero_rounds(process, value_type, num_rounds,
+  with contextlib.closing(zero_rounds(aggregator, value_type, num_rounds,
                                       num_clients)) as zero:
     for state, output in zero:
       if claimed_std is None:
-        dp_state = find_dp_state(state)
-        if dp_state is None:
-          raise NoClaimError("the process state has no DP aggregator state "
-                             "(fields query_state and dp_event); pass "
-                             "claimed_std.")
-        clip, denominator = clip_and_denominator(dp_state.query_state)
+        clip, denominator = clip_and_denominator(
+            find_dp_state(state, "pass claimed_std.").query_state)
         if clients_per_round is not None:
           denominator = clients_per_round
         z = value_noise_multiplier(_extract_dp_event(find_dp_state(

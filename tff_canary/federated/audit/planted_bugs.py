@@ -1,42 +1,28 @@
 """Planted DP bugs as a user would write them: buggy queries and factories.
 
 Issue 10's three bug classes, each an ordinary user-side `tfp.DPQuery` or
-`tff.aggregators` factory (no TFF or tensorflow_privacy module is patched):
+`tff.aggregators` factory (no TFF or tensorflow_privacy module is patched);
+what each run of them shows: docs/guide/distributed-dp.md ("Each bug once
+in a real TFF run"):
 
 * `ClipBugQuery`: a Gaussian sum query that clips each record at
   `clip_factor` x C while its sample params, its global state and its
-  DpEvent (`GaussianDpEvent(stddev / C)`) all say C. With factor 10 the
-  noise is a tenth of what the sensitivity needs (the effective noise
-  multiplier is z / 10). Server-side canaries (`CanaryDPFactory`), added at
-  the C the query reports, cannot see it; canary clients are clipped like
-  any client and can.
+  DpEvent (`GaussianDpEvent(stddev / C)`) all say C: the effective noise
+  multiplier is z / `clip_factor`.
 * `NoiseReuseQuery`: a Gaussian sum query whose noise for every tensor is
   the prefix of ONE draw of the largest tensor's size (one Philox key for all
-  tensors, the seeded-noise defect `seeded_query` was written to avoid: its
-  docstring, "the failure of reusing ONE key for every tensor"). Each
-  coordinate's noise has the claimed variance, so a random canary's cosine
-  has the same law (canaries cannot see it); the noise self-test's prefix
-  and exact-reuse tests can.
+  tensors, the defect `seeded_query` avoids). Each coordinate's noise has
+  the claimed variance.
 * `ddp_sum_factory(parameters)`: TFF's `DistributedDpSumFactory` chain
-  (`tff_canary.federated.insertion.ddp_chain`: its parts, a plain sum for SecAgg)
-  with a bug planted. Given the parameters of `expected_clients_per_round`
-  = k x the clients that actually take part (dropout), each client's share
-  is computed for k x too many clients: the sum carries 1/sqrt(k) of the
-  claimed noise std. The factory itself cannot tell; only the noise
-  self-test, run with the real participants, sees it.
-  `clip_factor=10` plants the clip bug: clients clipped at 10 C, with the
-  query's integer norm bounds raised to match (TFF's DDP queries assert
-  them, so a clip bug alone fails the round), while the scale, the noise
-  shares and so the claim stay those of C.
-  `share_reuse=True` plants the reuse defect where this chain adds noise:
-  `ShareReuseSkellamQuery` repeats each client's share for the first half
-  of its rotated integer vector in the second half, so each round's noise
-  lies in a d/2-dimensional subspace fixed by the round's rotation.
-  Undoing the rotation spreads the copy over every coordinate of every
-  tensor: no coordinate repeats another, and each has the claimed variance,
-  so the self-test of the released noise passes it;
-  `ddp_noise_check.check_ddp_noise` rotates the release back with the
-  round's seed and finds the halves equal.
+  (`tff_canary.federated.insertion.ddp_chain`) with a bug planted: the
+  shortfall (parameters of `expected_clients_per_round` = k x the clients
+  that take part, so the sum carries 1/sqrt(k) of the claimed noise std),
+  `clip_factor` (clients clipped at `clip_factor` x C, the query's integer
+  norm bounds raised to match, since TFF's DDP queries assert them, while
+  the scale, the shares and the claim stay C's) or `share_reuse`
+  (`ShareReuseSkellamQuery`: each client's share for the second half of its
+  rotated integer vector repeats the first half's;
+  `ddp_noise_check.check_ddp_noise` finds it).
 
 `tests/test_planted_bugs_tff.py` checks that the chain's state holds the
 real factory's scale, norm bounds and local std.
@@ -44,6 +30,7 @@ real factory's scale, norm bounds and local std.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import dp_accounting
@@ -103,9 +90,8 @@ class NoiseReuseQuery(seeded_query.SeededGaussianSumQuery):
 
 
 class ShareReuseSkellamQuery(tfp.DistributedSkellamSumQuery):
-  """Each client's Skellam share for the second half of its (rotated,
-  integer) vector repeats the share of the first half: the reuse defect
-  planted after the rotation, where the distributed-DP chain adds noise."""
+  """Each client's share for the second half of its vector repeats the first
+  half's (module docstring)."""
 
   def add_noise_to_sample(self, local_stddev, record):
     parent = super()
@@ -132,28 +118,23 @@ def ddp_query(parameters: ddp_parameters.DdpParameters, *,
   `clip_factor` x C (TFF's formulas, `ddp_parameters`), the noise that of C.
   """
   factor = validation.as_positive(clip_factor, "clip_factor")
-  if factor == 1.0 and not share_reuse:
-    return ddp_chain.ddp_query(parameters)
-  l2 = parameters.l2_sensitivity
-  l1 = parameters.l1_sensitivity
   if factor != 1.0:
     inflated = ddp_parameters.inflated_l2_bound(
         factor * parameters.l2_clip, parameters.gamma, parameters.beta,
         parameters.padded_dim)
     l2 = (inflated + ddp_parameters.NORM_LEEWAY) * parameters.scale
-    l1 = math.ceil(l2 * min(math.sqrt(parameters.padded_dim), l2))
-  if share_reuse:
-    if parameters.mechanism != "distributed_skellam":
-      raise ValueError("share_reuse needs mechanism 'distributed_skellam', "
-                       f"got {parameters.mechanism!r}.")
-    return ShareReuseSkellamQuery(l1_norm_bound=l1, l2_norm_bound=l2,
-                                  local_stddev=parameters.scaled_local_std)
-  if parameters.mechanism == "distributed_dgauss":
-    return tfp.DistributedDiscreteGaussianSumQuery(
-        l2_norm_bound=l2, local_stddev=parameters.scaled_local_std)
-  return tfp.DistributedSkellamSumQuery(
-      l1_norm_bound=l1, l2_norm_bound=l2,
-      local_stddev=parameters.scaled_local_std)
+    parameters = dataclasses.replace(
+        parameters, l2_sensitivity=l2,
+        l1_sensitivity=math.ceil(l2 * min(math.sqrt(parameters.padded_dim),
+                                          l2)))
+  if not share_reuse:
+    return ddp_chain.ddp_query(parameters)
+  if parameters.mechanism != "distributed_skellam":
+    raise ValueError("share_reuse needs mechanism 'distributed_skellam', "
+                     f"got {parameters.mechanism!r}.")
+  return ShareReuseSkellamQuery(l1_norm_bound=parameters.l1_sensitivity,
+                                l2_norm_bound=parameters.l2_sensitivity,
+                                local_stddev=parameters.scaled_local_std)
 
 
 def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
@@ -168,10 +149,8 @@ def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
       bug is parameters for more clients than take part).
     share_reuse: plant the reuse defect in the noise shares
       (`ShareReuseSkellamQuery`).
-    clip_factor: plant the clip bug: clients clipped at `clip_factor` x C,
-      and the query's norm bounds set to match (TFF's DDP queries assert
-      them: a record over the bound fails the round), while the scale and
-      the noise, hence the claim, stay those of C.
+    clip_factor: plant the clip bug (module docstring): clients clipped at
+      `clip_factor` x C, the query's norm bounds set to match.
 
   Returns:
     An unweighted SUM factory (wrap it in `tff.aggregators.

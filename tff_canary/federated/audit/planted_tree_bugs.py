@@ -1,56 +1,43 @@
 """Planted DP-FTRL bugs as a user would write them: tree queries and a sampler.
 
 The TFF counterparts of `tff_canary.stats.correlated.tree_simulation`'s four
-bugs, each an ordinary user-side subclass of a public tensorflow_privacy class
+bugs (docs/method/dp-ftrl.md, "Planted bugs": what each breaks, what catches
+it), each an ordinary user-side subclass of a public tensorflow_privacy class
 (`tfp.TreeResidualSumQuery`, `tfp.tree_aggregation.TreeAggregator` /
 `EfficientTreeAggregator`) or of a canary schedule; no TFF or
 tensorflow_privacy module is patched:
 
 * `RestartReuseTreeQuery` ("restart_reuse"): its `reset_state` starts the
-  new tree from the query's initial state, `initial_global_state()`, the way
-  one restarts a stream "from scratch". That state's noise generator is
-  re-initialized: with a `noise_seed` (reproducible simulation, as in TFF's
-  `noise_seed`) every restarted tree draws the first tree's node noises again
-  (tensorflow_privacy's own `reset_state` keeps the generator state running).
-* `MissingLevelTreeQuery` ("missing_level"): its tree gives the nodes of
-  level `tree_simulation.MISSING_LEVEL` (1) no noise: their values are
-  multiplied by a per-level scale that is 0 at level 1 (as if a table of
-  per-level noise scales had lost an entry). On the plain tree each step
-  draws one node, at the level it creates; on the efficient tree a node's
-  own noise is scaled, its children's halves are kept.
+  new tree from `initial_global_state()`, whose noise generator is
+  re-initialized: with a `noise_seed` every restarted tree draws the first
+  tree's node noises again (tensorflow_privacy's own `reset_state` keeps the
+  generator state running).
+* `MissingLevelTreeQuery` ("missing_level"): node noises multiplied by a
+  per-level scale that is 0 at level `tree_simulation.MISSING_LEVEL` (1)
+  (`ScaledLevelTreeAggregator`, `ScaledLevelEfficientTreeAggregator`).
 * `HalvedVarianceTreeQuery` ("efficient_scale"): an efficient tree whose
   internal nodes' own noise is drawn with std sigma / sqrt(2), as if
   `EfficientTreeAggregator`'s variance reduction (its docstring: node std
-  "roughly sigma sqrt(2^{d-1} / (2^d - 1))", about sigma / sqrt(2)) had to be
-  applied by hand.
-* `TwicePerEpoch` ("double_participation"): a canary schedule, the client
-  sampler's bug: each canary takes part in its once-per-epoch round of
-  `schedules.ShuffledEpochs` (same seed, same draws) and in a second,
-  uniformly drawn other round of the same epoch, while the audit is told the
-  `ShuffledEpochs` schedule. The noise is correct.
+  "roughly sigma sqrt(2^{d-1} / (2^d - 1))") had to be applied by hand.
+* `TwicePerEpoch` ("double_participation"): the client sampler's bug, a
+  second round per epoch for each canary while the audit is told
+  `schedules.ShuffledEpochs`. The noise is correct.
 
-A fourth noise bug has no counterpart in `tree_simulation` (whose
-mechanism has one tensor):
+and one without a counterpart in the one-tensor `tree_simulation`:
 
-* `CrossTensorReuseTreeQuery` ("cross_tensor_reuse"): its noise generator,
-  `SharedSeedNoiseGenerator`, draws each tree node's noise for every tensor
-  of the value from ONE seed, as the prefix of one draw of the largest
-  tensor's size (tensorflow_privacy's `GaussianNoiseGenerator` gives tensor
-  i the seed `seeds + i`). Every coordinate's tree noise has the claimed
-  law, over the rounds too, so no variance or between-rounds test sees it
-  and a canary's score has its claimed law; each smaller tensor's released
-  noise is a copy of the larger one's first values in every round, which
-  the tree self-test, per tensor (`tree_noise_check`), finds with its
-  `prefix[a,b]` tests (cosine 1, naming the tensors) and its exact-reuse
-  test.
+* `CrossTensorReuseTreeQuery` ("cross_tensor_reuse"): its
+  `SharedSeedNoiseGenerator` draws each node's noise for every tensor from
+  ONE seed, as the prefix of one draw of the largest tensor's size
+  (tensorflow_privacy's `GaussianNoiseGenerator` gives tensor i the seed
+  `seeds + i`). Every coordinate has the claimed law, over the rounds too;
+  each smaller tensor's noise copies the larger one's first values, which
+  the tree self-test's `prefix[a,b]` and exact-reuse tests find
+  (`tree_noise_check`, per tensor).
 
 `PlantedTreeAggregation` is `tree_factory.TreeAggregation` with one of the
-noise bugs planted in the query its `sum_query` builds, for
-`CanaryDPFactory(PlantedTreeAggregation(...), canaries, clients_per_round=)`
-and for `tff.aggregators.DifferentiallyPrivateFactory(tfp.NormalizedQuery(
-aggregation.sum_query(specs), clients_per_round))`. Its `noise(T)` is the
-CLAIMED tree (the correct one). tests/test_tree_bugs_tff.py checks each
-bug's released-noise coefficients against `tree_simulation.planted_noise`.
+noise bugs planted in the query its `sum_query` builds; its `noise(T)` is the
+CLAIMED (correct) tree. tests/test_tree_bugs_tff.py checks each bug's
+released-noise coefficients against `tree_simulation.planted_noise`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """The noise self-test of a canary aggregator, from the aggregator alone.
 
-`check_noise(aggregator, value_type)` takes the `CanaryDPFactory` a loop
-trains with, builds it again without canaries
-(`CanaryDPFactory.without_canaries`: the same constructor and arguments, the
-seeded noise from its own stream) and runs the check of its noise on zero
-client values: `tree_noise_check.check_tree_noise` when the query's noise is
-correlated across rounds (`query_noise.QueryNoise.correlated`: DP-FTRL's
-tree aggregation, `tree_aggregation`, `tree_adaptive`), else
-`noise_check.check_aggregation_noise` (docs/method/noise-self-test.md). The
-result goes to `RunWriter.record_noise_check`.
-
-It lives here, not as a method of the factory: the audit layer imports the
-insertion layer (the planted bugs build canary factories), so the factory
-cannot import the checks without a cycle.
-
-Zeroing adds no noise and leaves zero values as they are, so a zeroed
-aggregator (`factory.with_zeroing(aggregator)`, a TFF factory) is
-self-tested by its inner `CanaryDPFactory`.
+docs/method/noise-self-test.md: `check_noise(aggregator, value_type)`
+rebuilds the `CanaryDPFactory` a loop trains with without canaries
+(`CanaryDPFactory.without_canaries`) and runs `tree_noise_check.
+check_tree_noise` when the query's noise is correlated across rounds
+(`query_noise.QueryNoise.correlated`: DP-FTRL's tree), else
+`noise_check.check_aggregation_noise`. The result goes to
+`RunWriter.record_noise_check`. Not a method of the factory: the audit layer
+imports the insertion layer (the planted bugs build canary factories), so
+the factory cannot import the checks without a cycle.
 """
 
 from __future__ import annotations

@@ -8,41 +8,32 @@ over a tensorflow_privacy tree query, or a given unweighted
 `tff.templates.AggregationProcess`, initialized anew), runs it for
 `num_rounds` rounds on clients whose values are all ZERO, so that each
 round's result is its noise alone, and tests that noise against the claimed
-tree (`tff_canary.stats.correlated.tree_noise.TreeNoise`).
+tree (`tff_canary.stats.correlated.tree_noise.TreeNoise`;
+docs/method/dp-ftrl.md).
 
 The claim. Round t's released noise is e_t = sum_k B[t, k] xi_k with xi_k
-iid N(0, sigma^2 I) node noises (`tree_noise`, docs/method/dp-ftrl.md), so
-over the rounds each coordinate is N(0, sigma^2 K), K = B B^T, independent
-across coordinates. Each round's result (a mean: the sum over the
-denominator) is turned into units of the node noise,
+iid N(0, sigma^2 I) node noises, so over the rounds each coordinate is
+N(0, sigma^2 K), K = B B^T, independent across coordinates. Each round's
+result (a mean) is turned into units of the node noise,
 
     n_t = result_t * denominator / sigma_t,
 
-sigma_t = z C_t the claimed node std of the tree that round t belongs to:
-the claimed noise multiplier z (`noise_multiplier`; for a `CanaryDPFactory`
-with a tree, its constructor's `tree.noise_multiplier`) times the clip C_t
-in the tree query's state before the round (`clip_value`; `tree_adaptive`
-moves it at each restart), or `node_std` when given. Without a claimed z,
-the `stddev` of the value tree's `GaussianNoiseGenerator` state is used:
-the implementation's own number, so a bug that sets it wrong would be
-measured against itself (the claim says which was used). The denominator is the
-`tfp.NormalizedQuery` state's (clients_per_round), or `clients_per_round`.
-The [T, d] array n is what `tree_audit.audit_ftrl` takes as
-`self_test_noise`; the check here is the audit's self-test on its own: n is
-whitened by the Cholesky factor of the claimed K (n -> L^-1 n, K = L L^T),
-which makes correct noise i.i.d. N(0, 1) in every round, and
-`noise_stats.check_noise` tests variance, mean, correlation between rounds
-and reuse of values (Holm) at `level`. Whitening mixes rounds, never
-coordinates, so each tensor of the value keeps its own columns: the check is
-per tensor like the Gaussian one (`noise_check`), and its tests between
-tensors (`prefix[a,b]`: one tensor's node noise reused in another) run on a
-real model's weights.
+sigma_t = z C_t the claimed node std of round t's tree: the claimed noise
+multiplier z (`noise_multiplier`, or a `CanaryDPFactory`'s
+`tree.noise_multiplier`) times the clip C_t in the tree query's state before
+the round (`clip_value`; `tree_adaptive` moves it at each restart), or
+`node_std` when given. Without a claimed z, the `stddev` of the value tree's
+`GaussianNoiseGenerator` state is used: the implementation's own number, so
+a bug that sets it wrong would be measured against itself (the claim says
+which was used). The denominator is the `tfp.NormalizedQuery` state's
+(clients_per_round), or `clients_per_round`. n ([T, d], `tree_audit.
+audit_ftrl`'s `self_test_noise`) is whitened by the Cholesky factor of the
+claimed K (n -> L^-1 n, K = L L^T), which makes correct noise i.i.d.
+N(0, 1), and `noise_stats.check_noise` tests it at `level`, per tensor of
+the value (whitening mixes rounds, never coordinates).
 
 The tree's shape (efficient or plain, restarts) is not in the process state
-in a usable form: `noise` gives it, or, for a `CanaryDPFactory` with a tree,
-its `tree.noise(num_rounds)`. By default the run spans two restarts of the
-tree when it restarts (so that noise repeated by a restarted tree shows),
-`DEFAULT_ROUNDS` rounds when it does not.
+in a usable form: `noise` gives it (`check_tree_noise`'s defaults).
 """
 
 from __future__ import annotations
@@ -116,61 +107,45 @@ def default_rounds(restart_period: Optional[int] = None,
   return max(DEFAULT_ROUNDS, restarts[1] + 2)
 
 
-def _tree_state(query_state: Any) -> Any:
-  """The value tree's `TreeResidualSumQuery` state (depth first: the value
-  tree comes before `tree_adaptive`'s clipped-count tree)."""
-  return tree_search.find_first(
-      query_state, lambda s: hasattr(s, "_fields")
-      and "tree_state" in s._fields and "clip_value" in s._fields)
-
-
 def _dp_query_state(state: Any) -> Any:
-  dp_state = noise_check.find_dp_state(state)
-  if dp_state is None:
+  return noise_check.find_dp_state(
+      state, "pass node_std and clients_per_round.").query_state
+
+
+def _tree_state(state: Any) -> Any:
+  """The value tree's `TreeResidualSumQuery` state (depth first: the value
+  tree comes before `tree_adaptive`'s clipped-count tree); its `clip_value`
+  is the clip before the next round."""
+  tree = tree_search.find_first(
+      _dp_query_state(state), lambda s: hasattr(s, "_fields")
+      and "tree_state" in s._fields and "clip_value" in s._fields)
+  if tree is None:
     raise noise_check.NoClaimError(
-        "the process state has no DP aggregator state (fields query_state "
-        "and dp_event); pass node_std and clients_per_round.")
-  return dp_state.query_state
+        "the DP query state has no tree query state with a clip_value; "
+        "pass node_std.")
+  return tree
 
 
 def _node_std(state: Any) -> float:
   """The value tree's generator stddev: the next round's sigma."""
-  tree = _tree_state(_dp_query_state(state))
-  generator = None if tree is None else tree.tree_state.value_generator_state
-  if generator is None or not hasattr(generator, "stddev"):
+  generator = _tree_state(state).tree_state.value_generator_state
+  if not hasattr(generator, "stddev"):
     raise noise_check.NoClaimError(
         "the DP query state has no tree with a GaussianNoiseGenerator state "
         "(tree_state.value_generator_state.stddev); pass node_std.")
   return float(np.asarray(generator.stddev))
 
 
-def _clip(state: Any) -> float:
-  """The value tree's clip before the next round (`clip_value`)."""
-  tree = _tree_state(_dp_query_state(state))
-  if tree is None:
-    raise noise_check.NoClaimError(
-        "the DP query state has no tree query state with a clip_value; "
-        "pass node_std.")
-  return float(np.asarray(tree.clip_value))
-
-
-def _canary_tree(aggregator):
-  """A `CanaryDPFactory`'s tree (`TreeAggregation`), else None."""
-  return (aggregator.tree if isinstance(aggregator, factory.CanaryDPFactory)
+def _claim(aggregator, noise, num_rounds, noise_multiplier):
+  """(the claimed `TreeNoise`, the claimed z or None) (`check_tree_noise`'s
+  defaults: a `CanaryDPFactory`'s tree)."""
+  tree = (aggregator.tree if isinstance(aggregator, factory.CanaryDPFactory)
           else None)
-
-
-def _claimed_multiplier(aggregator, noise_multiplier):
   if noise_multiplier is not None:
-    return validation.as_positive(noise_multiplier, "noise_multiplier")
-  tree = _canary_tree(aggregator)
-  if tree is not None and tree.noise_multiplier > 0.0:
-    return float(tree.noise_multiplier)
-  return None
-
-
-def _claimed_noise(aggregator, noise, num_rounds):
-  tree = _canary_tree(aggregator)
+    z = validation.as_positive(noise_multiplier, "noise_multiplier")
+  else:
+    z = (float(tree.noise_multiplier) if tree is not None
+         and tree.noise_multiplier > 0.0 else None)
   if noise is not None:
     if not isinstance(noise, linear_noise.LinearNoise):
       raise TypeError(f"noise must be a LinearNoise (a tree's TreeNoise), "
@@ -178,14 +153,14 @@ def _claimed_noise(aggregator, noise, num_rounds):
     if num_rounds is not None and num_rounds != noise.num_rounds:
       raise ValueError(f"num_rounds={num_rounds} differs from the claimed "
                        f"tree's {noise.num_rounds} rounds.")
-    return noise
+    return noise, z
   if tree is None:
     raise TypeError("noise (the claimed tree_noise.TreeNoise) is required "
                     "unless aggregator is a CanaryDPFactory with a tree.")
   if num_rounds is None:
     num_rounds = default_rounds(restart_period=tree.restart_period,
                                 restart_warmup=tree.restart_warmup)
-  return tree.noise(num_rounds)
+  return tree.noise(num_rounds), z
 
 
 def _shape(claimed: linear_noise.LinearNoise) -> str:
@@ -248,7 +223,7 @@ def check_tree_noise(
   """
   if num_rounds is not None:
     num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=2)
-  claimed = _claimed_noise(aggregator, noise, num_rounds)
+  claimed, z = _claim(aggregator, noise, num_rounds, noise_multiplier)
   num_rounds = claimed.num_rounds
   num_clients = validation.as_int(num_clients, "num_clients", minimum=1)
   if clients_per_round is not None:
@@ -256,18 +231,16 @@ def check_tree_noise(
                                                "clients_per_round")
   given = (None if node_std is None else
            noise_stats.as_claimed_stds(node_std, num_rounds))
-  z = _claimed_multiplier(aggregator, noise_multiplier)
   if given is not None and min(given) <= 0.0:
     raise ValueError(f"node_std must be positive, got {node_std!r}.")
-  process, value_type = noise_check.process_and_type(aggregator, value_type)
   rows, sigmas, denominators = [], [], []
   with contextlib.closing(noise_check.zero_rounds(
-      process, value_type, num_rounds, num_clients)) as zero:
+      aggregator, value_type, num_rounds, num_clients)) as zero:
     for t, (state, output) in enumerate(zero):
       if given is not None:
         sigma = given[t]
       elif z is not None:
-        sigma = z * _clip(state)
+        sigma = z * float(np.asarray(_tree_state(state).clip_value))
       else:
         sigma = _node_std(state)
       if sigma <= 0.0:

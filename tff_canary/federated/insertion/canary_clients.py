@@ -1,62 +1,37 @@
 """Canary clients that are clients: the client-insertion mode.
 
-The server-side mode (`tff_canary.federated.insertion.factory`) adds canaries to the DP
-query's sum at exactly the round's clip C_t, so it measures the noise step and
-nothing before it: a client-side clip at 10 C while the DpEvent claims C, a
-zeroing stage, a user's own factory are all invisible to it. Here canary
-clients are clients, as in the paper's production recipe (Andrew et al.,
+docs/guide/insertion-modes.md. Server-side canaries (`factory`) measure the
+noise step only; here, as in the paper's production recipe (Andrew et al.,
 "One-shot Empirical Privacy Estimation for Federated Learning", ICLR 2024,
-arXiv 2302.03098, Section 4 and Algorithm 2: "designate a small fraction of
-real clients to have their model updates replaced with the canary update"):
-a canary client's update is replaced by `canary_norm * c_j`, c_j the canary
-direction of `tff_canary.federated.insertion.canary_directions` (the same vector the
-server-side mode and the cosine pass use, laid out by `flat_layout`), and it
-enters the user's aggregator like any client's update. TFF's
-`DifferentiallyPrivateFactory` (fixed, adaptive), `tff.learning.dp_aggregator`
-with zeroing, distributed DP or a user's own factory then does to it whatever
-it does to a client (tests/test_canary_clients.py runs the first three and a
-user's query; distributed DP is not tested here).
+arXiv 2302.03098, Section 4 and Algorithm 2), a canary client's update is
+replaced by `canary_norm * c_j` (c_j of `canary_directions`, or of
+`orthogonal_transform`, laid out by `flat_layout`) and enters the user's
+aggregator like any client's, so a clip, zeroing stage or user factory
+before the noise acts on it (tests/test_canary_clients.py).
 
 Client data. A client is `OrderedDict(canary_id=ids, data=dataset)`, two
-sequences: `ids` is a one-element dataset holding the client's canary id
-(int32, `REAL_CLIENT` = -1 for a real client) and `data` is the user's
-dataset, untouched (`wrap_dataset`); a canary client j has `ids` holding j
-and an empty `data` with the real clients' element spec (`canary_client`).
-`with_canary_clients` builds a round's list, and `scheduled_canary_ids` gives
-a round's canaries from a `CanaryConfig`'s schedule (the server-side mode's
-events). Client data must be a structure of sequences
-(`compose_learning_process` checks it), hence the id as a sequence.
+sequences (`compose_learning_process` wants a structure of sequences):
+`ids` holds the client's canary id (int32, `REAL_CLIENT` = -1 for a real
+client) and `data` the user's dataset, untouched (`wrap_dataset`); a canary
+client j has an empty `data` of the real clients' element spec
+(`canary_client`). `with_canary_clients` builds a round's list and
+`scheduled_canary_ids` gives a round's canaries from a `CanaryConfig`'s
+schedule (the server-side mode's events).
 
-Client work. `build_canary_client_work` wraps a `ClientWorkProcess` (e.g.
-`tff.learning.templates.build_model_delta_client_work`): it hands the inner
-work each client's `data` (a canary client trains on an empty dataset), reads
-the id, returns the inner result unchanged for real clients and, for a
-canary client, `ClientResult(canary_norm * c_j unflattened to the update
-structure, update_weight=1)`. The sign is a client update's (initial minus
-trained), so the model moves along -c_j as with server-side canaries
-(docs/method/sign-convention.md). Its measurements are the inner work's plus `canary_clients`, the
-number of canary clients in the round.
+Client work (`build_canary_client_work`): the inner work's result for real
+clients and, for a canary client, `ClientResult(canary_norm * c_j,
+update_weight=1)`. The sign is a client update's (initial minus trained), so
+the model moves along -c_j as with server-side canaries
+(docs/method/sign-convention.md); the measurements add `canary_clients`.
 
-The norm. `DEFAULT_CANARY_NORM` = 10: the paper's argument for the strongest
-canary is "a very large update" (Section 4), and a norm above the clip lets
-the aggregator under test do the clipping (a canary then enters the sum at
-min(norm, clip), which is what is measured). 10 is 100 times TFF's default
-initial adaptive clip (0.1, `gaussian_adaptive`, `dp_aggregator`) and 10
-times the paper's fixed clip of 1 (Section 5.4), and it is below the starting
-threshold of TFF's default adaptive zeroing (2 * 10 + 1 = 21), so that
-zeroing, in L-inf or L2, does not drop it in the first round. A fixed clip
-above the norm is not reached: the canary enters at its norm, below the clip.
-
-Zeroing and adaptive clipping see canary clients as clients. A zeroing stage
-drops a canary whose norm (in the stage's norm order; TFF's default is L-inf)
-exceeds the round's zeroing norm, and TFF's adaptive threshold (2 x an
-estimate of the 0.98 quantile of client norms + 1) learns from all clients'
-norms, canaries included, so whether a later round drops a canary depends on
-the canaries' share of the clients and the real clients' norms. A dropped
-canary is a finding, not a zero to hide: `canary_client_outcomes` records
-per canary and round what the measurements say. Adaptive clipping's quantile
-estimate counts each canary as a client above the clip, which pushes the clip
-up; server-side canaries do not vote.
+The norm. `DEFAULT_CANARY_NORM` = 10, "a very large update" (Section 4)
+above the clip, so the aggregator under test does the clipping: 100 times
+TFF's initial adaptive clip (0.1), 10 times the paper's fixed clip of 1
+(Section 5.4), and below the first threshold of TFF's default adaptive
+zeroing (2 * 10 + 1 = 21). Under a fixed clip above the norm, a canary
+enters at its norm. Zeroing and adaptive clipping see canary clients as
+clients (the page above); `canary_client_outcomes` records a dropped canary
+as a finding.
 """
 
 from __future__ import annotations
@@ -317,12 +292,8 @@ def build_canary_client_fedavg(
 
   With `canaries` (a `CanaryConfig` of seed `canary_seed`) whose directions
   are "orthogonal", canary clients return orthogonal canaries and the
-  aggregator is wrapped in `scoring_factory.CanaryScoringFactory`, which
-  scores every canary in each round's result and keeps the statistics in
-  the aggregator state (docs/method/orthogonal-canaries.md); with
-  `scores="dot_products"` it keeps none and reports each round's <c_j,
-  result> in the aggregator's measurements instead (for an aggregator whose
-  noise is correlated across rounds, DP-FTRL's tree; `scoring_factory`).
+  aggregator is wrapped in `scoring_factory.CanaryScoringFactory(...,
+  scores=scores)` ("cosines" or "dot_products", as there).
 
   Raises:
     TypeError, ValueError: for bad arguments, naming them.

@@ -9,12 +9,11 @@ parameters. Canary j of a run with seed s is
                                      alg="philox"),
     c_j = g_j / |g_j|,
 
-with |g_j| accumulated in float64, laid out as `tff_canary.federated.
-flat_layout` says. The same function runs inside the aggregation process
-(`canary_sum`, in a `tf.while_loop`) and after training (`canary_block`,
-eagerly in blocks), so the canaries used in training and the ones regenerated
-for the cosines are bitwise identical: canaries are never stored. Which ids a
-run has, and which are inserted, is `tff_canary.stats.canaries.canary_config`.
+with |g_j| accumulated in float64, laid out by `flat_layout`. The same
+function runs in the aggregation process (`canary_sum`) and after training
+(`canary_block`), so the regenerated canaries are bitwise the trained ones:
+canaries are never stored. Which ids a run has, and which are inserted, is
+`tff_canary.stats.canaries.canary_config`.
 """
 
 from __future__ import annotations

@@ -21,16 +21,13 @@ The schedule is fixed before training (`CanaryConfig.participation`); rounds
 past the schedule's `num_rounds` get no canaries (the run may go on). Its
 (round, canary id) events are an int32 [n, 2] tensor in the state and a
 constant in the `initialize` graph: 8 bytes per event, so up to ~10^7 events
-are cheap (TF graph constants are limited to 2 GB). Each round costs one
-`tf.random.stateless_normal` of d floats per scheduled canary (generated in a
-`tf.while_loop`, so the graph does not grow with the number of canaries).
+are cheap (TF graph constants are limited to 2 GB). A round costs one
+draw of d floats per scheduled gaussian canary (`canary_directions.canary_sum`).
 
-The state (`CanaryDPAggregatorState`) is TFF's `DPAggregatorState`
-(`query_state, agg_state, dp_event, is_init_state`, so that
+The state (`CanaryDPAggregatorState`) is TFF's `DPAggregatorState` (so that
 `tff.aggregators.differential_privacy.extract_dp_event_from_state` works on
-it) plus the round counter, the seed and the schedule's (round, canary id)
-events as tensors: checkpointing the learning process state and resuming gives
-the same canaries and schedule.
+it) plus the round counter, the seed and the schedule's events as tensors:
+a resumed checkpoint gives the same canaries and schedule.
 
 Measurements per round (under the aggregator's key of the learning process's
 metrics, possibly nested under a zeroing wrapper's): `dp_query_metrics` and
@@ -40,14 +37,9 @@ round; note `dp_query_metrics['clip']` is the NEXT round's clip), `round_num`
 the round's noised aggregate exactly as the server applies it, as ONE flat
 float32 vector of length d in `tf.nest.flatten` order. Pop it with
 `tff_canary.federated.scores.aggregate_recorder.AggregateRecorder.record` to keep
-metric logs small.
-
-The process does not know its mechanism: what it needs of the query beyond
-the `tfp.DPQuery` interface is the query's `query_noise.QueryNoise`. With
-noises correlated across rounds (DP-FTRL, `tree_factory`) orthogonal canaries
-get, instead of the running statistics in the state (which assume
-independent rounds), the measurement `measurement_keys.TREE_SCORES_KEY`:
-every canary's score of the round (`QueryNoise.scores`).
+metric logs small. With noises correlated across rounds
+(`QueryNoise.correlated`, `tree_factory`) orthogonal canaries get, instead of
+the running statistics in the state, `measurement_keys.TREE_SCORES_KEY`.
 """
 
 from __future__ import annotations
@@ -157,7 +149,7 @@ def build(
                               seed_type, schedule_type)
   def add_canaries(params, sample_state, round_num, seed_t, schedule):
     clip = noise.clip(params)
-    ids = tf.boolean_mask(schedule[:, 1], tf.equal(schedule[:, 0], round_num))
+    ids = round_scores.round_ids(schedule, round_num)
     if has_canaries:
       if orthogonal:
         total = orthogonal_transform.canary_sum(seed_t, ids, dim, rows)

@@ -1,38 +1,19 @@
 """What a round of the client-insertion mode leaves in TFF's process state.
 
-With canary clients (`tff_canary.federated.insertion.canary_clients`) the canaries go
-through TFF's own `DifferentiallyPrivateFactory`, which, unlike this
-package's aggregator (`factory`), reports neither the noised aggregate nor
-the clip it used. The process state tells both, and the round's DpEvent:
-
-  * `dp_aggregator_state(state)`: the factory's state (TFF's
-    `DPAggregatorState`: query_state, agg_state, dp_event, is_init_state),
-    found anywhere under `state.aggregator` (under TFF's zeroing it sits in
-    `state.aggregator['inner_agg']`);
-  * `dp_event(state)`: the round's DpEvent, by TFF's public
-    `tff.aggregators.differential_privacy.extract_dp_event_from_state`;
-  * `query_clip(state)`: the clip of the DP sum query in that state, found
-    by tensorflow_privacy's public state fields from the outside in: a
-    `NormalizedQuery`'s `numerator_state`, a `RestartQuery`'s
-    `inner_query_state`, an adaptive query's `sum_state`
-    (`QuantileAdaptiveClipSumQuery`, `QAdaClipTreeResSumQuery`), down to a
-    `GaussianSumQuery`'s `l2_norm_clip` or a DP-FTRL tree query's
-    `clip_value` (`TreeResidualSumQuery`, `TreeCumulativeSumQuery`); any
-    other state is refused, naming its fields. Read from the state BEFORE a
-    round it is the clip C_r that round uses: a fixed query's clip, or the
-    adaptive one TFF's measurements report only a round late
-    (`dp_query_metrics['clip']` is the next round's; a tree's adaptive clip
-    moves at its restarts);
-  * `round_aggregate(before, after, server_learning_rate)`: the round's
-    aggregate from the model weights. FedAvg's server step with SGD without
-    momentum is theta_t = theta_{t-1} - eta a_t (McMahan et al. 2018, arXiv
-    1710.06963, Algorithm 1; a_t the noised mean of the clipped client
-    updates, canary clients included, with TFF's fixed denominator
-    clients_per_round), so a_t = (theta_{t-1} - theta_t) / eta: the noised
-    aggregate the server-side mode records, flattened as `flat_layout`
-    lays out the trainable weights. With momentum (or Adam) the weight
-    change mixes earlier rounds' aggregates; the experiments refuse that
-    combination (`experiment_config`).
+With canary clients (`canary_clients`) the canaries go through TFF's own
+`DifferentiallyPrivateFactory`, which, unlike `factory`, reports neither the
+noised aggregate nor the clip it used. The process state tells both, and the
+round's DpEvent (docs/guide/insertion-modes.md): `dp_aggregator_state`
+(TFF's `DPAggregatorState`, also under zeroing's `inner_agg`), `dp_event`
+(TFF's public `extract_dp_event_from_state`), `query_clip` (the clip C_r of
+the round that follows the state; TFF's `dp_query_metrics['clip']` is the
+next round's) and `round_aggregate`: FedAvg's server step with SGD without
+momentum is theta_t = theta_{t-1} - eta a_t (McMahan et al. 2018, arXiv
+1710.06963, Algorithm 1; a_t the noised mean of the clipped client updates,
+canary clients included, denominator clients_per_round), so a_t =
+(theta_{t-1} - theta_t) / eta, laid out by `flat_layout`. With momentum (or
+Adam) the weight change mixes earlier rounds' aggregates; the experiments
+refuse that combination (`experiment_config`).
 """
 
 from __future__ import annotations
@@ -84,9 +65,13 @@ def _fields(node: Any) -> set[str]:
 
 
 def query_clip(state: Any) -> float:
-  """The DP sum query's clip in `state`: a Gaussian query's `l2_norm_clip`
-  or a tree query's `clip_value` (module docstring: before a round, that
-  round's clip); ValueError for a query state of another kind."""
+  """The DP sum query's clip in `state` (before a round, that round's clip).
+
+  Found by tensorflow_privacy's public state fields from the outside in
+  (`NormalizedQuery`, `RestartQuery`, an adaptive query's `sum_state`, down
+  to a Gaussian query's `l2_norm_clip` or a DP-FTRL tree query's
+  `clip_value`); ValueError naming the fields for a state of another kind.
+  """
   query_state = dp_aggregator_state(state).query_state
   node, path = query_state, "query_state"
   for _ in range(16):  # wrappers nest a few levels deep

@@ -1,13 +1,10 @@
 """How a canary aggregator was built: its named constructor and arguments.
 
 A `CanaryDPFactory` keeps the record so that it can build itself again with
-other canaries: the noise self-test (`tff_canary.federated.audit.self_test`)
-runs the same aggregator with none (`CanaryDPFactory.without_canaries`).
-`remembered` marks a named constructor (a classmethod) whose call is
-recorded; `CanaryDPFactory(...)` itself records its own arguments. The
-checks of the arguments the insertion modules share (`as_canaries`,
-`orthogonal`, `as_bool`, `as_unweighted_factory`) are here too, each with
-one message.
+other canaries (`CanaryDPFactory.without_canaries`, for the noise
+self-test). `remembered` marks a named constructor (a classmethod) whose
+call is recorded. The checks of the arguments the insertion modules share
+are here too, each with one message.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ import inspect
 import types
 from typing import Any, Callable, Mapping, Optional
 
-import numpy as np
 import tensorflow_federated as tff
 
 from tff_canary.stats import validation
@@ -89,13 +85,6 @@ def orthogonal(canaries: Any, seed: int) -> bool:
   return canaries.directions == "orthogonal"
 
 
-def as_bool(value: Any, name: str) -> bool:
-  """`value` as a bool (a NumPy bool too), else TypeError naming `name`."""
-  if not isinstance(value, (bool, np.bool_)):
-    raise TypeError(f"{name} must be a bool, got {validation.show(value)}.")
-  return bool(value)
-
-
 def as_unweighted_factory(value: Any, name: str,
                           default: Optional[Callable[[], Any]] = None) -> Any:
   """`value` (`default()` for None, if given) if it is a TFF
@@ -109,5 +98,5 @@ def as_unweighted_factory(value: Any, name: str,
   return value
 
 
-__all__ = ["Construction", "as_bool", "as_canaries", "as_unweighted_factory",
+__all__ = ["Construction", "as_canaries", "as_unweighted_factory",
            "orthogonal", "remembered"]

@@ -4,26 +4,19 @@
 (distributed_dp.py `_build_aggregation_factory`, TFF 0.87) composed from
 its parts, with the numbers `stats.ddp_parameters` derives: concat ->
 rotation (DFT or randomized Hadamard) -> L2 clip at C -> scaling and
-conditional stochastic rounding (`DiscretizationFactory`) ->
-`DifferentiallyPrivateFactory` with TFF's own
-`tfp.DistributedSkellamSumQuery` / `DistributedDiscreteGaussianSumQuery`
-(`ddp_query`: each client adds its noise share in `preprocess_record`) ->
-modular clipping to [-2^(b-1), 2^(b-1)) and [0, 2^b) -> a PLAIN
-`SumFactory` where TFF has `SecureSumFactory`. SecAgg hides the summands
-but does not change the sum, and TFF's default simulation context refuses
-the secure intrinsics (measured on TFF 0.87; docs/guide/distributed-dp.md); the chain's state holds
-the real factory's scale, norm bounds and local std
-(tests/test_planted_bugs_tff.py). `ddp_mean_factory` puts it under
-`tff.aggregators.UnweightedMeanFactory`, as `tff.learning.
-ddp_secure_aggregator` does: the mean divides by the clients that took
-part (a plain count sum here, TFF's is secure), not by the expected
-`clients_per_round`.
-
-`DiscretizationFactory` and `ModularClippingSumFactory` are not exported
-from `tff.aggregators` in TFF 0.87 (nor is `DistributedDpSumFactory`), so
-they are imported from their modules, as tests/test_ddp_parameters_tff.py
-does. `tff_canary.federated.audit.planted_bugs` plants its DDP bugs in this chain
-(a buggy query or clip given to `ddp_sum_factory`).
+conditional stochastic rounding -> `DifferentiallyPrivateFactory` with TFF's
+own distributed query (`ddp_query`: each client adds its noise share in
+`preprocess_record`) -> modular clipping to [-2^(b-1), 2^(b-1)) and
+[0, 2^b) -> a PLAIN `SumFactory` where TFF has `SecureSumFactory`: SecAgg
+does not change the sum, and TFF's simulation context refuses the secure
+intrinsics (docs/guide/distributed-dp.md; tests/test_planted_bugs_tff.py
+checks the chain's state against the real factory's). `ddp_mean_factory`
+puts it under `UnweightedMeanFactory`, as `tff.learning.
+ddp_secure_aggregator` does: the mean divides by the clients that took part,
+not by the expected `clients_per_round`. `DiscretizationFactory` and
+`ModularClippingSumFactory` are not exported from `tff.aggregators` in TFF
+0.87, so they come from their modules.
+`tff_canary.federated.audit.planted_bugs` plants its DDP bugs in this chain.
 """
 
 from __future__ import annotations

@@ -6,42 +6,25 @@ query adds noise, the server adds this round's canaries to the query's sample
 state, each exactly at the round's clip norm C_t (docs/method/canaries.md; Andrew et al.,
 "One-shot Empirical Privacy Estimation for Federated Learning", ICLR 2024,
 arXiv 2302.03098, Algorithm 1). A canary therefore passes through the same
-path as a client record: clipping (a no-op at norm C_t), the same Gaussian
-noise, the same normalization by the fixed `clients_per_round` of
-`tfp.NormalizedQuery` (canaries do not change the denominator). The process
-itself, its state and its measurements are `tff_canary.federated.
-canary_process`. As in TFF, the factory does not know its mechanism: the
-query is the mechanism, and what the canaries need of it beyond the
-`tfp.DPQuery` interface is its `query_noise.QueryNoise`.
-
-Clipping: fixed (`gaussian_fixed`, `tree_aggregation`): C_r = clip;
-adaptive (`gaussian_adaptive`, `tree_adaptive`): C_r is the clip that
-`derive_sample_params` returns for round r, and the canaries do not vote in
-the quantile estimate (`canary_process` says why).
-
-DP-FTRL's tree aggregation (`tree_aggregation`, `tree_adaptive`; Kairouz et
-al. 2021, arXiv 2103.00039): the tree's query, the canaries' scores in units
-of the node noise and the accounting are in
-`tff_canary.federated.insertion.tree_factory`.
+path as a client record: clipping (a no-op at norm C_t), the same noise, the
+same normalization by the fixed `clients_per_round` (canaries do not change
+the denominator). Server-side canaries change nothing a real client sees.
+The process, its state and its measurements are `canary_process`. As in
+TFF, the factory does not know its mechanism: the query is, and what the
+canaries need of it is its `query_noise.QueryNoise`. DP-FTRL's trees are
+`tree_factory`.
 
 Zeroing (`canary_dp_aggregator(..., zeroing=True)`, like
-`tff.learning.dp_aggregator`): TFF's zeroing wraps OUTSIDE the DP factory and
-zeroes client values before the DP factory sees them; canaries are added
-inside, at the server, so they are never zeroed.
+`tff.learning.dp_aggregator`) wraps OUTSIDE the DP factory and zeroes client
+values before it; canaries are added inside, at the server, so they are
+never zeroed. The noise self-test (`tff_canary.federated.audit.self_test`)
+runs on the factory built again without canaries (`without_canaries`).
 
-The noise self-test (`tff_canary.federated.audit.self_test`) runs on the
-factory built again without canaries (`without_canaries`); a zeroed
-aggregator's is its inner factory's (zeroing adds no noise).
-
-Server-side canaries change nothing a real client sees.
-
-Noise. The noise is the query's own: with `noise_seed=None` (the default)
-tensorflow_privacy's unseeded noise, as in TFF (a resumed run repeats the
-canaries, not the noise); with `noise_seed=s` the same noise from seed s,
-every tensor of every round from its own stream (`seeded_query`), the draw
-counter in the query's state, so a resumed run equals an uninterrupted one.
-Only for simulation: whoever knows the seed can subtract the noise, so a
-deployment leaves `noise_seed=None`.
+Noise. With `noise_seed=None` (the default) the query's unseeded noise, as
+in TFF (a resumed run repeats the canaries, not the noise); with
+`noise_seed=s` the same noise from seed s (`seeded_query`), the draw counter
+in the query's state, so a resumed run equals an uninterrupted one. Only for
+simulation: whoever knows the seed can subtract the noise.
 """
 
 from __future__ import annotations
@@ -230,7 +213,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                                                        clients_per_round)
     tree = tree_factory.TreeAggregation(
         noise_multiplier=noise_multiplier, clip=clip,
-        efficient=construction.as_bool(use_efficient, "use_efficient"),
+        efficient=validation.as_bool(use_efficient, "use_efficient"),
         restart_period=restart_period, restart_warmup=restart_warmup,
         noise_seed=noise_seed)
     return cls(tree, canaries, clients_per_round=clients_per_round)
@@ -292,10 +275,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
     Args:
       sum_query: A `tfp.GaussianSumQuery` or `tfp.QuantileAdaptiveClipSumQuery`
-        (or a subclass, such as the seeded queries of
-        `tff_canary.federated.insertion.seeded_query`), or a described query
-        (`query_noise`) such as DP-FTRL's `tree_factory.TreeAggregation`,
-        whose query is built at `create`. The noise is the query's.
+        (or a subclass, such as `seeded_query`'s), or a described query
+        (`query_noise`) such as `tree_factory.TreeAggregation`.
       canaries: The `CanaryConfig`.
       clients_per_round: None (the aggregate is the noised sum) or the fixed
         denominator d > 0: the factory then aggregates with
@@ -397,7 +378,7 @@ def with_zeroing(inner_factory):
   `tff.aggregators.zeroing_factory` and
   `tff.aggregators.PrivateQuantileEstimationProcess.no_noise` with TFF's
   numbers (`_ZEROING_QUANTILE`) and TFF's default norm order. With a
-  `CanaryDPFactory` inside, it zeroes client values only, never canaries.
+  `CanaryDPFactory` inside, it zeroes client values only (module docstring).
   """
   zeroing_norm = tff.aggregators.PrivateQuantileEstimationProcess.no_noise(
       **_ZEROING_QUANTILE)
@@ -414,30 +395,16 @@ def canary_dp_aggregator(
   """`tff.learning.dp_aggregator` with canaries.
 
   Adaptive clipping and Gaussian noise with TFF's defaults
-  (`CanaryDPFactory.gaussian_adaptive`; McMahan et al. 2018, Andrew et al.
-  2021), wrapped, with `zeroing`, in TFF's default adaptive zeroing. Zeroing
-  acts on client values before the DP factory; canaries are added inside it at
-  the server and are never zeroed.
-
-  Args:
-    noise_multiplier: Effective noise multiplier z >= 0.
-    clients_per_round: Expected clients per round (> 0).
-    canaries: The `CanaryConfig`.
-    zeroing: Whether to add TFF's default adaptive zeroing.
-    noise_seed: None (unseeded noise, as in TFF) or a seed of simulated noise
-      (`CanaryDPFactory.gaussian_adaptive`). Never in deployment.
-
-  Returns:
-    A `tff.aggregators.UnweightedAggregationFactory`.
+  (`CanaryDPFactory.gaussian_adaptive`, whose arguments these are; McMahan
+  et al. 2018, Andrew et al. 2021), wrapped, with `zeroing`, in TFF's default
+  adaptive zeroing (`with_zeroing`), which never zeroes a canary.
   """
-  zeroing = construction.as_bool(zeroing, "zeroing")
+  zeroing = validation.as_bool(zeroing, "zeroing")
   factory = CanaryDPFactory.gaussian_adaptive(noise_multiplier,
                                               clients_per_round,
                                               canaries=canaries,
                                               noise_seed=noise_seed)
-  if zeroing:
-    return with_zeroing(factory)
-  return factory
+  return with_zeroing(factory) if zeroing else factory
 
 
 __all__ = [

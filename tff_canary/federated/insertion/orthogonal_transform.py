@@ -5,36 +5,17 @@ seed s, R is the d x d orthogonal matrix
 
     R = L_3 L_2 L_1,    L_l = H_B D_{l,B} H_A D_{l,A} P_l,
 
-where H_W applies the normalized Sylvester-Hadamard matrix to the
-coordinates of window W (`windows`: A = [0, n) with n the largest power of
-two <= d, and, when d is not a power of two, B = [d - b, d) with b the
-smallest power of two >= d - n), each D_{l,W} flips the signs of window W's
-coordinates by independent fair bits drawn from (s, its tag), and P_l is a
-fixed permutation that moves each window's coordinates across all of
-[0, d) (a blocked transpose, `_transpose_shape`; none before the first
-layer). Each factor is orthogonal, so R is, exactly, for any d: no padding
-or truncation. Canary j is row rho(j) of R (`rows`: a prefix of a seeded
-random permutation of [0, d)), a unit vector; distinct canaries are
-orthogonal.
-
+H_W the normalized Sylvester-Hadamard matrix on the coordinates of window W
+(`windows`), D_{l,W} seeded sign flips of window W (`_flip`) and P_l a fixed
+blocked transpose (`_transpose_shape`): orthogonal for any d, no padding.
 Three randomized Hadamard layers follow Yu et al., "Orthogonal Random
-Features" (NeurIPS 2016), who use three HD blocks as a surrogate of a
-Haar-random orthogonal matrix. The surrogate is not exactly Haar (one layer
-maps e_0 to +-1/sqrt(n) on a window); tests/test_orthogonal_canaries.py
-compares canary scores with the exact null law for adversarial vectors, and
-shows that one layer fails it.
-
-Everything a round needs is one transform of cost O(d log d), whatever the
-number of canaries:
+Features" (NeurIPS 2016); the surrogate is not exactly Haar, and
+tests/test_orthogonal_canaries.py compares its scores with the exact null law
+(one layer fails it). Canary j is row rho(j) of R (`rows`). A round needs one
+transform of cost O(d log d), whatever the number of canaries:
 
   * scores: (<c_0, v>, ..., <c_{m-1}, v>) = (R v)[rho];
   * the round's inserted canaries: sum_j w_j c_j = R^T u, u = w_j at rho(j).
-
-Each Hadamard transform is a product of small Hadamard factors (H_n =
-H_{f_1} (x) ... (x) H_{f_k}, f_i <= 16), one matrix product and one
-transpose per factor: dense kernels that TFF's C++ runtime runs like any TF
-op (faster here than einsums or a butterfly; `bench/round_overhead.py`
-prints the transform's unit cost).
 """
 
 from __future__ import annotations
@@ -91,8 +72,8 @@ def rows(seed: int, dim: int, num_canaries: int) -> np.ndarray:
 
   The first `num_canaries` entries of a uniformly random permutation of
   [0, dim) drawn from (seed, _ROW_TAG): a canary is a uniformly random row
-  of R, which makes E[c_jk^2] = 1/dim exactly for every coordinate k (module
-  docstring). Prefix-consistent: canary j is the same row for any m > j.
+  of R, which makes E[c_jk^2] = 1/dim exactly for every coordinate k.
+  Prefix-consistent: canary j is the same row for any m > j.
   """
   dim = validation.as_dim(dim)
   num_canaries = validation.as_int(num_canaries, "num_canaries", minimum=0)
@@ -146,15 +127,9 @@ def fwht(x: tf.Tensor, n: int) -> tf.Tensor:
 def _transpose_shape(dim: int, layer: int) -> tuple[int, int] | None:
   """(p, q) of layer `layer`'s permutation, or None for no permutation.
 
-  Layer 0 has none: a fixed permutation before the first random step
-  changes no worst case (the null law must hold for every v, and P v ranges
-  over every vector as v does). Layers 1 and 2 read the first p q
-  coordinates as a p x q matrix and transpose it (the last dim - p q < p
-  coordinates stay): consecutive coordinates land p apart, so each window
-  of the next layer takes coordinates of every window of the last one. p is
-  0.618 sqrt(dim) for layer 1 and sqrt(dim) for layer 2, so that neither
-  transpose is close to the other's inverse (q_1 = dim // p_1 is near
-  1.618 sqrt(dim)).
+  Layer 0 has none; layers 1 and 2 transpose the first p q coordinates read
+  as a p x q matrix, p = 0.618 sqrt(dim) and sqrt(dim)
+  (docs/method/orthogonal-canaries.md, "The matrix").
   """
   if layer == 0:
     return None

@@ -1,23 +1,18 @@
 """What the canary process needs of a DP sum query: `QueryNoise`.
 
-TFF's `DifferentiallyPrivateFactory` does not know its mechanism: the
-`tfp.DPQuery` is the mechanism. `CanaryDPFactory` adds one step to it (the
-round's canaries go into the query's sample state at the round's clip,
-`canary_process`) and scores orthogonal canaries; what that needs beyond the
-`tfp.DPQuery` interface the query describes, as one `QueryNoise`: where it
-keeps the clip and the record sum (for an adaptive query, the first parts
-of its (sum part, quantile part) sample params and state: the canaries do
-not vote in the quantile estimate), the denominator of the mean, and whether
-the rounds' noises are independent (orthogonal canaries are then scored in
-the process state, `round_scores`) or correlated, as DP-FTRL's tree's are
-(`tree_factory`: each round then reports every canary's score in units of
-the round's noise, `QueryNoise.scores`).
+The query is the mechanism (`factory`); what the canaries need beyond the
+`tfp.DPQuery` interface is one `QueryNoise`: where the query keeps the clip
+and the record sum (an adaptive query's sum part: the canaries do not vote in
+the quantile estimate), the mean's denominator, and whether the rounds'
+noises are independent (orthogonal canaries scored in the state,
+`round_scores`) or correlated, as DP-FTRL's tree's are (each round reports
+every canary's score, `QueryNoise.scores`).
 
-A sum query is given to the factory as a described query: an object with
-`query_noise`, `sum_query(record_specs)` (the `tfp.DPQuery`, built once the
-value's specs are known) and `check_canaries(canaries)` (refuses canaries
-that its noise would draw). `tree_factory.TreeAggregation` is one; a
-tensorflow_privacy Gaussian query is described by `GivenQuery` (`describe`).
+The factory takes a described query: an object with `query_noise`,
+`sum_query(record_specs)` (the `tfp.DPQuery`, built once the value's specs
+are known) and `check_canaries(canaries)` (refuses canaries that its noise
+would draw). `tree_factory.TreeAggregation` is one; `GivenQuery` describes a
+tensorflow_privacy Gaussian query (`describe`).
 """
 
 from __future__ import annotations

@@ -1,38 +1,19 @@
 """Orthogonal canaries' scores, taken inside each round (TF ops only).
 
-docs/method/orthogonal-canaries.md. With orthogonal canaries
-(`orthogonal_transform`) one transform of a round's noised aggregate a_r gives
-every canary's inner product s_j = <c_j, a_r>, whatever the number of
-canaries. The auditor knows which canaries round r inserted (I_r), and since
-the canaries are orthonormal their part of a_r is the projection
-sum_{i in I_r} s_i c_i, so each canary's cosine is taken against a_r with the
-OTHER inserted canaries removed, exactly and at the cost of m numbers:
+docs/method/orthogonal-canaries.md ("Scores in the round"). One transform of
+a round's noised aggregate a_r gives every s_j = <c_j, a_r>
+(`orthogonal_transform`), and each canary's cosine is taken with the OTHER
+inserted canaries of the round (I_r) removed, exactly:
 
     |a_r - sum_{i in I_r, i != j} s_i c_i|^2 = |a_r|^2 - sum_{i in I_r} s_i^2
                                                + [j in I_r] s_j^2,
     x_{j,r} = s_j / sqrt(that).
 
-Inserted canaries then have the lone-canary law whatever the number per
-round, and held-out canaries the null law (the residual is a_r projected off
-a fixed set of canaries that does not contain j).
-
-What the auditor needs is carried in the process state (`CanaryScores`), so
-a loop gets the all-iterates statistics from the state after its last round,
-with no recorded aggregate:
-
-  * per canary, the max of x_{j,r} over the rounds scored and its round
-    (the all-iterates statistic of Andrew et al. 2024, Algorithm 3);
-  * per canary, the sum of x_{j,r} over the rounds of its schedule (the
-    inserted canaries' participations; the held-out canaries' schedules are
-    drawn like them and never inserted, `CanaryConfig.held_out_participation`):
-    the schedule-aware statistic T_j = sqrt(d / P_j) sum_{r in S_j} x_{j,r}
-    (`tff_canary.stats.estimators.scheduled_sums`).
-
-DP-FTRL's tree aggregation (`tree_factory`) correlates the rounds' noises,
-so these running statistics do not apply there; its scores are
-`query_noise.QueryNoise.scores`, one per canary and round, in units of the
-node noise.
-
+The process state keeps per canary (`CanaryScores`) the max of x_{j,r} and
+its round (the all-iterates statistic of Andrew et al. 2024, Algorithm 3)
+and the sum of x_{j,r} over its schedule, for T_j = sqrt(d / P_j)
+sum_{r in S_j} x_{j,r} (`tff_canary.stats.estimators.scheduled_sums`). They
+assume independent rounds: DP-FTRL's scores are `query_noise.QueryNoise.scores`.
 Sums and norms are in float64; the transform in float32.
 """
 

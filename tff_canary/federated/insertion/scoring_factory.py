@@ -1,34 +1,19 @@
 """Scores of orthogonal canaries around ANY aggregator: `CanaryScoringFactory`.
 
-docs/method/orthogonal-canaries.md. Server-side canaries are scored inside
-this package's own aggregation process (`canary_process`). Canary clients go
-through the user's aggregator instead (TFF's `DifferentiallyPrivateFactory`,
-its distributed-DP chain, a user's own factory), so their scores are taken
-by this wrapper: it runs the inner factory's process unchanged and, on the
-server, scores the round's result with one transform
-(`round_scores.update`), keeping every canary's running statistics in its
-state. The inner state, result and measurements pass through untouched.
+docs/method/orthogonal-canaries.md ("Canary clients and distributed DP").
+Canary clients go through the user's aggregator, not `canary_process`, so
+this wrapper runs the inner factory's process unchanged (state, result and
+measurements pass through) and scores the round's released result on the
+server as `round_scores` does, keeping the running statistics in its state.
+A canary's scale (its norm, the clip, the denominator) changes no cosine.
 
-The result is whatever the inner aggregator releases: for an unweighted DP
-mean, the noised mean; a canary client's scale (its norm, the clip, the
-denominator) changes no cosine. The round's scheduled canaries'
-projections are removed as in `round_scores`; a canary that the inner
-aggregator dropped (zeroing) is then removed although it is absent, which
-removes only the noise along its direction: held-out canaries keep their
-law.
-
-`scores="dot_products"` is the mode for aggregators whose noise is
-correlated across rounds (DP-FTRL's tree aggregation, docs/method/dp-ftrl.md),
-where the running statistics above, which assume independent rounds, are
-wrong. The wrapper then keeps no statistics (the state's `scores` are empty)
-and reports, with the same transform (`orthogonal_transform.scores`), every
-canary's raw inner product <c_j, result> of the round, float64 [m], under
-`measurement_keys.DOT_PRODUCTS_KEY` beside the inner measurements (added
-to them when they are a structure of named fields, else as
-`OrderedDict(inner=..., canary_dot_products=...)`). What they are in units
-of the aggregator's noise is the caller's to say: for canary clients through
-a tree query, u_{j,t} = <c_j, result> x denominator / (z C_t)
-(`tff_canary.harness.running.client_insertion`).
+`scores="dot_products"` is for noise correlated across rounds (DP-FTRL's
+tree, docs/method/dp-ftrl.md): no statistics are kept (the state's `scores`
+are empty) and each round's <c_j, result>, float64 [m], is reported under
+`measurement_keys.DOT_PRODUCTS_KEY` beside the inner measurements (added to
+them when they are a structure of named fields, else as
+`OrderedDict(inner=..., canary_dot_products=...)`); their units are the
+caller's (`tff_canary.harness.running.client_insertion`).
 """
 
 from __future__ import annotations

@@ -32,39 +32,27 @@ Because the counter lives in the global state, a checkpointed state resumes
 the stream: the same seed, the same rounds and the same records give bitwise
 the same results.
 
-Canaries (`tff_canary.federated.insertion.canary_directions`) are
-`stateless_normal([d], seed=[canary_seed, j])` with j >= 0. NOISE_TAG is negative, so the base key [s, NOISE_TAG] of
-the noise is never a canary's key, even when canary_seed == noise_seed, and
-every noise key [h, i] is derived from it by hashing: a noise draw coincides
-with canary i only if a 64-bit hash h equals the canary seed (probability
-2^-64 per draw).
-
-Seeded noise is for simulation only. Whoever knows the seed can regenerate and
-subtract the noise, and then nothing is private: a deployment uses the
-unseeded `tfp.GaussianSumQuery` / `tfp.QuantileAdaptiveClipSumQuery` (as
-`tff_canary.federated.insertion.factory` does when `noise_seed=None`).
+Canaries (`canary_directions`) are `stateless_normal([d], seed=[canary_seed,
+j])` with j >= 0; NOISE_TAG is negative, so the noise's base key is never a
+canary's, even when canary_seed == noise_seed, and a noise key [h, i] meets
+canary i only if a 64-bit hash h equals the canary seed (2^-64 per draw).
+Seeded noise is for simulation only: whoever knows the seed can subtract the
+noise (a deployment passes `noise_seed=None` to `factory`).
 
 DP-FTRL's adaptive tree query. tensorflow_privacy's `QAdaClipTreeResSumQuery`
-(TFF's `DifferentiallyPrivateFactory.tree_adaptive`; Kairouz et al. 2021,
-arXiv 2103.00039, with the geometric quantile estimate of Andrew et al.
-2021) noises two things through trees: the clipped values
-(`TreeResidualSumQuery`, seeded by its `noise_seed`) and the count of records
-below the clip estimate (`TreeQuantileEstimatorQuery`, whose tree
-tensorflow_privacy builds without a seed, so its noise, and with it the clip
-adopted at each restart, comes from the clock). `SeededQAdaClipTreeResSumQuery`
-is the same query with the count's tree seeded too, from
-`noise_seed + COUNT_SEED_OFFSET`: its node keys [n, n] (one tensor) then
-start far above the value tree's [noise_seed + k L + i] (`tree_factory`), so
-the two trees never share a key in any run that fits in memory. The count's
-query is built by overriding
-`TreeQuantileEstimatorQuery._construct_below_estimate_query`, the extension
-point tensorflow_privacy's own subclass uses, with the same clip 0.5, noise
-multiplier 2 x stddev and normalization; the adaptive query's estimator is
-replaced by that seeded one after tensorflow_privacy's constructor has built
-everything else (tensorflow_privacy has no argument for it).
+(TFF's `tree_adaptive`; Kairouz et al. 2021, arXiv 2103.00039) seeds its
+value tree (`TreeResidualSumQuery`) but builds the tree of the count below
+the clip estimate (`TreeQuantileEstimatorQuery`) unseeded, so the clip
+adopted at each restart comes from the clock. `SeededQAdaClipTreeResSumQuery`
+seeds that tree from `noise_seed + COUNT_SEED_OFFSET`: its node keys [n, n]
+start far above the value tree's [noise_seed + k L + i] (`tree_factory`),
+so the two trees never share a key in any run that fits in memory. It
+overrides `_construct_below_estimate_query`, the extension point
+tensorflow_privacy's own subclass uses (clip 0.5, noise multiplier 2 x
+stddev), and replaces the estimator after the parent's constructor.
 
-All these queries are ordinary `tfp.DPQuery`s: they work in this package's
-`CanaryDPFactory` and in TFF's own `tff.aggregators.DifferentiallyPrivateFactory`.
+All these queries are ordinary `tfp.DPQuery`s: they work in `CanaryDPFactory`
+and in TFF's own `tff.aggregators.DifferentiallyPrivateFactory`.
 """
 
 from __future__ import annotations
@@ -81,9 +69,8 @@ from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 
 # Second component of the base key [noise_seed, NOISE_TAG] of every noise
-# draw. Canary keys are [canary_seed, j] with j >= 0
-# (tff_canary.federated.insertion.canary_directions), so a negative tag keeps the noise streams apart from the canary streams. Never
-# change it: seeded runs are regenerated from it.
+# draw (module docstring). Never change it: seeded runs are regenerated
+# from it.
 NOISE_TAG = -0x6E6F697365  # -int.from_bytes(b"noise", "big")
 
 _ALG = "philox"
@@ -118,11 +105,9 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
 
   def __init__(self, l2_norm_clip: float, stddev: float, noise_seed: int,
                stream: int = 0):
-    """Initializes the query.
+    """Initializes the query; `l2_norm_clip` and `stddev` are the parent's.
 
     Args:
-      l2_norm_clip: The clip norm of each record, as in the parent.
-      stddev: The standard deviation of the noise added to the sum.
       noise_seed: Integer in [0, 2^63 - 1]: the seed of the noise. For
         simulation only (module docstring).
       stream: Integer >= 0 that separates queries sharing a seed.

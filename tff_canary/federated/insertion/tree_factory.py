@@ -1,84 +1,42 @@
 """DP-FTRL with canaries: the tree-aggregation query and its scores.
 
-DP-FTRL (Kairouz et al. 2021, "Practical and Private (Deep) Learning without
-Sampling or Shuffling", arXiv 2103.00039, Algorithm 1) noises the prefix sums
-of the clients' clipped updates through a binary tree whose nodes carry
-independent N(0, (z C)^2 I) noises, and releases each round the difference of
-two noised prefix sums. TFF builds it with
-`tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation`
-(tensorflow_privacy's `TreeResidualSumQuery.build_l2_gaussian_query` in a
-`NormalizedQuery`, no restarts) and `tree_adaptive` (`QAdaClipTreeResSumQuery`,
-the quantile-adaptive clip of Andrew et al. 2021, arXiv 1905.03871, in a
-`RestartQuery` whose `PeriodicRoundRestartIndicator` restarts the tree and
-adopts the estimated clip). `CanaryDPFactory` has the same two
-constructors, which describe the query as a `TreeAggregation` (its
-`query_noise`: correlated noise of node multiplier z); the query is built
-from the value's specs at `create` (`TreeAggregation.sum_query`), in
-`tfp.RestartQuery` with
-`tfp.restart_query.PeriodicRoundRestartIndicator(restart_period,
-restart_warmup)` when a `restart_period` is given.
-
-Canaries go in as with the Gaussian queries (`canary_process`): at the
-round's clip C_t (the tree's `clip_value`, which the clients are clipped to),
-into the sum part for `tree_adaptive`, before `get_noised_result` adds the
-tree's noise residual; they do not vote in the quantile estimate.
+docs/method/dp-ftrl.md ("In TFF"). DP-FTRL (Kairouz et al. 2021, "Practical
+and Private (Deep) Learning without Sampling or Shuffling", arXiv
+2103.00039, Algorithm 1) noises the prefix sums of the clipped updates
+through a binary tree of independent N(0, (z C)^2 I) node noises. TFF builds
+it with `DifferentiallyPrivateFactory.tree_aggregation` and `tree_adaptive`;
+`CanaryDPFactory`'s constructors of the same names describe the query as a
+`TreeAggregation` (node multiplier z, the tree's shape), built from the
+value's specs at `create`. Canaries go in as with the Gaussian queries
+(`canary_process`), at the tree's `clip_value` C_t.
 
 Scores. With orthogonal canaries each round reports, under
-`measurement_keys.TREE_SCORES_KEY`, every canary's score
+`measurement_keys.TREE_SCORES_KEY`,
 
     u_{j,t} = <c_j, S_t> / sigma_t,    sigma_t = z C_t,
 
-S_t the round's noised SUM (the released mean times `clients_per_round`;
-`query_noise.QueryNoise.scores`) and z the value tree's node noise multiplier
-(`TreeAggregation.noise_multiplier`: for `tree_adaptive` the value multiplier
-TFF derives with `adaptive_clip_noise_params`, above the argument). A canary
-that took part in round t adds exactly 1/z, and with orthonormal canaries and
-isotropic node noise the rows u_j are independent, u_j ~ N(a_j / z, K), a_j
-the canary's participation indicators and K =
-`tff_canary.stats.correlated.tree_noise.tree_noise(T, efficient=...,
-restart_period=..., restart_warmup=...).covariance` (`TreeAggregation.noise`),
-what `tff_canary.stats.correlated.gls_statistics` takes. With z = 0 (no
-noise) the unit is the clip, sigma_t = C_t, so an inserted canary adds
-exactly 1; a zero clip gives zero scores. The running statistics of
-`round_scores` (max cosine, scheduled sums) assume independent rounds and
-are not kept (the state's `scores` are empty). Gaussian canaries are not
-scored in the round (record their aggregates,
-`CanaryConfig.record_aggregates`).
+S_t the round's noised SUM (`query_noise.QueryNoise.scores`) and z the
+value tree's node multiplier (`TreeAggregation.noise_multiplier`; for
+`tree_adaptive` the one TFF's `adaptive_clip_noise_params` derives). Rows
+u_j ~ N(a_j / z, K), K = `TreeAggregation.noise(T).covariance`, for
+`tff_canary.stats.correlated.gls_statistics`; with z = 0 the unit is C_t.
 
-Accounting. The tree query's DpEvent is `dp_accounting.UnsupportedDpEvent`
-every round, and the state carries it unchanged. DP-FTRL's privacy is per
-tree, not per round (`SingleEpochTreeAggregationDpEvent(z, steps)` per tree),
-and holds only if each client takes part at most once per tree: a property of
-the client sampling, which the factory does not see. So no per-round ledger
-can hold it, and the ledger path refuses it with an error that says so
-(`tff_canary.stats.accounting.effective_noise`; `RunWriter` at the first
-round). When each client takes part at most once per tree (Kairouz et al.
-2021, Appendix D: restart every epoch), the claim is
-`tff_canary.stats.correlated.tree_accounting.tree_epsilons(z, rounds_per_tree,
-delta=...)` with `TreeAggregation.rounds_per_tree(T)` and z the constructor's
-`noise_multiplier` (for `tree_adaptive` the effective one: its value and
-clipped-count trees compose to it, as in TFF's split).
+Accounting. The tree's per-round DpEvent is `UnsupportedDpEvent`, so the
+ledger refuses it (`tff_canary.stats.accounting.effective_noise`); with each
+client at most once per tree the claim is
+`tff_canary.stats.correlated.tree_accounting.tree_epsilons(z,
+rounds_per_tree, delta=...)` with `TreeAggregation.rounds_per_tree(T)` and z
+the constructor's `noise_multiplier` (`tree_adaptive`: the effective one).
 
-Noise seed. `noise_seed` is TFF's: tensorflow_privacy's
-`GaussianNoiseGenerator` draws tensor i of its k-th node with
-`stateless_normal(seed=[s + k L + i, s + k L + i])` (L tensors), the counter
-in the query's state, so every tensor of every node has its own key and a
-checkpointed state resumes the stream. Gaussian canaries are
-`stateless_normal([d], seed=[canary_seed, j])`: when noise_seed <= canary_seed
-< the number of canaries, one node's key is canary j = canary_seed's and that
-node's noise lies along the canary, so the factory refuses that combination
-(`TreeAggregation.check_canaries`). `tree_adaptive`'s clipped-count tree, which
-tensorflow_privacy (and so TFF) builds without a seed, is seeded here from
-the same `noise_seed` (`seeded_query`), so a seeded run, its clips
-after restarts included, is reproducible. Seeded noise is for simulation
-only: whoever knows the seed can subtract the noise.
-
-Canary clients (`canary_clients`) need no canary factory: TFF's own
-`DifferentiallyPrivateFactory` over the tree (`TreeAggregation.tff_factory`,
-with restarts) clips a canary client of norm above C_t to C_t c_j, what a
-server-side canary adds, so the same u_{j,t} are the round's <c_j, result>
-(`scoring_factory`'s scores="dot_products") times `clients_per_round` over
-z C_t (`tff_canary.harness.running.client_insertion`).
+Noise seed. `noise_seed` is TFF's: tensorflow_privacy draws tensor i of its
+k-th node with `stateless_normal(seed=[s + k L + i, s + k L + i])` (L
+tensors), the counter in the query's state, so a checkpointed state resumes
+the stream. A gaussian canary is `stateless_normal([d], seed=[canary_seed,
+j])`, so when noise_seed <= canary_seed < the number of canaries one node
+draws canary j = canary_seed: the factory refuses that
+(`TreeAggregation.check_canaries`). `tree_adaptive`'s clipped-count tree,
+unseeded in tensorflow_privacy, is seeded too (`seeded_query`). Seeded noise
+is for simulation only.
 """
 
 from __future__ import annotations
@@ -89,7 +47,6 @@ from typing import Any, Optional
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
-from tff_canary.federated.insertion import construction
 from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import seeded_query
 from tff_canary.federated.runtime import worker_guard
@@ -173,7 +130,7 @@ class TreeAggregation:
     set_("noise_multiplier", validation.as_nonnegative(self.noise_multiplier,
                                                        "noise_multiplier"))
     set_("clip", validation.as_positive(self.clip, "clip"))
-    set_("efficient", construction.as_bool(self.efficient, "efficient"))
+    set_("efficient", validation.as_bool(self.efficient, "efficient"))
     # tree_noise's check is tensorflow_privacy's rule, with the names.
     tree_noise.restart_rounds(0, self.restart_period, self.restart_warmup)
     if self.restart_period is not None:
@@ -228,8 +185,8 @@ class TreeAggregation:
     `sum_query(record_specs)` in a `tfp.NormalizedQuery` of denominator
     `clients_per_round`, as TFF's `tree_aggregation` and `tree_adaptive`
     wrap theirs, given to the public `DifferentiallyPrivateFactory(query)`:
-    what canary clients go through (module docstring), with the restarts
-    TFF's `tree_aggregation` has no argument for.
+    what canary clients go through (docs/method/dp-ftrl.md), with the
+    restarts TFF's `tree_aggregation` has no argument for.
     """
     clients_per_round = validation.as_positive(clients_per_round,
                                                "clients_per_round")

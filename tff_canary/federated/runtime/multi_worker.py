@@ -1,50 +1,25 @@
 """TFF's multi-worker runtime: start `worker_binary` servers, run on them.
 
-A TFF computation can run on several C++ workers instead of the one the local
-runtime starts: each worker serves TFF's executor protocol over gRPC, and a
-mergeable context splits the clients among the workers (one subround per
-worker), runs each worker's share up to the aggregation, merges the partial
-aggregates and finishes the round. Workers may run on other machines; this
-module starts them on this one (`local_workers`, at 127.0.0.1) and connects
-to any `host:port` (`mergeable_context`).
+docs/guide/scaling.md ("TFF's multi-worker runtime"): a mergeable context
+splits the clients among C++ workers serving TFF's executor protocol over
+gRPC (one subround per worker) and merges the partial aggregates. This
+module starts workers on this machine (`local_workers`, at 127.0.0.1) and
+connects to any `host:port` (`mergeable_context`); install the context for
+a block with `tff.framework.get_context_stack().install(context)`.
 
-It relies on TFF 0.87's public API only:
+It relies on TFF 0.87's public API only: the `worker_binary` shipped in the
+package (the file TFF's local runtime starts) and its flags; the remote
+executors, `tff.framework.AsyncExecutionContext` and
+`tff.backends.native.create_mergeable_comp_execution_context`, built as
+TFF's own local runtime builds them.
 
-  * the worker shipped in the package, `tensorflow_federated/data/worker_binary`
-    (the file TFF's local runtime starts), with its flags `--port`,
-    `--max_concurrent_computation_calls` and
-    `--grpc_max_message_length_megabytes`;
-  * `tff.framework.RemoteExecutorGrpcStub` over a `grpc.insecure_channel`,
-    `tff.framework.RemoteExecutor` and
-    `tff.framework.ResourceManagingExecutorFactory`, as TFF's own local
-    factory builds them, with the client cardinality 0 when a computation
-    does not fix it, as in TFF's local factory (a computation with no
-    client-placed argument, such as `initialize`, otherwise fails with "No
-    cardinality provided for clients placement");
-  * `tff.framework.AsyncExecutionContext` with
-    `tff.backends.native.desugar_and_transform_to_native` and
-    `tff.tensorflow.transform_args` / `transform_result` (what
-    `tff.backends.native.create_async_local_cpp_execution_context` uses);
-  * `tff.backends.native.create_mergeable_comp_execution_context`, which
-    compiles a computation to `tff.framework.MergeableCompForm` and runs it on
-    the contexts.
-
-Install the context for a block with
-`tff.framework.get_context_stack().install(context)`; outside the block TFF's
-default (local) context is back.
-
-The workers started here are `tff_canary.federated.runtime.worker_guard.GuardedPopen`
-processes: quiet, killed by the kernel if Python dies, and stopped at exit.
+The workers started here are `worker_guard.GuardedPopen` processes;
 `local_workers` also stops them itself (SIGTERM, then SIGKILL) and reaps them
 when its block ends, normally, on an exception or on Ctrl-C. SIGTERM rather
 than TFF's SIGINT: a process started in the background by a shell script
 ignores SIGINT, and so do its children. A worker listens on every interface
 of its machine (the binary has no flag to choose one) and serves anyone who
 connects: keep its ports behind a firewall.
-
-Results equal the local runtime's up to float summation order: a worker sums
-its own clients and the partial sums are then added, where the local runtime
-sums all clients in one order (`tests/test_multi_worker.py`).
 """
 
 from __future__ import annotations
@@ -133,13 +108,8 @@ def _wait_ready(process: subprocess.Popen, address: str,
 
 
 def start_worker(startup_timeout: float = 60.0) -> Worker:
-  """Starts one `worker_binary` on a free port; waits till it serves.
-
-  Args:
-    startup_timeout: Seconds to wait for the worker to serve (> 0).
-
-  Returns:
-    The running `Worker`. Stop it with `stop_workers`.
+  """Starts one `worker_binary` on a free port and returns its `Worker` once
+  it serves, within `startup_timeout` seconds; stop it with `stop_workers`.
 
   Raises:
     RuntimeError: if the worker exits at start (three times, each on a new
@@ -183,19 +153,10 @@ def stop_workers(workers: Sequence[Worker]) -> None:
 @contextlib.contextmanager
 def local_workers(num_workers: int = 2, startup_timeout: float = 60.0
                   ) -> Iterator[list[Worker]]:
-  """Runs `num_workers` workers on this machine for the `with` block.
-
-  Every worker started is stopped and reaped when the block ends, whether it
-  ends normally, by an exception or by KeyboardInterrupt (Ctrl-C), and also
-  if starting a later worker fails.
-
-  Args:
-    num_workers: How many workers (>= 1).
-    startup_timeout: Passed to `start_worker`.
-
-  Yields:
-    The list of running `Worker`s.
-  """
+  """Yields `num_workers` (>= 1) running `Worker`s on this machine for the
+  `with` block (`start_worker(startup_timeout)`); every worker started is
+  stopped and reaped when the block ends (module docstring), also if
+  starting a later worker fails."""
   num_workers = validation.as_int(num_workers, "num_workers", minimum=1)
   workers = []
   try:
@@ -210,6 +171,8 @@ def _remote_executor_factory(address: str):
   """Executors on the worker at `address`, one per cardinality (as TFF's)."""
 
   def stack_fn(cardinalities):
+    # As TFF's local factory: without it, a computation with no client-placed
+    # argument (`initialize`) fails, "No cardinality provided for clients".
     cardinalities.setdefault(tff.CLIENTS, 0)
     stub = tff.framework.RemoteExecutorGrpcStub(_channel(address))
     executor = tff.framework.RemoteExecutor(stub)
@@ -220,7 +183,8 @@ def _remote_executor_factory(address: str):
 
 
 def async_remote_context(address: str) -> tff.framework.AsyncExecutionContext:
-  """An async TFF context that runs computations on the worker at `address`."""
+  """An async TFF context that runs computations on the worker at `address`
+  (as `tff.backends.native.create_async_local_cpp_execution_context`)."""
   address = _check_address(address, "address")
   return tff.framework.AsyncExecutionContext(
       executor_fn=_remote_executor_factory(address),

@@ -1,38 +1,34 @@
 """Keeps TFF's C++ `worker_binary` from outliving Python.
 
 Every execution context of TFF 0.87 runs computations in a child process,
-`tensorflow_federated/data/worker_binary`, started with `subprocess.Popen` at the
-first computation call. TFF stops it only in a destructor that does not run at
-interpreter exit, and the child inherits Python's stdout and stderr. Left alone,
-the worker is orphaned after every script and keeps a pipe open, so
+`tensorflow_federated/data/worker_binary`, started with `subprocess.Popen` at
+the first computation call, stopped only in a destructor that does not run at
+interpreter exit, and inheriting Python's stdout and stderr: left alone, the
+worker is orphaned after every script and keeps a pipe open, so
 `python train.py | tail` hangs.
 
 `install()` replaces the `subprocess` module seen by TFF's executor factory
-(and nothing else) with a proxy whose `Popen` is `GuardedPopen`, a subclass
-that:
+(and nothing else) with a proxy whose `Popen` is `GuardedPopen` (a subclass,
+because TFF subscripts `subprocess.Popen[bytes]`), which:
 
-  * sends the worker's stdout and stderr away from the parent's (to
-    `os.devnull`, or to the file named by `$TFF_CANARY_WORKER_LOG`);
+  * sends the worker's stdout and stderr to `os.devnull`, or to the file
+    named by `$TFF_CANARY_WORKER_LOG`;
   * asks the kernel to SIGKILL the worker when the Python process dies
     (`prctl(PR_SET_PDEATHSIG)` via `setpriv --pdeathsig KILL`), which covers
     `os._exit` and `kill -9` of Python;
   * registers the worker so that `stop_workers()` (also run `atexit`) stops it:
-    SIGINT as TFF itself does, then SIGKILL if it has not exited in 5 s.
-    A stopped worker is left unreaped (a zombie) rather than waited for: TFF
-    still holds its `Popen` and will `os.kill` and `wait` it later, and a
-    zombie keeps the pid from being reused by an unrelated process meanwhile.
+    SIGINT as TFF itself does, then SIGKILL after 5 s. A stopped worker is
+    left unreaped (a zombie): TFF still holds its `Popen` and will `os.kill`
+    and `wait` it later, and a zombie's pid cannot be reused meanwhile.
 
-At exit, after stopping the workers, the guard also replaces TFF's default
-execution context, so TFF's `ServiceManager` is destroyed while the interpreter
-is intact (its destructor reaps the zombie). Left to interpreter teardown, that
-destructor runs after its module's globals are cleared and prints
-"Exception ignored in ... ServiceManager.__del__".
-
-It must be a `subprocess.Popen` subclass because TFF subscripts
-`subprocess.Popen[bytes]`. Importing `tff_canary.federated.insertion.factory`,
-`canary_process` or `cosine_pass` installs the guard; scripts that use TFF
-without them call `install()` before their first computation. This module imports neither
-TensorFlow nor TFF until `install()` is called.
+At exit the guard also replaces TFF's default execution context, so that
+TFF's `ServiceManager` is destroyed (and reaps the zombie) while the
+interpreter is intact, not after its module's globals are cleared
+("Exception ignored in ... ServiceManager.__del__"). Importing
+`tff_canary.federated.insertion.factory`, `canary_process` or `cosine_pass`
+installs the guard; scripts that use TFF without them call `install()` before
+their first computation. This module imports neither TensorFlow nor TFF
+until `install()` is called.
 """
 
 from __future__ import annotations
@@ -84,12 +80,10 @@ class GuardedPopen(subprocess.Popen):
     """`Popen.wait`, but an unbounded wait on a live worker cannot hang.
 
     TFF's `ServiceManager.__del__` (run whenever an execution context is
-    replaced) sends the worker SIGINT and then waits with no timeout. A
-    process started with SIGINT ignored (any command a non-interactive shell
-    runs with `&`, e.g. a CI job in the background) passes that on to the
-    worker, which then ignores TFF's SIGINT, and the wait never returned (a
-    test run hung in it). So an unbounded wait gives the worker the grace
-    period and then SIGKILLs it, as `stop_workers` does.
+    replaced) sends the worker SIGINT and then waits with no timeout; a
+    worker of a process started with SIGINT ignored (any command a
+    non-interactive shell runs with `&`) ignores it too. So an unbounded
+    wait gives the worker the grace period and then SIGKILLs it.
     """
     if timeout is not None:
       return super().wait(timeout)
@@ -151,13 +145,9 @@ def live_workers() -> list[int]:
 
 
 def stop_workers() -> None:
-  """Stops every guarded worker (SIGINT, then SIGKILL after 5 s).
-
-  Safe to call more than once. Stopped workers stay unreaped until TFF (or
-  the exit of this process) reaps them, so their pids cannot be reused while
-  TFF still refers to them. TFF starts a new worker at its next computation if
-  one is needed.
-  """
+  """Stops every guarded worker (SIGINT, then SIGKILL after 5 s), leaving it
+  unreaped (module docstring). Safe to call more than once; TFF starts a new
+  worker at its next computation if one is needed."""
   with _lock:
     workers = list(_workers)
   for worker in workers:

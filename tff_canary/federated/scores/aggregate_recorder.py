@@ -1,22 +1,13 @@
 """Each round's noised aggregate, written to disk during training.
 
-docs/method/null-law.md (Andrew et al., ICLR 2024, arXiv 2302.03098, Section 3): the
-all-iterates statistic m_j = max over rounds r of cos(c_j, a_r) needs every
-round's noised aggregate a_r. Regenerating every canary every round would cost
-m R canary generations; instead, during training,
-`AggregateRecorder.record(output.metrics)` pops the round's `noised_aggregate`
-(a flat float32 vector of d floats, about 4.8 MB at d = 1.2M) out of the
-metrics and writes it to a memory-mapped .npy file, row = round, and after
-training `tff_canary.federated.scores.cosine_pass` regenerates each canary once and
-takes all its round cosines against this file.
-
-Why here, in the federated layer, although it needs only NumPy: the recorder
-is the training-side half of the cosine pass and reads the measurements that
-the canary aggregation process names (`AGGREGATE_KEY`, `ROUND_KEY`, which
-`tff_canary.federated.insertion.canary_process` reports under these keys); the stats
-layer takes cosines in and never sees a model update. It imports no
-TensorFlow (tests/test_package.py checks it), so reading a finished run's
-aggregates with `load_aggregates` needs none.
+The training-side half of `tff_canary.federated.scores.cosine_pass` (its
+module docstring): `AggregateRecorder.record(output.metrics)` pops the
+round's `noised_aggregate` (a flat float32 vector of d floats) out of the
+metrics and writes it to a memory-mapped .npy file, row = round. It reads
+the measurements the canary aggregation process names (`AGGREGATE_KEY`,
+`ROUND_KEY`), hence its place in the federated layer; it imports no
+TensorFlow (tests/test_package.py checks it), so `load_aggregates` reads a
+finished run's aggregates without it.
 """
 
 from __future__ import annotations
@@ -149,20 +140,11 @@ class AggregateRecorder:
     return self._recorded.copy()
 
   def record(self, metrics: Any) -> int:
-    """Pops `noised_aggregate` out of a round's metrics and writes it.
-
-    Args:
-      metrics: The round's `output.metrics` (any nesting of mappings). The
-        mapping holding `noised_aggregate` must also hold `round_num` (the
-        canary factory reports both); `noised_aggregate` is removed from it.
-
-    Returns:
-      The round written.
+    """Pops `noised_aggregate` out of a round's `output.metrics`
+    (`pop_aggregate`) and writes it; returns the round written.
 
     Raises:
-      ValueError: if there is no `noised_aggregate` (a `CanaryConfig` with
-        `record_aggregates=False`?) or more than one, or the round is out of
-        range.
+      ValueError: as `pop_aggregate`, or if the round is out of range.
     """
     round_num, aggregate = pop_aggregate(metrics)
     self.write(round_num, aggregate)

@@ -7,31 +7,18 @@ docs/method/sign-convention.md, docs/method/null-law.md (Andrew et al., ICLR 202
     noised aggregate as the server applies it (theta_{r+1} = theta_r - eta a_r
     with server SGD), for inserted and held-out canaries alike.
 
-The signs make inserted canaries' cosines positive: a client update is
-(initial - trained) and the server subtracts the aggregate, so an inserted
-canary moves the model along -c and u = theta_0 - theta_T along +c.
+This is the path of gaussian canaries (the paper's construction: the other
+inserted canaries are part of the noise, `known_canaries_removed` "none");
+orthogonal canaries' table comes from the process state (`orthogonal_table`,
+which `compute_cosine_table` calls for them).
 
-This is the path of gaussian canaries (the paper's construction); orthogonal
-canaries are scored inside each round and their table comes from the process
-state (`tff_canary.federated.scores.orthogonal_table`, which
-`compute_cosine_table` calls for them). The other inserted canaries are not
-removed from any statistic (the table's `known_canaries_removed` is "none"):
-they are part of the noise, as in the paper.
-
-The cost design: regenerating every canary every round costs m R canary
-generations for m canaries and R rounds. Instead, during training
-`tff_canary.federated.scores.aggregate_recorder.AggregateRecorder` writes each
-round's noised aggregate to disk, and after training `compute_cosine_table`
-regenerates each canary ONCE, in blocks whose size comes from
-`memory_budget_bytes`, and per block takes the final cosines (one
-matrix-vector product) and all round cosines (one matrix product with the
-recorded aggregates, read in chunks by `row_reader` when they do not fit the
-budget), keeping the max over rounds and its round (the first round
-attaining it).
-
-Cost after training: m canary generations + 2 m R d flops, instead of m R
-generations in training. A k x d canary matrix is never held unless it fits
-the budget.
+The cost design (docs/guide/scaling.md): instead of m R canary generations
+in training (m canaries, R rounds), each round's noised aggregate is
+recorded (`aggregate_recorder`), and `compute_cosine_table` regenerates
+each canary ONCE, in blocks (`plan_blocks`), and per block takes the final
+cosines and all round cosines (the aggregates read in chunks by
+`row_reader`), keeping the max over rounds and its first round:
+m canary generations + 2 m R d flops after training.
 
 Numerics: products run in float32 (BLAS), with canaries of norm 1 to a few
 ulps and the norms of u and a_r accumulated in float64. The float32 rounding
@@ -140,18 +127,16 @@ def compute_cosine_table(
     progress: Show a tqdm progress bar over the canaries.
     state: Optional: the learning process state after training (or the
       checkpoint it was loaded from), or the
-      `canary_process.CanaryDPAggregatorState` itself. Its `seed` and
-      `schedule` fields are compared with `canaries` (see
-      `state_check.check_state`); None skips the check. Required with
-      orthogonal canaries, whose scores it holds.
+      `canary_process.CanaryDPAggregatorState` itself (the guard above;
+      None skips it). Required with orthogonal canaries, whose scores it
+      holds.
 
   Returns:
     The `CosineTable`.
 
   Raises:
     TypeError, ValueError: for bad arguments (mismatched dims, a budget too
-      small for one canary and one aggregate, a `state` whose seed or
-      schedule differs from those of `canaries`, ...).
+      small for one canary and one aggregate, a `state` of other canaries).
   """
   if not isinstance(canaries, canary_config.CanaryConfig):
     raise TypeError("canaries must be a tff_canary.stats.canaries.canary_config."

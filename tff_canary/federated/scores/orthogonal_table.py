@@ -1,12 +1,9 @@
 """The cosine table of orthogonal canaries: from the process state, no pass.
 
-docs/method/orthogonal-canaries.md. Orthogonal canaries are scored inside
-each round (`tff_canary.federated.insertion.round_scores`): the trained
-aggregator state already holds every canary's max over rounds, its round and
-its schedule-aware sum. What is left after training is the final model's
-cosines, one transform of theta_0 - theta_T (with the inserted canaries'
-projections removed, as in the rounds). No aggregate is recorded, no canary
-is generated, nothing is written to disk.
+docs/method/orthogonal-canaries.md: the trained aggregator state holds every
+canary's scores over the rounds (`tff_canary.federated.insertion.
+round_scores`); what is left is the final model's cosines, one transform of
+theta_0 - theta_T with the inserted canaries' projections removed.
 """
 
 from __future__ import annotations

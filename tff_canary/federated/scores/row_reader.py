@@ -1,10 +1,7 @@
 """The recorded aggregate rows that the cosine pass reads, with bounded memory.
 
-`RowReader` reads rows of the noised aggregates (an `AggregateRecorder`, its
-file, or an array) as float32, and takes their norms chunk by chunk
-(`RowReader.norms`), so that the cosine pass over a long run
-(`tff_canary.federated.scores.cosine_pass`) never holds more rows than its
-memory budget allows.
+`RowReader` reads rows of the noised aggregates as float32, and their norms
+chunk by chunk, so that `cosine_pass` never holds more rows than its budget.
 """
 
 from __future__ import annotations

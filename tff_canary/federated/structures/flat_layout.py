@@ -1,10 +1,8 @@
 """The flat layout of a value structure: one vector in `tf.nest.flatten` order.
 
-A canary (docs/method/canaries.md) is a flat vector of d floats, d the number of elements of
-the aggregated value (the model's trainable weights). It is laid out in the
-order of `tf.nest.flatten` of the value's structure and split and reshaped
-into that structure; the recorded aggregates and the weights that the cosines
-are taken with use the same order.
+A canary (docs/method/canaries.md), a recorded aggregate and the weights the
+cosines are taken with are flat vectors of the value's d elements (the
+model's trainable weights), in the order of `tf.nest.flatten`.
 """
 
 from __future__ import annotations

@@ -1,36 +1,21 @@
 """What defines an experiment run, checked without TensorFlow.
 
 `ExperimentConfig` is everything that defines a run (the experiment scripts
-have one flag per field); it is validated at construction, and this module
-imports neither TensorFlow nor TFF, so a bad flag is answered before either
-is loaded. `resolve` fills in every derived value (config.json) and refuses,
-before any training, a client sampler or a canary participation that cannot
-work (docs/method/canaries.md); `check_resumable` refuses to resume a run directory with
-other settings.
+have one flag per field), validated at construction before TensorFlow or
+TFF is loaded. `resolve` fills in every derived value (config.json) and
+refuses, before any training, a client sampler or a canary participation
+that cannot work (docs/method/canaries.md); `check_resumable` refuses to
+resume a run directory with other settings.
 
-Two insertion modes (docs/guide/insertion-modes.md): `insertion="server"`
-(the default) adds the canaries inside this package's DP aggregator
-(`tff_canary.federated.insertion.factory`); `insertion="clients"` makes them canary
-clients of norm `canary_norm` (`tff_canary.federated.insertion.canary_clients`) that
-enter TFF's own `DifferentiallyPrivateFactory` like any client. Client mode
-refuses, here before TensorFlow loads, what it cannot do: seeded noise
-(TFF's factory draws its own, unseeded noise) and, when the aggregates are
-recorded, a server optimizer other than SGD without momentum (each round's
-aggregate is read from the model weights, theta_{t-1} - theta_t =
-server_learning_rate x a_t, which needs exactly that optimizer).
-`insertion_of(values)` reads the mode of any config.json (a `RunWriter`'s
-too; older files without the key are server-side runs).
-
-The DP mechanism (`aggregator`, a name of `registry.MECHANISMS`: "gaussian",
-the default, DP-FedAvg's central Gaussian noise; "ddp", TFF's distributed-DP
-chain; "tree", DP-FTRL) owns its settings (the `ddp_*` knobs are the DDP
-mechanism's, refused with any other) and says what it needs of the others
-(`preflight.check_requirements`, `protocol.Mechanism.requirements`) and
-which values it cannot run with (`protocol.Mechanism.resolve`).
-
-An experiment's config.json reads back as the same frozen spec
-(`ExperimentConfig.from_json`; older files: a server-side run of
-`registry.DEFAULT`).
+The insertion mode (`insertion`, "server" or "clients";
+docs/guide/insertion-modes.md, which lists what client mode refuses) and
+the DP mechanism (`aggregator`, a name of `registry.MECHANISMS`), which
+owns its settings (refused with any other mechanism), says what it needs
+of the others (`preflight.check_requirements`) and resolves its values
+(`protocol.Mechanism.resolve`). `insertion_of(values)` reads the mode of
+any config.json. An experiment's config.json reads back as the same
+frozen spec (`ExperimentConfig.from_json`; older files: a server-side run
+of `registry.DEFAULT`).
 """
 
 from __future__ import annotations
@@ -55,8 +40,6 @@ OPTIMIZERS = ("sgd", "adam")
 # Where the canaries enter (module docstring).
 Insertion = Literal["server", "clients"]
 INSERTIONS: tuple[str, ...] = typing.get_args(Insertion)
-# Which DP mechanism (module docstring): a name of `registry.MECHANISMS`.
-Aggregator = str
 AGGREGATORS: tuple[str, ...] = registry.names()
 _NOISE_TAG = 0x401
 
@@ -123,12 +106,8 @@ class ExperimentConfig:
   knobs = `ddp.DEFAULTS` with `aggregator="ddp"` (refused with others),
   record_aggregates = gaussian canaries (`preflight.record_aggregates`).
   Canaries beyond 10% of the participants need `allow_large_canary_fraction`
-  (`preflight.canary_fraction`).
-
-  Canaries take part as clients do (docs/method/canaries.md; `client_sampling`): a
-  `presentations` that contradicts the client sampler is refused before any
-  training unless `allow_participation_mismatch`, and so is a per-round rate
-  clients_per_round / num_clients above 1.
+  (`preflight.canary_fraction`); canaries take part as clients do, unless
+  `allow_participation_mismatch` (`resolve`; docs/method/canaries.md).
   """
 
   task: str = "emnist"
@@ -175,7 +154,7 @@ class ExperimentConfig:
   resume: bool = False
   insertion: Insertion = "server"
   canary_norm: Optional[float] = None
-  aggregator: Aggregator = registry.DEFAULT
+  aggregator: str = registry.DEFAULT
   # ... and every mechanism's settings, None by default
   # (`_with_mechanism_settings`).
 
@@ -294,15 +273,11 @@ def client_sampler(config: ExperimentConfig,
 
 @dataclasses.dataclass(frozen=True)
 class Resolved:
-  """A config with every derived value, and the run's sampling built once.
-
-  Attributes:
-    values: config.json's content (`resolve`).
-    sampler: The run's client sampler.
-    canary_schedule: When the inserted canaries take part: as the clients do
-      (`client_sampling.canary_schedule`), or as `presentations` says when a
-      mismatch is allowed.
-  """
+  """A config with every derived value (`values`, config.json's content),
+  and the run's client `sampler` and `canary_schedule` built once: the
+  inserted canaries take part as the clients do
+  (`client_sampling.canary_schedule`), or as `presentations` says when a
+  mismatch is allowed."""
 
   values: dict[str, Any]
   sampler: client_sampling.ClientSampler
@@ -380,13 +355,8 @@ def run_canaries(values: dict[str, Any],
 def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
                     path: str) -> None:
   """Refuses to resume the run of `path` (its config.json `saved`) with other
-  settings than `resolved`'s (but for `RESUMABLE_KEYS` and versions).
-
-  `saved` is read as `ExperimentConfig.from_json` reads it: a config.json
-  from before the client mode (no `insertion`, no `canary_norm`) is a
-  server-side run's; one from before the DDP aggregator (no `aggregator`,
-  no `ddp_*`) a Gaussian run's; an orthogonal run recorded no aggregate.
-  """
+  settings than `resolved`'s (but for `RESUMABLE_KEYS` and versions);
+  `saved` is read as `ExperimentConfig.from_json` reads an older file."""
   spec = ExperimentConfig.from_json(saved).as_dict()
   saved = dict(saved, record_aggregates=spec["record_aggregates"])
   saved.update({k: v for k, v in spec.items() if k not in saved})

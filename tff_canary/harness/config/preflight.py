@@ -1,39 +1,23 @@
 """Refusals before training: what cannot work is said before TensorFlow loads.
 
-`check_requirements(config)` (run by `ExperimentConfig` itself) names, in one
-message, every setting that the run's mechanism and insertion mode need and
-the config lacks, each once (`protocol.Mechanism.requirements`: canary
-clients, the DDP aggregator, DP-FTRL). `record_aggregates(config)` (run there too) says whether the
-run records each round's noised aggregate: by default (None) gaussian
-canaries do, for the pass after training, and orthogonal ones do not, being
-scored inside each round; `--record_aggregates` with orthogonal canaries is
-refused, since nothing would be recorded.
+`check(config)` raises ValueError (FileExistsError for a run already in
+--output_dir), naming the flags and values and what to change, for a
+command that would train for minutes and then fail, or train something
+meaningless, and writes nothing (docs/guide/experiments.md): `resume` of a
+directory that holds no run, more canaries than the model's d dimensions
+(at most d canary directions can be told apart, docs/method/canaries.md),
+and settings the mechanism cannot run for d (`protocol.Mechanism.check_dim`).
+`check_requirements` (run by `ExperimentConfig`) names every setting the
+run's mechanism and insertion mode need in one message
+(`protocol.Mechanism.requirements`); `record_aggregates` resolves whether
+each round's aggregate is recorded.
 
-`check(config)` raises ValueError, naming the flags and values and what to
-change, for a command that would train for minutes and then fail, or train
-something meaningless, and it writes nothing:
-
-  * `resume` with a run directory that holds no run (no config.json): a
-    resume of nothing would silently start a new run (and, as
-    FileExistsError, a run there without `resume`);
-  * more canaries (inserted + held out) than the model has dimensions: at
-    most d canary directions can be told apart, and the estimators assume
-    each canary is nearly orthogonal to the others (docs/method/canaries.md);
-  * settings the run's mechanism cannot run for the model's d parameters
-    (`protocol.Mechanism.check_dim`; e.g. the distributed-DP aggregator with
-    Skellam noise and an integer L1 norm bound beyond TFF's int32 check,
-    `ddp.DdpMechanism.check_dim`).
-
-The fraction of participants that are canaries is checked once the canary
-schedule is known (`canary_fraction` of `expected_canary_participations`):
-beyond `MAX_CANARY_FRACTION` the canaries change training far more than in
-the paper, so it needs `allow_large_canary_fraction`; beyond
-`WARN_CANARY_FRACTION` a `CanaryFractionWarning`. With synthetic data the
-schedule is known before TensorFlow loads
-(`experiment_config.check_before_tensorflow`); the experiment checks again
-once the data are loaded, before it writes anything. The fraction is the
-expected one, a property of the flags: with coin assignment the realized
-number of inserted canaries varies around it with the seed.
+The canaries' share of the participants is checked once their schedule is
+known (`canary_fraction`): refused beyond `MAX_CANARY_FRACTION` unless
+`allow_large_canary_fraction`, a `CanaryFractionWarning` beyond
+`WARN_CANARY_FRACTION`. It is the expected share, a property of the flags:
+with coin assignment the realized number of inserted canaries varies
+around it with the seed.
 """
 
 from __future__ import annotations
@@ -47,13 +31,8 @@ from tff_canary.harness.mechanisms import protocol
 from tff_canary.harness.mechanisms import registry
 from tff_canary.stats.canaries import canary_config
 
-# The paper's canaries are about 1% of the participants. Beyond
-# WARN_CANARY_FRACTION a warning says the canaries are many; beyond the
-# maximum the experiment is refused without `allow_large_canary_fraction`.
-# The scripts' defaults stay below the warning: EMNIST's 40 expected inserted
-# canaries beside 50 clients x 80 rounds are 0.99% (its seed's coins insert
-# 48: 1.2%), StackOverflow's 20 beside 20 x 40 are 2.4% (its seed's: 23,
-# 2.8%, which a 2% threshold flagged on every default run).
+# The paper's canaries are about 1% of the participants; the scripts'
+# defaults stay below the warning (docs/guide/experiments.md).
 WARN_CANARY_FRACTION = 0.05
 MAX_CANARY_FRACTION = 0.10
 
@@ -91,7 +70,7 @@ def check(config) -> None:
 def record_aggregates(config) -> bool:
   """`config.record_aggregates` resolved
   (`canary_config.resolve_record_aggregates`), the refusal worded with the
-  experiments' flags (module docstring)."""
+  experiments' flags."""
   try:
     return canary_config.resolve_record_aggregates(config.record_aggregates,
                                                    config.directions)

@@ -64,8 +64,8 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
     if rounds.size > 1:
       out[f"{rounds.size} participations"] = ledger.epsilon_for_rounds(
           rounds.tolist(), delta)
-  if config["sampling"] == "per_round":
-    rate = float(config["clients_per_round"]) / float(config["num_clients"])
+  rate = canary_claim.clients_rate(config)
+  if rate is not None:
     if not 0.0 < rate <= 1.0:
       raise run_dir_lib.RunDirError(
           f"config.json has clients_per_round = {config['clients_per_round']} "
@@ -75,8 +75,7 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
     out[canary_claim.POISSON] = ledger.epsilon_poisson(rate, delta)
   if canary_rate is not None and (
       canary_claim.POISSON not in out
-      or not math.isclose(canary_rate, canary_claim.clients_rate(config),
-                          rel_tol=1e-9)):
+      or not math.isclose(canary_rate, rate, rel_tol=1e-9)):
     out[canary_claim.POISSON_AT_CANARY_RATE] = ledger.epsilon_poisson(
         canary_rate, delta)
   return out, max_participation
@@ -85,18 +84,10 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
 def of_run(rd: run_dir_lib.RunDir, config: dict[str, Any],
            table_schedule: str, events: np.ndarray, delta: float):
   """(the run's `protocol.AnalyticalClaim`, the claim the canaries face) of
-  a run directory `rd`: its mechanism's claim (`protocol.Mechanism.claim`:
-  the DpEvent ledger's, `analytical`, or e.g. the DDP bound of a DDP run,
-  `ddp_claim`), and which of its epsilons the canaries face
-  (`canary_claim.choose`).
-
-  Args:
-    rd: the run directory (`run_dir.RunDir`).
-    config: its config.json.
-    table_schedule: the cosine table's `schedule` (`canary_claim`).
-    events: participation.npz's (round, canary id) events.
-    delta: in (0, 1).
-  """
+  run directory `rd` (config.json `config`, participation.npz's `events`,
+  the cosine table's `table_schedule`) at `delta`: its mechanism's claim
+  (`protocol.Mechanism.claim`) and which of its epsilons the canaries face
+  (`canary_claim.choose`)."""
   schedule = canary_claim.recorded_schedule(config, table_schedule)
   claim = registry.of_config(config).claim(
       rd, config, events, delta, canary_claim.poisson_rate(schedule))

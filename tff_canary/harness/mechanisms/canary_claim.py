@@ -1,41 +1,14 @@
 """Which analytical epsilon a report audits: the one the canaries face.
 
-An analytical epsilon is a claim about records that take part as its
-accounting assumes, and the audit tests it with canaries, so the claim it
-tests must be the one that holds for the canaries' own participation
-(docs/method/accounting.md). The canaries take part by their schedule
-(`CanaryConfig.schedule`), which the tool draws; the loop's client sampling
-(config.json's `sampling`) does not reach them:
-
-  * canaries Poisson-sampled at rate p (`schedules.PerRoundSampling`) face
-    the Poisson-amplified epsilon at p (amplification by sampling, Balle,
-    Barthe & Gaboardi 2018; the PLD accountant): "Poisson sampling (PLD)"
-    when p is the clients' rate q = clients_per_round / num_clients (the
-    experiments' `--sampling=per_round`), else the same at p;
-  * canaries on any other schedule (`ShuffledEpochs`, the README's, and
-    `FixedPresentations`: rounds fixed before training, each canary once per
-    epoch or r times) face the ledger's composition over the rounds of the
-    canary that took part most often, without amplification ("<r>
-    participations", or "one participation"): the adversary may know those
-    rounds. This is also the claim when the schedule is not recorded, or
-    the run has no ledger (a DDP run's bound models no sampling): it holds
-    whatever the schedule.
-
-The clients' Poisson epsilon of a run whose canaries were not Poisson-sampled
-at the clients' rate stays in the report as the clients' claim, marked as not
-audited, with the reason: these canaries do not take part by Poisson
-sampling, so it does not bound what they can leak. For instance, a user loop
-that declares `sampling="per_round"` over 342,477 clients claims an
-amplified epsilon of a few thousandths, while a canary of the README's
-`ShuffledEpochs(num_rounds, num_rounds)` takes part in one round for sure and
-can leak the one-participation epsilon; testing the amplified number with it
-would refute a correct run.
-
-Whatever the claim, the point estimates (epsilon-final, epsilon-all) target
-the epsilon of the canaries' realized rounds without amplification
-(`max_of_rounds`: the max model uses each canary's participation count), so
-the report compares them with that one (`RunReport.analytical_bound`); for
-non-Poisson canaries it is the audited claim itself.
+docs/method/accounting.md ("The analytical epsilons of a report"): the audit
+tests the epsilon that holds for the canaries' own participation, read from
+their schedule (`CanaryConfig.schedule`), not the loop's client sampling.
+Canaries Poisson-sampled at rate p (`schedules.PerRoundSampling`) face the
+Poisson-amplified epsilon at p (amplification by sampling, Balle, Barthe &
+Gaboardi 2018; the PLD accountant): `POISSON` at the clients' rate q =
+clients_per_round / num_clients, else `POISSON_AT_CANARY_RATE`. Any other
+canaries face the largest participation's composition without
+amplification, and the clients' Poisson epsilon is marked not audited.
 
 NumPy only.
 """

@@ -1,21 +1,12 @@
 """TFF's distributed DP: the `ddp_*` settings, their refusals and the DDP claim.
 
-TFF's distributed-DP chain (`DistributedDpSumFactory`'s parts: rotation,
-conditional rounding, modular clipping, distributed discrete Gaussian or
-Skellam noise, SecAgg's sum; docs/guide/distributed-dp.md) with the
-`ddp_*` settings (None: `DEFAULTS`, TFF's factory defaults, bits as
-tff.learning's DDP aggregator). Canaries enter as canary clients only:
-server-side canaries are added inside this package's Gaussian aggregator
-and cannot enter TFF's chain. It needs a fixed clip (the DDP accounting,
-`ddp_claim`, models a fixed clip, not adaptive clipping) and no zeroing
-(TFF's DDP aggregator estimates its zeroing norm with secure aggregation,
-which the simulation cannot run, and a zeroed client still adds its noise
-share). Its bits are checked against `clients_per_round` as TFF's factory
-checks them, and with Skellam noise each client's integer L1 norm bound
-against the int32 range TFF's query checks it in (`check_dim`). The
-queries emit no DpEvent: the claim is the DDP bound of the factory's
-parameters (`ddp_claim`). Its TFF half is
-`tff_canary.harness.running.ddp_tff`.
+TFF's distributed-DP chain (docs/guide/distributed-dp.md) with the `ddp_*`
+settings (None: `DEFAULTS`, TFF's factory defaults, bits as tff.learning's
+DDP aggregator), canary clients only, a fixed clip and no zeroing (each
+refusal's reason: `DdpMechanism.requirements`), bits TFF accepts for the
+cohort (`resolve`) and an int32 L1 bound with Skellam noise (`check_dim`).
+The queries emit no DpEvent: the claim is the DDP bound of the factory's
+parameters (`ddp_claim`). Its TFF half is `tff_canary.harness.running.ddp_tff`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,21 @@
 """The analytical epsilon of a run with the DDP aggregator (NumPy only).
 
 TFF's distributed-DP queries emit no DpEvent (`TODO: b/221465205` in TFF's
-`DistributedDpSumFactory`), so a run with `aggregator="ddp"` has no ledger.
-Its analytical reference is computed from the factory's own parameters,
-as config.json records them (`parameters`: noise_multiplier,
-clients_per_round, ddp_bits, clip, dim, ddp_beta, ddp_mechanism,
-ddp_rotation, through `ddp_parameters.ddp_parameters`), by
-`ddp_accounting.ddp_epsilon` over r participations composed in RDP:
-Agarwal, Kairouz & Liu 2021 (arXiv 2110.04995) Theorem 3.5 for
-distributed Skellam, Kairouz, Liu & Steinke 2021 (arXiv 2102.06387)
-Proposition 14 for the distributed discrete Gaussian, converted to
-(epsilon, delta) by Canonne, Kamath & Steinke 2020 Proposition 12.
+`DistributedDpSumFactory`), so a DDP run has no ledger; its analytical
+reference (docs/method/accounting.md, "Distributed DP") is
+`ddp_accounting.ddp_epsilon` of the factory's own parameters as config.json
+records them (`parameters`) over r participations composed in RDP: Agarwal,
+Kairouz & Liu 2021 (arXiv 2110.04995) Theorem 3.5 for distributed Skellam,
+Kairouz, Liu & Steinke 2021 (arXiv 2102.06387) Proposition 14 for the
+distributed discrete Gaussian, converted to (epsilon, delta) by Canonne,
+Kamath & Steinke 2020 Proposition 12.
 
-`analytical` gives the report's analytical epsilons under the names the
-Gaussian ledger's use ("one participation", "<r> participations" for the
-canary that took part most often), so the report's bound, flags and audit
-treat them alike. Subsampling is not modelled (no "Poisson sampling" entry,
-also with per-round sampling): the adversary knows the rounds a client took
-part in. The bound assumes all `clients_per_round` noise shares are added
-and every client is clipped at C; canary clients are extra members of the
-cohort and add their own shares on top (more noise than the claim counts).
+`analytical` names them as the Gaussian ledger's are ("one participation",
+"<r> participations"), so the report treats them alike. Subsampling is not
+modelled (no "Poisson sampling" entry): the adversary knows the rounds a
+client took part in. The bound assumes all `clients_per_round` noise shares
+are added and every client is clipped at C; canary clients add their own
+shares on top (more noise than the claim counts).
 """
 
 from __future__ import annotations
@@ -103,12 +99,8 @@ class DdpClaim:
 def analytical(config: dict[str, Any], events: np.ndarray, delta: float
                ) -> tuple[dict[str, float], int, DdpClaim]:
   """(analytical epsilons by name, the largest canary participation, the
-  claim behind them) of a DDP run (module docstring).
-
-  Args:
-    config: config.json's values.
-    events: participation.npz's (round, canary id) events.
-    delta: in (0, 1).
+  claim behind them) of a DDP run (module docstring): config.json's values
+  `config`, participation.npz's (round, canary id) `events`, delta in (0, 1).
   """
   params = parameters(config)
   epsilons = {"one participation": ddp_accounting.ddp_epsilon(

@@ -1,12 +1,10 @@
 """DP-FedAvg's Gaussian mechanism: central Gaussian noise (the default).
 
-The DP query is tensorflow_privacy's Gaussian sum (TFF's
-`DifferentiallyPrivateFactory.gaussian_fixed` / `gaussian_adaptive`, or this
-package's `CanaryDPFactory` with server-side canaries), fixed or adaptive
-clipping (Andrew et al. 2021), with TFF's zeroing if asked. Every round
-emits its `DpEvent` (ledger.json), and the claim is the ledger's
-(docs/method/accounting.md). Its TFF half is
-`tff_canary.harness.running.gaussian_tff`.
+tensorflow_privacy's Gaussian sum query (TFF's `DifferentiallyPrivateFactory`
+or this package's `CanaryDPFactory`), fixed or adaptive clipping (Andrew et
+al. 2021), with TFF's zeroing if asked. Every round emits its `DpEvent`
+(ledger.json), and the claim is the ledger's (docs/method/accounting.md).
+Its TFF half is `tff_canary.harness.running.gaussian_tff`.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """What a DP mechanism tells the harness: the NumPy half of its protocol.
 
-A mechanism (DP-FedAvg's Gaussian noise, TFF's distributed DP, DP-FTRL's
-tree) is two modules, registered by one line in `registry.MECHANISMS`:
+docs/guide/mechanisms.md: a mechanism is two modules, registered by one line
+in `registry.MECHANISMS`: its NumPy half, a `Mechanism` (this module's
+interface; no TensorFlow: its settings, its `requirements`, one
+`Requirement` per missing setting like dp-accounting's `supports()` names
+the unsupported part, what its runs record, and its `claim`, the analytical
+epsilons as plain data, `AnalyticalClaim`), and its TFF half (`tff_half`), a
+`tff_canary.harness.running.mechanism_tff.TffMechanism`.
 
-  * its NumPy half, a `Mechanism` (this module's interface; no TensorFlow):
-    the settings it owns (config.json keys and their defaults), what it
-    requires of the rest of a run (`requirements`, one `Requirement` per
-    missing setting, like dp-accounting's `supports()` names the
-    unsupported part), what its runs record, and its claim (`claim`: the
-    analytical epsilons as plain data, `AnalyticalClaim`), which the report
-    shows and audits;
-  * its TFF half (`tff_half`, a module of `tff_canary.harness.running` or
-    the user's own), a `tff_canary.harness.running.mechanism_tff.
-    TffMechanism`: the aggregator with canaries, the same without them, its
-    noise self-test, and what a round records.
-
-How to add one: subclass `Mechanism` (a frozen dataclass, like
-`dp_accounting.dp_event`'s events), set `name` to the registry key and
-`tff_half` to its TFF half's module; override what differs from DP-FedAvg's
-defaults below (a per-round `DpEvent` ledger, any insertion, no settings of
-its own). The harness asks the mechanism, never its name: a mechanism whose
-canaries are scored per round in units of correlated node noise sets
-`round_scores`; one without a ledger gives its `claim` from its settings.
-tests/test_mechanisms.py registers a test mechanism that touches nothing
-else.
+To add one, subclass `Mechanism` (a frozen dataclass, like
+`dp_accounting.dp_event`'s events) and override what differs from
+DP-FedAvg's defaults below (a per-round `DpEvent` ledger, any insertion, no
+settings of its own). The harness asks the mechanism, never its name.
 """
 
 from __future__ import annotations

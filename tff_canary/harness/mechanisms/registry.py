@@ -4,11 +4,8 @@
 `aggregator`) to the module of its NumPy half, a `protocol.Mechanism`; that
 module names its TFF half (`Mechanism.tff_half`). Adding a mechanism is its
 two modules and one line here; nothing else in the package branches on a
-name (tests/test_mechanism_names.py reads the code for it).
-
-`get(name)` is the NumPy half, imported on first use (no TensorFlow);
-`of_config(values)` is a config.json's, where files written before the
-`aggregator` key are `DEFAULT`'s runs.
+name (tests/test_mechanism_names.py reads the code for it;
+docs/guide/mechanisms.md).
 """
 
 from __future__ import annotations

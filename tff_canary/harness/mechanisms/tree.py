@@ -2,11 +2,9 @@
 
 DP-FTRL (Kairouz et al. 2021, arXiv 2103.00039; docs/method/dp-ftrl.md)
 with a fixed clip, its tree restarted after every shuffled epoch, in either
-insertion mode. Its canaries must be orthogonal (their per-round scores
-exist for orthogonal canaries only), inserted by fair coins (the one-run
-bounds), once per tree as the clients are (shuffle sampling, no allowed
-mismatch); zeroing is not validated with the tree's scores. There is no
-ledger: each round records its canaries' scores in units of the node noise
+insertion mode, with orthogonal canaries inserted by fair coins
+(`TreeMechanism.requirements` says why each). There is no ledger: each
+round records its canaries' scores in units of the node noise
 (tree_scores.npy, `round_scores`), and the report's section is DP-FTRL's
 (`report_section`, which computes the tree's claim from its accounting).
 Its TFF half is `tff_canary.harness.running.tree_tff`.

@@ -1,38 +1,9 @@
 """The files of a run directory, and their validated loading (NumPy only).
 
-A run directory written by the experiment scripts (or, without checkpoints/
-and noise_check.json, by a `run_writer.RunWriter` from any loop) holds:
-
-  config.json          every flag of the run, the canary seed, dim, versions,
-                       client and canary participation (`participation`)
-  metrics.csv          one row per round (training metrics, clip, canaries
-                       inserted, and evaluation metrics on evaluation rounds)
-  ledger.json          the run's DpEvents, one per round (`ledger.Ledger`;
-                       none with the DDP aggregator, `harness.mechanisms.ddp_claim`)
-  participation.npz    the (round, canary id) events of the inserted canaries
-                       and each client's participation count (client_counts)
-  cosines.csv/.npz     the cosine table (`cosine_table.CosineTable`)
-  report.json/.md      every estimate (`tff_canary report RUN_DIR` rewrites)
-  plots/*.png          the report's figures
-  aggregates.npy       each round's noised aggregate (`aggregate_recorder`;
-                       with aggregates.npy.rounds.json, the rounds written),
-                       with gaussian canaries (orthogonal canaries record
-                       none: they are scored in the round, in the state)
-  initial_weights.npy, final_weights.npy   theta_0 and theta_T, flat
-  checkpoints/         learning process state (`tff.program.FileProgramStateManager`)
-  noise_check.json     the noise self-test of the run's aggregator, before
-                       training (`noise_stats.NoiseCheck.as_dict`)
-  tree_scores.npy      with aggregator="tree" (DP-FTRL): float64 [rounds,
-                       candidates], every canary's score in each round in
-                       units of the node noise (`tree_factory`), the input
-                       of the tree's report (`harness.reporting.tree_report`)
-  canary_outcomes.json with insertion="clients": what the aggregator did
-                       with each canary client in each round (clipped,
-                       zeroed; `harness.running.client_insertion`)
-
-Loading checks what it reads and names the file in every error: a missing
-file, a corrupt one, or one that disagrees with config.json (a cosine table
-whose dim or seed differs from the config's).
+What a run directory holds, file by file: docs/guide/report.md, "The run
+directory". Loading checks what it reads and names the file in every
+error: a missing file, a corrupt one, or one that disagrees with
+config.json (a cosine table whose dim or seed differs from the config's).
 """
 
 from __future__ import annotations
@@ -40,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import pathlib
 from typing import Any
 
 import numpy as np
@@ -104,11 +76,17 @@ class RunDir:
     return path
 
   @staticmethod
-  def _json(path: str) -> Any:
-    try:  # strict JSON, non-finite floats as strings (`atomic_files`)
-      return atomic_files.read_json(path)
-    except (ValueError, UnicodeDecodeError) as e:
-      raise RunDirError(f"{path} is not valid JSON: {e}") from None
+  def _read(path: str, read, what: str, errors=Exception) -> Any:
+    """`read(path)`; a RunDirError "`path` is not `what`" on `errors`."""
+    try:
+      return read(path)
+    except errors as e:  # pylint: disable=broad-except
+      raise RunDirError(f"{path} is not {what}: {e}") from None
+
+  def _json(self, path: str) -> Any:
+    # strict JSON, non-finite floats as strings (`atomic_files`)
+    return self._read(path, atomic_files.read_json, "valid JSON",
+                      (ValueError, UnicodeDecodeError))
 
   def load_report(self) -> dict[str, Any]:
     """report.json as the report wrote it (`RunReport.as_dict`), its
@@ -152,10 +130,8 @@ class RunDir:
     name = COSINES_NPZ if self.exists(COSINES_NPZ) else COSINES_CSV
     path = self._require(name)
     config = self.load_config() if config is None else config
-    try:
-      table = CosineTable.load(path)
-    except (ValueError, TypeError, OSError, KeyError) as e:
-      raise RunDirError(f"{path} is not a valid cosine table: {e}") from None
+    table = self._read(path, CosineTable.load, "a valid cosine table",
+                       (ValueError, TypeError, OSError, KeyError))
     for table_key, key in (("dim", "dim"), ("seed", "canary_seed")):
       if int(config[key]) != getattr(table, table_key):
         raise RunDirError(
@@ -166,12 +142,10 @@ class RunDir:
 
   # Ledger ------------------------------------------------------------------
   def load_ledger(self) -> ledger.Ledger:
-    path = self._require(LEDGER)
-    try:
-      with open(path, encoding="utf-8") as f:
-        return ledger.Ledger.from_json(f.read())
-    except (ValueError, TypeError, KeyError) as e:
-      raise RunDirError(f"{path} is not a valid DpEvent ledger: {e}") from None
+    return self._read(
+        self._require(LEDGER),
+        lambda p: ledger.Ledger.from_json(pathlib.Path(p).read_text("utf-8")),
+        "a valid DpEvent ledger", (ValueError, TypeError, KeyError))
 
   def save_ledger(self, events) -> None:
     """ledger.json from the run's DpEvents, one per round."""
@@ -187,10 +161,7 @@ class RunDir:
   def load_tree_scores(self, num_candidates: int) -> np.ndarray:
     """float64 [rounds, num_candidates] of tree_scores.npy, checked."""
     path = self._require(TREE_SCORES)
-    try:
-      scores = np.load(path)
-    except Exception as e:  # pylint: disable=broad-except
-      raise RunDirError(f"{path} is not a valid .npy file: {e}") from None
+    scores = self._read(path, np.load, "a valid .npy file")
     if scores.ndim != 2 or scores.shape[1] != num_candidates:
       raise RunDirError(f"{path}: scores must have shape [rounds, "
                         f"{num_candidates}] (the config's candidates), got "
@@ -203,12 +174,8 @@ class RunDir:
   def load_participation(self) -> np.ndarray:
     """int [n, 2] (round, canary id) events of the inserted canaries."""
     path = self._require(PARTICIPATION)
-    try:
-      with np.load(path) as data:
-        events = np.asarray(data["events"])
-    except Exception as e:  # pylint: disable=broad-except
-      raise RunDirError(f"{path} is not a valid participation file: "
-                        f"{e}") from None
+    events = self._read(path, lambda p: np.load(p)["events"],
+                        "a valid participation file")
     if events.ndim != 2 or events.shape[1] != 2:
       raise RunDirError(f"{path}: events must have shape [n, 2], got "
                         f"{events.shape}.")
@@ -244,20 +211,18 @@ class RunDir:
     so that rows written back with `str` keep their exact text.
     """
     path = self._require(METRICS)
-    rows = []
     with open(path, newline="", encoding="utf-8") as f:
-      for row in csv.DictReader(f):
-        parsed = {}
-        for key, value in row.items():
-          if value in ("", None):
-            parsed[key] = None
-            continue
-          try:  # integers stay integers, so rows written back (on
-            parsed[key] = int(value)  # resume) keep their text
-          except ValueError:
-            try:
-              parsed[key] = float(value)
-            except ValueError:
-              parsed[key] = value
-        rows.append(parsed)
-    return rows
+      return [{key: _cell(value) for key, value in row.items()}
+              for row in csv.DictReader(f)]
+
+
+def _cell(value: str | None) -> Any:
+  """A metrics.csv cell: None if empty, else an int, a float or the text."""
+  if value in ("", None):
+    return None
+  for parse in (int, float):
+    try:
+      return parse(value)
+    except ValueError:
+      pass
+  return value

@@ -2,26 +2,19 @@
 
 The default section (`protocol.Mechanism.report_section`): DP-FedAvg's
 Gaussian noise, TFF's distributed DP and any mechanism whose canaries'
-evidence is the cosine table (`report.RunReport` holds it). `build`
-recomputes every estimate of the table at any delta and confidence
-(`table_estimates.estimate_table`), takes the analytical epsilons from the
-run's mechanism (`protocol.Mechanism.claim`: its DpEvent ledger's,
-`ledger.Ledger`, or e.g. the DDP bound) and audits the claim
-(`audit.audit_table`); the plots are this section's (`PLOT_FILES`).
-
-The analytical epsilons (docs/method/accounting.md; `analytical_epsilons`):
-one participation (the paper's "analytical epsilon"), the run's largest
-participation composed without amplification, and with per-round sampling
-the Poisson-sampled rounds (PLD). The claim audited by default is the one
-the canaries face (`canary_claim`).
+evidence is the cosine table. `build` recomputes every estimate of the
+table at any delta and confidence (`table_estimates.estimate_table`),
+takes the analytical epsilons from the run's mechanism
+(`protocol.Mechanism.claim`; docs/method/accounting.md) and audits the
+claim the canaries face (`canary_claim`; `audit.audit_table`); the plots
+are this section's (`PLOT_FILES`).
 
 The analytical bound: no attack on a canary can exceed the epsilon of the
 rounds it took part in, composed without amplification, if the mechanism is
 what its ledger claims (by adaptive composition the other rounds add
 nothing). So every estimate or bound above the analytical epsilon of the
 run's largest participation is flagged, with its interval: estimator noise,
-or the mechanism is not what it claims. Each bound the audit uses carries,
-in its row, its value at the audit's (Bonferroni) level, above the table's.
+or the mechanism is not what it claims.
 """
 
 from __future__ import annotations
@@ -120,11 +113,8 @@ class CosineSection:
     out = []
     for name, kind, result in self.estimates.rows():
       interval = getattr(result, "interval", None)
-      if kind == "nominal bound" or name in PAPER_ESTIMATES:
-        continue
-      if kind == "estimate" and not interval.low > bound:
-        continue
-      if kind == "bound" and not result.epsilon > bound:
+      low = interval.low if kind == "estimate" else result.epsilon
+      if kind == "nominal bound" or name in PAPER_ESTIMATES or not low > bound:
         continue
       out.append(dict(
           name=name, kind=kind, epsilon=result.epsilon,

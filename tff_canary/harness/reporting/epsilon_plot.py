@@ -186,12 +186,9 @@ def _legend_handles(report: Any, kinds: set[str], cut: set[str],
   handles = [Line2D([], [], ls="-" if kind == "estimate" else "none",
                     label=labels[kind], **_STYLES[kind])
              for kind in _STYLES if kind in kinds]
-  if "low" in cut:
-    handles.append(Line2D([], [], ls="-", label="interval reaches 0 (cut)",
-                          **_CUT["low"]))
-  if "high" in cut:
-    handles.append(Line2D([], [], ls="-", label="interval reaches ∞ (cut)",
-                          **_CUT["high"]))
+  handles += [Line2D([], [], ls="-", label=f"interval reaches {at} (cut)",
+                     **_CUT[end])
+              for end, at in (("low", "0"), ("high", "∞")) if end in cut]
   if off_scale:
     sides = [side for side, used in ((f"{scale.left_label} at the left",
                                       scale.left_used),
@@ -206,12 +203,9 @@ def _legend_handles(report: Any, kinds: set[str], cut: set[str],
 
 
 def figure(report: Any) -> Figure:
-  """The epsilons figure of a `report.RunReport` (module docstring).
-
-  Args:
-    report: the run's report (`estimates`, `analytical`, `confidence`,
-      `delta_line()`, `above_analytical_bound()`).
-  """
+  """The epsilons figure of a `report.RunReport` (module docstring): its
+  `estimates`, `analytical`, `confidence`, `delta_line()` and
+  `above_analytical_bound()`."""
   rows = report.estimates.rows()
   flagged = {item["name"] for item in report.above_analytical_bound()}
   scale = LogScale.fit(_values(report))

@@ -1,39 +1,16 @@
 """The headline of a report: the answer in at most 8 lines (NumPy only).
 
-A run's report holds a dozen epsilons. The headline picks the ones that
-answer "how much does this run leak?" (docs/method/which-epsilon.md):
-
-  * the analytical epsilon: what the run's DP accounting guarantees for the
-    canaries' own participation, the claim the audit tests by default
-    (`cosine_report.CosineSection.canary_claim`, `canary_claim`); the first
-    line and the audit line name the same one;
-  * for DP-FTRL only, the epsilons below it that the estimates are read
-    against (`tree_targets`): what the released rounds show about the
-    worst-case participant, and about this run's canaries (`targets`, one
-    line); each estimate names the one it targets;
-  * epsilon-final: the mean-only estimate for the final model, with its
-    interval (the variant whose variance is the null's, so it is not biased
-    upward by the sampling noise of a fitted variance);
-  * epsilon-all: the estimate of the mechanism's epsilon for an adversary who
-    sees every round (the max model), with its interval. The paper's
-    Gaussian fit to the maxima is not here: over many rounds it targets
-    neither the mechanism's epsilon nor a bound on it, so it stays in the
-    details as the paper's construction;
-  * the strongest lower bound: the largest of the audit's bounds, each at the
-    audit's Bonferroni level, so it holds with the report's confidence;
-  * the audit's verdict on the claim, and the noise self-test's verdict;
-    when no bound could exceed the claim with the run's canaries (the claim
-    is beyond the audit's reach, `audit.AuditVerdict.beyond_reach`), the
-    audit line says so, and how many canaries would reach it, instead of
-    "consistent"; report.json's `headline["audit"]["reach"]` holds the reach
-    (`AuditVerdict.reach_dict`);
-  * one sentence on how to read them: estimates are evidence against the
-    analytical epsilon only when their whole interval lies above it; a bound
-    above it refutes the claim.
-
-A report's section picks them (`headline_parts`, `report`).
-`Headline.lines()` is the terminal's and report.md's text; `as_dict()` is
-report.json's "headline" key.
+A run's report holds a dozen epsilons; the headline picks the ones that
+answer "how much does this run leak?" (docs/guide/report.md, "The
+headline"; docs/method/which-epsilon.md): the analytical epsilon the audit
+tests (`canary_claim`), for DP-FTRL the epsilons the estimates target
+(`tree_targets`), epsilon-final (mean-only) and epsilon-all with their
+intervals, the strongest lower bound at the audit's Bonferroni level, the
+audit's verdict (or that the claim is beyond its reach,
+`audit.AuditVerdict.beyond_reach`) and the noise self-test's, and one
+sentence on how to read them. A report's section picks them
+(`headline_parts`, `report`). `Headline.lines()` is the terminal's and
+report.md's text; `as_dict()` is report.json's "headline" key.
 """
 
 from __future__ import annotations
@@ -47,8 +24,7 @@ from tff_canary.stats import results
 MEANING = ("An estimate counts only if its whole interval is above the "
            "analytical ε; a bound above it refutes it.")
 
-# What a headline says of a noise self-test of zero claimed noise that saw
-# exactly zero output (`noise_check_verdict`).
+# What a headline says of a degenerate noise self-test (`noise_check_verdict`).
 NOISE_CHECK_DEGENERATE = (
     "degenerate (no noise claimed): the released rounds were exactly zero, "
     "which is all a check of zero noise can say")
@@ -67,7 +43,7 @@ class Target:
   value: float
 
   def as_dict(self) -> dict[str, Any]:
-    return dict(name=self.name, value=self.value)
+    return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +58,7 @@ class Estimate:
   target: Optional[Target] = None
 
   def as_dict(self) -> dict[str, Any]:
-    return dict(name=self.name, value=self.value, ci=list(self.ci),
-                above_analytical=self.above_analytical,
-                target=None if self.target is None else self.target.as_dict())
+    return dict(dataclasses.asdict(self), ci=list(self.ci))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,12 +175,9 @@ def noise_check_verdict(noise_check: Optional[dict[str, Any]]
                         ) -> tuple[str, str]:
   """(verdict, text) of a run's noise_check.json: verdict "passed",
   "failed", "degenerate" or "not run"; the text says what the test found (its
-  first note, if any).
-
-  "degenerate": no noise was claimed (noise multiplier 0, noise_check.json's
-  `degenerate`) and the output was exactly zero, which is all a check of zero
-  noise can say; it is no pass of a noise test. Zero claimed noise with a
-  nonzero output stays "failed".
+  first note, if any). "degenerate": no noise was claimed (noise_check.json's
+  `degenerate`) and the output was exactly zero (`NOISE_CHECK_DEGENERATE`),
+  no pass of a noise test; with a nonzero output it stays "failed".
   """
   if noise_check is None:
     return "not run", NOISE_CHECK_NOT_RUN

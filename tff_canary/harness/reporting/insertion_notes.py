@@ -1,39 +1,17 @@
 """What the report says about the insertion mode (NumPy only, no TensorFlow).
 
 Every report names its mode (config.json's `insertion`; a run directory
-from before the client mode, or a `RunWriter`'s, is "server"):
-
-  * server: canaries added to the DP query's sum at the round's clip C_r
-    (`tff_canary.federated.insertion.factory`); they see the noise step only.
-  * clients: canary clients of norm `canary_norm` through TFF's own DP
-    aggregator (`tff_canary.harness.running.client_insertion`). The report then
-    says what the aggregator did with them, per canary and round, from
-    canary_outcomes.json: how many the DP query clipped (entered at its
-    clip, not at their norm: the state's clip, `dp_clipped`), how many a
-    measured clipping stage clipped, and every canary a zeroing stage
-    DROPPED, each listed as a finding (it never reached the sum: its
-    cosines are of a canary that was not inserted, which the estimates
-    still count as inserted). It also says that canary clients are extra
-    members of the cohort: TFF's query divides by `clients_per_round`
-    and its DpEvent (the ledger, the analytical epsilon) is that of
-    `clients_per_round` real clients; the canaries are added beside them,
-    not in their place. A table of an older version that removed the other
-    inserted canaries says at what norm
-    (`cosine_report.CosineSection.known_canaries_line`).
-  * clients with the DDP aggregator (`chain`, config.json's
-    `aggregator="ddp"`): the same, through TFF's distributed-DP chain
-    (its mechanism, bits, rotation and clip); a canary client is clipped
-    at the chain's clip C before rounding. The line says that the noise
-    shares and the analytical ε (the DDP bound, `ddp_claim`) are those of
-    `clients_per_round` real clients, each canary client adding its own
-    share on top, that the chain's mean divides by every participant (the
-    recorded aggregate is rescaled to sum / clients_per_round), and that
-    SecAgg's sums are plain sums in the simulation (the same sum, without
-    its secrecy).
-  * clients with DP-FTRL (`tree`, config.json's `aggregator="tree"`): the
-    same through TFF's `DifferentiallyPrivateFactory` over the tree query;
-    the analytical ε is the tree accounting of `clients_per_round` real
-    clients, each in at most one round per tree (there is no ledger).
+from before the client mode, or a `RunWriter`'s, is "server";
+docs/guide/insertion-modes.md): server-side canaries added to the DP
+query's sum at the round's clip, or canary clients of norm `canary_norm`
+through TFF's own aggregator (the mechanism's `client_aggregator`, or the
+DDP `chain`). For canary clients the report says, from
+canary_outcomes.json, how many the DP query or a clipping stage clipped
+and lists every canary a zeroing stage DROPPED as a finding (its cosines
+are of a canary that was not inserted, which the estimates still count as
+inserted), and that canary clients are extra members of the cohort: the
+query's denominator and the analytical ε are those of `clients_per_round`
+real clients.
 """
 
 from __future__ import annotations
@@ -56,18 +34,11 @@ class InsertionNotes:
   """The insertion mode of a run and, for canary clients, their outcomes.
 
   Attributes:
-    mode: "server" or "clients".
-    canary_norm: The canary clients' norm (None for server).
-    clients_per_round: The DP query's denominator.
     outcomes: canary_outcomes.json's records (one per canary and round of
-      participation; `client_insertion.ClientRounds`), [] for server.
-    chain: The aggregation chain's description when it is not TFF's
-      `DifferentiallyPrivateFactory` (`protocol.Mechanism.chain`: the DDP
-      aggregator's, `ddp_claim.describe_chain`), else None.
-    aggregator: How TFF's aggregator is named after "TFF's own DP
-      aggregator" (`protocol.Mechanism.client_aggregator`).
-    accounting: What the analytical epsilon counts
-      (`protocol.Mechanism.client_accounting`).
+      participation; `client_insertion.ClientRounds`), () for server.
+    chain, aggregator, accounting: the mechanism's `chain(config)` (None
+      but for a chain other than TFF's `DifferentiallyPrivateFactory`),
+      `client_aggregator` and `client_accounting` (`protocol.Mechanism`).
   """
 
   mode: experiment_config.Insertion

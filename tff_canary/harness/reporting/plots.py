@@ -3,9 +3,7 @@
   * cosines.png: the final-model cosines of inserted and held-out canaries
     (histograms and kernel density estimates) against the exact null law of
     docs/method/null-law.md, in units of the null's standard deviation (the
-    paper's Figure 1 view). The bins suit the number of canaries (`bin_count`: the
-    Freedman–Diaconis rule, at least 5 bins and at most the sqrt rule's or
-    50 per group), shared by both groups;
+    paper's Figure 1 view), in bins shared by both groups (`bin_count`);
   * max_cosine_by_round.png: each canary's max cosine over rounds against the
     round where it peaks (all-iterates statistic);
   * epsilons.png: every epsilon of the report (estimates with their intervals,

@@ -1,35 +1,24 @@
 """The report of a run: every epsilon beside the analytical one (NumPy only).
 
 `build_report(run_dir)` reads a run directory (`run_dir.RunDir`) and asks
-the run's mechanism for its section: the module named by its
-`protocol.Mechanism.report_section` (of this package or the user's own)
-makes it with `build(rd, config, *, delta, confidence, claimed_epsilon)`
-(the arguments checked; `claimed_epsilon` None: the analytical claim). The sections: a cosine table's (`cosine_report`, the default) and
-DP-FTRL's per-round scores (`tree_report`). The `RunReport` around it is
-the same for every mechanism: the headline, the terminal's table,
-report.json (`as_dict`) and report.md (`to_markdown`); `write_report`
-writes them and the section's plots. No TensorFlow (`python -m tff_canary
-report RUN_DIR`).
+the module named by the run's `protocol.Mechanism.report_section` for its
+section: `build(rd, config, *, delta, confidence, claimed_epsilon)` (the
+arguments checked; `claimed_epsilon` None: the analytical claim), by
+default a cosine table's (`cosine_report`), DP-FTRL's per-round scores
+(`tree_report`). The `RunReport` around it is the same for every mechanism
+(headline, terminal table, report.json, report.md; docs/guide/report.md);
+`write_report` writes them and the section's plots.
 
-A section is frozen and has: `claim` (what the audit tests, "claimed ε"
-or the analytical one) and `claimed_epsilon`; `analytical` (name ->
-epsilon); `num_inserted`, `num_held_out`; `title` (report.md's words after
-the task) and `plot_files` (the figures of plots/ -> alt text); `rows()`
-(the table's (name, kind, epsilon, detail) rows), `headline_parts()` (the
-`headline.Headline`'s fields but delta, confidence and the noise check),
-`notes()` (the terminal's lines after the table, before the insertion
-mode's), `settings(config)` (report.md's first words on the run),
+A section is frozen and has: `claim` and `claimed_epsilon` (what the audit
+tests); `analytical` (name -> epsilon); `num_inserted`, `num_held_out`;
+`title` (report.md's words after the task) and `plot_files` (plots/ ->
+alt text); `rows()` (the table's (name, kind, epsilon, detail) rows),
+`headline_parts()` (the `headline.Headline`'s fields but delta,
+confidence and the noise check), `notes()` (the terminal's lines after the
+table), `settings(config)` (report.md's first words on the run),
 `markdown(report)` (report.md's lines before and after the table),
 `as_dict(report)` (its report.json keys) and `write_plots(report,
 directory)`. Its attributes are the report's too (`report.estimates`).
-
-Participation (config.json's `participation`, `client_sampling.describe`):
-an allowed mismatch of clients and canaries is shown first.
-
-The table states its delta and where it came from (`delta_line`): the run's
-default 1/n^1.1 for n clients, the run's own delta, or one given to the
-report. The insertion mode is in every report, and for canary clients what
-the aggregator did with them (`insertion_notes`).
 """
 
 from __future__ import annotations
@@ -65,9 +54,7 @@ class RunReport:
   # noise_check.json (`noise_stats.NoiseCheck.as_dict`), None if not run.
   noise_check: Optional[dict[str, Any]] = None
   participation: Optional[dict[str, Any]] = None
-  # Where delta came from, e.g. "from the run's default 1/n^1.1 for n =
-  # 1,000 clients" (`delta_source`).
-  delta_source: str = "given"
+  delta_source: str = "given"  # where delta came from (`delta_line`)
   insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
       "server")
 
@@ -210,11 +197,11 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
   """
   rd = run_dir_lib.RunDir(path)
   config = rd.load_config()
-  source = analytical_epsilons.delta_source(config, None if delta is None else
-                        validation.as_open_unit(delta, "delta"))
-  delta = validation.as_open_unit(config["delta"] if delta is None else delta,
-                                  "delta")
-  confidence = validation.as_open_unit(confidence, "confidence")
+  given = delta
+  delta, confidence = validation.as_levels(
+      config["delta"] if given is None else given, confidence)
+  source = analytical_epsilons.delta_source(
+      config, None if given is None else delta)
   if claimed_epsilon is not None:
     claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
                                                 "claimed_epsilon")
@@ -236,7 +223,6 @@ def write_report(report: RunReport, plots: bool = True,
   """Writes report.json, report.md (and the plots) atomically; returns paths.
 
   Args:
-    report: the report.
     plots: draw the section's figures into plots/ and embed them; without,
       the figures a previous report drew there (at other settings) are
       removed, so report.md never shows a stale figure.

@@ -1,40 +1,18 @@
 """The report section of a DP-FTRL run (NumPy only).
 
-A DP-FTRL run (docs/method/dp-ftrl.md) has no per-round ledger and no cosine
-table: its privacy is per tree, and its canaries' evidence is their score in
-every round, u_{j,t} (tree_scores.npy, units of the node noise), whose noise
-is correlated across the rounds of a tree. `build` (the tree's
-`protocol.Mechanism.report_section`) reads the run directory and computes,
-from the scores, the schedules (every candidate's, inserted or held out,
-read from config.json as the experiment made them,
-`experiment_config.run_canaries`) and the claimed tree
-(`tree_noise.tree_noise` restarted every epoch), the section of its
-`report.RunReport` (`TreeSection`):
-
-  * the analytical epsilon (`tree_accounting.tree_epsilons`): the exact
-    epsilon of the node release (Gaussian DP, the claim audited) and
-    dp-accounting's RDP epsilon of `SingleEpochTreeAggregationDpEvent`;
-  * below it (`tree_targets`): the exact epsilon of what the released
-    rounds show about the worst-case participant (no attack on the rounds
-    can exceed it; equal to the node release's for the plain tree), and the
-    epsilon expected for this run's inserted canaries' schedules (what
-    epsilon-all by T estimates; one canary can exceed it);
-  * the estimates (`tree_audit.ftrl_estimates`), each with its interval and
-    the epsilon it targets: epsilon-final (the final model's score, sum over
-    rounds, against the held-out canaries; the final model's epsilon),
-    epsilon-all of the scheduled GLS statistic T (the strongest attack, the
-    headline's epsilon-all; this run's canaries), of the max statistic M (a
-    Gaussian fit to maxima, the paper's construction: it targets none of
-    these, docs/method/estimates.md), and of the statistic that wrongly
-    assumes independent rounds (contrast);
-  * the audit (`tree_audit.audit_ftrl`): the canaries' contribution per
-    epoch (participations times the norm that entered) and the one-run
-    bounds, at the report's family-wise level. The noise self-test is
-    the run's noise_check.json (`tree_noise_check`, before training).
-
-The insertion mode (`insertion_notes`: server-side canaries, or canary
-clients through TFF's own factory over the tree) is among the notes, which
-report.md shows as the terminal does. It draws no plots.
+A DP-FTRL run (docs/method/dp-ftrl.md) has no ledger and no cosine table:
+its canaries' evidence is their score in every round, u_{j,t}
+(tree_scores.npy, units of the node noise), whose noise is correlated
+across the rounds of a tree. `build` (the tree's
+`protocol.Mechanism.report_section`) computes from the scores, the
+candidates' schedules (`experiment_config.run_canaries`) and the claimed
+tree (`tree_noise.tree_noise` restarted every epoch) the `TreeSection`:
+the analytical epsilons (`tree_accounting.tree_epsilons`), the epsilons
+each estimate targets (`tree_targets`; docs/method/dp-ftrl.md, "Three ε"),
+the estimates (`tree_audit.ftrl_estimates`) and the audit
+(`tree_audit.audit_ftrl`: contribution per epoch and one-run bounds at the
+report's family-wise level). The noise self-test is the run's
+noise_check.json. It draws no plots.
 """
 
 from __future__ import annotations
@@ -98,17 +76,16 @@ class TreeSection:
     return [(FINAL, e.final), (SCHEDULED, e.scheduled), (MAX, e.max),
             (INDEPENDENT, e.independent)]
 
-  def _estimate(self, name: str, result: Any, bound: float,
-                target: float) -> headline_lib.Estimate:
-    """The headline's estimate `name` and the epsilon it targets."""
-    return headline_lib.estimate(
-        name, result, bound, headline_lib.Target(TARGET_NAMES[name], target))
-
   def headline_parts(self) -> dict[str, Any]:
     """The headline (`headline`), for DP-FTRL: each estimate names the
     epsilon it targets (`tree_targets`)."""
     name, bound = next(iter(self.analytical.items()))
     verdict, t = self.audit.bounds, self.targets
+    final, scheduled = (
+        headline_lib.estimate(row, result, bound, headline_lib.Target(
+            TARGET_NAMES[row], target)) for row, result, target in (
+                (FINAL, self.estimates.final, t.final_epsilon),
+                (SCHEDULED, self.estimates.scheduled, t.schedules_epsilon)))
     audit_text = (f"consistent with the {self.claim} = "
                   f"{self.claimed_epsilon:.4g} (contribution per epoch and "
                   f"{len(verdict.bounds)} bounds, {self.confidence:.0%} "
@@ -129,10 +106,7 @@ class TreeSection:
                        "larger than the clip)")
     return dict(
         analytical_name=name, analytical_epsilon=bound,
-        epsilon_final=self._estimate(FINAL, self.estimates.final, bound,
-                                     t.final_epsilon),
-        epsilon_all=self._estimate(SCHEDULED, self.estimates.scheduled,
-                                   bound, t.schedules_epsilon),
+        epsilon_final=final, epsilon_all=scheduled,
         epsilon_all_missing="", strongest_bound_name=verdict.strongest,
         strongest_bound=verdict.largest_bound,
         audit_verdict="refuted" if self.audit.refuted else (

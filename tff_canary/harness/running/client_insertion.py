@@ -1,33 +1,16 @@
 """An experiment's rounds in the client-insertion mode (`insertion="clients"`).
 
 The process is `canary_clients.build_canary_client_fedavg` over TFF's own DP
-aggregator (`dp_fedavg`). Each round, `ClientRounds.round`:
-
-  1. reads the clip C_r this round uses from the state before it (the
-     mechanism's `TffMechanism.client_clip`; DP-FedAvg's
-     `client_round_state.query_clip`) and theta_{r-1};
-  2. appends the round's scheduled canary clients to the sampled clients
-     (`canary_clients.scheduled_canary_ids`, `with_canary_clients`: the
-     server-side mode's schedule) and runs `next`; the client work's
-     `canary_clients` count must equal the canaries scheduled;
-  3. takes the round's aggregate from the weights, a_r = (theta_{r-1} -
-     theta_r) / eta (`client_round_state.round_aggregate`, exact for server
-     SGD without momentum, which the config demands), in the report's units
-     (`TffMechanism.client_aggregate`), into the same recorder as the
-     server-side mode's noised aggregate (gaussian canaries; orthogonal
-     canary clients are scored in the round by the process);
-  4. records per canary what the aggregator did with it
-     (`canary_client_outcomes`: zeroing and clipping stages from TFF's
-     measurements; a zeroed canary is a finding) plus the DP query's own
-     clip from the state (`dp_clip`, `dp_clipped` = canary_norm > C_r), kept
-     in canary_outcomes.json (written at each checkpoint, cut back on
-     resume);
-  5. takes what the mechanism records of the round
-     (`TffMechanism.client_round`): DP-FedAvg's DpEvent from TFF's factory
-     state (`client_round_state.dp_event`) for the ledger; none with TFF's
-     distributed DP (`ddp_tff`, which also clips at the run's fixed clip and
-     rescales its aggregate); DP-FTRL's canary scores (`tree_tff`,
-     `tree_scores`) for tree_scores.npy.
+aggregator (`dp_fedavg`). Each round, `ClientRounds.round` reads the clip
+C_r from the state before it (`TffMechanism.client_clip`), runs `next` with
+the round's scheduled canary clients appended to the sampled ones, takes
+the round's aggregate from the weights, a_r = (theta_{r-1} - theta_r) / eta
+(`client_round_state.round_aggregate`; in the report's units,
+`TffMechanism.client_aggregate`), records per canary what the aggregator
+did with it (canary_outcomes.json, with `dp_clipped` = canary_norm > C_r)
+and takes what the mechanism records of the round
+(`TffMechanism.client_round`). The mode, and what differs from the
+server-side one: docs/guide/insertion-modes.md.
 """
 
 from __future__ import annotations
@@ -62,13 +45,10 @@ def load_outcomes(rd: run_dir_lib.RunDir, done: int) -> list[dict[str, Any]]:
 def tree_scores(metrics: Any, clients_per_round: float,
                 noise_multiplier: float, clip: float) -> np.ndarray:
   """DP-FTRL's canary clients' scores u_j = <c_j, a_r> x clients_per_round
-  / (z C_r), float64 [m], a_r the round's released mean.
-
-  The process (`scoring_factory`, scores="dot_products") reports every
-  candidate's <c_j, a_r> under `measurement_keys.DOT_PRODUCTS_KEY`; these
-  are the server-side mode's `TREE_SCORES_KEY` scores: a canary client of
-  norm at least C_r is clipped to C_r c_j, so it adds exactly 1/z, and the
-  noise is in units of the node noise z C_r.
+  / (z C_r), float64 [m], a_r the round's released mean, from the
+  process's `measurement_keys.DOT_PRODUCTS_KEY` (scores="dot_products"):
+  the server-side mode's scores, in units of the node noise z C_r
+  (docs/method/dp-ftrl.md, "In TFF").
   """
   key = measurement_keys.DOT_PRODUCTS_KEY
   found = tree_search.find_first(

@@ -1,28 +1,16 @@
 """Federated datasets for the experiments: built-in synthetic data and TFF's own.
 
 Two sources, with the element formats of TFF's datasets so the same
-preprocessing and models apply to both:
-
-  * synthetic (the default; no download): `synthetic_emnist` and
-    `synthetic_stackoverflow` build `tff.simulation.datasets.ClientData` with any
-    number of clients, each generated on demand in TensorFlow from
-    (seed, client index) with stateless random ops, so a population of 10^6
-    clients costs nothing until a client is used and the same seed gives the
-    same data everywhere. EMNIST-like clients hold 28x28 glyphs of 62 classes
-    drawn in per-writer styles, with label skew and label noise;
-    StackOverflow-like clients hold sentences over a 10,000-word vocabulary
-    from a sparse Markov chain with per-user preferences and topics. The
-    generative models are `tff_canary.harness.running.synthetic.HandwritingModel` and
-    `SentenceModel`.
-  * TFF (`--data=tff`): `load_emnist` and `load_stackoverflow` read TFF's cached
-    SQLite files through TFF's own loaders
-    (`tff.simulation.datasets.emnist.load_data`, `stackoverflow.load_data`).
-    Offline, a missing file is an error that names the file and where to put
-    it, raised before TFF is called, so nothing is downloaded or half-written.
-    StackOverflow's vocabulary comes from TFF's word-count file, which TFF only
-    fetches through a hash-checked download; offline it is read from
-    `<cache_dir>/stackoverflow.word_count` (or `vocab_path`), one
-    "word count" per line, most frequent first.
+preprocessing and models apply to both: synthetic (the default; no
+download), `synthetic_emnist` and `synthetic_stackoverflow`, whose clients
+are generated on demand (`synthetic`); and TFF's cached SQLite files
+(`--data=tff`), `load_emnist` and `load_stackoverflow`, read through TFF's
+own loaders (docs/guide/experiments.md). Offline, a missing file is an
+error that names the file and where to put it, raised before TFF is
+called. StackOverflow's vocabulary comes from TFF's word-count file, which
+TFF only fetches through a hash-checked download; offline it is read from
+`<cache_dir>/stackoverflow.word_count` (or `vocab_path`), one "word count"
+per line, most frequent first.
 
 Client ids are "0", "1", ..., as strings (TFF's convention).
 """
@@ -88,18 +76,14 @@ def synthetic_emnist(num_clients: int = 100_000,
                      ) -> FederatedData:
   """EMNIST-shaped synthetic federated data (pixels [28, 28] float32, label int32).
 
-  Handwritten-like glyphs of 62 classes in confusable groups, with per-writer
-  style and label skew and a fraction of noisy labels: `HandwritingModel`
-  (the default one unless `model` is given) describes the generative model.
-  Deterministic from `seed`; lazy (a client is generated when its dataset is
-  built). Test clients are further writers, unseen in training.
+  Drawn from `synthetic.HandwritingModel` (the default one unless `model`
+  is given); lazy and deterministic from `seed` (module docstring). Test
+  clients are further writers, unseen in training.
 
   Args:
     num_clients: training clients (ids "0" .. str(num_clients - 1)).
-    examples_per_client: examples per client.
     seed: data seed (independent of the canary seed).
     num_test_clients: test clients (ids continue after the training ones).
-    model: the generative model's parameters.
   """
   num_clients, examples, num_test_clients, seed = _check_counts(
       num_clients, examples_per_client, "examples_per_client",
@@ -131,9 +115,8 @@ def synthetic_stackoverflow(num_clients: int = 100_000,
 
   Elements have TFF's StackOverflow keys (creation_date, score, tags, title,
   tokens, type); `tokens` is a sentence of `sentence_length` space-separated
-  words from a Markov chain with per-client preferences and topics
-  (`SentenceModel`, the default one unless `model` is given). Deterministic
-  from `seed`; lazy (a client is generated when its dataset is built).
+  words drawn from `synthetic.SentenceModel` (the default one unless `model`
+  is given); lazy and deterministic from `seed` (module docstring).
   """
   num_clients, sentences, num_test_clients, seed = _check_counts(
       num_clients, sentences_per_client, "sentences_per_client",

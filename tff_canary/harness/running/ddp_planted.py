@@ -7,14 +7,10 @@ shortfall bug (1 x otherwise; `parameters`); its clip bug clips at
 bug_size x C with the query's norm bounds to match (`ddp_sum_factory`'s
 `clip_factor`); its reuse bug is `planted_bugs.ShareReuseSkellamQuery` (each
 client's share repeated between the halves of its rotated vector). It runs
-with canary clients only (there are no server-side DDP canaries).
-
-The claim is `ddp_accounting.ddp_epsilon` for the parameters the factory
-was told; it is not a Gaussian mechanism's. The noise self-test is
-`ddp_noise_check.check_ddp_noise`: the sum chain as configured, its released
-noise rotated back with each round's rotation seed and tested against the
-factory's claim per rotated coordinate, where the share reuse shows (the
-two halves of the rotated vector are equal).
+with canary clients only. The claim, `ddp_accounting.ddp_epsilon` for the
+parameters the factory was told, is not a Gaussian mechanism's; the noise
+self-test is the rotated-domain one (`ddp_noise_check.check_ddp_noise`,
+`ddp_tff`), where the share reuse shows.
 """
 
 from __future__ import annotations

@@ -1,30 +1,20 @@
 """TFF's distributed DP in TFF: the TFF half of `mechanisms.ddp`.
 
 Canary clients go through TFF's distributed-DP chain
-(`ddp_chain.ddp_mean_factory`: TFF's parts, plain sums for SecAgg, under
-`UnweightedMeanFactory`) for `ddp_claim.parameters_of(config, dim)`, the
-parameters the report's bound is of: the run's noise_multiplier,
-clients_per_round (the factory's expected_clients_per_round: the real
-clients; canary clients come on top), fixed clip and `ddp_*` settings.
-There are no server-side canaries.
+(`ddp_chain.ddp_mean_factory`) for `ddp_claim.parameters_of(config, dim)`,
+the parameters the report's bound is of (docs/guide/distributed-dp.md: the
+factory is told the real clients; canary clients come on top). There are
+no server-side canaries, and no DpEvent (TFF's distributed queries emit
+none; the report's analytical epsilon is the DDP bound, `ddp_claim`).
 
 Its noise self-test runs the SUM chain as configured on zero values from
-`clients_per_round` clients and tests it where the clients added it: each
-round's release rotated back with the round's rotation seed, against the
-factory's claim per rotated coordinate (`ddp_noise_check.check_ddp_noise`),
-as its planted-bug runs do (`ddp_planted`). A chain whose summed noise is
-under `ddp_noise_check.MIN_INTEGER_STD` integer units (a few bits for many
-clients) is too coarse for that check; its noise is tested as released
-against the std the factory claims (`ddp_chain.claimed_std`).
-
-Its rounds record no DpEvent (TFF's distributed queries emit none; the
-report's analytical epsilon is the DDP bound, `ddp_claim`). The DP query
-clips at the config's clip (the chain's L2 clip before rounding; its
-query's norm bounds are in the rounded integer domain), and the chain's mean
-(`UnweightedMeanFactory`, as TFF's DDP aggregator) divides by every
-participant, canary clients included, so a recorded aggregate is rescaled
-to sum / clients_per_round, the quantity the Gaussian runs record (a
-round's cosines do not change with its scale).
+`clients_per_round` clients and tests the noise where the clients added it
+(`ddp_noise_check.check_ddp_noise`, as `ddp_planted` does). A chain whose
+summed noise is under `ddp_noise_check.MIN_INTEGER_STD` integer units is
+too coarse for that check; its noise is tested as released against the
+std the factory claims (`ddp_chain.claimed_std`). The DP query clips at the
+config's clip; a recorded aggregate is rescaled to sum / clients_per_round
+(`DdpTff.client_aggregate`).
 """
 
 from __future__ import annotations
@@ -72,7 +62,8 @@ class DdpTff(mechanism_tff.TffMechanism):
 
   def client_aggregate(self, config, aggregate: np.ndarray,
                        participants: int) -> np.ndarray:
-    # The mean of all participants -> sum / clients_per_round.
+    # The chain's mean divides by every participant, canary clients
+    # included -> sum / clients_per_round, as the Gaussian runs record.
     return aggregate * np.float32(participants / config.clients_per_round)
 
 

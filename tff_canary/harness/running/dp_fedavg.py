@@ -1,16 +1,13 @@
 """An experiment's DP-FedAvg process, and the noise check of its aggregator.
 
 `build_process` is `tff.learning.algorithms.build_unweighted_fed_avg` with
-the run's mechanism's aggregator with server-side canaries
-(`mechanism_tff.TffMechanism.canary_aggregator`), or, with
+the run's mechanism's aggregator with server-side canaries, or, with
 `insertion="clients"`, `canary_clients.build_canary_client_fedavg` (canary
 clients of norm `canary_norm`, docs/guide/insertion-modes.md) over TFF's
-OWN aggregator of the same settings (`TffMechanism.tff_aggregator`), its
-noise unseeded (the config refuses a noise seed in this mode).
-`run_noise_check` tests the noise of the same aggregator built afresh
-without canaries, on zero client values, before training
-(`TffMechanism.noise_check`). What each mechanism builds is in its TFF
-half (`gaussian_tff`, `ddp_tff`, `tree_tff`); this module never asks which
+own aggregator of the same settings, its noise unseeded. `run_noise_check`
+tests the noise of the same aggregator built afresh without canaries, on
+zero client values, before training. What each builds is the mechanism's
+TFF half's (`mechanism_tff.TffMechanism`); this module never asks which
 mechanism it is.
 """
 

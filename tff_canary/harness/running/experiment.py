@@ -2,40 +2,21 @@
 
 `run_experiment(ExperimentConfig(...))` is what `experiments/emnist.py` and
 `experiments/stackoverflow.py` run (they only turn flags into a config,
-`tff_canary.harness.config.experiment_config`, which is checked without TensorFlow):
+`tff_canary.harness.config.experiment_config`, which is checked without
+TensorFlow); docs/guide/experiments.md ("How a run flows through the
+package") shows its steps: load the data and the task, resolve the config
+(`experiment_config.resolve`: the client sampler and the canaries'
+schedule, checked before training; config.json's `participation` and
+participation.npz's `client_counts` record client and canary participation
+side by side), build the process (`dp_fedavg`) and test its aggregator's
+noise (noise_check.json), start fresh or from the last checkpoint
+(`resume`), train (`training`), then write the cosine table and the report
+(`run_results.write_results`; a mechanism scored per round, DP-FTRL, has
+its saved scores instead; `_after_training`).
 
-  1. load the data (built-in synthetic, or TFF's files from `cache_dir`),
-     build the task (`tff_canary.harness.running.tasks`), and resolve the config
-     (`experiment_config.resolve`: derived values, the client sampler and the
-     canaries' schedule, both checked before training; config.json's
-     `participation` and participation.npz's `client_counts` record client
-     and canary participation side by side);
-  2. build DP-FedAvg with the run's mechanism's aggregator with canaries
-     (`dp_fedavg`; with `insertion="clients"`, canary clients over TFF's
-     own aggregator, `client_insertion`), and test the aggregator's noise
-     before training (noise_check.json; the report shows its verdict);
-  3. start fresh or from the last checkpoint (`resume`) and train
-     (`training`: clients sampled per round from (seed, round), orthogonal
-     canaries scored inside each round (nothing recorded) or, with
-     gaussian canaries, each round's noised aggregate recorded in
-     aggregates.npy, what the mechanism records of each round, evaluation
-     and checkpoints);
-  4. after training the cosine table (`cosine_pass.compute_cosine_table`,
-     `run_results.write_results`: orthogonal canaries' from the trained
-     state, gaussian canaries' in one pass over the recorded aggregates;
-     checked against the seed and schedule in the trained aggregator
-     state; a mechanism scored per round, DP-FTRL, has its saved scores
-     instead) and the report (`tff_canary.harness.reporting.report`), all
-     written into the run directory (`tff_canary.harness.recording.run_dir`
-     lists the files).
-
-Reproducible: the data, the initial weights, the dropout masks
-(`tasks.DeterministicDropout`), the client sampling, the canaries and (with
-`seeded_noise`, the default for experiments) the DP noise all derive from the
-seeds, so a run killed at any point and finished with `resume=True` writes the
-same report as an uninterrupted one. Every file is written atomically (or by
-TFF's own write-then-rename checkpointing); on resume, the per-round files are
-cut back to the last checkpoint.
+Reproducible from the seeds, a run killed at any point and finished with
+`resume=True` included (docs/guide/reproducibility.md; what a killed run
+leaves: `resume`).
 """
 
 from __future__ import annotations
@@ -194,11 +175,8 @@ def _recorder(canaries, rd, dim, num_rounds, done):
 
 def _after_training(run: training.Run, canaries, state, log,
                     progress) -> report_lib.Report:
-  """final_weights.npy, the cosine table (checked against the seed and
-  schedule in the trained aggregator state; client mode has no canary
-  aggregator state, its canaries come from the same CanaryConfig) and the
-  report (`run_results.write_results`); a mechanism scored per round has
-  its scores instead of a cosine table (`tree_report`)."""
+  """The last step (module docstring); client mode with gaussian canaries
+  has no canary aggregator state to check the table against."""
   rd = run.rd
   final = round_metrics.flat_trainable(
       run.process.get_model_weights(state), finite=False)

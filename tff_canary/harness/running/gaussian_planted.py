@@ -1,17 +1,14 @@
 """DP-FedAvg's planted-bug runs: the Gaussian mechanism's `PlantedBugs`.
 
 Its aggregator is `tff.aggregators.DifferentiallyPrivateFactory(
-NormalizedQuery(q, clients_per_round))`, q a seeded Gaussian sum query:
-correct (`seeded_query.SeededGaussianSumQuery`), clipping at bug_size x C
-while saying C (`planted_bugs.ClipBugQuery`, bug "clip") or with every
-tensor's noise a prefix of one draw (`planted_bugs.NoiseReuseQuery`, bug
-"reuse"). With canary clients the clients go through it; server-side,
-`CanaryDPFactory` on the same query trains, and the self-test runs TFF's
-factory on it (`CanaryDPFactory` adds that query's noise, and its scheduled
-canaries would be in the self-test's rounds). The claim is the Gaussian
-mechanism's exact epsilon at the claimed noise multiplier
-(`gaussian_accounting`); the self-test reads the claimed std from the
-DpEvent (`noise_check.check_aggregation_noise`).
+NormalizedQuery(q, clients_per_round))`, q a seeded Gaussian sum query of
+the bug (`sum_query`; the bugs: docs/guide/distributed-dp.md). With canary
+clients the clients go through it; server-side, `CanaryDPFactory` on the
+same query trains, and the self-test runs TFF's factory on it
+(`CanaryDPFactory` adds that query's noise, and its scheduled canaries
+would be in the self-test's rounds). The claim is the Gaussian mechanism's
+exact epsilon at the claimed noise multiplier (`gaussian_accounting`); the
+self-test reads the claimed std from the DpEvent.
 """
 
 from __future__ import annotations

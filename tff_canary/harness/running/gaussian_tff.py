@@ -5,9 +5,7 @@ Server-side canaries: `CanaryDPFactory.gaussian_fixed` when the config's
 TFF's zeroing (`factory.with_zeroing`) if asked. Canary clients go through
 TFF's own `DifferentiallyPrivateFactory.gaussian_fixed` or
 `gaussian_adaptive` with the same arguments and the same zeroing; its
-noise is unseeded. The noise self-test, the rounds' `DpEvent`s and the
-canary clients' clip are `mechanism_tff.TffMechanism`'s defaults. Its
-planted bugs are `gaussian_planted`'s.
+noise is unseeded. The rest is `mechanism_tff.TffMechanism`'s defaults.
 """
 
 from __future__ import annotations

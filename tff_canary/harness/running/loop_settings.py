@@ -34,10 +34,9 @@ class LoopSettings:
     sampling: How the loop samples clients, if it is one of
       `client_sampling.SAMPLINGS`: "per_round" (Poisson at rate
       clients_per_round / num_clients) adds the clients' amplified epsilon
-      to the report; None says nothing. The audit tests it only when the
-      canaries are Poisson-sampled at that rate too (`PerRoundSampling`);
-      else it tests the claim the canaries' own schedule faces and marks the
-      clients' one as not audited (`canary_claim`).
+      to the report, audited only when the canaries are Poisson-sampled at
+      that rate too (`canary_claim`, docs/guide/drop-in.md); None says
+      nothing.
     clients_per_round: The factory's; derived from the aggregator state when
       its query is a `tfp.NormalizedQuery` (TFF's and this package's
       constructors), and checked against it if given.

@@ -3,17 +3,10 @@
 The NumPy half (`tff_canary.harness.mechanisms.protocol.Mechanism`) names
 its TFF half (`Mechanism.tff_half`), a module whose `TFF_MECHANISM` is a
 `TffMechanism`; `of(config)` loads the run's. The runner asks it, never the
-mechanism's name, for its aggregator with server-side canaries
-(`canary_aggregator`, this package's `CanaryDPFactory`), TFF's own
-aggregator of the same settings that canary clients go through
-(`tff_aggregator`), the noise self-test of the aggregator built afresh
-without canaries (`noise_check`), what a round records beside its metrics
-(`server_round`, `client_round`: a `DpEvent` for the ledger, or the
-canaries' scores in units of the node noise), what canary-client rounds
-read (`client_clip`, `client_aggregate`) and its planted DP bugs
-(`planted_bugs`, from `planted_bugs_module`).
-
-The defaults are DP-FedAvg's (`gaussian_tff`); a mechanism overrides what
+mechanism's name, for what each of `TffMechanism`'s methods says: the
+aggregators with and without canaries, the noise self-test, what a round
+records, what canary-client rounds read and its planted DP bugs. The
+defaults are DP-FedAvg's (`gaussian_tff`); a mechanism overrides what
 differs.
 """
 

@@ -1,9 +1,10 @@
 """One real TFF training run per planted DP bug, judged by the tool as a whole.
 
 The TFF counterpart of `tff_canary.stats.simulation.pipeline_simulator` (issue 10: "show
-each [planted bug] once in a real TFF run"). `run(config)` trains a tiny
-model (`planted_model`: a 2-layer MLP, d = F*H + H + H*K + K, on synthetic
-Gaussian-class data) with a `tff.learning` process and canaries:
+each [planted bug] once in a real TFF run"); docs/guide/distributed-dp.md
+("Each bug once in a real TFF run") shows the runs. `run(config)` trains a
+tiny model (`planted_model`: a 2-layer MLP, d = F*H + H + H*K + K, on
+synthetic Gaussian-class data) with a `tff.learning` process and canaries:
 
 * ``mode="client"``: `canary_clients.build_canary_client_fedavg`; canary j
   is a client whose update is `canary_norm` x c_j, so the user's aggregator
@@ -14,32 +15,17 @@ Gaussian-class data) with a `tff.learning` process and canaries:
   on the same query; canaries are added at the query's clip C after the
   clients' pipeline, and `clients_per_round` real clients take part.
 
-The run asks its mechanism (`config.aggregator`, a name of
-`tff_canary.harness.mechanisms.registry`), never its name: the mechanism's
-TFF half (`mechanism_tff.TffMechanism.planted_bugs`) gives a `PlantedBugs`,
-its planted bugs (user code, `tff_canary.federated.audit.planted_bugs`), the
-modes they run in, the canaries, the training and self-test aggregators of
-a bug, what a run observes, the claim, the noise self-test and the audit.
-DP-FedAvg's are `gaussian_planted`'s, TFF's distributed DP's
-`ddp_planted`'s, DP-FTRL's tree's `tree_planted`'s (an aggregation-only
-run, its own `BugRunConfig`, judged by the DP-FTRL audit).
-
-The claim is the run's analytical epsilon for one participation (every
-canary takes part once, `FixedPresentations(num_rounds, 1)`) at `delta`.
-The canaries are `num_candidates` candidates inserted by fair coins
-(`CanaryConfig(assignment="coin")`); the cosines with theta_0 - theta_R
-(final model) and the max over rounds with theta_t - theta_{t+1} (all
-iterates) make a `CosineTable`. The audit (`audit.audit`, 95%) uses the
-table's valid bounds (`audit.table_bounds`: epsilon_lo on both statistics,
-and the f-DP one-run bound of a Gaussian claim); a claim that is not a
-Gaussian mechanism's (`PlantedBugs.gaussian_claim`) gets Steinke et al.'s
-one-run bound (`lower_bounds.one_run_bound`, valid for any (epsilon, delta)
-claim) in the f-DP bound's place, as in the simulator. The point estimates
-(`table_estimates`) are shown and decide nothing. The noise self-test runs
-the run's aggregator as configured, with the same participants, on zero
-values (`PlantedBugs.noise_check`). These are the defaults of
-`PlantedBugs`; a mechanism overrides what differs. "The tool" caught a run
-when the audit refuted the claim or the self-test failed.
+The run asks its mechanism's TFF half (`mechanism_tff.TffMechanism.
+planted_bugs`), never its name, for a `PlantedBugs`: its planted bugs (user
+code, `tff_canary.federated.audit.planted_bugs`) and each step of a run;
+the defaults are DP-FedAvg's, a mechanism overrides what differs. By
+default the claim is the analytical epsilon of one participation; the
+canaries' cosine table (final model and all iterates) is audited at 95% on
+its valid bounds (`audit.table_bounds`; for a claim that is not a Gaussian
+mechanism's, Steinke et al.'s one-run bound, valid for any (epsilon, delta)
+claim, replaces the f-DP one); the point estimates decide nothing. "The
+tool" caught a run when the audit refuted the claim or the noise self-test
+(the run's aggregator as configured, on zero values) failed.
 """
 
 from __future__ import annotations
@@ -69,10 +55,6 @@ _MODE_NAMES = {"client": "canary clients", "server": "CanaryDPFactory"}
 
 class PlantedBugs:
   """A mechanism's planted bugs and how to run them (module docstring).
-
-  Its TFF half's `planted_bugs()` returns one; the defaults are DP-FedAvg's
-  (a trained model's cosine table, a Gaussian claim, the noise self-test of
-  the released noise).
 
   Attributes:
     bugs: The bugs planted in its aggregator ("none": the correct one).
@@ -133,10 +115,9 @@ class PlantedBugs:
             told: canary_config.CanaryConfig, claimed_epsilon: float,
             check: Any) -> tuple[Any, Optional[Any]]:
     """(the audit's verdict, the point estimates or None) of what the run
-    `observed`: the audit of the cosine table's valid bounds (module
-    docstring); the self-test `check` is judged apart (`BugRun.detected`).
-    A mechanism's own verdict has `AuditVerdict`'s `refuted`, `verdict`,
-    `largest_bound` and `as_dict()` (the table's columns and the JSON)."""
+    `observed` (module docstring); the self-test `check` is judged apart
+    (`BugRun.detected`). A mechanism's own verdict has `AuditVerdict`'s
+    `refuted`, `verdict`, `largest_bound` and `as_dict()`."""
     with warnings.catch_warnings():
       # Under no leak the inserted mean sits below the null's half the time.
       warnings.simplefilter("ignore", results.VarianceMismatchWarning)
@@ -177,10 +158,8 @@ def aggregator_names() -> tuple[str, ...]:
 
 def bugs() -> tuple[str, ...]:
   """Every planted bug, in the order of `aggregator_names`' mechanisms."""
-  out = []
-  for name in aggregator_names():
-    out += [bug for bug in planted(name).bugs if bug not in out]
-  return tuple(out)
+  return tuple(dict.fromkeys(bug for name in aggregator_names()
+                             for bug in planted(name).bugs))
 
 
 def _either(names: typing.Sequence[str]) -> str:

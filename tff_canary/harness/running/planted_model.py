@@ -1,8 +1,7 @@
 """The planted-bug runs' model: a 2-layer MLP trained with canaries.
 
 `train` trains it for a `planted_bug_runs.BugRunConfig` in either mode, and
-`cosine_table_of` turns its iterates into the canaries' `CosineTable`
-(`planted_bug_runs`' module docstring says how).
+`cosine_table_of` turns its iterates into the canaries' `CosineTable`.
 """
 
 from __future__ import annotations
@@ -100,7 +99,9 @@ def train(config, canaries, training_aggregator) -> np.ndarray:
 def cosine_table_of(weights: np.ndarray,
                     canaries: canary_config.CanaryConfig
                     ) -> cosine_table.CosineTable:
-  """The cosine table of a run from its weights theta_0..theta_R."""
+  """The cosine table of a run from its weights theta_0..theta_R: each
+  canary's cosine with theta_0 - theta_R (final model) and its max over
+  rounds of the cosine with theta_t - theta_{t+1} (all iterates)."""
   dim = weights.shape[1]
   ids = np.arange(canaries.num_canaries)
   directions = canary_directions.canary_block(canaries.seed, ids, dim)

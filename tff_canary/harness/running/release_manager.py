@@ -5,29 +5,12 @@ Program-style loops (`tff.simulation.run_training_process`,
 round's metrics to release managers. `CanaryReleaseManager` passes every
 release that holds the canary aggregator's measurements to a
 `run_writer.RunWriter` (`RunWriter.round`, which pops `noised_aggregate`
-out of it) and lets the others through (evaluation releases, such as
-`run_training_process`'s at round 0, carry no aggregator metrics; a
-recorder fed every release fails there). A release holding a learning
-process state (what `train_model` gives its `model_output_manager` every 10
-rounds and after the last) is kept, the latest by its aggregator's round
-counter, for `finish()`.
-
-Every release, with the aggregate popped, is then passed on to the
-managers in `forward_to` (say a `tff.program.CSVFileReleaseManager`, which
-would otherwise write d numbers per round).
-
-    writer = run_writer.RunWriter(output_dir, config, delta=1e-6)
-    manager = release_manager.CanaryReleaseManager(writer)
-    state = tff.simulation.run_training_process(
-        process, client_data, num_rounds, program_state_manager=states,
-        metrics_managers=[manager])
-    initial = asyncio.run(states.load(0, process.initialize()))  # theta_0
-    report = manager.finish(
-        state, initial_weights=process.get_model_weights(initial))
-
-With `train_model`, give the writer the weights of its
-`initial_train_state`, pass the manager as `train_metrics_manager` and as
-`model_output_manager`, then call `manager.finish()`.
+out of it) and lets the others through (evaluation releases carry no
+aggregator metrics). A release holding a learning process state (what
+`train_model` gives its `model_output_manager`) is kept, the latest by its
+aggregator's round counter, for `finish()`. Every release, with the
+aggregate popped, is then passed on to the managers in `forward_to`.
+docs/guide/drop-in.md shows both loops.
 """
 
 from __future__ import annotations
@@ -48,10 +31,9 @@ class CanaryReleaseManager(tff.program.ReleaseManager):
 
   def __init__(self, writer: run_writer.RunWriter,
                forward_to: Sequence[tff.program.ReleaseManager] = ()):
-    """Initializes the manager.
+    """Records into `writer`.
 
     Args:
-      writer: The `RunWriter` of the run.
       forward_to: Release managers that get every release after it is
         recorded (without `noised_aggregate`).
     """

@@ -1,14 +1,10 @@
 """What a round of a TFF learning process reports, found by what it is.
 
 TFF nests the canary aggregator's measurements and state at depths that
-depend on the composition: plain, they are `metrics['aggregator']` and
-`state.aggregator`; under TFF's zeroing (`factory.canary_dp_aggregator`'s
-default, as in `tff.learning.dp_aggregator`) they are
-`metrics['aggregator']['zeroing']` and `state.aggregator['inner_agg']`.
-Program loops rename the training metrics too
-(`tff.learning.programs.train_model` releases `client_work/train` as
-`model_metrics`). These functions find each part anywhere
-(`tree_search.find_first`), so a caller never hard-codes a path.
+depend on the composition (under TFF's zeroing, docs/guide/drop-in.md), and
+program loops rename the training metrics (`train_model` releases
+`client_work/train` as `model_metrics`). These functions find each part
+anywhere (`tree_search.find_first`), so a caller never hard-codes a path.
 `flat_trainable` takes the model's trainable weights out of a state.
 """
 

@@ -34,8 +34,6 @@ def write_results(rd: run_dir_lib.RunDir,
   """Writes final_weights.npy, the cosine table and the report; returns it.
 
   Args:
-    rd: The run directory.
-    canaries: The run's `CanaryConfig`.
     initial_weights: theta_0, flat float32.
     final_weights: theta_T, flat float32.
     aggregates: The path of the recorded aggregates, or None (final-model

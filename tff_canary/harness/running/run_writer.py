@@ -12,51 +12,31 @@ Give a learning process this package's canary aggregator
     report = writer.finish(state)
 
 and the directory holds the files an experiment writes (`run_dir` lists
-them; not checkpoints/ nor noise_check.json, which belong to the experiment
-runner), so `python -m tff_canary report DIR` recomputes it at any delta.
-
-Each `round(output)` pops the round's `noised_aggregate` out of
-`output.metrics` into aggregates.npy (`aggregate_recorder.AggregateRecorder`), keeps a
-row of metrics.csv (loss, accuracy, clip, canaries inserted, seconds since
-the previous call) and the round's DpEvent from the aggregator state.
-`finish(state)` writes config.json, metrics.csv, ledger.json,
-final_weights.npy, the cosine table and the report
+them; not checkpoints/), so `python -m tff_canary report DIR` recomputes it
+at any delta (docs/guide/drop-in.md). Each `round(output)` pops the round's
+`noised_aggregate` out of `output.metrics` into aggregates.npy and keeps a
+row of metrics.csv and the round's DpEvent; `finish(state)` writes the rest
 (`run_results.write_results`).
 
-theta_0 may come at `finish` instead (`initial_weights=`) when the loop
-builds its initial state itself (`run_training_process` saves it as
-version 0 of its program state manager).
-
-Derived, not asked for: dim (the number of trainable parameters, from the
-initial weights or the first aggregate), the round (the
-aggregator's `round_num` measurement, so the loop's own numbering, 0- or
-1-based, does not matter), the clip and canaries inserted (measurements),
-clients_per_round (the query's denominator in the aggregator state), the
-noise multiplier (the effective one of the ledger's DpEvents,
-`effective_noise.effective_noise_multiplier`), the canary seed and schedule
-(`canaries`, checked against the trained state). Checked as they come: the
+Derived, not asked for: dim, clients_per_round and the noise multiplier
+(docs/guide/drop-in.md), the round (the aggregator's `round_num`
+measurement, so the loop's own numbering, 0- or 1-based, does not matter),
+the clip and canaries inserted (measurements). Checked as they come: the
 canaries inserted each round against `canaries`' schedule (so a writer
 given another CanaryConfig than the aggregator's fails at the first round
 where the counts differ, else at `finish`), each round recorded once, the
-state after a round against that round.
-
-A DP-FTRL run (`CanaryDPFactory.tree_aggregation`, `tree_adaptive`) is
-refused at its first round: its DpEvent has no per-round accounting and its
-rounds' noises are correlated, so neither the ledger nor the report's
-statistics apply (`tff_canary.federated.insertion.tree_factory`).
-
-Without a state (a `tff.program.ReleaseManager` sees metrics only;
-`release_manager.CanaryReleaseManager`), a round's DpEvent is the trained
+state after a round against that round. A DP-FTRL
+run is refused at its first round (`RunWriter.round`). Without a state
+(`release_manager.CanaryReleaseManager`), a round's DpEvent is the trained
 state's at `finish`: exact for this package's aggregator, whose DpEvent
 depends only on its noise multipliers, which are fixed for the run.
 
-Not resumable. Rows and events live in memory until `finish`; the
-aggregates reach the disk each round. After a crash the directory holds
-aggregates.npy, initial_weights.npy and participation.npz but no
-config.json; a new writer refuses it unless `overwrite=True`, which starts
-over, and `finish` refuses a run whose rounds were not all recorded by one
-writer (a loop resumed at round k would miss rounds 0..k-1): rerun the loop
-from the start into a new directory.
+Not resumable: the aggregates reach the disk each round, the rest at
+`finish`. After a crash the directory holds aggregates.npy,
+initial_weights.npy and participation.npz but no config.json; a new writer
+refuses it unless `overwrite=True`, which starts over, and `finish` refuses
+a run whose rounds were not all recorded by one writer: rerun the loop from
+the start into a new directory.
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 `HandwritingModel` draws EMNIST-like clients (28x28 glyphs of 62 classes with
 per-writer style, label skew and label noise) and `SentenceModel`
 StackOverflow-like clients (sentences from a Markov chain with per-user
-preferences and topics). Each client is a pure function of (seed, client
-index, sizes, model) computed with stateless random ops
-(`tf.random.stateless_*`), so it is the same in every process and costs
-nothing until it is generated; `tff_canary.harness.running.datasets` wraps them as TFF
-`ClientData`.
+preferences and topics); docs/guide/experiments.md describes both. Each
+client is a pure function of (seed, client index, sizes, model) computed
+with stateless random ops (`tf.random.stateless_*`), so it is the same in
+every process and costs nothing until it is generated;
+`tff_canary.harness.running.datasets` wraps them as TFF `ClientData`.
 """
 
 from __future__ import annotations
@@ -36,38 +36,13 @@ def _seed(seed: int, tag: int, index) -> tf.Tensor:
 class HandwritingModel:
   """The generative model of the synthetic EMNIST (all scales in glyph units).
 
-  A glyph lives in [-1, 1]^2, drawn on the 28x28 canvas at 10 pixels per unit.
-  Every class c has `STROKES` quadratic Bezier strokes (3 control points
-  each). Classes come in `num_groups` confusable groups (like O/0/o or l/1/I):
-  class c's control points are B_g(c) + separation * N(0, I), with the
-  group's base shape B_g uniform in [-0.8, 0.8] and g(c) = c mod num_groups:
-  each class departs from its group's shape by a standard deviation of
-  `separation` per coordinate.
-
-  Client i (a "writer") draws once: a handwriting offset added to every
-  control point of every class (N(0, client_offset^2)), an affine style
-  (rotation N(0, rotation^2) radians, shear N(0, shear^2), log-scales
-  N(0, log_scale^2) per axis, translation N(0, translation^2)), a stroke
-  width uniform in `width_px` pixels, an ink intensity uniform in `ink`, a
-  pixel-noise standard deviation uniform in `noise`, and class proportions
-  p_i ~ Dirichlet(label_alpha * 1_62) (label skew: alpha -> 0 gives one-class
-  clients, alpha -> infinity uniform ones). The population's labels stay
-  uniform (entropy log 62 = 4.13 nats) while a client's proportions have
-  expected entropy psi(62 alpha + 1) - psi(alpha + 1) (Nemenman, Shafee &
-  Bialek, "Entropy and inference, revisited", NIPS 2002): 3.41 nats at the
-  default alpha = 0.5.
-
-  Example k of client i: class y ~ Categorical(p_i); control points of y plus
-  the client's offset plus a jitter N(0, jitter^2); a per-example rotation
-  N(0, (rotation / 2)^2) and translation N(0, (translation / 2)^2) after the
-  client's affine style; rendered with a Gaussian pen, density(x) = sum over
-  16 points per stroke of exp(-|x - point|^2 / (2 width^2)) and ink
-  saturating as ink * (1 - exp(-density / 2)), plus N(0, noise^2) per pixel,
-  clipped to [0, 1]. Finally the label is replaced, with probability
-  `label_noise`, by a uniform class (which may equal y): a fraction
-  label_noise * 61 / 62 of the labels is wrong, which caps the accuracy any
-  model reaches on the (equally noisy) test clients at
-  1 - label_noise * 61 / 62 (0.902 at the default 0.1).
+  Every class has `STROKES` quadratic Bezier strokes; classes come in
+  `num_groups` confusable groups, each class `separation` from its group's
+  shape; each client (a "writer") draws a handwriting offset, an affine
+  style, a stroke width, ink, pixel noise and class proportions
+  Dirichlet(label_alpha); a fraction label_noise x 61 / 62 of the labels is
+  wrong. The full model, with its formulas: docs/guide/experiments.md, "The
+  built-in synthetic data".
   """
 
   num_groups: int = 25
@@ -157,12 +132,13 @@ def emnist_generator(seed: int, examples: int, model: HandwritingModel):
   seed = validation.as_int(seed, "seed", minimum=0)
   examples = validation.as_int(examples, "examples", minimum=1)
   model = _check_model(model, HandwritingModel)
-  return _compiled_emnist(seed, examples, model)
+  return _compiled(_draw_emnist, seed, examples, model)
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled_emnist(seed, examples, model):
-  return tf.function(lambda index: _draw_emnist(seed, index, examples, model),
+def _compiled(draw, seed, *sizes_and_model):
+  """`draw(seed, index, *sizes_and_model)` as a graph of the index."""
+  return tf.function(lambda index: draw(seed, index, *sizes_and_model),
                      input_signature=[tf.TensorSpec([], tf.int64)])
 
 
@@ -171,9 +147,7 @@ def emnist_client(seed: int, index, examples: int, model: HandwritingModel
   """Client `index`'s examples: pixels [n, 28, 28], label, clean_label.
 
   `label` is the observed (possibly replaced) label and `clean_label` the
-  class that was drawn; see `HandwritingModel`. A pure function of
-  (seed, index, examples, model), with stateless random ops only, run
-  through `emnist_generator`'s graph.
+  class that was drawn; run through `emnist_generator`'s graph.
   """
   return emnist_generator(seed, examples, model)(tf.cast(index, tf.int64))
 
@@ -240,20 +214,12 @@ def _draw_emnist(seed, index, examples, model):
 class SentenceModel:
   """The generative model of the synthetic StackOverflow.
 
-  Words are indices into the vocabulary ("w0" most frequent first). After
-  word w comes one of `len(successor_weights)` successors
-  s_k(w) = (7 w + 13 k + 1) mod V_c (k = 0, 1, ...), within the V_c =
-  min(core_size, vocab_size) most frequent words. Client i (a "user") draws
-  once its successor preferences q_i ~ Dirichlet(concentration *
-  successor_weights) (the weights are the population mean, so clients differ
-  in style while a shared model can still learn the common part) and a topic
-  t_i uniform in [0, V_c): its sentences start at a word uniform in
-  t_i, ..., t_i + topic_width - 1 (mod V_c), so clients use different parts
-  of the vocabulary. Each later word is s_k(previous) with k ~ q_i, and is
-  replaced, with probability `replace`, by a word uniform over the whole
-  vocabulary. A next-word predictor that knows q_i is right at most with
-  probability (1 - replace) max_k q_ik + replace / vocab_size after a
-  sentence's first word; a unigram predictor about 1 / V_c of the time.
+  After word w comes one of `len(successor_weights)` successors
+  s_k(w) = (7 w + 13 k + 1) mod min(core_size, vocab_size), k drawn from the
+  client's preferences q_i ~ Dirichlet(concentration x successor_weights);
+  sentences start near the client's topic (`topic_width`), and each later
+  word is replaced by a uniform one with probability `replace`. The full
+  model: docs/guide/experiments.md, "The built-in synthetic data".
   """
 
   core_size: int = 2000
@@ -298,15 +264,8 @@ def stackoverflow_generator(seed: int, sentences: int, length: int,
   length = validation.as_int(length, "length", minimum=2)
   vocab_size = validation.as_int(vocab_size, "vocab_size", minimum=1)
   model = _check_model(model, SentenceModel)
-  return _compiled_sentences(seed, sentences, length, vocab_size, model)
-
-
-@functools.lru_cache(maxsize=64)
-def _compiled_sentences(seed, sentences, length, vocab_size, model):
-  return tf.function(
-      lambda index: _draw_sentences(seed, index, sentences, length, vocab_size,
-                                    model),
-      input_signature=[tf.TensorSpec([], tf.int64)])
+  return _compiled(_draw_sentences, seed, sentences, length, vocab_size,
+                   model)
 
 
 def stackoverflow_client(seed: int, index, sentences: int, length: int,
@@ -315,8 +274,7 @@ def stackoverflow_client(seed: int, index, sentences: int, length: int,
   """Client `index`'s sentences as word indices, and its preferences.
 
   Returns `words` int64[sentences, length] and `preferences` float32[k] (the
-  client's q_i; see `SentenceModel`). A pure function of its arguments, with
-  stateless random ops only, run through `stackoverflow_generator`'s graph.
+  client's q_i), run through `stackoverflow_generator`'s graph.
   """
   return stackoverflow_generator(seed, sentences, length, vocab_size, model)(
       tf.cast(index, tf.int64))

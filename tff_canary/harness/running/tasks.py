@@ -7,28 +7,21 @@
 
 Both go through `tff.simulation.baselines` (`create_character_recognition_
 task_from_datasets`, `create_word_prediction_task_from_datasets`), so the
-preprocessing and the losses are TFF's, whichever data source
-(`tff_canary.harness.running.datasets`) is used. A `Task` adds what the experiments need on
-top: a seeded Keras model with the same architecture, built eagerly, for the
-initial weights and for fast centralized evaluation.
+preprocessing and the losses are TFF's, whichever data source (`datasets`)
+is used. A `Task` adds a seeded Keras model with the same architecture,
+built eagerly, for the initial weights and for fast centralized evaluation.
 
-Reproducibility. A run must repeat exactly from its seeds (and a run resumed
-from a checkpoint must equal an uninterrupted one), but TFF's models draw
-randomness that cannot be replayed: unseeded initializers (so the experiments
-overwrite the initial weights with those of the seeded Keras twin), and, in
-the EMNIST CNN, Keras `Dropout`, whose stateful generator TFF's runtime keeps
-across rounds and restarts in every new process. (Measured: an op-seeded
-`tf.random.uniform` in a TFF computation gives three different values in
-three calls, and the same three again in a fresh process, so a resumed run
-would replay masks from round 0.) The EMNIST model is therefore TFF's
-`cnn_dropout`, layer for layer and parameter for parameter, with
-`DeterministicDropout`, which keeps the rates (0.25, 0.5) and draws each
-mask statelessly from the layer's own inputs. TFF's data pipelines also leave
-two orders to chance, both fixed here: its EMNIST preprocessing yields each
-client's batches in whichever order a parallel map finishes them (so a
-client's local steps could swap; see `_PIPELINE_SEED`), and its
-`get_centralized_test_data()` joins the test clients in an unseeded random
-order (so `Task.test_dataset` joins them in a fixed one).
+Reproducibility (docs/guide/reproducibility.md). TFF's models draw
+randomness that cannot be replayed: unseeded initializers (so the
+experiments overwrite the initial weights with those of the seeded Keras
+twin), and, in the EMNIST CNN, Keras `Dropout`, whose stateful generator
+TFF's runtime keeps across rounds and restarts in every new process (an
+op-seeded `tf.random.uniform` in a TFF computation gives three different
+values in three calls, and the same three again in a fresh process, so a
+resumed run would replay masks from round 0). The EMNIST model is therefore
+TFF's `cnn_dropout` with `DeterministicDropout`. The two orders TFF's data
+pipelines leave to chance are fixed too (`_PIPELINE_SEED`,
+`Task.test_dataset`).
 """
 
 from __future__ import annotations
@@ -129,13 +122,10 @@ class Task:
         data.train_data.create_tf_dataset_for_client(client_id))
 
   def test_dataset(self, max_examples: int | None = None) -> tf.data.Dataset:
-    """The centralized, preprocessed test set (optionally truncated).
-
-    The same examples in the same order in every process: the test clients
-    are joined in a fixed order (TFF's `get_centralized_test_data()` joins
-    them in an unseeded random order, which changes the batches, the
-    evaluation loss and, with `max_examples`, which examples are kept).
-    """
+    """The centralized, preprocessed test set (optionally truncated), its
+    clients joined in a fixed order (TFF's `get_centralized_test_data()`
+    joins them in an unseeded one, which changes the evaluation loss and,
+    with `max_examples`, which examples are kept)."""
     datasets_ = self.baseline.datasets
     data = datasets_.test_data
     if isinstance(data, tff.simulation.datasets.ClientData):
@@ -156,14 +146,12 @@ def _client_spec(batch_size, client_epochs, max_elements):
       shuffle_buffer_size=1)  # deterministic order: reproducible runs
 
 
-# TFF's EMNIST preprocessing batches each client's examples and then maps the
-# batches with `num_parallel_calls=AUTOTUNE, deterministic=debug_seed is not
-# None`: without a `debug_seed` the batches come out in whichever order the
-# parallel map finishes them, so a client's local SGD steps (and hence the
-# round's update and every number after it) change from run to run. Any
-# `debug_seed` makes that map deterministic; its other effects do not reach
-# the experiments (it seeds the shuffle buffer, which `_client_spec` sets to 1,
-# and the baseline's own Keras model, which `Task.model_fn` replaces).
+# TFF's EMNIST preprocessing maps each client's batches with
+# `num_parallel_calls=AUTOTUNE, deterministic=debug_seed is not None`: any
+# `debug_seed` keeps their order (docs/guide/reproducibility.md); its other
+# effects do not reach the experiments (it seeds the shuffle buffer, which
+# `_client_spec` sets to 1, and the baseline's own Keras model, which
+# `Task.model_fn` replaces).
 _PIPELINE_SEED = 0
 # The order in which `Task.test_dataset` joins the test clients.
 _TEST_ORDER_SEED = 0

@@ -4,20 +4,11 @@
 a run (`Run`: what `experiment.run_experiment` built): each round the
 sampler's clients (`client_sampling.ClientSampler`, a function of seed and
 round), the round itself (`Run.rounds`: `ServerRounds`, or with
-`insertion="clients"` `client_insertion.ClientRounds`), a row of metrics.csv
-(loss, accuracy, clip norm, canaries inserted, clients, seconds, and the
-evaluation every `eval_every` rounds and after the last), and a checkpoint
-every `checkpoint_every` rounds and after the last. A progress bar on stderr
-shows the round, loss, accuracy, clip norm and canaries inserted.
-
-A round gives a `RoundResult`: its output, clip, canaries inserted, and what
-the run's mechanism records of it (`mechanism_tff.TffMechanism.server_round`
-or `client_round`): a DpEvent for ledger.json (None: the DDP aggregator,
-whose TFF queries emit none, and DP-FTRL, whose privacy is per tree), and
-the canaries' scores of a mechanism scored per round (DP-FTRL's, saved to
-tree_scores.npy with each checkpoint), else None. The noised aggregate is
-recorded as the round goes (gaussian canaries,
-`aggregate_recorder.AggregateRecorder`).
+`insertion="clients"` `client_insertion.ClientRounds`; a `RoundResult`), a
+row of metrics.csv (with the evaluation every `eval_every` rounds and after
+the last), and a checkpoint every `checkpoint_every` rounds and after the
+last. A progress bar on stderr shows the round, loss, accuracy, clip norm
+and canaries inserted.
 """
 
 from __future__ import annotations
@@ -85,13 +76,11 @@ class Run:
   """What a run's rounds are made of (`experiment.run_experiment` builds it).
 
   Attributes:
-    config: The run's config.
-    resolved: Its resolved values, client sampler and canary schedule.
+    resolved: The config's resolved values, client sampler and canary
+      schedule.
     task: The task (its clients and its Keras twin for evaluation).
-    process: The learning process.
     rounds: `ServerRounds` or `client_insertion.ClientRounds`.
     recorder: The recorder of the rounds' aggregates, or None.
-    rd: The run directory.
     manager: The program state manager of its checkpoints.
   """
 
@@ -118,11 +107,9 @@ def train(run: Run, state, history: resume.History, progress: bool = True):
   client_ids = run.task.baseline.datasets.train_data.client_ids
   keras_model = run.task.keras_model_fn()
   test_data = run.task.test_dataset(config.eval_examples)
-  bar = None
-  if progress:
-    from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
-    bar = tqdm(total=num_rounds, initial=done, desc=config.task, unit="round",
-               file=sys.stderr, dynamic_ncols=True)
+  from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
+  bar = tqdm(total=num_rounds, initial=done, desc=config.task, unit="round",
+             file=sys.stderr, dynamic_ncols=True, disable=not progress)
   try:
     for round_num in range(done, num_rounds):
       start = time.perf_counter()
@@ -145,25 +132,21 @@ def train(run: Run, state, history: resume.History, progress: bool = True):
       history.add(row, result.event, result.tree_scores)
       if (round_num + 1) % config.checkpoint_every == 0 or last:
         _checkpoint(run, state, round_num + 1, history)
-      if bar is not None:
-        postfix = dict(loss=f"{loss:.3f}", acc=f"{accuracy:.3f}",
-                       clip=f"{row['clip']:.3g}",
-                       canaries=row["canaries_inserted"])
-        if row.get("eval_accuracy") is not None:
-          postfix["eval_acc"] = f"{row['eval_accuracy']:.3f}"
-        bar.set_postfix(postfix, refresh=False)
-        bar.update(1)
+      postfix = dict(loss=f"{loss:.3f}", acc=f"{accuracy:.3f}",
+                     clip=f"{row['clip']:.3g}",
+                     canaries=row["canaries_inserted"])
+      if row.get("eval_accuracy") is not None:
+        postfix["eval_acc"] = f"{row['eval_accuracy']:.3f}"
+      bar.set_postfix(postfix, refresh=False)
+      bar.update(1)
   finally:
-    if bar is not None:
-      bar.close()
+    bar.close()
   return state
 
 
 def _checkpoint(run: Run, state, version: int, history: resume.History):
-  """Round files first, then the state: a checkpoint never outruns them.
-
-  (The recorder flushes every aggregate as it is written.)
-  """
+  """Round files first, then the state: a checkpoint never outruns them
+  (the recorder flushes every aggregate as it is written)."""
   run.rounds.save(run.rd)
   history.save(run.rd)
   asyncio.run(run.manager.save(state, version))

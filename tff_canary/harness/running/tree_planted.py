@@ -2,33 +2,13 @@
 
 The TFF counterpart of `tff_canary.stats.correlated.tree_simulation` (and
 of bench/ftrl_audit.py), through `planted_bug_runs.run`. A run is a
-`TreeBugRunConfig`: no model is trained; a `CanaryDPFactory` tree
-aggregation (`planted_tree_bugs.PlantedTreeAggregation`, the tree restarted
-after every epoch of `rounds_per_epoch` rounds, a fixed `noise_seed`) runs
-as a TFF aggregation process on a float32 vector of `dim` values for
-`num_rounds` rounds (whole epochs). Each round `clients_per_round` clients
-send independent zero-mean Gaussian values of norm about `client_scale` x
-sqrt(dim), above the clip, so the query clips them to C (`l2_clip`); their
-component along a canary is O(C / sqrt(dim)) per client and round,
-independent across rounds.
-
-Canaries: `num_candidates` orthogonal candidates, each inserted by a fair
-coin, every candidate scheduled once per epoch (`schedules.ShuffledEpochs`;
-held-out candidates get the schedules they would have had). With the bug
-"double_participation" the run's canaries have the schedule
-`planted_tree_bugs.TwicePerEpoch` (the same round plus a second one in every
-epoch) while the audit is told `ShuffledEpochs`. Each round reports every
-candidate's score u_{j,t} (`tree_factory`: units of the node noise), the
-[candidates, rounds] array the run observes.
-
-The noise self-test (`tree_noise_check.check_tree_noise`) runs the run's
-aggregation (with the bug, with no canaries and another noise seed) for the
-same rounds on zero values. The audit is `tree_audit.audit_ftrl` on the
-scores, the told schedule, the coins, the CLAIMED tree (`TreeAggregation.
-noise`, the correct one) and the self-test's noise: three checks at
-family-wise level `level` (self-test, contribution, bounds) against the
-claimed epsilon of the node release (`tree_accounting.tree_epsilons`, one
-tree per epoch); its bounds make the table's columns.
+`TreeBugRunConfig`: no model is trained; the run's tree aggregation
+(`TreeBugRunConfig.aggregation`) in a `CanaryDPFactory` aggregates
+`clients_per_round` clipped Gaussian values of `dim` values a round; the
+run observes every candidate's score u_{j,t} (`tree_factory`: units of the
+node noise), [candidates, rounds], and is judged by the DP-FTRL audit
+(`tree_audit.audit_ftrl`) at family-wise level `level`. The whole setup:
+docs/method/dp-ftrl.md, "Planted bugs".
 """
 
 from __future__ import annotations
@@ -89,9 +69,7 @@ class TreeBugRunConfig(planted_bug_runs.BugRunConfig):
 
   def __post_init__(self):
     super().__post_init__()
-    if not isinstance(self.efficient, bool):
-      raise TypeError(f"efficient must be a bool, got "
-                      f"{validation.show(self.efficient)}.")
+    validation.as_bool(self.efficient, "efficient")
     if self.bug == "efficient_scale" and not self.efficient:
       raise ValueError("bug 'efficient_scale' needs efficient=True.")
     validation.as_positive(self.client_scale, "client_scale")

@@ -1,19 +1,15 @@
 """DP-FTRL's tree in TFF: the TFF half of `mechanisms.tree`.
 
-The aggregator is DP-FTRL with the fixed clip, its tree restarted after
-every epoch of `rounds_per_epoch` rounds (the client sampler's):
-server-side, `CanaryDPFactory.tree_aggregation`; with canary clients, TFF's
-own public `DifferentiallyPrivateFactory` over the same tree query
-(`tree_factory.TreeAggregation.tff_factory`: TFF's `tree_aggregation` has
-no restart argument), unseeded, wrapped by the canary-client process in
-`CanaryScoringFactory(..., scores="dot_products")`, which reports each
-round's <c_j, result> (`client_insertion.tree_scores` turns them into the
-scores). The noise check is the tree's (`tree_noise_check`) either way: the
-released noise over two restarts of the run's tree (restarted at
-`check_period`), whitened by the tree's claimed covariance. A round records
-no DpEvent (the tree's privacy is per tree) but its canaries' scores in
-units of the node noise (tree_scores.npy). Its planted bugs are
-`tree_planted`'s.
+DP-FTRL with the fixed clip, its tree restarted after every epoch of
+`rounds_per_epoch` rounds (the client sampler's): server-side,
+`CanaryDPFactory.tree_aggregation`; with canary clients, TFF's own
+`DifferentiallyPrivateFactory` over the same tree query
+(`tree_factory.TreeAggregation.tff_factory`), unseeded, scored by
+`CanaryScoringFactory(..., scores="dot_products")`
+(`client_insertion.tree_scores`; docs/method/dp-ftrl.md, "In TFF"). The
+noise check is the tree's (`tree_noise_check`) over two restarts
+(`check_period`). A round records no DpEvent (the tree's privacy is per
+tree) but its canaries' scores in units of the node noise (tree_scores.npy).
 """
 
 from __future__ import annotations
@@ -83,12 +79,10 @@ class TreeTff(mechanism_tff.TffMechanism):
   def noise_check(self, config, inputs: mechanism_tff.NoiseCheckInputs):
     period = check_period(inputs.rounds_per_epoch)
     if config.insertion == "clients":  # TFF's factory, unseeded
-      tree = tff_tree(config, period)
       return tree_noise_check.check_tree_noise(
-          tree.tff_factory(tff.types.type_to_tf_tensor_specs(
-              inputs.value_type), config.clients_per_round),
-          inputs.value_type,
-          noise=tree.noise(tree_noise_check.default_rounds(period)),
+          self.tff_aggregator(config, inputs.task, None, period),
+          inputs.value_type, noise=tff_tree(config, period).noise(
+              tree_noise_check.default_rounds(period)),
           noise_multiplier=config.noise_multiplier,
           tensor_names=inputs.tensor_names)
     aggregator = self.canary_aggregator(config, inputs.no_canaries,

@@ -1,15 +1,11 @@
 """How TFF splits a noise multiplier under adaptive clipping, and its DpEvent.
 
 Adaptive clipping (Andrew et al. 2021, "Differentially Private Learning with
-Adaptive Clipping", NeurIPS, arXiv:1905.03871). Each round releases the noised
-sum of clipped updates (multiplier z_v) and a noised count of unclipped clients
-whose per-client contribution is +-1/2 with noise std sigma_b, a Gaussian
-mechanism with multiplier 2 sigma_b. TFF (`adaptive_clip_noise_params`) fixes
-the total multiplier z and solves z^-2 = z_v^-2 + (2 sigma_b)^-2 for z_v,
-with sigma_b = 0.05 * clients_per_round by default; its DP aggregator records
-`ComposedDpEvent([GaussianDpEvent(z_v), GaussianDpEvent(2 sigma_b)])` per round,
-whose effective noise multiplier (`effective_noise`) is z again. Plain Python
-and dp-accounting; no TensorFlow.
+Adaptive Clipping", NeurIPS, arXiv:1905.03871) releases each round the noised
+sum of clipped updates and a noised count of unclipped clients, two Gaussian
+mechanisms whose composition TFF holds at the total multiplier z
+(`adaptive_clipping_noise_multipliers`). Plain Python and dp-accounting; no
+TensorFlow.
 """
 
 from __future__ import annotations

@@ -79,15 +79,11 @@ def _check_sensitivities(l2_sensitivity, l1_sensitivity):
 
 
 def _as_orders(orders: npt.ArrayLike, integer: bool) -> np.ndarray:
-  a = np.atleast_1d(np.asarray(orders, dtype=float))
-  if a.ndim != 1 or a.size == 0 or not np.all(np.isfinite(a)):
-    raise ValueError(f"orders must be a nonempty 1-D array of finite numbers,"
-                     f" got {validation.show(orders)}.")
-  if integer and (np.any(a < 2) or np.any(a != np.round(a))):
+  a = validation.as_sample(np.atleast_1d(np.asarray(orders, dtype=float)),
+                           "orders", min_size=1, lower=2.0 if integer else 1.0)
+  if integer and np.any(a != np.round(a)):
     raise ValueError("orders must be integers >= 2 for the Skellam bound, got"
                      f" {validation.show(orders)}.")
-  if not integer and np.any(a < 1):
-    raise ValueError(f"orders must be >= 1, got {validation.show(orders)}.")
   return a
 
 
@@ -132,11 +128,9 @@ def ddg_rdp(orders: npt.ArrayLike, *, l2_sensitivity: float,
 
 def ddg_zcdp_rho(*, l2_sensitivity: float, sigma: float, num_shares: int,
                  dim: int) -> float:
-  """rho-zCDP of the sum of n discrete Gaussians (Theorem 1's form).
-
-  rho = min(D2^2/(2 n sigma^2) + tau d, (D2/(sqrt(n) sigma) + tau sqrt(d))^2/2),
-  from Proposition 14 of arXiv 2102.06387 (module docstring).
-  """
+  """rho-zCDP of the sum of n discrete Gaussians (Theorem 1's form): the
+  smaller of the two rho the module docstring derives from Proposition 14 of
+  arXiv 2102.06387."""
   d2 = validation.as_nonnegative(l2_sensitivity, "l2_sensitivity")
   sigma = validation.as_positive(sigma, "sigma")
   if sigma < 0.5:

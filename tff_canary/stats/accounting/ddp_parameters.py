@@ -132,7 +132,7 @@ class DdpParameters:
 
 def padded_dim(dim: int, rotation: Rotation) -> int:
   """TFF's padding before rotation: even for DFT, a power of two for HD."""
-  dim = max(1, validation.as_int(dim, "dim", minimum=1))
+  dim = validation.as_int(dim, "dim", minimum=1)
   rotation = validation.as_choice(rotation, "rotation", ROTATIONS)
   if rotation == "hd":
     return 2 ** math.ceil(math.log2(dim))
@@ -159,12 +159,9 @@ def inflated_l2_bound(l2_clip: float, gamma: float, beta: float,
                       dim: int) -> float:
   """L2 norm bound after (conditional) randomized rounding to the gamma grid.
 
-  TFF's `inflated_l2_norm_bound` (citing Kairouz, Liu & Steinke 2021, arXiv
-  2102.06387, Theorem 1 and Sec. 4.1): with
-  beta = 0 (unconditional rounding) the deterministic bound C + gamma sqrt(d);
-  with beta in (0, 1) conditional rounding resamples until the norm is at most
-  min(C + gamma sqrt(d), sqrt(C^2 + gamma^2 d/4 + sqrt(2 log(1/beta)) gamma
-  (C + gamma sqrt(d)/2))).
+  TFF's `inflated_l2_norm_bound` (module docstring): beta = 0 (unconditional
+  rounding) gives bound_1 alone; beta in (0, 1), conditional rounding
+  resampling until the norm is at most min(bound_1, bound_2).
   """
   l2_clip = validation.as_positive(l2_clip, "l2_clip")
   gamma = validation.as_positive(gamma, "gamma")

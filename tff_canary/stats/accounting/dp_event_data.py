@@ -74,19 +74,15 @@ def event_to_plain(event: Any, where: str) -> dict[str, Any]:
       for name, value in fields.items()}}
 
 
-def _event_class(class_name: Any, where: str) -> type:
+def _event_from_plain(plain: dict[str, Any],
+                      where: str) -> dp_accounting.DpEvent:
+  """Rebuilds a DpEvent from `event_to_plain` output (classes whitelisted)."""
+  class_name = plain.get("class_name")
   cls = getattr(dp_event_module, class_name, None) if isinstance(
       class_name, str) else None
   if not (isinstance(cls, type) and issubclass(cls, dp_accounting.DpEvent)):
     raise ValueError(f"{where}: {class_name!r} is not a DpEvent class of "
                      f"dp_accounting.dp_event.")
-  return cls
-
-
-def _event_from_plain(plain: dict[str, Any],
-                      where: str) -> dp_accounting.DpEvent:
-  """Rebuilds a DpEvent from `event_to_plain` output (classes whitelisted)."""
-  cls = _event_class(plain.get("class_name"), where)
   expected = {f.name for f in attr.fields(cls)}
   given = set(plain) - {"class_name"}
   if given != expected:

@@ -8,11 +8,9 @@ z_eff = (sum_i z_i^-2)^(-1/2), the reduction that dp_accounting's RDP
 accountant also makes (McMahan et al. 2018, arXiv:1812.06210, section 3).
 sum_i z_i^-2 = mu^2 is the event's `event_precision`: 0 for a NoOpDpEvent (no
 release), inf for a NonPrivateDpEvent or a zero multiplier (no privacy). Other
-events (Laplace, Poisson-sampled, ...) have no effective multiplier and are
-refused, naming the event. An `UnsupportedDpEvent` (what TFF's distributed DP
-and tensorflow_privacy's tree aggregation, DP-FTRL, report every round) and
-a `SingleEpochTreeAggregationDpEvent` (a whole tree's) are refused with what
-to use instead: their privacy is not a per-round Gaussian.
+events have no effective multiplier and are refused, naming the event; an
+`UnsupportedDpEvent` (TFF's distributed DP, DP-FTRL's tree, every round) or
+a whole tree's `SingleEpochTreeAggregationDpEvent` with what to use instead.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from typing import Any
 import dp_accounting
 
 from tff_canary.stats.accounting import dp_event_data
+from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats import validation
 
 
@@ -78,31 +77,18 @@ def event_precision(event: Any, where: str) -> float:
                   f"{validation.show(event)} of type {type(event).__name__}.")
 
 
-def _multiplier_of_precision(precision: float) -> float:
-  if precision == 0.0:
-    return math.inf
-  if precision == math.inf:
-    return 0.0
-  return 1.0 / math.sqrt(precision)
-
-
 def effective_noise_multiplier(event: dp_accounting.DpEvent, *,
                                where: str = "event") -> float:
   """The z of the single Gaussian mechanism equivalent to `event`.
 
-  GaussianDpEvent(z) -> z; ComposedDpEvent of Gaussians (what TFF's adaptive
-  DP aggregator records each round) -> (sum_i z_i^-2)^(-1/2);
-  SelfComposedDpEvent(e, r) -> z_e / sqrt(r) (Dong, Roth & Su 2022,
-  Corollary 3.3; McMahan et al. 2018, arXiv:1812.06210, section 3). Nested
-  structures are reduced recursively. NoOpDpEvent -> inf (no release),
-  NonPrivateDpEvent or a zero multiplier -> 0 (no privacy).
+  GaussianDpEvent(z) -> z; compositions -> (sum_i z_i^-2)^(-1/2) (module
+  docstring), SelfComposedDpEvent(e, r) -> z_e / sqrt(r), nested ones
+  recursively. NoOpDpEvent -> inf (no release), NonPrivateDpEvent or a zero
+  multiplier -> 0 (no privacy).
 
   Args:
     event: a dp_accounting DpEvent (or its `to_named_tuple()` form).
     where: how error messages name `event` (e.g. "events[3]").
-
-  Returns:
-    The effective noise multiplier in [0, inf].
 
   Raises:
     ValueError: for events that are not (compositions of) Gaussians, such as
@@ -112,4 +98,5 @@ def effective_noise_multiplier(event: dp_accounting.DpEvent, *,
   if isinstance(event, dp_accounting.GaussianDpEvent):  # z itself, unrounded
     return validation.as_nonnegative(
         event.noise_multiplier, f"{where}: the noise_multiplier of {event!r}")
-  return _multiplier_of_precision(event_precision(event, where))
+  # z = 1 / mu, as mu = 1 / z (0 and inf swapped alike).
+  return gaussian_accounting.mu_of(math.sqrt(event_precision(event, where)))

@@ -2,10 +2,7 @@
 
 The accounting side of docs/method/accounting.md for Gaussian releases without
 amplification: the epsilon that the accounting promises, to be compared with
-the epsilon that the canaries measure. NumPy and SciPy only. Poisson sampling
-is in `poisson_accounting`, DpEvents of Gaussians in `effective_noise`, the
-adaptive-clipping noise split in `adaptive_split` and a run's DpEvents in
-`ledger`.
+the epsilon that the canaries measure. NumPy and SciPy only.
 
 One use of the Gaussian mechanism. A query with L2 sensitivity 1 released with
 N(0, z^2 I) noise (z = `noise_multiplier`) is (epsilon, delta)-DP if and only if
@@ -30,30 +27,15 @@ log delta_z is evaluated in log space,
   log delta_z(eps) = log Phi(a) + log(1 - exp(eps + log Phi(b) - log Phi(a))),
   a = 1/(2z) - eps z,  b = -1/(2z) - eps z,
 
-with `scipy.special.log_ndtr`, instead of calling dp_accounting's
-`GaussianPrivacyLoss(z, 1).get_delta_for_epsilon`, which computes the same
-formula. Measured against 80-digit mpmath, the dp_accounting function does not
-lose precision at huge epsilon (it too forms e^eps Phi(b) as
-exp(eps + log Phi(b))): both agree with mpmath to about 1e-12 relative for
-delta >= 1e-300 and epsilon up to 5e5. But it evaluates Phi(a) in linear space,
-so for delta below the smallest normal double (~2.2e-308) its root is wrong by
-orders of magnitude (delta off by 5e4 relative at 1e-315); it clips rounding
-noise to exactly 0, which has no logarithm; and it costs about 2.4 ms per
-epsilon against 0.03 ms here, which matters inside calibration loops and
-bootstraps. The tests check agreement with it and with mpmath.
+with `scipy.special.log_ndtr`, rather than by dp_accounting's
+`GaussianPrivacyLoss(z, 1).get_delta_for_epsilon` (the same formula, with
+Phi(a) in linear space: wrong below the smallest normal double, and slower;
+docs/benchmarks.md, "Gaussian and Poisson accounting"). The tests check
+agreement with it and with mpmath.
 
-Compositions of Gaussians. Mechanisms that are mu_i-GDP compose to
-sqrt(sum mu_i^2)-GDP (Dong, Roth & Su 2022, Corollary 3.3). With mu_i = 1/z_i,
-any number of Gaussian releases about the same record (several queries in one
-round, or several rounds) is exactly one Gaussian mechanism with the effective
-noise multiplier
-
-  z_eff = (sum_i z_i^-2)^(-1/2),
-
-the reduction that dp_accounting's RDP accountant also makes (McMahan et al.
-2018, "A General Approach to Adding Differential Privacy to Iterative Training
-Procedures", arXiv:1812.06210, section 3). So r participations without
-amplification have epsilon = gaussian_epsilon(z / sqrt(r)), exactly.
+r participations without amplification compose to one Gaussian mechanism
+with z / sqrt(r) (`effective_noise`; Dong, Roth & Su 2022, Corollary 3.3), so
+their epsilon is gaussian_epsilon(z / sqrt(r)), exactly (`repeated_epsilon`).
 """
 
 from __future__ import annotations
@@ -72,12 +54,8 @@ _MAX_BRACKET_STEPS = 2100  # 2^2100 spans every double from tiny to huge.
 
 
 def _log_gaussian_delta(mu: float, epsilon: float) -> float:
-  """log delta of mu-GDP at `epsilon` (mu = 1/z), in log space.
-
-  log delta = log Phi(a) + log(1 - exp(epsilon + log Phi(b) - log Phi(a))),
-  a = mu/2 - epsilon/mu, b = -mu/2 - epsilon/mu (Balle & Wang 2018, Thm 8).
-  Returns -inf where delta underflows or rounds to zero.
-  """
+  """log delta_z(epsilon) of the module docstring, for mu = 1/z; -inf where
+  delta underflows or rounds to zero."""
   if epsilon == math.inf:
     return -math.inf
   a = 0.5 * mu - epsilon / mu
@@ -89,6 +67,15 @@ def _log_gaussian_delta(mu: float, epsilon: float) -> float:
   if not gap < 0.0:  # Rounding when delta is far below both terms.
     return -math.inf
   return log_first + math.log(-math.expm1(gap))
+
+
+def _scale_until(x: float, factor: float, done) -> float:
+  """x times factor^k for the first k (at most _MAX_BRACKET_STEPS) with done."""
+  for _ in range(_MAX_BRACKET_STEPS):
+    if done(x):
+      break
+    x *= factor
+  return x
 
 
 def gaussian_epsilon_of_mu(mu: float, delta: float) -> float:
@@ -111,17 +98,14 @@ def gaussian_epsilon_of_mu(mu: float, delta: float) -> float:
   high = 0.5 * mu * mu + mu * t
   if not math.isfinite(high):
     return math.inf  # epsilon exceeds the largest double.
-  high = max(high, 1.0)
 
   def excess(epsilon: float) -> float:
     return _log_gaussian_delta(mu, epsilon) - log_delta
 
-  for _ in range(_MAX_BRACKET_STEPS):
-    if excess(high) <= 0.0:
-      break
-    high *= 2.0
-    if not math.isfinite(high):
-      return math.inf
+  high = _scale_until(max(high, 1.0), 2.0, lambda h: not math.isfinite(h)
+                      or excess(h) <= 0.0)
+  if not math.isfinite(high):
+    return math.inf
   if excess(high) == 0.0:
     return high
   return float(optimize.brentq(excess, 0.0, high, xtol=_BRENT_XTOL,
@@ -138,10 +122,9 @@ def mu_of(noise_multiplier: float) -> float:
 def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
   """Exact delta of one use of the Gaussian mechanism at `epsilon`.
 
-  delta = Phi(1/(2z) - epsilon z) - e^epsilon Phi(-1/(2z) - epsilon z)
-  (Balle & Wang 2018, Theorem 8), for sensitivity 1 and noise std
-  z = `noise_multiplier`; computed in log space, so it is accurate down to the
-  smallest positive double. z = 0 (no noise) gives 1 at every epsilon.
+  delta_z(epsilon) of the module docstring (Balle & Wang 2018, Theorem 8),
+  for sensitivity 1 and noise std z = `noise_multiplier`, in log space:
+  accurate down to the smallest positive double. z = 0 (no noise) gives 1.
 
   Args:
     noise_multiplier: z >= 0, the noise std in units of the sensitivity.
@@ -161,13 +144,11 @@ def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
 def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
   """Exact epsilon of one use of the Gaussian mechanism (sensitivity 1).
 
-  The smallest epsilon >= 0 with
-    Phi(1/(2z) - epsilon z) - e^epsilon Phi(-1/(2z) - epsilon z) <= delta
-  (Balle & Wang 2018, Theorem 8), z = `noise_multiplier`. Zero when
+  The smallest epsilon >= 0 with delta_z(epsilon) <= delta (module
+  docstring; Balle & Wang 2018, Theorem 8), z = `noise_multiplier`. Zero when
   delta >= erf(1/(2 sqrt(2) z)); otherwise the root is bracketed in
   [0, 1/(2 z^2) + Phi^-1(1 - delta)/z] and found by Brent's method in log
-  space to full double precision. Takes about 0.03 ms, also at epsilon = 300
-  (z = 0.0496, delta = 8.2e-7) or 5e5 (z = 1e-3).
+  space to full double precision.
 
   Args:
     noise_multiplier: z >= 0. z = 0 means no noise, hence no privacy: inf.
@@ -186,12 +167,11 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
 def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
   """The noise multiplier z whose exact Gaussian-mechanism epsilon is given.
 
-  Inverts `gaussian_epsilon`: solves
-    Phi(mu/2 - epsilon/mu) - e^epsilon Phi(-mu/2 - epsilon/mu) = delta
-  for mu = 1/z (Balle & Wang 2018, Theorem 8; delta increases with mu), by
-  bracketing mu geometrically and Brent's method. At epsilon = 0 the answer is
-  closed-form, z = 1 / (2 sqrt(2) erfinv(delta)): the smallest z with
-  epsilon 0 (every larger z also has epsilon 0).
+  Inverts `gaussian_epsilon`: solves delta_z(epsilon) = delta (module
+  docstring; Balle & Wang 2018, Theorem 8) for mu = 1/z (delta increases with
+  mu), by bracketing mu geometrically and Brent's method. At epsilon = 0 the
+  answer is closed-form, z = 1 / (2 sqrt(2) erfinv(delta)): the smallest z
+  with epsilon 0 (every larger z also has epsilon 0).
 
   Args:
     epsilon: epsilon >= 0 (finite).
@@ -209,15 +189,9 @@ def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
   def excess(mu: float) -> float:
     return _log_gaussian_delta(mu, epsilon) - log_delta
 
-  low = high = 1.0
-  for _ in range(_MAX_BRACKET_STEPS):
-    if excess(low) < 0.0 or low * 0.5 == 0.0:
-      break
-    low *= 0.5
-  for _ in range(_MAX_BRACKET_STEPS):
-    if excess(high) > 0.0 or not math.isfinite(high):
-      break
-    high *= 2.0
+  low = _scale_until(1.0, 0.5, lambda m: excess(m) < 0.0 or m * 0.5 == 0.0)
+  high = _scale_until(1.0, 2.0, lambda m: excess(m) > 0.0
+                      or not math.isfinite(m))
   if not (excess(low) < 0.0 < excess(high)):
     raise ValueError(f"gaussian_noise_multiplier: could not bracket the noise "
                      f"multiplier for epsilon={epsilon!r}, delta={delta!r}.")
@@ -239,9 +213,6 @@ def repeated_epsilon(noise_multiplier: float, participations: int,
     noise_multiplier: z >= 0 (0 gives inf).
     participations: r >= 1, an integer.
     delta: in (0, 1).
-
-  Returns:
-    epsilon in [0, inf].
   """
   noise_multiplier = validation.as_nonnegative(noise_multiplier,
                                                "noise_multiplier")

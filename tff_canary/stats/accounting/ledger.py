@@ -37,15 +37,10 @@ class Ledger:
   Built from the events TFF's DP aggregator records, one per call to
   `process.next()` (`tff.aggregators.differential_privacy.
   extract_dp_event_from_state(state)`, or the raw `state.dp_event` named
-  tuple): `GaussianDpEvent(z)` with fixed clipping,
-  `ComposedDpEvent([GaussianDpEvent(z_v), GaussianDpEvent(2 sigma_b)])` with
-  adaptive clipping. Events may also be given in `DpEvent.to_named_tuple()`
-  form or as the dicts of `to_json`. Every event must reduce to a Gaussian
-  (see `effective_noise.effective_noise_multiplier`); the per-round effective
-  multipliers are kept in `noise_multipliers`.
-
-  Rounds are 0-based positions in `events`: round t is the (t+1)-th call to
-  `process.next()`.
+  tuple: `GaussianDpEvent(z)`, or with adaptive clipping the composition of
+  `adaptive_split`), or as the dicts of `to_json`. Every event must reduce to
+  a Gaussian (`effective_noise`). Rounds are 0-based positions in `events`:
+  round t is the (t+1)-th call to `process.next()`.
 
   Attributes:
     events: tuple of DpEvents, one per round (at least one).

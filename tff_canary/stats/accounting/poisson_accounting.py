@@ -32,8 +32,8 @@ from tff_canary.stats import validation
 Accountant = Literal["pld", "rdp"]
 ACCOUNTANTS = typing.get_args(Accountant)
 
-# PLD refinement (see the module docstring): first interval, the smallest one
-# tried, and the stopping tolerance on the change of epsilon between halvings.
+# PLD refinement (module docstring): first interval, the smallest one tried,
+# and the stopping tolerance on the change of epsilon between halvings.
 PLD_INITIAL_INTERVAL = 1e-2
 PLD_MIN_INTERVAL = 1e-6
 PLD_RELATIVE_TOLERANCE = 1e-3
@@ -50,12 +50,8 @@ def _pld_epsilon_at(event: dp_accounting.DpEvent, delta: float,
 
 def accountant_epsilon(event: dp_accounting.DpEvent, delta: float,
                        accountant: Accountant) -> float:
-  """Epsilon of `event` with the RDP accountant or the refined PLD accountant.
-
-  PLD: the interval starts at PLD_INITIAL_INTERVAL and halves until epsilon
-  moves by at most PLD_RELATIVE_TOLERANCE * epsilon + PLD_ABSOLUTE_TOLERANCE
-  (the finer value is returned; both are upper bounds).
-  """
+  """Epsilon of `event` with the RDP accountant or the refined PLD accountant
+  (module docstring; the finer PLD value is returned)."""
   if accountant == "rdp":
     rdp = dp_accounting.rdp.RdpAccountant()
     rdp.compose(event)
@@ -98,14 +94,10 @@ def poisson_epsilon(noise_multiplier: float, sampling_probability: float,
   Each round every client takes part independently with probability q and the
   sum of clipped updates gets N(0, z^2) noise; the accountant composes
   `SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), rounds)`
-  under add-or-remove-one adjacency. "pld": dp_accounting's pessimistic
-  connect-the-dots privacy loss distribution (Doroshenko et al. 2022), refined
-  until the discretization changes epsilon by at most 1e-3 epsilon + 1e-5
-  (up to about 3 s for 500-2000 rounds on this machine). "rdp": Renyi DP
-  (Mironov, Talwar & Zhang 2019) with the conversion of Canonne, Kamath &
-  Steinke 2020, Proposition 12: an upper bound, never below the PLD value.
-  With q = 1 and one round both reduce to one Gaussian mechanism (PLD then
-  matches `gaussian_accounting.gaussian_epsilon`).
+  under add-or-remove-one adjacency, with the refined PLD or the RDP
+  accountant (module docstring; RDP is never below PLD). With q = 1 and one
+  round both reduce to one Gaussian mechanism (PLD then matches
+  `gaussian_accounting.gaussian_epsilon`).
 
   Args:
     noise_multiplier: z >= 0 (0 gives inf).
@@ -113,9 +105,6 @@ def poisson_epsilon(noise_multiplier: float, sampling_probability: float,
     rounds: R >= 1, an integer.
     delta: in (0, 1).
     accountant: "pld" (tight) or "rdp".
-
-  Returns:
-    epsilon in [0, inf].
   """
   noise_multiplier = validation.as_nonnegative(noise_multiplier,
                                                "noise_multiplier")

@@ -1,12 +1,9 @@
 """What one run's canaries say: every estimate and bound of its cosine table
 in one call, and the audit of a claimed epsilon.
 
-Until commit 842ba1e this package was one module of the same name, whose names
-now live in its module `audit`. For one release the old module's names still
-resolve on the package (`from tff_canary.stats import audit` then
-`audit.audit_table(...)`), with a DeprecationWarning naming the new path
-(PEP 562 module `__getattr__`); only the old function `audit` cannot, since
-that name is the module now: call `audit.audit.audit(...)`.
+The names of the old module `audit` (now the module `audit.audit`) still
+resolve here for one release, with a DeprecationWarning naming the new path
+(PEP 562 `__getattr__`; docs/changelog.md).
 """
 
 import importlib

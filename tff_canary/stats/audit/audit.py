@@ -1,78 +1,44 @@
-"""Audit mode: can one run refute a claimed (epsilon, delta)?
+"""Audit mode: can one run refute a claimed (epsilon, delta)? (docs/method/audit.md)
 
 A claim "this training is (epsilon, delta)-DP" is refuted at confidence 1 -
 alpha when a lower bound on epsilon that holds with probability >= 1 - alpha
 exceeds the claimed epsilon (Tramèr et al. 2022, "Debugging Differential
 Privacy: A Case Study for Privacy Auditing"; Jagielski et al. 2020). Only such
-bounds decide the verdict, never the point estimates (epsilon-final,
-epsilon-all), which are estimates with no guarantee:
+bounds decide the verdict, never the point estimates. The bounds
+(`table_bounds`; docs/method/audit.md says which one-run bound and why):
 
   * epsilon_lo with `correction="simultaneous"` (`lower_bounds`), on the final
-    model with the exact null (in d - |I| + 1 dimensions when the inserted
-    canaries' projections were removed, `final_dim`) and, when aggregates
-    were recorded, on all iterates with the held-out null;
-  * the f-DP one-run bound of Mahloujifar, Melis & Chaudhuri (2024)
-    (`fdp_one_run`, k+ = k- = 5% of the candidates), on each statistic, when
-    the canaries were inserted by fair coins. It tests the claim as a
-    Gaussian mechanism (mu-GDP), which is what the analytical epsilon of a
-    DP-FedAvg ledger is, and it replaced the one-run bound of Steinke, Nasr &
-    Jagielski (2023) here because on the same coin-flipped runs it measured
-    stronger at every epsilon (`bench/power.py`) and stayed valid
-    (`bench/validity.py`; docs/method/lower-bounds.md has the figures).
-
-The f-DP one-run bound tests the claim AS a Gaussian mechanism: it is a valid
-refutation only of a claim that is a Gaussian mechanism without
-amplification (a DP-FedAvg ledger audited for its participations). A claim
-that is not (a Poisson-subsampled one, whose trade-off curve is not
-Gaussian; a distributed-DP bound; a claimed (epsilon, delta) of unknown
-shape) is audited with Steinke, Nasr & Jagielski's one-run bound instead
-(`lower_bounds.one_run_bound`), which holds for any (epsilon, delta) claim:
-`table_bounds(..., gaussian_claim=False)`.
-
-With orthogonal canaries (`CosineTable.orthogonal`) the canaries' noise
-scores are exactly independent, the assumption of the tight one-run bound of
-Xiang et al. (2025, `tight_one_run`, the number released chosen among its
-fractions by Bonferroni): it replaces the f-DP one for Gaussian claims there.
-`bench/validity.py --directions orthogonal` measured it valid (at most
-5% + 2 SE of 500 trials above the truth in every setting) and
-`bench/power.py --directions orthogonal` stronger (docs/method/lower-bounds.md
-has the figures). On independent (gaussian) canaries it exceeded the truth
-too often, so it stays out there.
+    model with the exact null (in `final_dim` dimensions) and, when
+    aggregates were recorded, on all iterates with the held-out null;
+  * with fair-coin assignment, a one-run bound on each statistic: for a claim
+    that is a Gaussian mechanism without amplification, the f-DP one-run
+    bound (Mahloujifar, Melis & Chaudhuri 2024, `fdp_one_run`), or with
+    orthogonal canaries the tight one (Xiang et al. 2025, `tight_bound`);
+    for any other claim, Steinke, Nasr & Jagielski's (2023,
+    `lower_bounds.one_run_bound`; `gaussian_claim=False`).
 
 With m such bounds, each is computed at confidence 1 - alpha/m (Bonferroni),
 so the chance that ANY of them exceeds the true epsilon, and hence of refuting a
 true claim, is at most alpha. A claim consistent with every bound is
 "consistent": not confirmed, only not refuted by this attack.
 
-The reach of an audit. Each bound has a largest value: its value on
-perfectly separated statistics (every inserted canary above every other),
-which depends only on the number of canaries, its confidence and delta. A
-claim at or beyond the largest reach of the audit's bounds cannot be refuted
-by any run, however much it leaks: the verdict is then "beyond reach", not
-"consistent", and says how many canaries would reach the claim
-(`AuditVerdict.candidates_needed`, found by doubling the canaries). With
-512 coin-flipped candidates at 1 - 0.05/9 (DP-FTRL's audit), the tight
-one-run bound reaches ε = 20.0 and Steinke et al.'s bound 2.2; epsilon_lo
-with the exact null has no limit (its false-positive rate has no sampling
-error). A bound whose reach is 0 at its Bonferroni share (Steinke et al.'s
-bound with 2 + 2 guesses from 40-60 candidates: it can show nothing even on
-perfectly separated statistics) is "powerless": it takes no share of the
-level, the others split it, and the verdict lists it as such. Which bounds
-are powerless depends only on the counts, never on the statistics, so the
-split stays fixed in advance: starting from all bounds, those of reach 0 at
-the current share are dropped until none is.
+The reach of an audit (docs/method/audit.md): a bound's value on perfectly
+separated statistics, which depends only on the counts (`audit_bounds`). A
+claim at or beyond the largest reach cannot be refuted by any run: the
+verdict is then "beyond reach", with the candidates that would reach it. A
+bound of reach 0 at its share is "powerless" and takes no share of the
+level (`audit_bounds.share`), a split still fixed before the statistics.
 
 Caveat: the one-run bound is proved for many canaries in one run; epsilon_lo's
 order-statistic limits assume the canaries' statistics are independent, which
 holds for the Gaussian mechanism's held-out law and approximately for inserted
 canaries in high dimension (`bench/validity.py` measures the rates).
-
-NumPy only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from typing import Any, Literal, Optional
@@ -262,24 +228,20 @@ def audit(bound_fns: dict[str, BoundFn], *, claimed_epsilon: float,
   strongest = max(bounds, key=lambda name: bounds[name].epsilon)
   candidates = max([fn.candidates for fn in bound_fns.values()
                     if isinstance(fn, AuditBound)], default=None)
-  reaches = [reach[name] for name in active]
-  largest_reach = (math.nan if any(map(math.isnan, reaches))
-                   else max(reaches))  # nan: a bound's reach is unknown
-  needed = None
-  if bounds[strongest].epsilon > claimed:
-    verdict = "refuted"
-  elif largest_reach <= claimed:
-    verdict = "beyond reach"
-    needed = audit_bounds.candidates_needed(bound_fns, active, per, claimed,
-                                            candidates)
-  else:
-    verdict = "consistent"
-  return AuditVerdict(claimed_epsilon=claimed, delta=delta,
-                      confidence=confidence, verdict=verdict, bounds=bounds,
-                      per_bound_confidence=per, strongest=strongest,
-                      reach=reach,
-                      powerless=tuple(n for n in bound_fns if n not in active),
-                      candidates=candidates, candidates_needed=needed)
+  verdict = AuditVerdict(
+      claimed_epsilon=claimed, delta=delta, confidence=confidence,
+      verdict="consistent", bounds=bounds, per_bound_confidence=per,
+      strongest=strongest, reach=reach,
+      powerless=tuple(n for n in bound_fns if n not in active),
+      candidates=candidates)
+  if verdict.largest_bound > claimed:
+    return dataclasses.replace(verdict, verdict="refuted")
+  if verdict.reach_epsilon <= claimed:  # nan (a reach unknown): never
+    return dataclasses.replace(
+        verdict, verdict="beyond reach",
+        candidates_needed=audit_bounds.candidates_needed(
+            bound_fns, active, per, claimed, candidates))
+  return verdict
 
 
 def final_dim(table: CosineTable) -> int:
@@ -288,15 +250,11 @@ def final_dim(table: CosineTable) -> int:
   When the inserted canaries' projections are removed from theta_0 -
   theta_T (orthogonal canaries, known_canaries_removed =
   "final_and_all_iterates"), an inserted canary's cosine is taken in the
-  complement of the |I| - 1 others, a space of d - |I| + 1 dimensions, where
-  the noise's share is that of a canary alone in d - |I| + 1 dimensions
-  (docs/method/orthogonal-canaries.md): its null (the same run without it)
-  is the cosine null in d - |I| + 1 dimensions, wider than in d. Every
-  estimate and bound on the final model's cosines uses it: with canaries at
-  10% of d, d would overstate the mean-only mu by sqrt(d / (d - |I|)), 5%,
-  and make the exact-null epsilon_lo exceed the truth far more often than
-  its level. Each round removes only its own inserted canaries, a handful
-  against d, so the round statistics keep d.
+  complement of the |I| - 1 others, whose null is the cosine null in d - |I|
+  + 1 dimensions, wider than in d (docs/method/orthogonal-canaries.md). Every
+  estimate and bound on the final model's cosines uses it; each round removes
+  only its own inserted canaries, a handful against d, so the round
+  statistics keep d.
   """
   if table.known_canaries_removed != "final_and_all_iterates":
     return int(table.dim)
@@ -344,13 +302,10 @@ def table_bounds(table: CosineTable, delta: float, *,
 one_run_bound = fdp_one_run.fdp_one_run_bound
 
 
-def tight_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
-                delta: float, confidence: float):
-  """The audit's one-run bound with orthogonal canaries (module docstring):
-  the tight one, the number released chosen by Bonferroni."""
-  return tight_one_run.tight_one_run_bound(
-      statistics, inserted_mask, delta=delta, confidence=confidence,
-      strategy="bonferroni")
+# The audit's one-run bound with orthogonal canaries (module docstring): the
+# tight one, the number released chosen by Bonferroni.
+tight_bound = functools.partial(tight_one_run.tight_one_run_bound,
+                                strategy="bonferroni")
 
 
 def audit_table(table: CosineTable, *, claimed_epsilon: float, delta: float,

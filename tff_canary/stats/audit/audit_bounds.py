@@ -1,4 +1,4 @@
-"""The bounds of an audit with their reach (NumPy only).
+"""The bounds of an audit with their reach.
 
 An audit (`audit.audit`) calls each bound with its Bonferroni share of the
 confidence. An `AuditBound` also knows its reach: its value on perfectly
@@ -27,9 +27,8 @@ MAX_CANDIDATES = 2 ** 20
 
 @dataclasses.dataclass(frozen=True)
 class AuditBound:
-  """One bound of an audit: its value and its reach (module docstring).
-
-  Called with a confidence, it returns the bound's result (a `BoundFn`).
+  """One bound of an audit, a `BoundFn` (called with a confidence, it returns
+  the bound's result), with its reach (module docstring).
 
   Attributes:
     compute: confidence -> the bound's result on this run's statistics.

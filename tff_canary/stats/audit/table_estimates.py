@@ -1,30 +1,17 @@
 """Every estimate of docs/method/estimates.md from a run's cosine table, in one call.
 
 `estimate_table(table, delta=...)` feeds a `CosineTable` (the output of the
-cosine pass, or a table loaded from a run directory) to the estimators:
-
-  final model (x_j = cos(c_j, theta_0 - theta_T)):
-    epsilon-final, mean-only and fitted-variance (point estimates);
-    epsilon_lo with the exact null, simultaneous (valid) and the paper's
-      (nominal) construction;
-  all iterates (m_j = max_t cos(c_j, a_t)), when aggregates were recorded:
-    epsilon-all of the mechanism (point estimate; `max_of_rounds`, from each
-      canary's participation count and the number of recorded rounds);
-    the paper's epsilon-all, Gaussians fitted to the maxima (Algorithm 3;
-      `estimates.epsilon_all`), which over several rounds targets neither the
-      mechanism's epsilon nor a bound on it (docs/method/estimates.md);
-    epsilon_lo with the held-out null, simultaneous and the paper's;
-  one-run bound (Steinke et al. 2023) and the f-DP one-run bound for a
-    Gaussian claim (Mahloujifar et al. 2024, `fdp_one_run`; the one the audit
-    uses) on both statistics, when the canaries were assigned by fair coins
-    (`assignment="coin"`), which their guarantees require.
+cosine pass, or a table loaded from a run directory) to every estimator and
+bound (`TableEstimates.rows` lists them in report order): on the final model
+(x_j = cos(c_j, theta_0 - theta_T)) and, when aggregates were recorded, on
+all iterates (m_j = max_t cos(c_j, a_t)); the one-run bounds only when the
+canaries were assigned by fair coins (`assignment="coin"`), which their
+guarantees require.
 
 The all-iterates estimates are refused (None, with the reason in `warnings`
 and an `UnrecordedRoundsWarning`) when an inserted canary took part in a round
 whose aggregate was not recorded (`CosineTable.all_iterates_refusal`): its max
 would miss its own rounds and make it look held out.
-
-NumPy only: no TensorFlow.
 """
 
 from __future__ import annotations
@@ -32,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from typing import Any, Optional
-
 
 import numpy as np
 
@@ -65,7 +51,9 @@ class TableEstimates:
   statistics; no fair-coin assignment for the one-run bound).
   `all_iterates` is epsilon-all of the mechanism (`max_of_rounds`, the
   headline); `all_iterates_gaussian_fit` is the paper's Gaussian fit to the
-  maxima (`estimates.epsilon_all`), kept for comparison.
+  maxima (Algorithm 3, `estimates.epsilon_all`), which over several rounds
+  targets neither the mechanism's epsilon nor a bound on it, kept for
+  comparison (docs/method/estimates.md).
   """
 
   delta: float
@@ -78,18 +66,18 @@ class TableEstimates:
   final_fitted: results.EpsilonEstimate
   lo_final: results.LowerBound
   lo_final_paper: results.LowerBound
-  all_iterates: Optional[results.EpsilonEstimate]
-  lo_all: Optional[results.LowerBound]
-  lo_all_paper: Optional[results.LowerBound]
-  one_run_final: Optional[results.OneRunBound]
-  one_run_all: Optional[results.OneRunBound]
-  warnings: tuple[str, ...] = ()
+  all_iterates: Optional[results.EpsilonEstimate] = None
+  all_iterates_gaussian_fit: Optional[results.EpsilonEstimate] = None
+  lo_all: Optional[results.LowerBound] = None
+  lo_all_paper: Optional[results.LowerBound] = None
+  one_run_final: Optional[results.OneRunBound] = None
+  one_run_all: Optional[results.OneRunBound] = None
   fdp_final: Optional[results.GaussianClaimBound] = None
   fdp_all: Optional[results.GaussianClaimBound] = None
-  all_iterates_gaussian_fit: Optional[results.EpsilonEstimate] = None
   scheduled: Optional[scheduled_sums.ScheduledEstimate] = None
   tight_final: Optional[results.GaussianClaimBound] = None
   tight_all: Optional[results.GaussianClaimBound] = None
+  warnings: tuple[str, ...] = ()
 
   def rows(self) -> list[tuple[str, str, Any]]:
     """(name, kind, result) for every estimate present, in report order.
@@ -134,15 +122,10 @@ class TableEstimates:
     return "\n".join(lines)
 
   def as_dict(self) -> dict[str, Any]:
-    out = {key: getattr(self, key) for key in (
-        "delta", "confidence", "dim", "seed", "num_inserted", "num_held_out")}
-    for field in ("final_mean_only", "final_fitted", "lo_final",
-                  "lo_final_paper", "all_iterates", "all_iterates_gaussian_fit",
-                  "lo_all", "lo_all_paper", "one_run_final", "one_run_all",
-                  "fdp_final", "fdp_all", "scheduled", "tight_final",
-                  "tight_all"):
-      value = getattr(self, field)
-      out[field] = None if value is None else value.as_dict()
+    out = {}  # in field order, which is report.json's
+    for field in dataclasses.fields(self):
+      value = getattr(self, field.name)
+      out[field.name] = value.as_dict() if hasattr(value, "as_dict") else value
     out["warnings"] = list(self.warnings)
     return out
 
@@ -170,22 +153,21 @@ def estimate_table(table: CosineTable, *, delta: float,
       raise ValueError(f"the cosine table has {table.mask(group).sum()} "
                        f"{group} canaries; the estimators need at least 2.")
 
-  notes = []
+  notes, found = [], {}
   dim = audit.final_dim(table)  # d - |I| + 1 after known-canary removal
   final_in = table.final_cosines("inserted")
   final_out = table.final_cosines("held_out")
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     kw = dict(delta=delta, confidence=confidence)
-    final_mean_only = estimates.epsilon_final(final_in, dim=dim, **kw)
-    final_fitted = estimates.epsilon_final(final_in, dim=dim,
-                                           method="fitted_variance", **kw)
-    lo_final = lower_bounds.epsilon_lo(final_in, dim=dim,
-                                       correction="simultaneous", **kw)
-    lo_final_paper = lower_bounds.epsilon_lo(final_in, dim=dim, **kw)
+    found["final_mean_only"] = estimates.epsilon_final(final_in, dim=dim, **kw)
+    found["final_fitted"] = estimates.epsilon_final(
+        final_in, dim=dim, method="fitted_variance", **kw)
+    found["lo_final"] = lower_bounds.epsilon_lo(
+        final_in, dim=dim, correction="simultaneous", **kw)
+    found["lo_final_paper"] = lower_bounds.epsilon_lo(final_in, dim=dim, **kw)
 
     have_all = table.has_max_cosines
-    all_iterates = all_iterates_gaussian_fit = lo_all = lo_all_paper = None
     if have_all:
       max_in = table.max_cosines("inserted")
       max_out = table.max_cosines("held_out")
@@ -194,35 +176,33 @@ def estimate_table(table: CosineTable, *, delta: float,
       # which it took part in `participation`.
       taken = table.participations("inserted")
       if taken.max() > 0:
-        all_iterates = max_of_rounds.epsilon_all_max_model(
+        found["all_iterates"] = max_of_rounds.epsilon_all_max_model(
             max_in, max_out, inserted_participation=taken,
             num_rounds=table.rounds_recorded, **kw)
       else:
         notes.append(_NEVER_TOOK_PART)
-      all_iterates_gaussian_fit = estimates.epsilon_all(max_in, max_out, **kw)
-      lo_all = lower_bounds.epsilon_lo(max_in, held_out=max_out,
-                                       correction="simultaneous", **kw)
-      lo_all_paper = lower_bounds.epsilon_lo(max_in, held_out=max_out, **kw)
+      found["all_iterates_gaussian_fit"] = estimates.epsilon_all(
+          max_in, max_out, **kw)
+      found["lo_all"] = lower_bounds.epsilon_lo(
+          max_in, held_out=max_out, correction="simultaneous", **kw)
+      found["lo_all_paper"] = lower_bounds.epsilon_lo(
+          max_in, held_out=max_out, **kw)
 
-    scheduled = None
     if table.has_scheduled_sums:  # orthogonal canaries, scored in the round
-      scheduled = scheduled_sums.epsilon_scheduled(
+      found["scheduled"] = scheduled_sums.epsilon_scheduled(
           table.scheduled_statistics("inserted"),
           table.scheduled_statistics("held_out"), **kw)
 
-    one_run_final = one_run_all = fdp_final = fdp_all = None
-    tight_final = tight_all = None
     if table.assignment == "coin":
       mask = table.mask("inserted")
-      one_run_final = lower_bounds.one_run_bound(table.final_cosine, mask, **kw)
-      fdp_final = fdp_one_run.fdp_one_run_bound(table.final_cosine, mask, **kw)
-      if table.orthogonal:  # independent scores (`audit`)
-        tight_final = audit.tight_bound(table.final_cosine, mask, **kw)
+      parts = {"final": table.final_cosine}
       if have_all:
-        one_run_all = lower_bounds.one_run_bound(table.max_cosine, mask, **kw)
-        fdp_all = fdp_one_run.fdp_one_run_bound(table.max_cosine, mask, **kw)
-        if table.orthogonal:
-          tight_all = audit.tight_bound(table.max_cosine, mask, **kw)
+        parts["all"] = table.max_cosine
+      for part, stat in parts.items():
+        found[f"one_run_{part}"] = lower_bounds.one_run_bound(stat, mask, **kw)
+        found[f"fdp_{part}"] = fdp_one_run.fdp_one_run_bound(stat, mask, **kw)
+        if table.orthogonal:  # independent scores (`audit`)
+          found[f"tight_{part}"] = audit.tight_bound(stat, mask, **kw)
 
   if (table.rounds_recorded and not np.isnan(table.max_cosine).any()
       and not have_all):  # recorded, but refused: unrecorded participations
@@ -240,10 +220,4 @@ def estimate_table(table: CosineTable, *, delta: float,
   return TableEstimates(
       delta=delta, confidence=confidence, dim=table.dim, seed=table.seed,
       num_inserted=int(final_in.size), num_held_out=int(final_out.size),
-      final_mean_only=final_mean_only, final_fitted=final_fitted,
-      lo_final=lo_final, lo_final_paper=lo_final_paper,
-      all_iterates=all_iterates, lo_all=lo_all, lo_all_paper=lo_all_paper,
-      all_iterates_gaussian_fit=all_iterates_gaussian_fit,
-      one_run_final=one_run_final, one_run_all=one_run_all,
-      warnings=tuple(notes), fdp_final=fdp_final, fdp_all=fdp_all,
-      scheduled=scheduled, tight_final=tight_final, tight_all=tight_all)
+      warnings=tuple(notes), **found)

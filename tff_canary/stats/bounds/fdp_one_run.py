@@ -31,15 +31,11 @@ delta (Balle & Wang 2018, Theorem 8; `gaussian_accounting`). It is a lower
 bound on the epsilon of a mechanism whose trade-off curve is Gaussian; see
 `results.GaussianClaimBound`.
 
-Choosing k+ and k- from the data must be paid for: `strategy` (module
-`threshold_strategies`) is "fixed" (the default k+ = k- = 5% of the
-candidates, as `lower_bounds.one_run_bound`), "bonferroni", "split" or
-"multi_split" over the grid `GUESS_FRACTIONS`, or "bonferroni_all" over
-every k+ = k- = k from 1 to m // 2, each at alpha / (m // 2) (a claim is
-skipped without a search when the recursion does not reject the best mu so
-far at that k, which cannot change the maximum).
-
-NumPy/SciPy only.
+Choosing k+ and k- from the data must be paid for (`threshold_strategies`):
+"fixed" is k+ = k- = 5% of the candidates (as `lower_bounds.one_run_bound`),
+the others choose among `GUESS_FRACTIONS` or, "bonferroni_all", every k from
+1 to m // 2 (skipping a k at which the recursion does not reject the best mu
+so far, which cannot change the maximum).
 """
 
 from __future__ import annotations
@@ -47,9 +43,10 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy.typing as npt
-from scipy import optimize, special
+from scipy import special
 
 from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats import results
 from tff_canary.stats.bounds import threshold_strategies
 from tff_canary.stats import validation
@@ -87,17 +84,11 @@ def rejection_margin(mu: float, guesses: int, correct: int,
 def largest_rejected_mu(guesses: int, correct: int, num_candidates: int,
                         alpha: float) -> float:
   """The largest mu whose claim is rejected (0 if not even mu = 0 is)."""
-
-  def margin(mu):
-    return rejection_margin(mu, guesses, correct, num_candidates, alpha)
-
-  if correct == 0 or margin(0.0) <= 0.0:
+  if correct == 0:
     return 0.0
-  high = 1.0
-  while margin(high) > 0.0:  # g -> 0 as mu grows, so R + H -> alpha r/m.
-    high *= 2.0
-  low = high / 2.0 if high > 1.0 else 0.0
-  return float(optimize.brentq(margin, low, high, xtol=_MU_XTOL))
+  return lower_bounds.largest_rejected(  # g -> 0 as mu grows, R + H too
+      lambda mu: rejection_margin(mu, guesses, correct, num_candidates, alpha),
+      lambda margin: margin > 0.0, _MU_XTOL)
 
 
 def all_guess_fractions(num_candidates: int) -> list[float]:

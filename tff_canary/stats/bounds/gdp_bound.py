@@ -20,9 +20,8 @@ max(FPR+, FNR+) < 1 - delta,
 which is <= the true mu whenever the limits hold (both inverse normals move
 the right way). A negative value is no evidence of leakage and is clamped to
 0, never turned into |mu|: swapping the roles of the two groups is another
-test, with its own limits, and a negative mu from a weak attack says nothing
-about the mechanism (a library that takes |mu| reports large epsilons for a
-mechanism that leaks nothing; `tests/test_gdp_bound.py` shows it). The bound
+test, with its own limits, and taking |mu| reports large epsilons for a
+mechanism that leaks nothing (`tests/test_gdp_bound.py`). The bound
 is then the epsilon of mu_lo-GDP at delta (Dong, Roth & Su 2019, Corollary
 2.13; `gaussian_accounting.gaussian_epsilon_of_mu`).
 
@@ -35,12 +34,9 @@ limits also assume the held-out and the inserted statistics are each
 independent draws.
 
 Threshold strategies (`threshold_strategies`): "bonferroni" (above; the
-default), "split" (a seeded half of the canaries chooses the threshold with
-the largest mu at level alpha, the other half bounds mu at that one threshold
-with each limit at level alpha/2) and "multi_split" (`splits` such splits at
-level alpha/2, the ceil(S/2)-th largest reported).
-
-NumPy/SciPy only.
+default), "split" and "multi_split" (a seeded half of the canaries chooses
+the threshold, the other half bounds mu there with each limit at half the
+split's level).
 """
 
 from __future__ import annotations
@@ -136,8 +132,7 @@ def gdp_bound(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
     mu = gdp_mu_lower(x, y, alpha, delta)
   else:
     rng = np.random.default_rng([seed, x.size + y.size])
-    count = 1 if strategy == "split" else splits
-    level = alpha if strategy == "split" else alpha / 2.0
+    count, level = (1, alpha) if strategy == "split" else (splits, alpha / 2)
     values = [_split_mu(x, y, *threshold_strategies.halves(x.size + y.size,
                                                             rng), level, delta)
               for _ in range(count)]

@@ -23,22 +23,19 @@ for 1000 inserted and 1000 held-out canaries. The max over thresholds, with
 each rate at level alpha, is what the paper does (`correction="none"`).
 
 That construction is NOT a 95% bound: each threshold's interval holds at 95%,
-but the maximum over ~n data-chosen thresholds does not. Measured here (400
-seeded trials, d = 10^6, delta = 1e-6, 1000 inserted canaries): with no canary
-effect at all the exact-null bound is positive in 70% of trials (95th
-percentile 1.26); on the Gaussian mechanism it exceeds the true epsilon in 26%
-(epsilon = 1), 14% (3) and 7% (10) of trials. The held-out null is positive in
-23% of no-effect trials. Results carry `correction` so a report can say which
-construction it used.
+but the maximum over ~n data-chosen thresholds does not (`bench/validity.py`;
+docs/method/lower-bounds.md has the rates). Results carry `correction` so a
+report can say which construction it used.
 
 `correction="simultaneous"` is a corrected version that keeps its confidence.
 The thresholds are the inserted statistics at a fixed set of ranks K (the k-th
 largest, k = 1, 2, 4, 8, ..., and the same counted from the bottom: about
 2 log2(n) ranks, chosen before seeing the data; finer grids measured no more
-powerful, since each extra threshold costs Bonferroni level). At the k-th largest inserted statistic s_k,
-TPR(s_k) = P(X >= s_k) is distributed exactly as Beta(k, n - k + 1) (the k-th
-smallest of n uniforms) for i.i.d. continuous statistics, so its alpha_k
-quantile is an exact lower limit; FNR_up = 1 - that limit serves both terms.
+powerful, since each extra threshold costs Bonferroni level). At the k-th
+largest inserted statistic s_k, TPR(s_k) = P(X >= s_k) is distributed
+exactly as Beta(k, n - k + 1) (the k-th smallest of n uniforms) for i.i.d.
+continuous statistics, so its alpha_k quantile is an exact lower limit;
+FNR_up = 1 - that limit serves both terms.
 The FPR is exact under the closed-form null; under a held-out null it is the
 Clopper-Pearson upper limit of the held-out count at or above s_k, valid
 because the held-out statistics are independent of s_k. alpha goes to the TPR
@@ -61,22 +58,18 @@ and the bound is the largest eps with p(eps) <= 1 - confidence (p rises with
 eps). At delta = 0 it cannot exceed logit((1 - confidence)^(1/r)): 3.49 for
 r = 100.
 
-The threshold strategies of docs/method/lower-bounds.md (`threshold_strategies`) are offered
-as further corrections, each with the simultaneous construction's exact
-limits: "bonferroni" (every rank 1..n, each at alpha / n, instead of the
-geometric grid), "split" (a seeded half of the inserted, and of the held-out,
-canaries chooses the rank on the grid; the other half is bounded at that rank,
-as a share of its size, at level alpha) and "multi_split" (10 such splits at
-level alpha/2, the ceil(S/2)-th largest reported). `bench/validity.py` and
-`bench/power.py` measure them beside "simultaneous".
-
-NumPy/SciPy only.
+The strategies of `threshold_strategies` are further corrections, each with
+the simultaneous construction's exact limits: "bonferroni" (every rank 1..n
+at alpha / n), "split" and "multi_split" (the rank chosen on the grid by a
+seeded half of the inserted, and of the held-out, canaries, the other half
+bounded at that rank as a share of its size).
 """
 
 from __future__ import annotations
 
+import functools
 import typing
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -96,23 +89,24 @@ Null = options.Null
 _RANK_RATIO = 2.0
 
 
+def _beta_upper(count, trials, alpha, a, b):
+  """Beta(count + a, trials - count + b).ppf(1 - alpha); 1 when count = trials."""
+  count = np.asarray(count, dtype=np.float64)
+  with np.errstate(invalid="ignore"):
+    upper = special.betaincinv(count + a, trials - count + b, 1.0 - alpha)
+  return np.where(count >= trials, 1.0, upper)
+
+
 def jeffreys_upper(failures: npt.ArrayLike, trials: npt.ArrayLike,
                    alpha: float) -> np.ndarray:
   """One-sided Jeffreys upper limit Beta(f + 1/2, n - f + 1/2).ppf(1 - alpha); 1 when f = n."""
-  failures = np.asarray(failures, dtype=np.float64)
-  with np.errstate(invalid="ignore"):
-    upper = special.betaincinv(failures + 0.5, trials - failures + 0.5,
-                               1.0 - alpha)
-  return np.where(failures >= trials, 1.0, upper)
+  return _beta_upper(failures, trials, alpha, 0.5, 0.5)
 
 
 def clopper_pearson_upper(successes: npt.ArrayLike, trials: npt.ArrayLike,
                           alpha: float) -> np.ndarray:
   """One-sided Clopper-Pearson upper limit Beta(c + 1, n - c).ppf(1 - alpha); 1 when c = n."""
-  successes = np.asarray(successes, dtype=np.float64)
-  with np.errstate(invalid="ignore"):
-    upper = special.betaincinv(successes + 1.0, trials - successes, 1.0 - alpha)
-  return np.where(successes >= trials, 1.0, upper)
+  return _beta_upper(successes, trials, alpha, 1.0, 0.0)
 
 
 def simultaneous_ranks(n: int) -> np.ndarray:
@@ -179,16 +173,14 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
                correction: Correction = "none") -> results.LowerBound:
   """epsilon_lo: the threshold-attack lower bound on epsilon (see module docstring).
 
-  Exactly one of `dim` and `held_out` gives the null: `dim` uses the exact
-  closed-form null law of a cosine (final model), `held_out` the empirical null
-  of held-out canaries (all iterates, where there is no closed form).
-
   Args:
     inserted: 1-D array of the inserted canaries' statistics (cosines in
       [-1, 1]), at least 2.
     delta: delta in (0, 1).
-    dim: model dimension (>= 2) for the exact null.
-    held_out: 1-D array of held-out canaries' statistics for the empirical null.
+    dim: model dimension (>= 2) for the exact closed-form null of a cosine
+      (final model). Give exactly one of `dim` and `held_out`.
+    held_out: 1-D array of held-out canaries' statistics for the empirical
+      null (all iterates, where there is no closed form).
     confidence: the bound holds with this probability (per the paper's
       construction, see `correction`), in (0, 1).
     correction: "none" (the paper's; nominal confidence only),
@@ -213,13 +205,16 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
     y = np.sort(validation.as_cosines(held_out, "held_out"))
     null, null_dist, null_mean = "held_out", None, float(y.mean())
   below = float(x.mean()) < null_mean
-  if below:
-    results.warn_sign_convention(
-        float(x.mean()), "null's mean", null_mean,
-        se=results.standard_error(x, None if null == "exact" else y))
+  if below:  # y is None for the exact null
+    results.warn_sign_convention(float(x.mean()), "null's mean", null_mean,
+                                 se=results.standard_error(x, y))
   search = {"none": _paper_search, "simultaneous": _simultaneous_search,
-            "bonferroni": _all_ranks_search, "split": _split_search,
-            "multi_split": _multi_split_search}[correction]
+            "bonferroni": lambda x, *rest: _simultaneous_search(  # every rank
+                x, *rest, ranks=np.arange(1, x.size + 1)),
+            "split": _split_search,
+            "multi_split": functools.partial(
+                _split_search, splits=threshold_strategies.MULTI_SPLITS),
+            }[correction]
   epsilon, threshold, fnr, fpr, ceiling = search(x, null_dist, y, delta,
                                                  1.0 - confidence)
   return results.LowerBound(
@@ -267,10 +262,8 @@ def _paper_search(x, null_dist, y, delta, alpha):
 
 
 def _simultaneous_search(x, null_dist, y, delta, alpha, ranks=None):
-  """correction="simultaneous" (module docstring); same return as above.
-
-  `ranks` replaces the geometric grid (the level is split among them).
-  """
+  """correction="simultaneous" (module docstring), the level split among
+  `ranks` if given instead of the geometric grid; same return as above."""
   n = x.size
   ranks = simultaneous_ranks(n) if ranks is None else ranks
   thresholds = np.sort(x)[::-1][ranks - 1]
@@ -295,12 +288,6 @@ def _simultaneous_search(x, null_dist, y, delta, alpha, ranks=None):
           float(np.exp(log_fnr[best])), float(np.exp(log_fpr[best])), ceiling)
 
 
-def _all_ranks_search(x, null_dist, y, delta, alpha):
-  """correction="bonferroni": every rank 1..n, each at alpha / n."""
-  return _simultaneous_search(x, null_dist, y, delta, alpha,
-                              ranks=np.arange(1, x.size + 1))
-
-
 def _split_search(x, null_dist, y, delta, alpha, splits=1):
   """correction="split" (splits=1, level alpha) or "multi_split"."""
   rng = np.random.default_rng([x.size, 0 if y is None else y.size])
@@ -321,11 +308,6 @@ def _split_search(x, null_dist, y, delta, alpha, splits=1):
   return found[threshold_strategies.median_index([f[0] for f in found])]
 
 
-def _multi_split_search(x, null_dist, y, delta, alpha):
-  return _split_search(x, null_dist, y, delta, alpha,
-                       splits=threshold_strategies.MULTI_SPLITS)
-
-
 def one_run_p_value(epsilon, guesses, correct, num_candidates, delta):
   """p(eps) = min(1, beta + 2 m delta alpha') of the module docstring."""
   q = special.expit(epsilon)
@@ -338,19 +320,19 @@ def one_run_p_value(epsilon, guesses, correct, num_candidates, delta):
   return float(min(1.0, beta + 2.0 * num_candidates * delta * windows.max()))
 
 
-def _largest_rejected_epsilon(guesses, correct, num_candidates, delta, alpha):
-  """The largest eps with p(eps) <= alpha (0 if p(0) > alpha): bracket, then Brent."""
-
-  def excess(eps):
-    return one_run_p_value(eps, guesses, correct, num_candidates, delta) - alpha
-
-  if excess(0.0) > 0.0:
+def largest_rejected(test: Callable[[float], float],
+                     rejects: Callable[[float], bool], xtol: float) -> float:
+  """The largest claim x >= 0 a test rejects (0 if it does not reject x = 0),
+  for tests that reject every claim below a threshold and none above it:
+  `rejects(test(x))` says whether x is rejected; the threshold, a root of
+  `test`, is bracketed by doubling from 1 and found by Brent's method."""
+  if not rejects(test(0.0)):
     return 0.0
-  hi = 1.0
-  while excess(hi) <= 0.0:  # p -> 1 as eps -> inf, so this ends.
-    hi *= 2.0
-  return float(optimize.brentq(excess, hi / 2.0 if hi > 1.0 else 0.0, hi,
-                               xtol=1e-12))
+  high = 1.0
+  while rejects(test(high)):
+    high *= 2.0
+  return float(optimize.brentq(test, high / 2.0 if high > 1.0 else 0.0, high,
+                               xtol=xtol))
 
 
 def default_guesses(num_candidates: int) -> int:
@@ -391,8 +373,12 @@ def one_run_bound(statistics: npt.ArrayLike, inserted_mask: npt.ArrayLike, *,
   alpha = 1.0 - confidence
   below = threshold_strategies.sign_check(s, mask)
 
-  epsilon = _largest_rejected_epsilon(guesses, correct, m, delta, alpha)
-  ceiling = _largest_rejected_epsilon(guesses, guesses, m, delta, alpha)
+  def bound(right):  # p rises with eps, to 1
+    return largest_rejected(
+        lambda eps: one_run_p_value(eps, guesses, right, m, delta) - alpha,
+        lambda excess: excess <= 0.0, 1e-12)
+
+  epsilon, ceiling = bound(correct), bound(guesses)
   return results.OneRunBound(
       epsilon=epsilon, num_candidates=m, num_inserted=int(mask.sum()),
       k_plus=k_plus, k_minus=k_minus, guesses=guesses, correct=correct,

@@ -39,8 +39,6 @@ the first half (its coins and statistics) leaves the second half a fair-coin
 game against a mechanism that is as private as before. Options are fractions
 of the items (guesses per side, or ranks), so the same option means the same
 share of a half as of the whole.
-
-NumPy only.
 """
 
 from __future__ import annotations
@@ -166,12 +164,10 @@ def choose_and_bound(num_items: int, bound_at: BoundAt, *,
   Args:
     num_items: how many items (candidates) there are; subsets are index
       arrays into them.
-    bound_at: f(indices, option, alpha) -> (the bound on those items with
-      that option, valid at level alpha for an option fixed in advance; any
-      details of it to hand back).
+    bound_at: a `BoundAt`, valid at level alpha for an option fixed in advance.
     options: the grid of options ("bonferroni", "split", "multi_split").
     all_options: every option ("bonferroni_all"; required for it).
-    exceeds: optional cheap test that lets "bonferroni_all" skip options.
+    exceeds: an optional `Exceeds`, which lets "bonferroni_all" skip options.
     default: the option of "fixed".
     strategy: "fixed", "bonferroni", "split" or "multi_split".
     alpha: 1 - confidence.
@@ -194,16 +190,12 @@ def choose_and_bound(num_items: int, bound_at: BoundAt, *,
                        "option of the bound.")
     return _bonferroni(everything, bound_at, all_options, alpha, exceeds)
   rng = np.random.default_rng([seed, num_items])
-  if strategy == "split":
-    first, second = halves(num_items, rng)
-    option = _choose(first, bound_at, options, alpha)
-    value, details = bound_at(second, option, alpha)
-    return value, option, details
+  count, level = (1, alpha) if strategy == "split" else (splits, alpha / 2.0)
   found = []
-  for _ in range(splits):
+  for _ in range(count):
     first, second = halves(num_items, rng)
-    option = _choose(first, bound_at, options, alpha / 2.0)
-    value, details = bound_at(second, option, alpha / 2.0)
+    option = _choose(first, bound_at, options, level)
+    value, details = bound_at(second, option, level)
     found.append((value, option, details))
   return found[median_index([value for value, _, _ in found])]
 

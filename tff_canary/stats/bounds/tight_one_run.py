@@ -35,20 +35,12 @@ integrand is smooth; the mixture quantile is found by vectorized bisection,
 and gamma_bar in log space (`log_ndtr`).
 
 What this assumes, beyond the Gaussian claim: the n scores are independent
-draws of M, as for n runs of one mechanism. In one training run gaussian
-canaries share one noise vector, so they are not independent, and the paper
-gives no guarantee for that: `bench/validity.py` measured its exceedance
-rate on our simulator of exactly that setting
-(`gaussian_mechanism.simulate_coin`) above 5% in most settings, so the audit
-does not use it for gaussian canaries. Orthogonal canaries' noise scores
-are exactly independent (docs/method/orthogonal-canaries.md), the paper's
-assumption: there `bench/validity.py --directions orthogonal` measured it
-valid, and `audit` uses it, the number released chosen by Bonferroni
-(`audit.tight_bound`: for tables of orthogonal canaries, and on DP-FTRL's
-scheduled statistic in `tree_audit`). docs/method/lower-bounds.md has the
-figures.
-
-NumPy/SciPy only.
+draws of M, as for n runs of one mechanism. Gaussian canaries of one
+training run share one noise vector, which the paper gives no guarantee for
+(measured to exceed the truth too often), so the audit uses it only for
+orthogonal canaries, whose noise scores are exactly independent
+(`audit.tight_bound`; DP-FTRL's `tree_audit`). docs/method/lower-bounds.md
+has the figures.
 """
 
 from __future__ import annotations
@@ -57,9 +49,10 @@ from typing import Optional
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize, special, stats
+from scipy import special, stats
 
 from tff_canary.stats.accounting import gaussian_accounting
+from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats import results
 from tff_canary.stats.bounds import threshold_strategies
 from tff_canary.stats import validation
@@ -110,17 +103,9 @@ def p_value(mu: float, num_candidates: int, released: int,
 def largest_rejected_mu(num_candidates: int, released: int, mistakes: int,
                         alpha: float) -> float:
   """The largest mu with p(mu) < alpha (0 if not even mu = 0 is rejected)."""
-
-  def excess(mu):
-    return p_value(mu, num_candidates, released, mistakes) - alpha
-
-  if excess(0.0) >= 0.0:
-    return 0.0
-  high = 1.0
-  while excess(high) < 0.0:
-    high *= 2.0
-  low = high / 2.0 if high > 1.0 else 0.0
-  return float(optimize.brentq(excess, low, high, xtol=_MU_XTOL))
+  return lower_bounds.largest_rejected(
+      lambda mu: p_value(mu, num_candidates, released, mistakes) - alpha,
+      lambda excess: excess < 0.0, _MU_XTOL)
 
 
 def tight_one_run_bound(statistics: npt.ArrayLike,

@@ -4,32 +4,17 @@ docs/method/canaries.md (Andrew et al., "One-shot Empirical Privacy Estimation f
 Learning", ICLR 2024, arXiv 2302.03098, Section 3). Canary ids are 0..m-1
 (m = num_inserted + num_held_out); each id names a random unit direction of
 the model's parameter space, regenerated from (seed, id) by
-`tff_canary.federated.insertion.canary_directions`. This module holds only the
-configuration, NumPy only, so that tables and reports use it without
+`tff_canary.federated.insertion.canary_directions`, or a row of one seeded
+orthogonal matrix (docs/method/orthogonal-canaries.md). This module holds
+only the configuration, so that tables and reports use it without
 TensorFlow.
 
-The defaults are the recommended design (README.md): coin assignment and
-orthogonal directions. The paper's construction is
-`CanaryConfig(..., assignment="fixed", directions="gaussian")`.
-
-With `assignment="coin"` (the default; for the one-run bound of Steinke, Nasr
-and Jagielski 2023, docs/method/lower-bounds.md) each of the m candidates is
-inserted by an independent fair coin drawn from the seed, so the number
-inserted is Binomial(m, 1/2) and only the total m is fixed by the two counts.
-With `assignment="fixed"` (the paper's), ids 0..k-1 are inserted and k..m-1
-held out (never inserted). Either way the membership is the explicit boolean
-array `CanaryConfig.inserted`.
-
-Directions (docs/method/orthogonal-canaries.md). `directions="orthogonal"`
-(the default) makes the canaries rows of one seeded random orthogonal
-matrix, `tff_canary.federated.insertion.orthogonal_transform`: exactly
-orthogonal, scored inside each round by one transform, so no aggregate is
-recorded. Orthogonal canaries also have schedules for the held-out ones
-(`held_out_participation`, drawn like the inserted ones' but never used to
-insert), for the schedule-aware statistic. `directions="gaussian"` (the
-paper's construction) makes each canary an independent uniform direction,
-`tff_canary.federated.insertion.canary_directions`, and records each round's
-noised aggregate for the all-iterates cosines after training.
+The defaults are the recommended design (README.md): coin assignment (for
+the one-run bound of Steinke, Nasr and Jagielski 2023,
+docs/method/lower-bounds.md) and orthogonal directions. The paper's
+construction is `CanaryConfig(..., assignment="fixed",
+directions="gaussian")`; `CanaryConfig`'s attributes say what each choice
+does.
 """
 
 from __future__ import annotations
@@ -47,8 +32,6 @@ from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 
 ASSIGNMENTS = ("fixed", "coin")
-# "gaussian": i.i.d. uniform directions (the paper's); "orthogonal": rows of a
-# seeded structured orthogonal matrix.
 Directions = Literal["gaussian", "orthogonal"]
 DIRECTIONS = typing.get_args(Directions)
 
@@ -108,12 +91,12 @@ class CanaryConfig:
       inserted by an independent fair coin from the seed) or "fixed" (the
       paper's: the ids above).
     record_aggregates: Whether the aggregation process reports each round's
-      noised aggregate (measurement `noised_aggregate`), needed for the
-      all-iterates cosines of gaussian canaries. None (the default): True
-      for gaussian canaries, False for orthogonal ones, which are scored in
-      the round and record nothing (True with them is refused).
-    directions: "orthogonal" (the default) or "gaussian" (the paper's;
-      module docstring).
+      noised aggregate (measurement `noised_aggregate`); None (the default)
+      as `resolve_record_aggregates` says.
+    directions: "orthogonal" (the default: rows of one seeded orthogonal
+      matrix, `tff_canary.federated.insertion.orthogonal_transform`, scored
+      inside each round) or "gaussian" (the paper's: independent uniform
+      directions, `tff_canary.federated.insertion.canary_directions`).
     inserted: bool [k + k'], canary id -> inserted (derived).
     participation: `schedules.Participation` of the inserted canaries
       (derived).
@@ -225,18 +208,7 @@ class CanaryConfig:
 def check_orthogonality(num_canaries: int, dim: int) -> bool:
   """Warns (`TooManyCanariesWarning`) if m > dim / 100; returns whether it did.
 
-  The statistics treat canaries as orthogonal. The cosine of two independent
-  uniform directions is ~ N(0, 1/d), so in a model delta carrying k inserted
-  canaries at norm C, canary j's inner product picks up the other canaries'
-  cross-talk, a zero-mean term of variance (k - 1) C^2 / d: the canaries act
-  as extra noise of multiplier sqrt((k - 1) / d) on top of the DP noise, and the
-  Gram matrix of m canaries has eigenvalues in (1 +- sqrt(m / d))^2
-  (Marchenko-Pastur). At m <= d / 100 that extra noise multiplier is <= 0.1,
-  ten times below the z ~ 1 of meaningful DP, and small next to the z = 0.23
-  that already gives the paper's epsilon = 30; beyond it the canaries start to
-  measure each other. The paper's settings use m / d ~ 1e-3. The warning
-  counts held-out canaries too (they do not enter the model, but the threshold
-  is meant as a plain, conservative rule).
+  Why the threshold: docs/method/canaries.md ("How many").
   """
   num_canaries = validation.as_int(num_canaries, "num_canaries", minimum=0)
   dim = validation.as_dim(dim)

@@ -6,20 +6,12 @@ clients with `ClientSampler`, a function of (seed, round):
   * "shuffle": epochs of `rounds_per_epoch = num_clients // clients_per_round`
     rounds, each a fresh permutation of the clients cut into rounds of
     `clients_per_round` (the `num_clients % clients_per_round` clients at the
-    end of a permutation sit that epoch out); a run that stops inside an epoch
-    has used only that epoch's first rounds;
+    end of a permutation sit that epoch out);
   * "per_round": Poisson sampling, each client in each round independently
     with probability q = clients_per_round / num_clients.
 
-`canary_schedule` derives the canaries' schedule from the same sampler: shuffled
-epochs with the same rounds per epoch (each canary once per epoch at a uniform
-round, the run's last partial epoch included, `schedules.ShuffledEpochs(...,
-partial_last_epoch=True)`), or per-round sampling at the same rate q
-(`schedules.PerRoundSampling`). A requested number of presentations that
-contradicts the sampler is refused unless the mismatch is asked for, and
+`canary_schedule` derives the canaries' schedule from the same sampler, and
 `participation_summary` records client and canary participation side by side.
-
-NumPy only (no TensorFlow), so reports can use it.
 """
 
 from __future__ import annotations
@@ -99,13 +91,6 @@ class ClientSampler:
     """Participation count of every client over rounds 0..num_rounds-1."""
     num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
     counts = np.zeros(self.num_clients, np.int64)
-    if self.sampling == "shuffle":
-      per_epoch = self.rounds_per_epoch
-      for epoch in range(-(-num_rounds // per_epoch)):
-        rounds = min(per_epoch, num_rounds - epoch * per_epoch)
-        order = _epoch_order(self.seed, epoch, self.num_clients)
-        counts[order[:rounds * self.clients_per_round]] += 1
-      return counts
     for round_num in range(num_rounds):
       counts[self.clients(round_num)] += 1
     return counts
@@ -167,8 +152,6 @@ def canary_schedule(sampler: ClientSampler, num_rounds: int,
   """The canaries' schedule: the clients' participation (docs/method/canaries.md).
 
   Args:
-    sampler: The run's client sampler.
-    num_rounds: Rounds of the run.
     presentations: None (derive everything from the sampler), or the number
       of participations asked for; it must agree with the sampler
       (`participation_mismatch`) unless `allow_mismatch`.
@@ -225,10 +208,7 @@ def participation_summary(sampler: ClientSampler, num_rounds: int,
   """Client and canary participation side by side (JSON-ready).
 
   Args:
-    sampler: The run's client sampler.
-    num_rounds: Rounds of the run.
     canary_counts: Participation count of each inserted canary.
-    schedule: The canaries' schedule.
     client_counts: `sampler.counts(num_rounds)` if the caller has it already
       (it is computed otherwise).
     mismatch: `participation_mismatch`'s text when a mismatch was allowed.

@@ -14,10 +14,7 @@ Columns (docs/method/null-law.md; Andrew et al., ICLR 2024, arXiv 2302.03098, Se
   * `unrecorded`: how many of the canary's participations fall in rounds
     whose aggregate was not recorded (0 for held-out canaries; tables saved
     before this column existed load with 0). Any nonzero entry makes the
-    all-iterates statistics unusable: such a canary's max misses its own
-    rounds and looks held out, so `max_cosines` refuses with an error and
-    `has_max_cosines` is False.
-
+    all-iterates statistics unusable (`CosineTable.all_iterates_refusal`).
   * `scheduled_sum`, `scheduled_rounds` (orthogonal canaries, scored in the
     round, `tff_canary.federated.insertion.round_scores`): the sum of the
     canary's round cosines over the rounds of its schedule (held-out
@@ -32,9 +29,7 @@ were taken without the other inserted canaries, `known_canaries`; "none",
 also for tables saved before it existed).
 
 `CosineTable` is frozen (its arrays are read-only) and validated whenever it is
-built, including on `load`. Files are written atomically (temporary file in
-the same directory, then `os.replace`), so a crash never leaves half a table.
-NumPy only: the TF-free report command loads tables without TensorFlow.
+built, including on `load`. Files are written atomically (`atomic_files`).
 """
 
 from __future__ import annotations
@@ -160,16 +155,16 @@ class CosineTable:
     columns["group"] = group.astype("<U8")
     if columns["participation"].min() < 0:
       raise ValueError("column participation must be nonnegative.")
-    held = group == "held_out"
-    if np.any(columns["participation"][held] != 0):
-      i = int(np.flatnonzero(held & (columns["participation"] != 0))[0])
+    bad = (group == "held_out") & (columns["participation"] != 0)
+    if bad.any():
+      i = int(np.flatnonzero(bad)[0])
       raise ValueError(f"held-out canary id {ids[i]} has participation "
                        f"{columns['participation'][i]}; held-out canaries "
                        "never take part.")
     unrecorded = columns["unrecorded"]
-    if unrecorded.min() < 0 or np.any(unrecorded > columns["participation"]):
-      i = int(np.flatnonzero((unrecorded < 0)
-                             | (unrecorded > columns["participation"]))[0])
+    bad = (unrecorded < 0) | (unrecorded > columns["participation"])
+    if bad.any():
+      i = int(np.flatnonzero(bad)[0])
       raise ValueError(f"column unrecorded must lie in [0, participation], "
                        f"but canary id {ids[i]} has unrecorded "
                        f"{unrecorded[i]} and participation "
@@ -273,10 +268,8 @@ class CosineTable:
                 and np.all(self.scheduled_rounds > 0))
 
   def scheduled_statistics(self, group: Group) -> np.ndarray:
-    """T_j = sqrt(dim / P_j) * scheduled_sum_j of `group` (P_j its rounds).
-
-    Under the null each round cosine has variance 1/dim, so a held-out
-    canary's T_j is close to N(0, 1) (docs/method/orthogonal-canaries.md).
+    """T_j = sqrt(dim / P_j) * scheduled_sum_j of `group` (P_j its rounds),
+    about N(0, 1) under the null (docs/method/orthogonal-canaries.md).
 
     Raises:
       ValueError: when the table has no schedule-aware sums.
@@ -338,14 +331,8 @@ class CosineTable:
   @classmethod
   def load(cls, path: str | os.PathLike, dim: int | None = None
           ) -> CosineTable:
-    """Loads a table saved by `save_csv` or `save_npz` (format sniffed).
-
-    Args:
-      path: The file.
-      dim: If given, the model dimension the table must have.
-
-    Returns:
-      The validated `CosineTable`.
+    """Loads and validates a table saved by `save_csv` or `save_npz` (format
+    sniffed); with `dim`, the model dimension it must have.
 
     Raises:
       FileNotFoundError: if there is no such file.

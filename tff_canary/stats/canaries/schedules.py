@@ -1,25 +1,11 @@
 """When each inserted canary takes part in training: participation schedules.
 
-docs/method/canaries.md: canaries take part the way real clients do. Three schedules cover the
-paper's settings (Andrew et al., ICLR 2024, arXiv 2302.03098, Section 4):
-
-  * `ShuffledEpochs(num_rounds, rounds_per_epoch)`: the population is split into
-    epochs of `rounds_per_epoch` rounds and each canary takes part once per epoch,
-    at a round drawn uniformly (independently for every canary and epoch) from
-    that epoch. `ShuffledEpochs(500, 500)` is the paper's "one presentation" of
-    each canary in a 500-round run. With `E = num_rounds // rounds_per_epoch`
-    whole epochs, the `num_rounds - E * rounds_per_epoch` rounds left at the end
-    (the remainder) form no epoch: no canary takes part in them, exactly like a
-    last, incomplete pass over the data that a real pipeline drops. With
-    `partial_last_epoch=True` they form the start of one more epoch instead, as
-    in a client sampler that keeps drawing from its next shuffle: each canary
-    draws its round of that epoch like any other and takes part only if the
-    round falls inside the run (probability remainder / rounds_per_epoch).
-  * `FixedPresentations(num_rounds, presentations)`: each canary takes part
-    exactly r = `presentations` times, at r distinct rounds drawn uniformly
-    without replacement from the run.
-  * `PerRoundSampling(num_rounds, probability)`: each canary takes part in each
-    round independently with probability q (Poisson sampling of clients).
+docs/method/canaries.md: canaries take part the way real clients do. Three
+schedules cover the paper's settings (Andrew et al., ICLR 2024, arXiv
+2302.03098, Section 4), each drawing its rounds as its class says:
+`ShuffledEpochs` (once per epoch), `FixedPresentations` (exactly r times) and
+`PerRoundSampling` (in each round with probability q, as Poisson sampling of
+clients).
 
 One more places every canary on the same rounds, for mechanisms with noise
 correlated across rounds (DP-FTRL's tree, matrix mechanisms):
@@ -33,9 +19,8 @@ Rounds are numbered from 0: round r is the r-th call of the aggregation
 process's `next`, which turns the model theta_r into theta_{r+1} (the method pages' round
 t = r + 1). A schedule is a frozen description; `realize(seed, canary_ids)`
 draws the events deterministically from the seed with NumPy's
-`default_rng([seed, _SCHEDULE_TAG])` and returns a frozen `Participation`, the
-full list of (round, canary id) events known before training starts. Everything
-here is NumPy only (no TensorFlow), so simulators and reports can use it.
+`default_rng([seed, SCHEDULE_TAG])` and returns a frozen `Participation`, the
+full list of (round, canary id) events known before training starts.
 """
 
 from __future__ import annotations
@@ -160,14 +145,10 @@ class Schedule(abc.ABC):
     events, on any machine (NumPy's PCG64 via `default_rng([seed, tag])`).
 
     Args:
-      seed: Nonnegative integer seed.
       canary_ids: 1-D array of distinct nonnegative canary ids (the inserted
         ones).
       tag: The stream of `seed` (`SCHEDULE_TAG`; `HELD_OUT_SCHEDULE_TAG` for
         the held-out canaries' schedules).
-
-    Returns:
-      The `Participation`.
     """
     seed = as_seed(seed)
     ids = np.asarray(canary_ids)
@@ -210,11 +191,14 @@ class ShuffledEpochs(Schedule):
   """Each canary once per epoch, at a uniformly random round of the epoch.
 
   Epochs are the `num_rounds // rounds_per_epoch` consecutive blocks of
-  `rounds_per_epoch` rounds from round 0. The remaining rounds at the end
-  belong to no epoch and have no canaries, unless `partial_last_epoch`: then
-  they are the first rounds of one more epoch, whose round each canary draws
+  `rounds_per_epoch` rounds from round 0; `ShuffledEpochs(500, 500)` is the
+  paper's "one presentation" in a 500-round run. The remaining rounds at the
+  end belong to no epoch and have no canaries (like a last, incomplete pass
+  over the data that a real pipeline drops), unless `partial_last_epoch`:
+  then they are the first rounds of one more epoch (as in a client sampler
+  that keeps drawing from its next shuffle), whose round each canary draws
   uniformly from all `rounds_per_epoch` of it, taking part only if that round
-  is inside the run.
+  is inside the run (probability remainder / rounds_per_epoch).
 
   Attributes:
     num_rounds: Length of the run in rounds, >= 1.
@@ -260,8 +244,6 @@ class ShuffledEpochs(Schedule):
     offsets = rng.integers(0, self.rounds_per_epoch,
                            size=(num_canaries, epochs))
     rounds = offsets + np.arange(epochs) * self.rounds_per_epoch
-    if epochs == self.num_epochs:
-      return list(rounds)
     return [row[row < self.num_rounds] for row in rounds]
 
 

@@ -1,54 +1,17 @@
 """Canary statistics for noise correlated across rounds (DP-FTRL's).
 
-The scores. With orthogonal canaries (docs/method/orthogonal-canaries.md),
-canary j's score in round t is its inner product with the round's noised sum
-of clipped updates, in units of the node noise sigma = z C:
+With orthogonal canaries (docs/method/orthogonal-canaries.md), canary j's
+score in round t is its inner product with the round's noised sum of
+clipped updates, in units of the node noise sigma = z C:
 
     u_{j,t} = <c_j, sum_t> / sigma  ~  N(a_{j,t} / z, K)   over t,
 
-where a_{j,t} = 1 when canary j took part in round t (at the clip norm C),
-K = B B^T is the rounds' covariance of the claimed noise B xi, and the
-canaries' noise vectors are exactly independent (orthonormal directions,
-isotropic noise). Every function here takes the claimed noise as a
-`linear_noise.LinearNoise` (the tree's, or any known linear map of
-independent node noises, such as a matrix mechanism's B = C^-1) and uses
-only its K, so every statistic holds for any such B. A statistic that
-treats the rounds as independent is wrong here: the tree's released noises
-are differences of prefix noises, so neighbouring rounds are correlated, and
-the variance of a sum of rounds is not the sum of their variances.
-
-The statistics (the known-covariance Gaussian linear model; Aitken 1935, "On
-least squares and linear combination of observations", generalized least
-squares):
-
-* `scheduled_statistic`: the auditor knows canary j's schedule a_j, so the
-  most powerful test of "j took part in its schedule" against "j took no
-  part" (Neyman-Pearson for two Gaussians with one covariance) is linear:
-
-      T_j = a_j^T K^-1 u_j / sqrt(a_j^T K^-1 a_j)  ~  N(mu_j, 1),
-      mu_j = sqrt(a_j^T K^-1 a_j) / z                (`schedule_mu`),
-
-  exactly N(0, 1) for a canary that took no part. mu_j is the GDP mu of what
-  the released rounds reveal about that schedule (Dong, Roth & Su 2019,
-  arXiv 1905.02383, Thm 2.7): the ceiling of any attack on the released
-  updates for that one schedule. Schedules differ, and so do their mu_j:
-  the mean T over inserted canaries estimates the mean mu_j (not a ceiling:
-  one canary's mu_j can exceed it), and `LinearNoise.worst_case_mu` is the
-  largest mu_j that one participation per epoch can have.
-* `round_statistics`: without the schedule, the score test of "j took part
-  in round t alone" is g_{j,t} = (K^-1 u_j)_t / sqrt((K^-1)_tt), N(0, 1)
-  per round under the null but correlated across rounds; `max_statistic` is
-  its max over rounds (the all-iterates statistic of Andrew et al., ICLR
-  2024, arXiv 2302.03098, Algorithm 3, with the noise's covariance).
-* `independent_scheduled_statistic`: the statistic of independent rounds,
-  sum_{t in S_j} u_{j,t} / sqrt(K_tt) / sqrt(P_j) (`estimators.scheduled_sums`
-  with the rounds' own scale). Its variance under the null is
-  1_S^T R 1_S / P (R the correlation), not 1: shown to make the point.
-* `epoch_counts`: a canary's participations per epoch estimated by the sum
-  of its scores over the epoch, z * sum_{t in e} u_{j,t}: unbiased, with
-  covariance z^2 E^T K E across epochs (E the epochs' round indicators,
-  `linear_noise.epoch_matrix`). Telescoping makes this cheap in noise:
-  within one tree the sum of released rounds is one prefix noise.
+a_{j,t} = 1 when canary j took part in round t (at the clip norm C), K =
+B B^T the claimed noise's round covariance (`linear_noise.LinearNoise`, its
+only input here), the canaries' noises exactly independent. Rounds are not
+independent: the variance of a sum of rounds is 1_S^T K 1_S, not sum K_tt.
+The statistics are those of the known-covariance Gaussian linear model
+(generalized least squares; Aitken 1935), tabulated in docs/method/dp-ftrl.md.
 
 NumPy/SciPy only.
 """
@@ -107,7 +70,10 @@ def _quadratic(precision: np.ndarray, a: np.ndarray) -> np.ndarray:
 
 def schedule_mu(schedule: npt.ArrayLike, noise: linear_noise.LinearNoise,
                 *, noise_multiplier: float) -> np.ndarray:
-  """mu_j = sqrt(a_j^T K^-1 a_j) / z: what the released rounds reveal (GDP).
+  """mu_j = sqrt(a_j^T K^-1 a_j) / z: what the released rounds reveal about
+  schedule a_j (GDP; Dong, Roth & Su 2019, arXiv 1905.02383, Thm 2.7). The
+  mean T over inserted canaries estimates the mean mu_j, not a ceiling
+  (`LinearNoise.worst_case_mu` is the largest).
 
   Args:
     schedule: [canaries, rounds] Boolean a_j.
@@ -122,7 +88,9 @@ def schedule_mu(schedule: npt.ArrayLike, noise: linear_noise.LinearNoise,
 
 def scheduled_statistic(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                         noise: linear_noise.LinearNoise) -> np.ndarray:
-  """T_j = a_j^T K^-1 u_j / sqrt(a_j^T K^-1 a_j), N(0, 1) without the canary."""
+  """T_j = a_j^T K^-1 u_j / sqrt(a_j^T K^-1 a_j) ~ N(mu_j, 1) (`schedule_mu`),
+  exactly N(0, 1) without the canary: the most powerful test of "j took part
+  in schedule a_j" against no part (Neyman-Pearson)."""
   noise = linear_noise.as_linear_noise(noise)
   u = _scores(scores, noise.num_rounds)
   a = _schedule(schedule, *u.shape[::-1])
@@ -133,7 +101,8 @@ def scheduled_statistic(scores: npt.ArrayLike, schedule: npt.ArrayLike,
 
 def round_statistics(scores: npt.ArrayLike,
                      noise: linear_noise.LinearNoise) -> np.ndarray:
-  """g_{j,t} = (K^-1 u_j)_t / sqrt((K^-1)_tt): each round's score test."""
+  """g_{j,t} = (K^-1 u_j)_t / sqrt((K^-1)_tt): each round's score test, N(0, 1)
+  without the canary, correlated across rounds."""
   noise = linear_noise.as_linear_noise(noise)
   v = noise.solve(_scores(scores, noise.num_rounds).T).T
   return v / np.sqrt(np.diag(noise.precision))[None, :]
@@ -141,7 +110,8 @@ def round_statistics(scores: npt.ArrayLike,
 
 def max_statistic(scores: npt.ArrayLike,
                   noise: linear_noise.LinearNoise) -> np.ndarray:
-  """M_j = max over rounds of g_{j,t} (`round_statistics`)."""
+  """M_j = max over rounds of g_{j,t} (`round_statistics`): the all-iterates
+  statistic of Andrew et al., ICLR 2024, arXiv 2302.03098, Algorithm 3."""
   return round_statistics(scores, noise).max(axis=1)
 
 
@@ -166,7 +136,8 @@ def independent_null_variance(
 
 def epoch_counts(scores: npt.ArrayLike, epochs: npt.ArrayLike, *,
                  noise_multiplier: float) -> np.ndarray:
-  """n_{j,e} = z sum_{t in e} u_{j,t}: participations per epoch, unbiased."""
+  """n_{j,e} = z sum_{t in e} u_{j,t}: participations per epoch, unbiased
+  (`epoch_count_covariance`); E, [rounds, epochs], the epochs' rounds."""
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   e = np.asarray(epochs, dtype=np.float64)
   u = _scores(scores, e.shape[0])

@@ -6,29 +6,20 @@ A mechanism with correlated noise releases, in round t,
 
 x_t the round's sum of clipped updates and B a known [rounds, nodes] matrix,
 so that over the rounds each coordinate's noise is N(0, sigma^2 K) with the
-rounds' covariance K = B B^T, the same for every coordinate and independent
-across coordinates. Two mechanisms have this form:
+rounds' covariance K = B B^T, independent across coordinates. DP-FTRL's tree
+(Kairouz et al. 2021, arXiv 2103.00039; `tree_noise.TreeNoise`) has this
+form, as does a matrix mechanism in streaming form (Choquette-Choo et al.
+2023, arXiv 2306.08153; Denisov et al. 2022): y = x + C^-1 xi for a
+lower-triangular invertible strategy C, so B = C^-1 is square.
 
-* DP-FTRL's tree (Kairouz et al. 2021, arXiv 2103.00039): the nodes are the
-  tree's nodes, more of them than rounds, and B is the tree's prefix
-  combinations differenced (`tree_noise.TreeNoise`, a `LinearNoise`);
-* a matrix mechanism in DP-FTRL's streaming form (Choquette-Choo et al.
-  2023, arXiv 2306.08153; Denisov et al. 2022): y = x + C^-1 xi for a
-  lower-triangular invertible strategy C, so B = C^-1 is square, one node
-  per round (banded or buffered-linear-Toeplitz C: docs/method/dp-ftrl.md).
-
-Everything else in this package takes a `LinearNoise` and uses only what it
-holds: B, K (its Cholesky factor and K^-1 computed once per noise), and the
-blocks of rounds whose noises are independent (the tree's restarts; a matrix
-mechanism restarted every epoch), each participant in at most one round of
-each block. So the canary statistics (`gls_statistics`), the epsilons they
-are compared with (`tree_targets`), the audit (`tree_audit`) and the
-simulated runs (`tree_simulation`) hold for any such B. What the released
-rounds reveal about the participant they reveal most about is
-`worst_case_mu`. For a square invertible B that is the release's own
-accounting (`release_mu`, `claim`): y and B^-1 y = B^-1 x + xi determine
-each other. A non-square B (the tree) has more nodes than rounds and its own
-accounting: a subclass gives it.
+`LinearNoise` holds B, K (its Cholesky factor and K^-1 computed once) and
+the blocks of rounds whose noises are independent (the tree's restarts),
+each participant in at most one round of each block; the statistics, the
+targets, the audit and the simulated runs of this package use nothing
+else (docs/method/dp-ftrl.md). For a square invertible B the release's own
+accounting is the rounds' worst case (`release_mu`, `claim`): y and
+B^-1 y = B^-1 x + xi determine each other. A non-square B (the tree) has
+its own accounting: a subclass gives it.
 
 NumPy/SciPy only.
 """
@@ -218,17 +209,14 @@ class LinearNoise:
 
     What the released rounds reveal (GDP; Dong, Roth & Su 2019, arXiv
     1905.02383, Thm 2.7) about the participant they reveal most about, among
-    those who take part at most once per block (DP-FTRL's participation, one
-    block per epoch; Kairouz et al. 2021, arXiv 2103.00039, Appendix D). K is
-    block-diagonal, so `gls_statistics.schedule_mu` of one round t_b per
-    block is sqrt(sum_b (K_b^-1)_{t_b t_b}) / z and the largest is the
-    formula above, attained in `worst_case_rounds`. The rounds are a
+    those in at most one round per block (Kairouz et al. 2021, arXiv
+    2103.00039, Appendix D): K is block-diagonal, so `gls_statistics.
+    schedule_mu` of one round t_b per block is sqrt(sum_b (K_b^-1)_{t_b t_b})
+    / z, largest as above, attained in `worst_case_rounds`. The rounds are a
     post-processing of the nodes, so the node release's mu bounds it (for
-    the tree, `tree_accounting.node_mu`, sqrt(sum_b h_b) / z: equal for the
-    plain tree, whose round 0 is on a path of h nodes each released alone;
-    smaller for Honaker's efficient tree, 2015, whose rounds release less
-    than its nodes). For a square
-    B = C^-1 the nodes are the rounds: sqrt(sum_b max_t ||C_b e_t||^2) / z.
+    the tree `tree_accounting.node_mu`: equal for the plain tree, smaller
+    for Honaker's efficient tree). For B = C^-1 (nodes = rounds) it is
+    sqrt(sum_b max_t ||C_b e_t||^2) / z.
     """
     z = validation.as_positive(noise_multiplier, "noise_multiplier")
     rounds = self.worst_case_rounds()

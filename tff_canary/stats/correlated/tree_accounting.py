@@ -2,26 +2,23 @@
 
 The setting of Kairouz et al. 2021 ("Practical and Private (Deep) Learning
 without Sampling or Shuffling", arXiv 2103.00039, Appendix D): the tree
-restarts at the end of every epoch and each client takes part at most once
-per epoch, so once per tree. A participation changes every node on its
-leaf's path by at most the clip C; a tree of s steps has paths of at most
-h = ceil(log2(s + 1)) nodes, each with independent N(0, (z C)^2) noise. The
-release of ALL node values is then exactly a Gaussian mechanism with L2
-sensitivity C sqrt(h) per epoch, and E epochs (independent trees) compose:
+restarts after every epoch and each client takes part at most once per
+epoch. A participation changes every node on its leaf's path, at most
+h = ceil(log2(s + 1)) nodes in a tree of s steps, by at most the clip C; each
+node has independent N(0, (z C)^2) noise. Releasing ALL nodes is exactly a
+Gaussian mechanism with L2 sensitivity C sqrt(h) per epoch, and the epochs'
+independent trees compose:
 
     mu_nodes = sqrt(sum_e h_e) / z                         (`node_mu`)
 
-(Dong, Roth & Su 2019, arXiv 1905.02383, Cor. 3.3), whose exact epsilon at
-delta is `gaussian_accounting.gaussian_epsilon_of_mu` (Balle & Wang 2018,
-Thm 8). What TFF and dp-accounting users cite is the Renyi-DP accounting of
+(Dong, Roth & Su 2019, arXiv 1905.02383, Cor. 3.3), whose exact epsilon is
+`gaussian_accounting.gaussian_epsilon_of_mu` (Balle & Wang 2018, Thm 8). What
+TFF and dp-accounting users cite is the looser Renyi-DP accounting of
 `dp_accounting.SingleEpochTreeAggregationDpEvent(z, s)` per epoch (rho = h /
-(2 z^2) at every order, under the REPLACE_SPECIAL neighbouring relation),
-composed over epochs and converted to (epsilon, delta): an upper bound on
-the same mechanism, looser than the exact conversion (`tree_epsilons`
-returns both).
-
-The released updates are a post-processing of the node values, so both
-bound what any attack on them can show (what they reveal: `tree_targets`).
+(2 z^2) at every order, REPLACE_SPECIAL), composed and converted to
+(epsilon, delta); `tree_epsilons` returns both. The released updates are a
+post-processing of the nodes, so both bound any attack on them
+(`tree_targets`; docs/method/dp-ftrl.md).
 
 NumPy and dp-accounting only.
 """

@@ -6,41 +6,19 @@ each client contributes at most once per epoch and at most the clip norm
 C, and together these give the epsilon claimed. `audit_ftrl` checks each,
 at a family-wise level `level` split evenly (Bonferroni), so a correct
 mechanism raises an alarm with probability at most `level`. The claimed
-noise is a `linear_noise.LinearNoise`: the tree's (`tree_noise.TreeNoise`),
-or any known B with one block per epoch (a matrix mechanism restarted every
-epoch), whose claim is then the rounds' own (`LinearNoise.claim`):
+noise is a `linear_noise.LinearNoise` with one block per epoch (the tree's,
+or a matrix mechanism's, whose claim is `LinearNoise.claim`). The checks
+(docs/method/dp-ftrl.md, "The audit"):
 
-* "self-test": the mechanism run on zero values (`self_test_noise`, rounds x
-  coordinates) is whitened by the claimed round covariance, e_t -> L^-1 e
-  with K = L L^T, which makes correct noise i.i.d. N(0, 1) in every round;
-  `noise_stats.check_noise` then tests variance, mean, correlation between
-  rounds and reuse of values (Holm). Noise reused after a restart, a level
-  of nodes without noise, or node noise at the wrong scale change that law.
-* "contribution": what each inserted canary put into the sums per epoch,
-  participations times the norm that entered (1 per epoch under the claim:
-  one participation at the clip norm), estimated from its scores
-  (`gls_statistics.epoch_counts`, unbiased, with the claimed noise's
-  covariance z^2 E^T K E), minus its schedule's. A one-sided test of a
-  common excess over the inserted canaries catches both ways a client can
-  put more in than claimed: more participations than its schedule (the
-  sampler) or updates larger than the clip (the clipping, e.g. each tensor
-  clipped to C instead of the global norm). Its scale is estimated from the
-  inserted canaries themselves (`contribution_check`): in real training the
-  clients' own updates have a component along every canary direction,
-  O(1/sqrt(d)) per round, invisible in one round's noise but added up over
-  the epoch's rounds, while the tree's noise on an epoch's sum telescopes to
-  about one node's; a canary's contribution then scatters more than the
-  tree noise alone says (never-inserted canaries as much as inserted ones),
-  and a test at the tree noise's scale alone reads |z| ~ 2 far more often
-  than chance, in both directions.
-* "bounds": one-run lower bounds on epsilon from the fair-coin canaries'
-  scheduled statistics T_j and max statistics M_j (`gls_statistics`)
-  against the claimed epsilon (`audit.audit`): Steinke, Nasr & Jagielski's
-  bound (valid for any claim) on both, and, since the node release is a
-  Gaussian mechanism and the canaries' statistics are independent, the tight
-  one-run bound on T (`audit.tight_bound`). Each has its reach (its value
-  on perfectly separated statistics); a claim beyond every reach is
-  "beyond reach", not consistent (`audit.AuditVerdict`).
+* "self-test": the mechanism run on zero values (`self_test_noise`),
+  whitened by the claimed K = L L^T, e -> L^-1 e, must be i.i.d. N(0, 1):
+  `noise_stats.check_noise` (Holm);
+* "contribution": each inserted canary's excess contribution per epoch over
+  one participation at the clip norm, one-sided (`contribution_check`);
+* "bounds": Steinke, Nasr & Jagielski's one-run bound on the scheduled and
+  max statistics T_j and M_j (`gls_statistics`), and the tight one-run bound
+  (`audit.tight_bound`) on T, against the claimed epsilon, each with its
+  reach (`audit.AuditVerdict`).
 
 `ftrl_estimates` gives the estimates of epsilon (not bounds) from the same
 scores: final model, and all iterates by each statistic.
@@ -82,11 +60,9 @@ class FtrlAudit:
     claim: the analytical epsilons (`noise.claim`: the tree's
       `tree_accounting.TreeEpsilons`, or `linear_noise.LinearEpsilons`).
     self_test: the whitened noise check, or None without self-test noise.
-    contribution_excess: the contribution check's `Contribution.excess`:
-      extra participations, or updates larger than the clip.
-    contribution_spread: its `Contribution.spread`.
-    contribution_t: its `Contribution.t`.
-    contribution_p_value: its `Contribution.p_value`.
+    contribution_excess, contribution_spread: the contribution check's
+      `Contribution.excess` and `.spread`.
+    contribution_t, contribution_p_value: its `Contribution.t`, `.p_value`.
     bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks,
       with their reach ("beyond reach" when no bound could exceed the claim
       with these candidates).
@@ -179,13 +155,16 @@ def contribution_check(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   `gls_statistics.epoch_counts`, combined over the epochs by the GLS
   weights of the claimed noise's covariance V = z^2 E^T K E), has variance
   v0 = 1 / (1^T V^-1 1) from that noise alone. The clients' updates add
-  a component along c_j that the claim does not describe (module
-  docstring); over random directions it has mean zero, so the r_j are
+  a component along c_j that the claim does not describe (O(1/sqrt(d)) per
+  round, summed over the epoch: docs/method/dp-ftrl.md, "The audit"); over
+  random directions it has mean zero, so the r_j are
   i.i.d. (Gaussian: node noise plus a random projection) with mean the
   excess and a variance v >= v0 that the run sets. The test is Student's
   one-sample t on the inserted r_j at the scale max(v0, s^2), s^2 their
   sample variance: exact when s^2 >= v0, conservative otherwise. With one
-  inserted canary only v0 is available (a z-test at the noise's scale).
+  inserted canary only v0 is available (a z-test at the noise's scale). A
+  positive excess has two causes: more participations per epoch than the
+  schedules (the sampler), or updates larger than the clip (the clipping).
 
   Args: as `audit_ftrl`'s.
   """
@@ -219,11 +198,8 @@ def _inputs(scores, schedule, inserted, noise):
     raise ValueError(f"scores must be [candidates, rounds] with "
                      f"{noise.num_rounds} rounds (the noise's), got shape "
                      f"{u.shape}.")
-  mask = np.asarray(inserted)
-  if mask.dtype != bool or mask.shape != (u.shape[0],):
-    raise ValueError(f"inserted must be a Boolean array of one flag per "
-                     f"candidate ({u.shape[0]}), got dtype {mask.dtype} and "
-                     f"shape {mask.shape}.")
+  mask = validation.as_mask(inserted, "inserted", (u.shape[0],),
+                            "the candidates of scores")
   if mask.all() or not mask.any():
     raise ValueError("inserted must have both inserted and held-out "
                      "candidates (fair coins).")
@@ -241,7 +217,7 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
 
   Args:
     scores: [candidates, rounds] u_{j,t}, in units of the node noise.
-    schedule: [candidates, rounds] Boolean, each candidate's schedule.
+    schedule: [candidates, rounds] Boolean (or 0/1), each candidate's rounds.
     inserted: [candidates] Boolean, the fair coins.
     noise: the claimed noise, a `linear_noise.LinearNoise` (the tree's:
       `tree_noise.tree_noise`).
@@ -270,16 +246,12 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   each = level / checks
   t_stat = gls_statistics.scheduled_statistic(u, a, noise)
   m_stat = gls_statistics.max_statistic(u, noise)
-  # Each with its reach (`audit_bounds.coin_bound`): with 512 candidates the
-  # tight bound cannot exceed 20.0 here, and a claim beyond every reach is
-  # "beyond reach", not consistent.
-  coin_bound = audit_bounds.coin_bound
-  fns = {
-      "one-run bound (scheduled T)": coin_bound(
+  fns = {   # each with its reach
+      "one-run bound (scheduled T)": audit_bounds.coin_bound(
           lower_bounds.one_run_bound, t_stat, mask, delta=delta),
-      "one-run bound (max M)": coin_bound(
+      "one-run bound (max M)": audit_bounds.coin_bound(
           lower_bounds.one_run_bound, m_stat, mask, delta=delta),
-      "tight one-run bound (scheduled T)": coin_bound(
+      "tight one-run bound (scheduled T)": audit_bounds.coin_bound(
           audit_module.tight_bound, t_stat, mask, delta=delta),
   }
   claimed = (claim.epsilon if claimed_epsilon is None else
@@ -327,13 +299,10 @@ class FtrlEstimates:
     independent: all iterates, the statistic of independent rounds with an
       N(0, 1) null (wrong when rounds are correlated; shown for contrast).
 
-  What each estimates: `tree_targets` (final: the final model's epsilon;
-  scheduled: this run's schedules, the analytical epsilon when every canary
-  is on the worst-case pattern, `TreeTargets.scheduled_target`; max: none,
-  a fit to maxima). The inserted
-  canaries' means differ by schedule, as the targets compute them, so each
-  variance check is given that known spread (`epsilon_scheduled`'s
-  `inserted_mu`).
+  Their targets: `tree_targets` (scheduled: the analytical epsilon when
+  every canary is on the worst-case pattern, `TreeTargets.scheduled_target`).
+  The inserted canaries' means differ by schedule, so each variance check
+  is given that known spread (`epsilon_scheduled`'s `inserted_mu`).
   """
 
   final: scheduled_sums.ScheduledEstimate
@@ -363,14 +332,9 @@ def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       "independent": (a_in / np.sqrt(np.diag(noise.covariance))).sum(axis=1)
                      / np.sqrt(rounds)}
 
-  def gauss(values, kind):
+  def estimate(values, kind, held_out=None):   # None: the exact N(0, 1) null
     return scheduled_sums.epsilon_scheduled(
-        values[mask], values[~mask], delta=delta, confidence=confidence,
-        inserted_mu=shape[kind])
-
-  def exact(values, kind):
-    return scheduled_sums.epsilon_scheduled(
-        values[mask], delta=delta, confidence=confidence,
+        values[mask], held_out, delta=delta, confidence=confidence,
         inserted_mu=shape[kind])
 
   # epsilon_all fits two Gaussians, whose epsilon is unchanged by one
@@ -378,10 +342,11 @@ def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   # scaled into [-1, 1] first.
   scale = 1.01 * float(np.abs(m_stat).max())
   return FtrlEstimates(
-      final=gauss(final, "final"), scheduled=gauss(t_stat, "scheduled"),
+      final=estimate(final, "final", final[~mask]),
+      scheduled=estimate(t_stat, "scheduled", t_stat[~mask]),
       max=estimates.epsilon_all(m_stat[mask] / scale, m_stat[~mask] / scale,
                                 delta=delta, confidence=confidence),
-      independent=exact(naive, "independent"))
+      independent=estimate(naive, "independent"))
 
 
 __all__ = ["CHECKS", "Contribution", "FtrlAudit", "FtrlEstimates",

@@ -1,42 +1,28 @@
 """The noise DP-FTRL releases, as a known linear map of independent node noises.
 
 DP-FTRL (Kairouz et al. 2021, "Practical and Private (Deep) Learning without
-Sampling or Shuffling", arXiv 2103.00039, Algorithm 1) adds noise to the
-prefix sums of the clients' clipped updates through a binary tree: every
-tree node gets its own independent noise xi_k ~ N(0, sigma^2 I_d), and the
-noise on the prefix sum up to round t is a fixed combination of the nodes
-that cover rounds 0..t. tensorflow_privacy's `TreeResidualSumQuery` (what
-`tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation` and
-`tree_adaptive` build) releases, each round, the difference of two noised
-prefix sums:
+Sampling or Shuffling", arXiv 2103.00039, Algorithm 1) gives every tree node
+its own noise xi_k ~ N(0, sigma^2 I_d). tensorflow_privacy's
+`TreeResidualSumQuery` (what TFF's `DifferentiallyPrivateFactory.
+tree_aggregation` and `tree_adaptive` build) releases each round the
+difference of two noised prefix sums:
 
     y_t = x_t + N_t - N_{t-1},    N_t = sum_k A[t, k] xi_k,
 
-with N_{-1} = 0 and N_{t-1} = 0 again in the first round after a restart of
-the tree (`tfp.RestartQuery`, `reset_state`). So the released noise is
-
-    e_t = sum_k B[t, k] xi_k,   B = the rows of A differenced within a tree,
-
-a `linear_noise.LinearNoise` (K = B B^T). Two aggregators set A:
-
-* the plain tree (`tree_aggregation.TreeAggregator`): N_t is the sum of the
-  nodes of the dyadic decomposition of rounds 0..t, one node per set bit of
-  t + 1;
-* the efficient tree (`EfficientTreeAggregator`, Honaker 2015, "Efficient Use
-  of Differentially Private Binary Trees"): a node's value is its own noise
-  plus half its two children's, and each node on the path is reweighted by
-  1 / (2 - 2^-level), which lowers the variance of N_t.
+with N_{-1} = 0, and N_{t-1} = 0 again in the first round after a restart
+(`tfp.RestartQuery`). So e_t = sum_k B[t, k] xi_k, B the rows of A
+differenced within a tree: a `linear_noise.LinearNoise`. A is set by the
+plain tree (`TreeAggregator`: one node per set bit of t + 1) or Honaker's
+efficient tree (`EfficientTreeAggregator`, Honaker 2015, "Efficient Use of
+Differentially Private Binary Trees": a node is its own noise plus half its
+children's, reweighted by 1 / (2 - 2^-level)); docs/method/dp-ftrl.md.
 
 `tree_noise` does not transcribe these rules: it runs tensorflow_privacy's
-algorithm step by step on symbolic values, each generator call a new basis
-vector, so A and B are exactly the implementation's (tests/test_tree_noise.py
-runs the real query on basis-vector noise and compares). The generator calls
-that a reset throws away (the node drawn for the next leaf of a finished
-tree) are columns of zeros.
-
-`TreeNoise` is the tree's `LinearNoise`, one block per tree, plus the tree's
-own accounting of its node release (`tree_accounting`): more nodes than
-rounds, so not the rounds' worst case.
+algorithm on symbolic values, each generator call a new basis vector, so A
+and B are the implementation's (tests/test_tree_noise.py compares with the
+real query). Calls that a reset throws away are columns of zeros.
+`TreeNoise` adds the tree's own accounting of its node release
+(`tree_accounting`).
 
 NumPy and dp-accounting only.
 """
@@ -59,10 +45,6 @@ class _Call:
   level: int   # the node's level (0 = leaf)
 
 
-def _weight(level: int, efficient: bool) -> float:
-  return 1.0 / (2.0 - 0.5**level) if efficient else 1.0
-
-
 class _Tree:
   """tensorflow_privacy's (Efficient)TreeAggregator on symbolic values."""
 
@@ -82,7 +64,7 @@ class _Tree:
   def cumsum_and_update(self) -> dict[int, float]:
     total: dict[int, float] = {}
     for level, value in self.buffer:
-      w = _weight(level, self.efficient)
+      w = 1.0 / (2.0 - 0.5**level) if self.efficient else 1.0   # Honaker's
       for k, c in value.items():
         total[k] = total.get(k, 0.0) + w * c
     level = 0
@@ -132,12 +114,9 @@ class TreeNoise(linear_noise.LinearNoise):
   the tree's `linear_noise.LinearNoise`, one block per tree.
 
   Attributes:
-    released: [T, K] float64, B: round t's released noise is
-      sum_k released[t, k] xi_k, xi_k iid node noises (module docstring).
-    round_block: [T] int, the tree each round belongs to.
+    released, round_block: as `LinearNoise`'s; a block is a tree.
     efficient: True for Honaker's efficient tree.
-    restart_period: the restart period, as given (None: no restart).
-    restart_warmup: the restart warmup, as given.
+    restart_period, restart_warmup: as given (None: no restart; warmup 0).
     prefix: [T, K] float64, A: the noise on the prefix sum of round t within
       its tree.
     call_index, call_level: [K] int, for each generator call its position
@@ -185,9 +164,6 @@ def tree_noise(num_rounds: int, *, efficient: bool = True,
       query (TFF's `tree_adaptive`: 1024), or None for no restart (TFF's
       `tree_aggregation`).
     restart_warmup: its `warmup` (TFF's `tree_adaptive`: 128), or None.
-
-  Returns:
-    A `TreeNoise`.
 
   Raises:
     TypeError, ValueError: for a bad argument, naming it.

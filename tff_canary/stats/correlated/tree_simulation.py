@@ -1,45 +1,32 @@
 """A DP-FTRL run with orthogonal canaries, simulated in the canaries' scores.
 
-What is simulated exactly. With orthonormal canary directions c_j and
-isotropic Gaussian node noise, canary j's scores over the rounds
-(`gls_statistics`, u_{j,t} = <c_j, noised sum_t> / sigma) are
+With orthonormal canary directions and isotropic Gaussian node noise,
+canary j's scores over the rounds (`gls_statistics`) are exactly
 
     u_j = a_j / z + B xi_j,     xi_j ~ N(0, I) independent across canaries,
 
-B the released-noise coefficients: the tree's (`tree_noise.TreeNoise.
-released`) or any other `linear_noise.LinearNoise`'s (`simulate`'s `noise`),
-and a_j the rounds canary j took part in, at the clip norm. That is the law
-of the scores in a real run, without the d-dimensional vectors, when the
-clients' data has no component along the canaries (its part is O(1/sqrt(d))
-per round; the TFF runs have it). The noise self-test's input, the
-mechanism run on zero values, is B Xi for `self_test_dim` coordinates.
+B the released-noise coefficients (the tree's, or `simulate`'s `noise`) and
+a_j the rounds canary j took part in, at the clip norm: a real run's law
+when the clients' data has no component along the canaries (the TFF runs
+have one, O(1/sqrt(d)) per round). The self-test's input, the mechanism on
+zero values, is B Xi for `self_test_dim` coordinates. DP-FTRL's setting
+(Kairouz et al. 2021, arXiv 2103.00039): the tree restarted after each
+epoch, each inserted canary in one uniformly drawn round of every epoch;
+fair-coin candidates (Steinke, Nasr & Jagielski 2023), each with a schedule.
 
-The setting is DP-FTRL's (Kairouz et al. 2021, arXiv 2103.00039): epochs of
-`rounds_per_epoch` rounds, the tree restarted after each epoch, and each
-client, so each inserted canary, in one round of every epoch. Canaries are
-fair-coin candidates (Steinke, Nasr & Jagielski 2023): each is inserted with
-probability 1/2, and every candidate gets a schedule, so the held-out ones
-have the schedules they would have had. Their rounds (`simulate`'s
-`placement`): "random", a uniformly drawn round of every epoch for each
-candidate, as a client's; or "worst_case", every candidate on the claimed
-noise's worst-case pattern a* (`LinearNoise.worst_case_rounds`), whose
-mu_a is the largest one participation per epoch allows, so that every
+The candidates' rounds (`simulate`'s `placement`): "random", as above, a
+client's; or "worst_case", every candidate on the claimed noise's
+worst-case pattern a* (`LinearNoise.worst_case_rounds`), so that every
 inserted canary's GLS statistic is N(worst_case_mu, 1): for the plain tree
 and a square B (a matrix mechanism) the analytical mu itself.
 
-Planted bugs (`Bug`), each the failure of one assumption of the accounting:
-
-* "restart_reuse": each restarted tree draws the first tree's node noises
-  again (its generator state reset to the initial seed), so the noise of
-  every epoch repeats the first epoch's;
-* "double_participation": each inserted canary takes part in a second,
-  uniformly drawn other round of every epoch (a client counted twice in an
-  epoch); the noise is correct;
-* "missing_level": the nodes of one level (`MISSING_LEVEL`) get no noise;
-* "efficient_scale": in the efficient tree, internal nodes' own noise is
-  drawn with std sigma / sqrt(2), as if the efficient tree's variance
-  reduction (`EfficientTreeAggregator`'s docstring: node std "roughly sigma
-  sqrt(2^{d-1} / (2^d - 1))") were applied a second time.
+Planted bugs (`Bug`), each the failure of one assumption of the accounting
+(docs/method/dp-ftrl.md, "Planted bugs"): "restart_reuse" (each restarted
+tree draws the first tree's node noises again), "double_participation"
+(each inserted canary in a second, uniformly drawn round of every epoch),
+"missing_level" (the nodes of level `MISSING_LEVEL` get no noise),
+"efficient_scale" (the efficient tree's internal nodes draw their own noise
+at std sigma / sqrt(2): its variance reduction applied twice).
 
 NumPy only.
 """
@@ -49,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Literal, Optional, Sequence, Union
+from typing import Literal, Optional, Sequence, Union, get_args
 
 import numpy as np
 
@@ -59,12 +46,12 @@ from tff_canary.stats import validation
 
 Bug = Literal["none", "restart_reuse", "double_participation",
               "missing_level", "efficient_scale"]
-BUGS: tuple[str, ...] = ("none", "restart_reuse", "double_participation",
-                         "missing_level", "efficient_scale")
+BUGS: tuple[str, ...] = get_args(Bug)
 PLACEMENTS = schedules.PLACEMENTS
 # The level whose nodes lose their noise in "missing_level": the lowest
 # internal level, which covers half the rounds of every tree.
 MISSING_LEVEL = 1
+_frozen = linear_noise._frozen  # pylint: disable=protected-access
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,11 +141,6 @@ class FtrlRun:
   inserted: np.ndarray
   participations: np.ndarray
   self_test_noise: np.ndarray
-
-
-def _frozen(array: np.ndarray) -> np.ndarray:
-  array.setflags(write=False)
-  return array
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,37 +1,24 @@
 """The epsilons of a DP-FTRL run that its estimates are compared with.
 
-DP-FTRL (Kairouz et al. 2021, "Practical and Private (Deep) Learning without
-Sampling or Shuffling", arXiv 2103.00039) releases noisy prefix sums, its
-noise restarted after every epoch (the tree: one tree per epoch), each
-participant in at most one round per epoch. Three epsilons describe one run,
-from the largest down, each the exact epsilon at delta of a Gaussian DP mu
-(Dong, Roth & Su 2019, arXiv 1905.02383; Balle & Wang 2018, Thm 8):
+DP-FTRL (Kairouz et al. 2021, arXiv 2103.00039) restarts its noise after
+every epoch, each participant in at most one round per epoch. Three
+epsilons describe one run, from the largest down, each the exact epsilon at
+delta of a Gaussian DP mu (Dong, Roth & Su 2019, arXiv 1905.02383; Balle &
+Wang 2018, Thm 8; docs/method/dp-ftrl.md, "Three ε"):
 
-  * node release (the analytical epsilon, the claim the audit tests):
-    `LinearNoise.release_mu`; for the tree every node released,
-    mu = sqrt(sum_e h_e) / z (`tree_accounting.node_mu`, h_e the depth of
-    epoch e's tree); for a square B (a matrix mechanism, B = C^-1) the nodes
-    are the rounds, and this is the worst case below;
-  * rounds, worst-case participant: what the released rounds reveal about
-    the participant they reveal most about (`LinearNoise.worst_case_mu`):
-    at most the node release's, equal to it for the plain tree, smaller for
-    Honaker's efficient tree. No attack on the rounds, for any participant,
-    can show more;
+  * node release, the claim the audit tests: `LinearNoise.release_mu`
+    (the tree's mu = sqrt(sum_e h_e) / z, `tree_accounting.node_mu`);
+  * rounds, worst-case participant: `LinearNoise.worst_case_mu`, the
+    ceiling of any attack on the rounds;
   * this run's schedules: the mean over the inserted canaries of mu_j =
-    sqrt(a_j^T K^-1 a_j) / z (`gls_statistics.schedule_mu`), what the
-    rounds reveal about canary j's drawn schedule a_j. It is what epsilon-all
-    by the scheduled statistic T estimates (the mean inserted T is the mean
-    mu_j). Not a ceiling: one canary, or one run's draw of schedules, can
-    exceed it; the worst case above is the ceiling. With every canary on
-    the worst-case pattern a* (`schedules.SharedRounds`,
-    `tree_simulation.simulate(placement="worst_case")`) mu_j is the worst
-    case's for every canary, and for the plain tree and a square B the
-    analytical mu itself: epsilon-all by T then estimates the analytical
-    epsilon (`TreeTargets.scheduled_target` names which).
+    sqrt(a_j^T K^-1 a_j) / z (`gls_statistics.schedule_mu`), what
+    epsilon-all by T estimates; not a ceiling. With every canary on the
+    worst-case pattern a* (`schedules.SharedRounds`) it is the worst case's
+    mu, for the plain tree and a square B the analytical mu itself
+    (`TreeTargets.scheduled_target` names which).
 
-Beside them, epsilon-final estimates the final model's own epsilon: the
-final model holds the sum of the rounds, whose canary score is N(P_j / z,
-1^T K 1) (`tree_audit.ftrl_estimates`), so its target is the mean over the
+Beside them, epsilon-final's target: the final model holds the sum of the
+rounds, whose canary score is N(P_j / z, 1^T K 1), so the mean over the
 inserted canaries of P_j / (z sqrt(1^T K 1)), P_j canary j's rounds.
 
 NumPy/SciPy only.
@@ -114,32 +101,20 @@ class TreeTargets:
 def tree_targets(noise: linear_noise.LinearNoise, schedule: npt.ArrayLike,
                  inserted: npt.ArrayLike, *, rounds_per_epoch: int,
                  noise_multiplier: float, delta: float) -> TreeTargets:
-  """The epsilons of `TreeTargets` for a run's claimed tree and canaries.
-
-  Args:
-    noise: the claimed noise, a `linear_noise.LinearNoise` (the tree's:
-      `tree_noise.tree_noise`), restarted after every epoch of
-      `rounds_per_epoch` rounds.
-    schedule: [candidates, rounds] Boolean (or 0/1), each candidate's rounds.
-    inserted: [candidates] Boolean, which candidates were inserted.
-    rounds_per_epoch: the epoch length.
-    noise_multiplier: z > 0, the node noise over the clip.
-    delta: in (0, 1).
-  """
+  """The epsilons of `TreeTargets` for a run's claimed noise (restarted after
+  every epoch) and canaries; arguments as `tree_audit.audit_ftrl`'s."""
   noise = linear_noise.as_linear_noise(noise)
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   delta = validation.as_open_unit(delta, "delta")
   noise.epochs(rounds_per_epoch)   # one block per epoch, or a clear error
-  mask = np.asarray(inserted)
-  if mask.dtype != bool or mask.ndim != 1 or not mask.any():
-    raise ValueError(f"inserted must be a 1-D Boolean array with at least "
-                     f"one inserted candidate, got dtype {mask.dtype} and "
-                     f"shape {mask.shape}.")
   a = np.asarray(schedule)
-  if a.ndim != 2 or a.shape[0] != mask.size:
-    raise ValueError(f"schedule must be [candidates, rounds] with "
-                     f"{mask.size} candidates (inserted's), got shape "
+  if a.ndim != 2:
+    raise ValueError(f"schedule must be [candidates, rounds], got shape "
                      f"{a.shape}.")
+  mask = validation.as_mask(inserted, "inserted", a.shape[:1],
+                            "the candidates of schedule")
+  if not mask.any():
+    raise ValueError("inserted must have at least one inserted candidate.")
   mu_j = gls_statistics.schedule_mu(a[mask], noise, noise_multiplier=z)
   node = noise.release_mu(z)
   worst = noise.worst_case_mu(z)

@@ -4,17 +4,11 @@ epsilon-final (Andrew et al. 2024, Algorithm 2). The final-model threat model:
 x_j = cos(c_j, theta_0 - theta_T) for the inserted canaries. Without the canary,
 x_j would follow the null law of docs/method/null-law.md, whose Gaussian limit is N(0, 1/d).
 Fit N(mu, sigma^2) to the x_j; epsilon-final is the epsilon of the two Gaussians
-N(0, 1/d) and N(mu, sigma^2) at delta (docs/method/two-gaussians.md). Two variants:
-
-  * "fitted_variance": mu and sigma are the sample mean and standard deviation
-    (the paper's Algorithm 2). Epsilon is very sensitive to the variance ratio:
-    at delta = 1e-6 a ratio of 1.02 alone moves epsilon = 1 to about 1.4, and
-    with 1000 canaries the sampling noise of sigma-hat (about 2%) biases the
-    estimate upward.
-  * "mean_only": mu is the sample mean and sigma^2 = 1/d, the null's (Theorem
-    3.3 of the paper shows the inserted canaries' variance tends to the null's
-    for the Gaussian mechanism). Unbiased there; wrong when the inserted
-    canaries' variance truly differs, which `VarianceMismatchWarning` flags.
+N(0, 1/d) and N(mu, sigma^2) at delta (docs/method/two-gaussians.md). Two variants
+(docs/method/estimates.md, "Which variant to trust"): "fitted_variance", mu
+and sigma the sample mean and standard deviation (the paper's Algorithm 2),
+and "mean_only", sigma^2 = 1/d, the null's (the paper's Theorem 3.3 for the
+Gaussian mechanism; `VarianceMismatchWarning` when the sample disagrees).
 
 epsilon-all (Algorithm 3). The all-iterates threat model: m_j = max over rounds
 of cos(c_j, a_t), for inserted and held-out canaries; the null has no closed
@@ -27,15 +21,12 @@ of the fitted parameters, the product of a t-interval for each mean and a
 chi-square interval for each standard deviation, each at level
 confidence^(1/k) for k parameters (the sample mean and std of a Gaussian sample
 are independent, so the region has exactly the stated joint level). It covers
-the epsilon of the true Gaussians with probability at least `confidence`.
-(A percentile bootstrap does not: epsilon is so nonlinear in the variance
-ratio, with a cusp at equal variances, that its 95% interval covered the truth
-in only 70% of seeded trials.)
+the epsilon of the true Gaussians with probability at least `confidence`
+(a percentile bootstrap does not: epsilon is so nonlinear in the variance
+ratio, with a cusp at equal variances, that it undercovers).
 
 These are estimates, not bounds: `lower_bounds` has the statements that hold
 with a stated confidence.
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations
@@ -61,7 +52,6 @@ IntervalMethod = options.IntervalMethod
 # A variance ratio this improbable under the null variance (two-sided chi^2
 # test) triggers VarianceMismatchWarning for the mean-only variant.
 _VARIANCE_TEST_LEVEL = 1e-3
-
 
 # Grid sizes for the projection interval (per standard deviation / mean).
 _STD_GRID = 25
@@ -109,11 +99,8 @@ def _projection_interval(delta, mean_diffs, sigma_pairs):
 
 
 def _sigma_pairs(range0, range1):
-  """Grid pairs (s0, s1) over two std intervals, plus equal pairs where they overlap.
-
-  Epsilon has a cusp at equal variances, so pairs with s0 == s1 are included
-  explicitly wherever both intervals allow them.
-  """
+  """Grid pairs (s0, s1) over two std intervals, plus pairs s0 == s1 where
+  they overlap: epsilon has a cusp at equal variances."""
   grid0 = _std_grid(*range0, _STD_GRID_PAIRED)
   grid1 = _std_grid(*range1, _STD_GRID_PAIRED)
   pairs = [(a, b) for a in grid0 for b in grid1]

@@ -1,18 +1,16 @@
-"""Removing the other inserted canaries from a canary's statistic.
+"""Removing the other inserted canaries from a canary's statistic
+(docs/method/estimates.md, "Other canaries are noise: removing them": why,
+when it is exact, and where it is used).
 
-Why. With k inserted canaries in one aggregate, every other canary is noise for
+With k inserted canaries in one aggregate, every other canary is noise for
 canary j's cosine: in the Gaussian mechanism rho = sum_{i in I} c_i + sigma z
 (Andrew et al., "One-shot Empirical Privacy Estimation for Federated
 Learning", ICLR 2024, arXiv 2302.03098, Section 3 and Theorem 3.3), the
-inserted mean cosine is about 1 / sqrt(sigma^2 d + k), so the mean-only
-epsilon-final estimates the epsilon of noise std sqrt(sigma^2 + k / d), not
-sigma (at k / d = 1% and epsilon = 10 it lands near 9.8).
-
-The auditor knows every inserted canary, each round it took part in and that
-round's scale s_r (C_r / clients_per_round in DP-FedAvg, docs/method/index.md, docs/method/canaries.md, docs/method/sign-convention.md; 1 in
-the Gaussian mechanism). With S_r the canaries inserted in round r and a_r the
-round's aggregate as the server applies it (inserted canaries have positive
-cosines, docs/method/sign-convention.md),
+inserted mean cosine is about 1 / sqrt(sigma^2 d + k). The auditor knows
+every inserted canary, each round it took part in and that round's scale s_r
+(C_r / clients_per_round in DP-FedAvg; 1 in the Gaussian mechanism). With S_r
+the canaries inserted in round r and a_r the round's aggregate as the server
+applies it (docs/method/sign-convention.md),
 
     a'_r = a_r - s_r sum_{i in S_r} c_i
 
@@ -23,36 +21,16 @@ taken against the aggregate in which j alone is inserted:
     cos(c_j, b_{j,r}) = (c_j.a'_r + [j in S_r] s_r)
                         / sqrt(|a'_r|^2 + [j in S_r] (2 s_r c_j.a'_r + s_r^2))
 
-(|c_j| = 1). So a'_r is computed once per round and each canary only adjusts
-its own rounds' cosines: no per-canary d-vector. Held-out canaries (never in
-S_r) get cos(c_j, a'_r). `corrected_cosines` is this formula.
-
-When it is exact. In the Gaussian mechanism b_{j,r} is exactly the output of
-the mechanism run with canary j alone (same noise), so the corrected
-statistic has the lone-canary law of Theorem 3.3 whatever k is. In training
-a_r also holds the clients' updates, and from the round after canary i took
-part, those updates react to the model that canary i moved; removing s_r c_i
-removes canary i's direct contribution to a_r, not that indirect effect (the
-paper's statistics ignore it too). The final-model vector u = theta_0 -
-theta_T is a sum of the aggregates only with server SGD without momentum
-(u = eta sum_r a_r); with any other server optimizer u is not linear in the
-a_r and the known part cannot be subtracted.
-
-Where it is used: the simulators of the Gaussian mechanism
-(`tff_canary.stats.simulation`, their `remove_known_canaries`). The cosine
-table of a TFF run does not use it: gaussian canaries keep the paper's
-statistics (the other canaries are noise), and orthogonal canaries remove
-the others exactly inside each round
-(`tff_canary.federated.insertion.round_scores`).
-
-NumPy only.
+(|c_j| = 1): `corrected_cosines`, with no per-canary d-vector. Held-out
+canaries (never in S_r) get cos(c_j, a'_r). In the Gaussian mechanism
+b_{j,r} is exactly the output of the mechanism run with canary j alone (same
+noise), whatever k is.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-
 
 
 def _check_finite(array: np.ndarray, name: str, nonnegative: bool) -> None:

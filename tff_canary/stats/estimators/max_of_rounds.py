@@ -1,21 +1,17 @@
 """epsilon-all from a model of each canary's maximum over rounds (docs/method/estimates.md).
 
 The all-iterates statistic of Andrew et al. (ICLR 2024, arXiv 2302.03098,
-Algorithm 3) is m_j = max over the R recorded rounds r of cos(c_j, a_r).
-Algorithm 3 fits one Gaussian to the inserted m_j and one to the held-out m_j
-and reports the epsilon between them (`estimates.epsilon_all`). A maximum
-over rounds is not Gaussian, and the epsilon of those two Gaussians is not the
-mechanism's: over five rounds of the Gaussian mechanism it is below the
-mechanism's epsilon at large noise and above it at small noise
-(`bench/coverage.py --parts all`), where no attack on the mechanism can be.
+Algorithm 3) is m_j = max over the R recorded rounds r of cos(c_j, a_r). A
+maximum over rounds is not Gaussian, and the epsilon of Gaussians fitted to
+the inserted and held-out maxima (Algorithm 3, `estimates.epsilon_all`) is
+not the mechanism's: over five rounds it is below it at large noise and
+above it at small noise (docs/method/estimates.md).
 
 The max model. Canary j took part in p_j of the R rounds (p_j = 0 for a
 held-out canary). Its R cosines are modelled as independent, N(mu, s^2) in a
-round it took part in and N(0, s^2) in the others: the null law of docs/method/null-law.md
-(mean 0, variance 1/d, Gaussian in the limit, the approximation the paper's
-estimators use too), and in its own rounds the Gaussian of the paper's
-Theorem 3.3 (the canary's cosine with a noised sum that contains it, whose
-variance tends to the null's). So the CDF and log density of its max are
+round it took part in (the paper's Theorem 3.3) and N(0, s^2) in the others
+(the Gaussian limit of the null law, docs/method/null-law.md, as in the
+paper's estimators). So the CDF and log density of its max are
 
   F_j(x) = Phi((x - mu)/s)^p_j Phi(x/s)^(R - p_j),                        (1)
   log f_j(x) = p_j log Phi(u1) + (R - p_j) log Phi(u0) - log s
@@ -24,50 +20,31 @@ variance tends to the null's). So the CDF and log density of its max are
 with u0 = x/s, u1 = u0 - theta, theta = mu/s, and h = phi/Phi (computed as
 exp(log phi - log Phi) with `scipy.special.log_ndtr`, so no tail underflows).
 (theta, s) are fitted by maximum likelihood jointly over inserted and held-out
-maxima, with theta >= 0: Nelder-Mead on (theta, log s) from moment-based
-starting values, polished by the profile (below) along theta. theta is kept
-at 0 or above because an inserted canary cannot lower its own round's cosine
-under the sign convention (docs/method/sign-convention.md), and because below 0 the likelihood
-flattens out (a canary whose own round is far below the nulls has the max of
-R - p_j nulls, nearly the held-out law): an unconstrained fit wanders there
-and its |theta| is meaningless. A negative unconstrained theta is reported
+maxima (Nelder-Mead on (theta, log s) from moment-based starting values,
+polished by the profile along theta), with theta >= 0: an inserted canary
+cannot lower its own round's cosine under the sign convention
+(docs/method/sign-convention.md), and below 0 the likelihood flattens out, so
+an unconstrained fit wanders there. A negative unconstrained theta is reported
 as epsilon 0 with a `SignConventionWarning`.
 
-What epsilon it reports. In one round it took part in, canary j's cosine is
-N(theta s, s^2) against the null N(0, s^2): the trade-off curve of
-theta-GDP, G_theta (Dong, Roth & Su 2019, arXiv 1905.02383, §2), which for the
-Gaussian sum mechanism with noise multiplier z is theta = 1/z. Its p rounds
-are independent Gaussian mechanisms, and p-fold composition of theta-GDP is
-(theta sqrt(p))-GDP (ibid., Cor. 3.3). The estimate is the exact epsilon at
-`delta` of (theta sqrt(P))-GDP (`gaussian_accounting.gaussian_epsilon_of_mu`,
-Balle & Wang 2018 Thm 8) with P = max_j p_j over the inserted canaries: the
-canary that took part most often. With P = 1 (each canary took part at most
-once, the usual schedule) this is the one-round Gaussian mechanism's epsilon at
-delta, the paper's "analytical epsilon" (its §5.1); for P > 1 it is the
-epsilon of P compositions without amplification, the same quantity as the
-report's analytical epsilon for the run's largest participation
-(`gaussian_accounting.repeated_epsilon`), which is what the report compares
-every estimate with.
+The estimate is the epsilon at `delta` of (theta sqrt(P))-GDP
+(`gaussian_accounting.gaussian_epsilon_of_mu`), P = max_j p_j over the
+inserted canaries: one round is theta-GDP (Dong, Roth & Su 2019, arXiv
+1905.02383, §2; theta = 1/z at noise multiplier z), p rounds compose to
+(theta sqrt(p))-GDP (ibid., Cor. 3.3). With P = 1 it is the paper's
+"analytical epsilon" (§5.1), for P > 1 `gaussian_accounting.repeated_epsilon`.
 
-Interval: profile likelihood for theta. The profile log likelihood
-l_p(theta) = max_s l(theta, s) gives the interval {theta : 2 (l(theta_hat) -
-l_p(theta)) <= chi2_1(confidence), theta >= 0} (Wilks; e.g. Pawitan 2001,
-"In All Likelihood", §3.4 and §9.4), mapped through epsilon, which grows with
-theta. At theta = 0 on the boundary the likelihood ratio is a 50:50 mixture
-of chi2_0 and chi2_1 (Self & Liang 1987, JASA 82:605, Case 1), so the chi2_1
-cut-off is conservative there. Chosen over a Wald interval because it
-follows the skewed likelihood of a maximum and does not depend on how the
-model is parameterized, and over a parametric bootstrap because it costs a few
-hundred likelihood evaluations rather than refitting hundreds of samples;
-`bench/coverage.py --parts all` measures its coverage of the analytical
-epsilon on simulated rounds. Both ends are found by bracketing (doubling
-steps) and then Brent's method.
+Interval: profile likelihood for theta, l_p(theta) = max_s l(theta, s):
+{theta >= 0 : 2 (l(theta_hat) - l_p(theta)) <= chi2_1(confidence)} (Wilks;
+e.g. Pawitan 2001, "In All Likelihood", §3.4 and §9.4), mapped through
+epsilon, which grows with theta. At theta = 0 on the boundary the likelihood
+ratio is a 50:50 mixture of chi2_0 and chi2_1 (Self & Liang 1987, JASA
+82:605, Case 1), so the chi2_1 cut-off is conservative there. Both ends are
+found by bracketing (doubling steps), then Brent's method.
 
 What it does not model: the correlation between two canaries' cosines with
 the same round (of order 1/sqrt(d)), and other inserted canaries in the same
 aggregate (remove them with `known_canaries`).
-
-NumPy/SciPy only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""epsilon of a multi-round mechanism from schedule-aware sums of cosines.
+"""epsilon of a multi-round mechanism from schedule-aware sums of cosines
+(docs/method/orthogonal-canaries.md, "The schedule-aware statistic").
 
 The statistic (Agrawal et al. 2026, "Let's Ask Gauss: Improved One-Run Privacy
 Auditing", arXiv 2606.12733). Over R rounds, each round r an independent
@@ -13,28 +14,18 @@ i != j} s_{i,r}^2), s_{i,r} = <c_i, rho_r>),
 
   T_j = sqrt(d / P_j) * sum_{r in S_j} x_{j,r}                 (`scheduled_statistic`).
 
-Its law. In dimension d, x_{j,r} is about N(0, 1/d) when j is not in round r
-(the null law of docs/method/null-law.md) and N(1 / (sigma sqrt(d)), 1/d) when
-it is (Theorem 3.3 of Andrew et al., ICLR 2024, arXiv 2302.03098); the rounds
-are independent. So a held-out T_j is about N(0, 1) and an inserted one about
-N(sqrt(P_j) mu_round, 1) with mu_round = 1/sigma, both exact as d -> inf (at
-finite d the null variance is d / (d - |I_r|), 1 + |I_r| / d, and the
-inserted mean is low by a relative O(1 / (sigma^2 d))).
-
-What epsilon it estimates. One round is the Gaussian mechanism, mu_round-GDP
-(Dong, Roth & Su 2019, arXiv 1905.02383, §2); the P rounds a canary takes part
-in compose to (sqrt(P) mu_round)-GDP (ibid., Cor. 3.3). So mean(T) over the
-inserted canaries estimates the composed mechanism's mu (with equal P_j; with
-unequal ones, the mean of sqrt(P_j) mu_round), and epsilon is that of the
-Gaussian mechanism with this mu at delta (Balle & Wang 2018, Thm 8;
-`gaussian_accounting.gaussian_epsilon_of_mu`):
-
-  delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2).
-
-Unlike the all-iterates statistic (the max over rounds, Algorithm 3 of Andrew
-et al.; `max_of_rounds`), T_j adds up the evidence of all P rounds instead of
-keeping the largest cosine, and it is a linear statistic with a Gaussian
-law, so the estimate needs no likelihood model of a maximum.
+Its law (Theorem 3.3 of Andrew et al., ICLR 2024, arXiv 2302.03098):
+x_{j,r} is about N(0, 1/d) when j is not in round r (docs/method/null-law.md)
+and N(1 / (sigma sqrt(d)), 1/d) when it is, the rounds independent. So a
+held-out T_j is about N(0, 1) and an inserted one N(sqrt(P_j) / sigma, 1),
+exact as d -> inf (at finite d the null variance is d / (d - |I_r|) and the
+inserted mean is low by a relative O(1 / (sigma^2 d))): the mean of P_j
+rounds of (1/sigma)-GDP composed (Dong, Roth & Su 2019, arXiv 1905.02383, §2
+and Cor. 3.3). So mean(T_in) estimates the composed mu (with unequal P_j,
+the mean of sqrt(P_j) / sigma), and epsilon is that of mu-GDP at delta
+(Balle & Wang 2018, Thm 8; `gaussian_accounting.gaussian_epsilon_of_mu`).
+Unlike the max over rounds (`max_of_rounds`), T_j adds up the evidence of
+all P rounds, and its law is Gaussian.
 
 The estimate and its interval.
 
@@ -55,23 +46,14 @@ epsilon grows with mu >= 0, so each mu interval maps to an epsilon interval
 
 These are estimates, not bounds: they assume the Gaussian laws above (a
 Gaussian mechanism in every round, large d), which the result checks where
-the data can: the inserted T's variance against the null's, and with held-out
-canaries their mean and variance against N(0, 1).
-
-The variance check. Under the model an inserted T_j is N(s m_j, sigma_0^2):
-its mean is a known shape m_j times one scale s (sqrt(P_j) with unequal
-participations; `gls_statistics.schedule_mu` in DP-FTRL, where schedules
-differ in what they reveal), its variance the null's. So the inserted T's
-variance is sigma_0^2 + s^2 Var(m_j), not sigma_0^2, when the m_j differ.
-Given the shape (`inserted_mu`), the check fits a + s m_j by least squares
-and compares the residual variance, on n - 2 degrees of freedom, with the
-null's; s is fitted, not taken from the claim, because a run that leaks
-less than claimed (s below the claim's) is no reason to doubt the Gaussian
-reading. The null's variance is 1 for the exact null (a chi-square test)
-and the held-out T's sample variance otherwise, whose own sampling error the
-F test (n - 2 and m - 1 degrees of freedom) takes into account.
-
-NumPy/SciPy only.
+the data can. The inserted T_j are N(s m_j, sigma_0^2), a known shape m_j
+(sqrt(P_j); `gls_statistics.schedule_mu` in DP-FTRL) times one scale s, so
+given the shape (`inserted_mu`) the check fits a + s m_j by least squares
+(s fitted, not taken from the claim: leaking less than claimed is no reason
+to doubt the Gaussian reading) and tests the residual variance, on n - 2
+degrees of freedom, against the null's: 1 for the exact null (chi-square),
+the held-out T's sample variance otherwise (F on n - 2 and m - 1 degrees of
+freedom). Held-out T are also checked against N(0, 1) (mean and variance).
 """
 
 from __future__ import annotations
@@ -96,9 +78,8 @@ ScheduledNull = Literal["exact", "held_out"]
 
 @dataclasses.dataclass(frozen=True)
 class ScheduledEstimate:
-  """epsilon of the composed mechanism from schedule-aware sums (module docstring).
-
-  An estimate, not a bound: read it beside the lower bounds.
+  """epsilon of the composed mechanism from schedule-aware sums (module
+  docstring): an estimate, not a bound.
 
   Attributes:
     epsilon: the estimate, epsilon at `delta` of mu-GDP.
@@ -169,11 +150,10 @@ class ScheduledEstimate:
           f"{self.null_p_value:.2g}): the statistic is off (schedules, "
           "removal or scaling); the estimate uses the held-out null")
     if not notes:
-      base = ("Gaussian model consistent with the data"
-              if self.null == "held_out" else
-              "inserted variance consistent with the null; the N(0, 1) null "
-              "is assumed (give held-out T to check it)")
-      return base + "; an estimate, not a bound"
+      notes = ["Gaussian model consistent with the data"
+               if self.null == "held_out" else
+               "inserted variance consistent with the null; the N(0, 1) null "
+               "is assumed (give held-out T to check it)"]
     return "; ".join(notes) + "; an estimate, not a bound"
 
   def __str__(self) -> str:
@@ -230,13 +210,6 @@ def scheduled_statistic(cosines: npt.ArrayLike, schedule: npt.ArrayLike, *,
 
 def _epsilon(mu: float, delta: float) -> float:
   return gaussian_accounting.gaussian_epsilon_of_mu(max(mu, 0.0), delta)
-
-
-def _p_two_sided_variance(sample: np.ndarray, variance: float) -> float:
-  df = sample.size - 1
-  chi = df * sample.var(ddof=1) / variance
-  law = stats.chi2(df)
-  return float(min(1.0, 2.0 * min(law.cdf(chi), law.sf(chi))))
 
 
 def _residuals(x: np.ndarray, shape: Optional[np.ndarray]
@@ -318,7 +291,8 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
     validation.check_spread(y, "held_out_T")
     null, mean0, std0 = "held_out", float(y.mean()), float(y.std(ddof=1))
     p_mean = float(stats.ttest_1samp(y, 0.0).pvalue)
-    null_p = min(p_mean, _p_two_sided_variance(y, 1.0))
+    null_p = min(p_mean, _variance_p_value(
+        (y.size - 1) * y.var(ddof=1), y.size - 1, 1.0, None))
     level = math.sqrt(confidence)
     gap = mean1 - mean0
     v1, v0 = std1**2 / x.size, std0**2 / y.size

@@ -30,11 +30,8 @@ Gaussian mechanism with noise multiplier sigma / Delta (Balle & Wang 2018,
 Theorem 8); the tests check that against dp_accounting.
 
 `epsilon_for_delta` finds the smallest epsilon >= 0 with delta(epsilon) <= delta
-(delta(epsilon) is nonincreasing): bracket by doubling, then Brent's method on
-log delta(epsilon) - log delta. `epsilon_for_delta_many` does the same for
-arrays of Gaussians at once (vectorized bisection), for bootstrap intervals.
-
-NumPy/SciPy only.
+(delta(epsilon) is nonincreasing); `epsilon_for_delta_many` does the same for
+arrays of Gaussians at once.
 """
 
 from __future__ import annotations
@@ -99,26 +96,22 @@ def _roots(a, b, c):
 def _log_masses_where_positive(a, b, c, m, s):
   """log P[f > 0], log Q[f > 0] for f(x) = a x^2 + b x + c, P = N(0,1), Q = N(m, s^2)."""
   lo, hi, disc = _roots(a, b, c)
-  # Case a == 0: f is linear (or constant).
   with np.errstate(divide="ignore", invalid="ignore"):
-    root = -c / b
-  log_p_lin = np.where(b > 0.0, special.log_ndtr(-root),
-                       np.where(b < 0.0, special.log_ndtr(root),
-                                np.where(c > 0.0, 0.0, -np.inf)))
-  log_q_lin = np.where(b > 0.0, special.log_ndtr(-(root - m) / s),
-                       np.where(b < 0.0, special.log_ndtr((root - m) / s),
-                                np.where(c > 0.0, 0.0, -np.inf)))
-  # Case a > 0: positive outside the roots, or everywhere if none are real.
-  # Case a < 0: positive between the roots, or nowhere.
+    root = -c / b  # where a == 0: f is linear (or constant)
   real = disc > 0.0
-  log_p_out = np.where(real, _log_mass_outside(lo, hi), 0.0)
-  log_q_out = np.where(real, _log_mass_outside((lo - m) / s, (hi - m) / s), 0.0)
-  log_p_in = np.where(real, _log_mass_between(lo, hi), -np.inf)
-  log_q_in = np.where(real, _log_mass_between((lo - m) / s, (hi - m) / s),
-                      -np.inf)
-  log_p = np.where(a == 0.0, log_p_lin, np.where(a > 0.0, log_p_out, log_p_in))
-  log_q = np.where(a == 0.0, log_q_lin, np.where(a > 0.0, log_q_out, log_q_in))
-  return log_p, log_q
+
+  def log_mass(mean, std):  # of {f > 0} under N(mean, std^2)
+    low, high, at = (lo - mean) / std, (hi - mean) / std, (root - mean) / std
+    linear = np.where(b > 0.0, special.log_ndtr(-at),
+                      np.where(b < 0.0, special.log_ndtr(at),
+                               np.where(c > 0.0, 0.0, -np.inf)))
+    # a > 0: positive outside the roots, or everywhere if none are real;
+    # a < 0: positive between the roots, or nowhere.
+    outside = np.where(real, _log_mass_outside(low, high), 0.0)
+    between = np.where(real, _log_mass_between(low, high), -np.inf)
+    return np.where(a == 0.0, linear, np.where(a > 0.0, outside, between))
+
+  return log_mass(0.0, 1.0), log_mass(m, s)
 
 
 def _standardize(mu0, sigma0, mu1, sigma1):
@@ -165,17 +158,8 @@ def delta_for_epsilon(epsilon: float, mu0: float, sigma0: float, mu1: float,
                       sigma1: float) -> float:
   """The smallest delta for which outputting N(mu0, sigma0^2) vs N(mu1, sigma1^2) is (epsilon, delta)-DP.
 
-  Equation (1) of the module docstring, exact in log space.
-
-  Args:
-    epsilon: epsilon >= 0.
-    mu0: mean of the first Gaussian.
-    sigma0: standard deviation (> 0) of the first Gaussian.
-    mu1: mean of the second Gaussian.
-    sigma1: standard deviation (> 0) of the second Gaussian.
-
-  Returns:
-    delta in [0, 1].
+  Equation (1) of the module docstring, exact in log space, for epsilon >= 0
+  and standard deviations sigma0, sigma1 > 0. Returns delta in [0, 1].
   """
   epsilon = validation.as_nonnegative(epsilon, "epsilon")
   args = _check_gaussians(mu0, sigma0, mu1, sigma1)
@@ -186,15 +170,9 @@ def epsilon_for_delta(delta: float, mu0: float, sigma0: float, mu1: float,
                       sigma1: float) -> float:
   """The smallest epsilon >= 0 at which N(mu0, sigma0^2) vs N(mu1, sigma1^2) is (epsilon, delta)-DP.
 
-  Brackets by doubling, then Brent's method on log delta(eps) - log delta,
-  which is smooth and strictly decreasing wherever delta(eps) > 0.
-
-  Args:
-    delta: target delta in (0, 1).
-    mu0: mean of the first Gaussian.
-    sigma0: standard deviation (> 0) of the first Gaussian.
-    mu1: mean of the second Gaussian.
-    sigma1: standard deviation (> 0) of the second Gaussian.
+  For delta in (0, 1) and standard deviations sigma0, sigma1 > 0. Brackets by
+  doubling, then Brent's method on log delta(eps) - log delta, which is
+  smooth and strictly decreasing wherever delta(eps) > 0.
 
   Returns:
     epsilon >= 0; 0 when even the total variation distance is <= delta, inf
@@ -229,14 +207,13 @@ def epsilon_for_delta_many(delta: float, mu0: npt.ArrayLike,
                            max_iterations: int = 200) -> np.ndarray:
   """`epsilon_for_delta` for arrays of Gaussian pairs at once (broadcast).
 
-  For bootstrap intervals, where thousands of epsilons are needed. Brackets by
-  doubling, then runs the Illinois variant of regula falsi (Dowell & Jarratt
-  1971) on g(eps) = log delta(eps) - log delta for every element at once: the
-  bracket [lo, hi] with g(lo) > 0 >= g(hi) is kept, so the method cannot
-  diverge, and it converges superlinearly (order about 1.44). Stops when each
-  bracket is narrower than rtol * hi (or 1e-300), and returns hi, at which
-  delta(hi) <= delta holds. Inputs are assumed valid (finite means, positive
-  stds).
+  Brackets by doubling, then runs the Illinois variant of regula falsi
+  (Dowell & Jarratt 1971) on g(eps) = log delta(eps) - log delta for every
+  element at once: the bracket [lo, hi] with g(lo) > 0 >= g(hi) is kept, so
+  the method cannot diverge, and it converges superlinearly (order about
+  1.44). Stops when each bracket is narrower than rtol * hi (or 1e-300), and
+  returns hi, at which delta(hi) <= delta holds. Inputs are assumed valid
+  (finite means, positive stds).
   """
   log_delta = np.log(delta)
   args = [np.asarray(v, dtype=np.float64) for v in (mu0, sigma0, mu1, sigma1)]

@@ -5,25 +5,18 @@ noise alone: claimed to be i.i.d. N(0, s_t^2) in every coordinate of round t,
 independent across coordinates, tensors and rounds (the Gaussian mechanism of
 DP-FedAvg, McMahan et al., ICLR 2018, arXiv 1710.06963, Algorithm 1:
 s_t = z * C_t / clients_per_round). `check_noise` tests that claim on R rounds
-of such output, given as flattened tensors (so that tensor boundaries are
-known) and the claimed s_t per round, with the family of tests of
-`noise_tests` (variance, mean, prefix and exact reuse, repetition across
-rounds, lag-1 correlation, Gaussianity). NumPy and SciPy only; the TFF side is
-`tff_canary.federated.audit.noise_check`.
+of such output with the family of tests of `noise_tests`, combined by Holm's
+step-down procedure (Holm 1979) at `level`: the verdict equals Bonferroni's,
+so a false alarm on correct noise has probability at most `level` when the
+p-values are valid. The default 0.001 leaves a factor of ten below the 1%
+false-alarm budget for the two approximate p-values (lag1, reuse);
+bench/noise_check.py measures the rates. The TFF side is
+`tff_canary.federated.audit.noise_check`; docs/method/noise-self-test.md.
 
-The family is combined by Holm's step-down procedure (Holm 1979) at `level`:
-the overall verdict equals Bonferroni's (fail iff the smallest p-value is at
-most level / number of tests), so the probability of a false alarm on correct
-noise is at most `level` when the p-values are valid; Holm only names more of
-the failing tests. The default level 0.001 leaves a factor of ten below the
-1% false-alarm budget for the two approximate p-values (lag1, reuse), while
-the defects the check targets give p-values of essentially zero, far under
-any threshold (bench/noise_check.py measures both rates).
-
-Zero claimed noise (noise multiplier 0) is a degenerate end: there is no
-distribution to test, and such a round passes only if its output is exactly
-zero. A pass says the listed defects are absent to the resolution the summary
-states; it does not show that the mechanism is private.
+Zero claimed noise (noise multiplier 0) is a degenerate end: such a round
+passes only if its output is exactly zero. A pass says the listed defects are
+absent to the resolution the summary states; it does not show that the
+mechanism is private.
 """
 
 from __future__ import annotations
@@ -181,22 +174,9 @@ def _as_rounds(noise: Any, tensor_names: Optional[Sequence[str]]):
         round_noise, Sequence) or not round_noise:
       raise TypeError(f"{name} must be a non-empty sequence of tensors, got "
                       f"{validation.show(round_noise)}.")
-    tensors = []
-    for k, tensor in enumerate(round_noise):
-      array = np.asarray(tensor)
-      if array.dtype == bool or not (np.issubdtype(array.dtype, np.floating)
-                                     or np.issubdtype(array.dtype, np.integer)):
-        raise TypeError(f"{name}[{k}] must hold real numbers, got dtype "
-                        f"{array.dtype}.")
-      array = array.reshape(-1)
-      if array.size == 0:
-        raise ValueError(f"{name}[{k}] is empty.")
-      bad = ~np.isfinite(array)
-      if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name}[{k}] must be finite, but {name}[{k}][{i}] "
-                         f"= {array[i]}.")
-      tensors.append(array)
+    tensors = [np.asarray(tensor).reshape(-1) for tensor in round_noise]
+    for k, array in enumerate(tensors):   # real, finite, not empty
+      validation.as_sample(array, f"{name}[{k}]", min_size=1)
     these = tuple(a.size for a in tensors)
     if sizes is None:
       sizes = these
@@ -267,9 +247,6 @@ def check_noise(noise: Sequence[Sequence[npt.ArrayLike]],
     subsample: size of that subsample (at least 100).
     tensor_names: K distinct names for the messages (default tensor0, ...).
     claim: where `claimed_std` came from, kept in the result.
-
-  Returns:
-    A `NoiseCheck`.
 
   Raises:
     TypeError, ValueError: for bad arguments, naming them.

@@ -3,41 +3,24 @@
 `noise_stats.check_noise` runs them on R rounds of the output of a DP
 aggregation on zero client values and combines them (Holm's procedure). With
 z_{t,k} = x_{t,k} / s_t the standardized noise of tensor k in round t (n_k
-values, s_t the claimed std), the tests are (each with an exact or
-stated-approximation p-value):
+values, s_t the claimed std), the tests and their null laws (each stated in
+full in docs/method/noise-self-test.md, "The tests"):
 
-  zero       a round claimed noise-free (s_t = 0): its number of nonzero
-             values, p = 0 if there is any and 1 otherwise.
-  variance   sum of z^2 over n values ~ chi^2(n): per tensor (all rounds), per
-             round (all tensors) and overall; two-sided (catches s/10 and 10 s).
+  zero       a round claimed noise-free: p = 0 if any value is nonzero, else 1.
+  variance   sum of z^2 over n values ~ chi^2(n), two-sided: per tensor, per
+             round and overall.
   mean       sum of z / sqrt(n) ~ N(0, 1): per tensor and overall.
-  prefix     tensors j, k of one round: the cosine of their first
-             m = min(n_j, n_k) values, rounds stacked (R m values). For
-             independent isotropic Gaussians it has the exact null law of
-             docs/method/null-law.md in dimension R m (`null_law.CosineNull`); reused noise
-             (one tensor's noise a prefix of another's, scaled or not, e.g.
-             one stateless seed for all tensors) gives |cosine| = 1.
-  reuse      exact reuse at ANY offset: pairs of consecutive values within a
-             tensor, as float32 bit patterns without the sign bit (so negated
-             reuse counts too), compared across all tensors and rounds. D =
-             number of pairs whose pattern was already seen. With q_t the
-             probability that two values of round t share a pattern (estimated
-             from the round's single-value collisions, plus one for a floor),
-             two independent pairs collide with probability at most
-             q = max_t q_t squared (Cauchy-Schwarz across rounds), so by chance
-             D is about Poisson(lambda), lambda = C(M, 2) q^2 for M pairs,
-             p = P[Poisson(lambda) >= D].
-             A reused slice of L >= 2 values adds L - 1 repeats.
-  rounds     tensor k in rounds s and t: cosine of z_{s,k} and z_{t,k}
-             (exact null in dimension n_k), and of whole rounds (dimension d):
-             the same noise every round, scaled or not, gives 1.
-  lag1       sum_i z_i z_{i+1} within a tensor, all rounds, divided by the
-             square root of the number of pairs: N(0, 1) by the central limit
-             theorem for 1-dependent sequences (products of neighbours are
-             uncorrelated with variance 1); only for at least
-             `MIN_LAG_PAIRS` pairs, and pooled over all tensors.
-  gaussian   Kolmogorov-Smirnov test of a seeded fixed-size subsample of the
-             z against N(0, 1) (exact KS p-value).
+  prefix     cosine of the first m = min(n_j, n_k) values of tensors j, k,
+             rounds stacked: the exact null law of docs/method/null-law.md in
+             dimension R m (`null_law.CosineNull`); 1 for reused noise.
+  reuse      D, the pairs of consecutive values whose float32 bit patterns
+             (sign ignored) repeat, at any offset: about Poisson(C(M, 2) q^2)
+             at most by chance, M pairs, q the largest round's collision rate.
+  rounds     cosine of tensor k (of whole rounds) between rounds s and t:
+             exact null law in dimension n_k (d); 1 for repeated noise.
+  lag1       sum_i z_i z_{i+1} / sqrt(pairs) ~ N(0, 1) (central limit theorem,
+             1-dependent), for at least `MIN_LAG_PAIRS` pairs.
+  gaussian   Kolmogorov-Smirnov test of a seeded subsample against N(0, 1).
 
 Each test returns rows (name, family, statistic, p-value, detail); `z` is a
 list over the noisy rounds of lists of float64 arrays, one per tensor. NumPy
@@ -185,8 +168,6 @@ def _two_sided_cosines(cosines: npt.ArrayLike, dim: int) -> np.ndarray:
   """P(|T| >= |cosine|) of each cosine under the exact null law of
   docs/method/null-law.md in dimension `dim`."""
   cosines = np.asarray(cosines, dtype=np.float64)
-  if dim < 2:
-    return np.ones_like(cosines)
   tail = null_law.CosineNull(dim).sf(np.minimum(1.0, np.abs(cosines)))
   return np.minimum(1.0, 2.0 * np.asarray(tail, dtype=np.float64))
 

@@ -12,8 +12,6 @@
   (tensorflow_privacy's `DistributedSkellamSumQuery` with lam = std^2 / 2).
   A sum of independent Skellams is Skellam with the summed lam, so the sum of
   n shares is drawn in one step.
-
-NumPy only.
 """
 
 from __future__ import annotations

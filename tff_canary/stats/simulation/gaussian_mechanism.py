@@ -11,28 +11,20 @@ is
 the Gaussian mechanism on a sum of sensitivity 1 with noise std `sigma`. The
 statistic of canary j is cos(c_j, rho). Inserted canaries have mean cosine close
 to 1 / sqrt(sigma^2 d + |I|); the others (held out) follow the exact null law of
-docs/method/null-law.md: density proportional to (1 - t^2)^((d - 3) / 2), mean 0,
-variance 1/d.
+docs/method/null-law.md (mean 0, variance 1/d).
 
 With `remove_known_canaries` (the default) the statistics are the auditor's
-corrected ones of `tff_canary.stats.estimators.known_canaries`: canary j's cosine is taken
-against rho with every other inserted canary removed, cos(c_j, c_j + sigma z)
-for inserted and cos(c_j, sigma z) for held-out canaries. This is exact here:
-each inserted canary then has the lone-canary law of Theorem 3.3 (mean about
-1 / sqrt(sigma^2 d + 1)) whatever the number inserted, and held-out canaries
-keep the null law.
+corrected ones of `tff_canary.stats.estimators.known_canaries`, exact here:
+cos(c_j, c_j + sigma z) for inserted and cos(c_j, sigma z) for held-out
+canaries.
 
 Two simulators give the same law:
 
-* ``"brute"`` materializes the d-dimensional vectors. Canary j is regenerated
-  from (seed, j) whenever it is needed, so memory is one block of
-  `block_size` x d floats; a first pass sums the inserted canaries into rho, a
-  second computes every cosine block by block. It costs O(m d) time.
+* ``"brute"`` materializes the d-dimensional vectors, `block_size` of them
+  at a time (`_brute_cosines`). It costs O(m d) time.
 * ``"fast"`` is exact in distribution without any d-dimensional vector; see
   `_fast_cosines` for the derivation (Bartlett decomposition of a Wishart
   matrix). It costs O(|I|^2 + m) time and needs d >= |I| + 1.
-
-NumPy only; no TensorFlow.
 """
 
 from __future__ import annotations
@@ -72,19 +64,12 @@ class GaussianMechanismRun:
   """One run of the mechanism with `num_inserted` + `num_held_out` canaries.
 
   Attributes:
-    dim: The dimension d.
-    num_inserted: The number k of inserted canaries.
-    num_held_out: The number k' of held-out canaries.
-    noise_std: The noise std sigma on the sum (sensitivity 1).
-    seed: The seed every random draw derives from.
-    simulator: "fast" or "brute".
-    block_size: The `block_size` argument (None: the default).
+    dim, num_inserted, num_held_out, noise_std, seed, simulator, block_size:
+      `simulate`'s arguments (k = num_inserted, k' = num_held_out).
     remove_known_canaries: Whether the other inserted canaries were removed
       from each canary's statistic (module docstring).
-    inserted: The k cosines of the inserted canaries, cos(c_j, rho) or, with
-      `remove_known_canaries`, cos(c_j, c_j + sigma z) (read-only).
-    held_out: The k' cosines of the held-out canaries, cos(c_j, rho) or
-      cos(c_j, sigma z) (read-only).
+    inserted: The k cosines of the inserted canaries (read-only).
+    held_out: The k' cosines of the held-out canaries (read-only).
     output_norm: |rho|.
   """
   dim: int
@@ -108,14 +93,10 @@ class CoinRun:
   (docs/method/lower-bounds.md).
 
   Attributes:
-    dim: The dimension d.
     num_candidates: The number m of candidate canaries.
-    noise_std: The noise std sigma on the sum (sensitivity 1).
-    seed: The seed every random draw derives from.
-    simulator: "fast" or "brute".
-    block_size: The `block_size` argument (None: the default).
     statistics: The m cosines cos(c_j, rho), in candidate order (read-only).
     inserted_mask: Boolean, True where candidate j was inserted (read-only).
+    dim, noise_std, seed, simulator, block_size: `simulate_coin`'s arguments.
     output_norm: |rho|.
   """
   dim: int
@@ -152,8 +133,8 @@ def simulate(*,
     block_size: Canaries materialized at once by the brute-force simulator
       (memory block_size x dim floats); default about 32 MiB. Ignored by "fast".
     remove_known_canaries: Take each canary's cosine against rho without the
-      other inserted canaries (module docstring; exact here). False: against
-      rho itself, as the paper does.
+      other inserted canaries (module docstring). False: against rho itself,
+      as the paper does.
 
   Returns:
     A `GaussianMechanismRun`. With the brute-force simulator inserted canary j
@@ -166,35 +147,27 @@ def simulate(*,
       dim, noise_std, seed, simulator, block_size)
   num_inserted, num_held_out, remove_known_canaries = _check_canaries(
       num_inserted, num_held_out, remove_known_canaries)
-  _check_output_nonzero(num_inserted, noise_std)
-  if simulator == "fast":
-    _check_fast_dim(dim, num_inserted, "num_inserted")
-    inserted, held_out, norm, noise = _fast_cosines(
-        dim, num_inserted, num_held_out, noise_std, seed)
-    if remove_known_canaries and noise_std == 0.0:
-      # Held-out cosines with rho and with sigma z both have the exact null
-      # law, independent of the inserted ones (`_fast_cosines`); the same
-      # draws serve for either, but they are 0 when sigma z = 0.
-      held_out = np.zeros(num_held_out)
-  else:
-    index = np.arange(num_inserted + num_held_out)
-    cosines, norm, noise = _brute_cosines(dim, index[:num_inserted], index,
-                                          noise_std, seed, block_size)
-    inserted, held_out = cosines[:num_inserted], cosines[num_inserted:]
+  cosines, norm, noise = _cosines(
+      dim, np.arange(num_inserted + num_held_out) < num_inserted, noise_std,
+      seed, simulator, block_size, "num_inserted")
   if remove_known_canaries:
     # c_j . (sigma z) and |sigma z|: the residual a' = rho - sum_i c_i (brute:
     # every canary; fast: the inserted ones).
     corrected = known_canaries.corrected_cosines(
         noise_std * noise.norm * noise.dots, noise_std * noise.norm, 1.0,
         np.arange(noise.dots.size) < num_inserted)
-    inserted = corrected[:num_inserted]
-    held_out = held_out if simulator == "fast" else corrected[num_inserted:]
+    cosines[:corrected.size] = corrected
+    if simulator == "fast" and noise_std == 0.0:
+      # Held-out cosines with rho and with sigma z both have the exact null
+      # law, independent of the inserted ones (`_fast_cosines`); the same
+      # draws serve for either, but they are 0 when sigma z = 0.
+      cosines[num_inserted:] = 0.0
   return GaussianMechanismRun(
       dim=dim, num_inserted=num_inserted, num_held_out=num_held_out,
       noise_std=noise_std, seed=seed, simulator=simulator,
       block_size=block_size, remove_known_canaries=remove_known_canaries,
-      inserted=_frozen(inserted),
-      held_out=_frozen(held_out), output_norm=norm)
+      inserted=_frozen(cosines[:num_inserted]),
+      held_out=_frozen(cosines[num_inserted:]), output_norm=norm)
 
 
 def simulate_coin(*,
@@ -207,7 +180,8 @@ def simulate_coin(*,
   """Runs the mechanism once, inserting each candidate by a fair coin.
 
   The coins come from their own stream of `seed`, so both simulators insert the
-  same candidates for the same seed.
+  same candidates for the same seed. `seed`, `simulator` and `block_size` are
+  as in `simulate`.
 
   Args:
     dim: The dimension d, at least 2; the fast simulator also needs d to exceed
@@ -215,9 +189,6 @@ def simulate_coin(*,
     num_candidates: The number m of candidates, at least 1.
     noise_std: The noise std sigma on the sum, at least 0 (0 fails if no coin
       comes up heads).
-    seed: A nonnegative integer; the same seed gives identical arrays.
-    simulator: "fast" or "brute".
-    block_size: As in `simulate`.
 
   Returns:
     A `CoinRun`; with the brute-force simulator candidate j has index j.
@@ -230,18 +201,8 @@ def simulate_coin(*,
   num_candidates = validation.as_int(num_candidates, "num_candidates",
                                      minimum=1)
   mask = _coins(seed, num_candidates)
-  num_inserted = int(mask.sum())
-  _check_output_nonzero(num_inserted, noise_std)
-  if simulator == "fast":
-    _check_fast_dim(dim, num_inserted, "the number of inserted candidates")
-    inserted, held_out, norm, _ = _fast_cosines(
-        dim, num_inserted, num_candidates - num_inserted, noise_std, seed)
-    statistics = np.empty(num_candidates)
-    statistics[mask], statistics[~mask] = inserted, held_out
-  else:
-    statistics, norm, _ = _brute_cosines(dim, np.flatnonzero(mask),
-                                      np.arange(num_candidates), noise_std,
-                                      seed, block_size)
+  statistics, norm, _ = _cosines(dim, mask, noise_std, seed, simulator,
+                                 block_size, "the number of inserted candidates")
   return CoinRun(dim=dim, num_candidates=num_candidates, noise_std=noise_std,
                  seed=seed, simulator=simulator, block_size=block_size,
                  statistics=_frozen(statistics), inserted_mask=_frozen(mask),
@@ -285,20 +246,30 @@ def _coins(seed: int, size: int) -> np.ndarray:  # also orthogonal_mechanism's
   return np.random.default_rng([seed, _TAG_COIN]).random(size) < 0.5
 
 
-def _check_output_nonzero(num_inserted: int, noise_std: float) -> None:
+def _cosines(dim: int, mask: np.ndarray, noise_std: float, seed: int,
+             simulator: Simulator, block_size: int | None,
+             what: str) -> tuple[np.ndarray, float, _Noise]:
+  """cos(c_j, rho) of every canary (inserted where `mask`), |rho| and the
+  `_Noise` of every canary (brute) or of the inserted ones (fast)."""
+  num_inserted = int(mask.sum())
   if num_inserted == 0 and noise_std == 0.0:
     raise ValueError("noise_std=0.0 with no inserted canary makes the output "
                      "rho = 0, whose cosines are undefined; use noise_std > 0 "
                      "or insert a canary.")
-
-
-def _check_fast_dim(dim: int, num_inserted: int, what: str) -> None:
+  if simulator == "brute":
+    return _brute_cosines(dim, np.flatnonzero(mask), np.arange(mask.size),
+                          noise_std, seed, block_size)
   if dim < num_inserted + 1:
     raise ValueError(
         f"The fast simulator needs dim >= {what} + 1 (the noise and the "
         f"inserted canaries must be linearly independent for the Bartlett "
         f"decomposition), got dim={dim} with {num_inserted} inserted; use "
         f"simulator='brute'.")
+  inserted, held_out, norm, noise = _fast_cosines(
+      dim, num_inserted, mask.size - num_inserted, noise_std, seed)
+  cosines = np.empty(mask.size)
+  cosines[mask], cosines[~mask] = inserted, held_out
+  return cosines, norm, noise
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -358,40 +329,23 @@ def _fast_cosines(dim: int, num_inserted: int, num_held_out: int,
                   ) -> tuple[np.ndarray, np.ndarray, float, _Noise]:
   """The cosines of one run, exact in distribution, without d-dim vectors.
 
-  Derivation. Let X = [z, g_1, ..., g_k] be the d x (k + 1) matrix of the noise
-  and the inserted canaries' Gaussian vectors (i.i.d. N(0, I_d) columns). Only
-  inner products enter the cosines, and they are entries of the Gram matrix
-  W = X^T X ~ Wishart_{k+1}(d, I). By the Bartlett decomposition (Bartlett
-  1933; e.g. Muirhead, "Aspects of Multivariate Statistical Theory", 1982,
-  Theorem 3.2.14), for d >= k + 1, W = L L^T with L lower triangular and
+  L is the Bartlett factor of the Gram matrix of X = [z, g_1, ..., g_k],
+  Wishart_{k+1}(d, I) (Bartlett 1933; Muirhead, "Aspects of Multivariate
+  Statistical Theory", 1982, Theorem 3.2.14), lower triangular with
   independent entries
 
     L_ii^2 ~ chi2(d - i + 1)  (i = 1, ..., k + 1),   L_ij ~ N(0, 1)  (i > j).
 
-  Geometrically, X = Q L^T is the Gram-Schmidt (QR) factorization, so row i of
-  L holds the coordinates of column i of X in the orthonormal basis Q of the
-  span. Hence, with l_j = row (j + 1) of L divided by its norm (canary c_j in
-  that basis) and row 1 of L = (|z|, 0, ..., 0),
+  With l_j = row (j + 1) of L divided by its norm (canary c_j in the span's
+  Gram-Schmidt basis) and row 1 of L = (|z|, 0, ..., 0),
 
     u = noise_std * L_1 + sum_j l_j       (the coordinates of rho; |rho| = |u|)
-    cos(c_j, rho) = <l_j, u> / |u|.
+    cos(c_j, rho) = <l_j, u> / |u|,
 
-  In terms of W: <g_j, rho> = (W s)_j and |rho|^2 = s^T W s with
-  s = (noise_std, 1/|g_1|, ..., 1/|g_k|) and |g_j|^2 = W_jj; computing
-  u = L^T s (with the 1/|g_j| folded into the rows) gives them as
-  (L u)_j and |u|^2 in O(k^2), without forming W (O(k^3)). Precision: at
-  d = 1e6, L_ii ~ 1e3 and W_ij ~ 1e3-1e6 while the cosines are ~1e-3. With unit
-  rows every term of <l_j, u> is O(1) and |u|^2 is a sum of squares, so in
-  float64 a cosine keeps about 13 significant digits; nothing is obtained as
-  a small difference of large numbers.
-
-  Held-out canaries are independent of rho, so by rotation invariance their
-  cosines are i.i.d. with the null law of docs/method/null-law.md, and independent of the
-  inserted cosines (`null_cosines`). (In the Bartlett factor of [z, g, h_1,
-  ..., h_k'] the rows of h have k + 1 N(0, 1) coordinates in the span of rho,
-  and the rest of their squared norm is chi2(d - k - 1), independently.) So
-  inserted canaries cost O(k^2) and held-out ones O(1) each, and only the
-  inserted ones need d >= k + 1.
+  in O(k^2) and float64 to about 13 digits. Held-out cosines are i.i.d.
+  draws of the null law (`null_cosines`), independent of the inserted ones.
+  Derivation, precision and cost: docs/method/null-law.md ("Simulating the
+  Gaussian mechanism exactly").
 
   For the corrected statistics (`known_canaries`), c_j . z / |z| is the first
   coordinate of l_j, and |z| = L_11: returned as a `_Noise` for the inserted

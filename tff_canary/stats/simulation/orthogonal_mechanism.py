@@ -33,30 +33,11 @@ d - |I| + 1 (`effective_dim`), and a held-out one the null law of
 docs/method/null-law.md in dimension d - |I| (variance 1 / (d - |I|)).
 Without removal the cosine is s_j / |rho|, as in the paper.
 
-So a simulation needs m normals and one chi-square draw per run, O(m), and no
-d-dimensional vector: m = d / 10 at d = 1e6 costs a few milliseconds.
-
-Three simulators:
-
-* `simulate`: inserted and held-out canaries, like `gaussian_mechanism.simulate`,
-  returning a `gaussian_mechanism.GaussianMechanismRun` with simulator
-  "orthogonal" (block_size None).
-* `simulate_coin`: fair-coin candidates, returning a
-  `gaussian_mechanism.CoinRun` with simulator "orthogonal"; the statistics are
-  the removal cosines (1). The coins come from the same stream as
-  `gaussian_mechanism.simulate_coin`'s, so a seed inserts the same candidates.
-* `simulate_scheduled`: fair-coin candidates over R rounds, each round an
-  independent Gaussian mechanism with the same canaries; every candidate has a
-  schedule of P distinct uniformly random rounds (inserted candidates take part
-  in them, held-out ones never do). Returns the schedule-aware statistic
-  T_j = sqrt(d / P) * sum_{r in S_j} x_{j,r} of Agrawal et al. (2026, "Let's
-  Ask Gauss: Improved One-Run Privacy Auditing", arXiv 2606.12733), x_{j,r}
-  the removal cosine (1) of round r, and each candidate's maximum over the R
-  rounds of x_{j,r} (the all-iterates statistic of the paper's Algorithm 3).
-  T_j is about N(0, 1) for a held-out canary and N(sqrt(P) / sigma, 1) for an
-  inserted one (`tff_canary.stats.estimators.scheduled_sums`).
-
-NumPy only; no TensorFlow.
+So a run costs m normals and one chi-square draw, O(m), and no d-dimensional
+vector (docs/benchmarks.md). `simulate` and `simulate_coin` return `gaussian_mechanism`'s run objects with
+simulator "orthogonal" (a seed inserts the same candidates as
+`gaussian_mechanism.simulate_coin`); `simulate_scheduled` runs R rounds with
+candidates on schedules.
 """
 
 from __future__ import annotations
@@ -83,12 +64,8 @@ class ScheduledRun:
   """One multi-round run with fair-coin candidates on schedules.
 
   Attributes:
-    dim: The dimension d.
-    num_candidates: The number m of candidate canaries.
-    num_rounds: The number R of rounds.
-    participations: The number P of rounds in each candidate's schedule.
-    noise_std: The noise std sigma of each round (sensitivity 1).
-    seed: The seed every random draw derives from.
+    dim, num_candidates, num_rounds, participations, noise_std, seed:
+      `simulate_scheduled`'s arguments (d, m, R, P, sigma).
     statistics: T_j = sqrt(d / P) * sum over the schedule of x_{j,r}, in
       candidate order (read-only).
     inserted_mask: Boolean, True where candidate j was inserted (read-only).
@@ -131,20 +108,18 @@ def simulate(*,
              ) -> gaussian_mechanism.GaussianMechanismRun:
   """Runs the mechanism once with orthonormal inserted and held-out canaries.
 
+  `num_inserted`, `num_held_out` and `seed` are as in
+  `gaussian_mechanism.simulate`.
+
   Args:
     dim: The dimension d, at least 2 and at least num_inserted + num_held_out.
-    num_inserted: The number of inserted canaries, at least 0.
-    num_held_out: The number of held-out canaries, at least 0 (the sum at
-      least 1).
     noise_std: The noise std sigma on the sum, positive.
-    seed: A nonnegative integer; the same seed gives identical arrays.
     remove_known_canaries: The removal cosines (1) of the module docstring
       (project the other inserted canaries out of rho); False: cos(c_j, rho).
 
   Returns:
     A `gaussian_mechanism.GaussianMechanismRun` with simulator "orthogonal"
-    and block_size None; canary j is inserted canary j, then held-out canary j
-    is canary num_inserted + j. output_norm is |rho|.
+    and block_size None; held-out canary j is canary num_inserted + j.
 
   Raises:
     TypeError, ValueError: for a bad argument, naming it.
@@ -200,7 +175,14 @@ def simulate_scheduled(*, dim: int, num_candidates: int, num_rounds: int,
 
   Each round r is an independent Gaussian mechanism rho_r = sum_{j in I_r} c_j
   + sigma z_r with the same canaries, I_r the inserted candidates whose
-  schedule holds r. Costs O(m R) time and memory (m R normals).
+  schedule holds r: every candidate has a schedule of P distinct uniformly
+  random rounds (held-out ones are never inserted). The statistic is the
+  schedule-aware T_j = sqrt(d / P) * sum_{r in S_j} x_{j,r} of Agrawal et al.
+  (2026, "Let's Ask Gauss: Improved One-Run Privacy Auditing", arXiv
+  2606.12733; docs/method/orthogonal-canaries.md), x_{j,r} the removal
+  cosine (1) of round r: about N(0, 1) held out and N(sqrt(P) / sigma, 1)
+  inserted (`tff_canary.stats.estimators.scheduled_sums`). Costs O(m R) time
+  and memory (m R normals).
 
   Args:
     dim: The dimension d, at least 2 and at least num_candidates.
@@ -213,7 +195,8 @@ def simulate_scheduled(*, dim: int, num_candidates: int, num_rounds: int,
       same coins as `simulate_coin`.
 
   Returns:
-    A `ScheduledRun`.
+    A `ScheduledRun`; its `max_cosines` are the all-iterates statistic
+    (Algorithm 3 of Andrew et al.).
 
   Raises:
     TypeError, ValueError: for a bad argument, naming it.

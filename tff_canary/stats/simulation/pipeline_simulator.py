@@ -16,31 +16,26 @@ and inserts canaries in one of two modes:
   `canary_norm` x C, above the clip, and travels the client path (clip,
   rounding, its own noise share, wrap).
 
-Rotation is skipped: it is orthogonal, so it changes no norm, no inner
-product and no cosine, and it exists to spread peaky vectors over the
-coordinates before rounding and wrapping; the simulated clients and canaries
-are uniformly random directions, already spread (TFF's own scale heuristic
-assumes such flat vectors). One consequence: a defect that repeats noise
-between tensors appears here as a copy between coordinates, where a real
-pipeline rotates it into a correlation spread over all of them.
+Rotation is skipped: it is orthogonal, so it changes no cosine
+(docs/guide/distributed-dp.md says why that is safe, and what it hides).
 
 Planted bugs (`Bug`): ``"clip"``: clients are clipped at `bug_size` x C while
-scale, noise and the claim are for C (TFF's DDP queries assert the integer
-norm bound, so in TFF this bug also needs that bound mis-set; conditional
-rounding here uses the clip actually applied); ``"shortfall"``: the factory
+scale, noise and the claim are for C (conditional rounding uses the clip
+actually applied; docs/guide/distributed-dp.md); ``"shortfall"``: the factory
 computes noise shares for `bug_size` x more clients than take part (as under
 dropout), so the sum carries 1/sqrt(bug_size) of the claimed noise std;
 ``"reuse"``: the noise of the second half of the coordinates (the second of
 two tensors) repeats that of the first.
 
 A run applies the tool as a whole: the claimed epsilon is `ddp_accounting`'s
-bound for the factory as configured (one participation); the audit
-(`audit.audit`) uses epsilon_lo on the final model (exact null) and on all
-iterates (held-out null) and the one-run bound on both; the noise self-test
-(`noise_stats.check_noise`) runs `noise_check_rounds` rounds of the same
-pipeline (same participants) on zero client values, two tensors of d/2,
+bound for the factory as configured (one participation); the audit is that
+of the run's cosine table for a claim of any shape
+(`audit.table_bounds(..., gaussian_claim=False)`: epsilon_lo on the final
+model and on all iterates, Steinke et al.'s one-run bound on both); the noise
+self-test (`noise_stats.check_noise`) runs `noise_check_rounds` rounds of the
+same pipeline (same participants) on zero client values, two tensors of d/2,
 against the noise std the factory claims. Canaries are candidates inserted
-by fair coins, spread evenly over the rounds, one participation each. NumPy.
+by fair coins, spread evenly over the rounds, one participation each.
 """
 
 from __future__ import annotations
@@ -53,12 +48,11 @@ import warnings
 import numpy as np
 
 from tff_canary.stats.audit import audit as audit_lib
-from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
+from tff_canary.stats.canaries import cosine_table
 from tff_canary.stats.simulation import discrete_noise
 from tff_canary.stats.estimators import estimates
-from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.noise import noise_stats
 from tff_canary.stats import results
 from tff_canary.stats import validation
@@ -270,16 +264,13 @@ def simulate(config: PipelineConfig, seed: int) -> PipelineRun:
   max_cos = round_cos.max(axis=1)
   claimed = ddp_accounting.ddp_epsilon(params, delta=config.delta)
   delta = config.delta
-  fns = {
-      "epsilon_lo final": audit_bounds.epsilon_lo_bound(
-          final_cos[inserted], dim=d, delta=delta),
-      "epsilon_lo all": audit_bounds.epsilon_lo_bound(
-          max_cos[inserted], held_out=max_cos[~inserted], delta=delta),
-      "one-run bound final": audit_bounds.coin_bound(
-          lower_bounds.one_run_bound, final_cos, inserted, delta=delta),
-      "one-run bound all": audit_bounds.coin_bound(
-          lower_bounds.one_run_bound, max_cos, inserted, delta=delta),
-  }
+  table = cosine_table.CosineTable(
+      id=np.arange(m), group=np.where(inserted, "inserted", "held_out"),
+      participation=inserted.astype(np.int64), final_cosine=final_cos,
+      max_cosine=max_cos, max_round=round_cos.argmax(axis=1), seed=seed,
+      dim=d, num_rounds=config.num_rounds,
+      rounds_recorded=config.num_rounds, assignment="coin")
+  fns = audit_lib.table_bounds(table, delta, gaussian_claim=False)
   with warnings.catch_warnings():
     # Under no leak the inserted mean sits below the null's half the time.
     warnings.simplefilter("ignore", results.VarianceMismatchWarning)

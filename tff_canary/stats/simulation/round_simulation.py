@@ -10,20 +10,12 @@ with its own `inserted_per_round` canaries S_r (each inserted canary takes
 part in exactly one round, as with one epoch of `schedules.ShuffledEpochs`),
 and `num_held_out` canaries that are never inserted.
 
-Law of one canary's R cosines. For an inserted canary j of round r0,
-cos(c_j, a_r0) is simulated by `gaussian_mechanism.simulate` for that round
-(with or without `remove_known_canaries`). For r != r0, a_r is independent of
-c_j and isotropic (a sum of independent isotropic vectors), so cos(c_j, a_r)
-has the exact null law of docs/method/null-law.md and the R - 1 of them are independent of
-each other and of the own-round cosine; with the correction, a'_r = sigma z_r
-is isotropic too, and the same holds. A held-out canary's R cosines are R
-independent nulls (0 if sigma = 0 under the correction, the cosine with a
-zero vector). So each canary's max is drawn exactly from its law. Across
-canaries, the cosines of two canaries with the same foreign round r are
-treated as independent; their true correlation is c_i.c_j, of order
-1 / sqrt(d), which this simulator ignores.
-
-NumPy only.
+Each canary's own-round cosine comes from `gaussian_mechanism.simulate` and
+its other rounds' cosines are independent exact nulls (`null_cosines`), so
+each canary's max is drawn exactly from its law; across canaries, cosines
+with the same foreign round are treated as independent, ignoring their
+correlation c_i.c_j of order 1 / sqrt(d) (docs/method/null-law.md,
+"Several rounds").
 """
 
 from __future__ import annotations
@@ -45,14 +37,10 @@ _TAG_NULL = 1   # the cosines with foreign rounds.
 class RoundsRun:
   """One run of `num_rounds` Gaussian-mechanism rounds with canaries.
 
+  The attributes up to `remove_known_canaries` are `simulate_rounds`'s
+  arguments.
+
   Attributes:
-    dim: The argument of `simulate_rounds`, as are the next six.
-    num_rounds: As in `simulate_rounds`.
-    inserted_per_round: As in `simulate_rounds`.
-    num_held_out: As in `simulate_rounds`.
-    noise_std: As in `simulate_rounds`.
-    seed: As in `simulate_rounds`.
-    remove_known_canaries: As in `simulate_rounds`.
     inserted: max over rounds of each inserted canary's cosines, round by
       round (the canaries of round 0 first), read-only.
     held_out: the same for the held-out canaries, read-only.
