@@ -17,7 +17,18 @@ the generator's buffers never carried between rounds, or reset every 16
 rounds; its coefficients c_i, i >= 1, at half their value; the fresh noise
 of round t reused at round t + 32 (`planted_strategies`); and a client
 counted twice in an epoch (`tree_simulation.simulate`'s
-"double_participation"). The last line:
+"double_participation").
+
+Then the same strategies with no restart, claimed under at most 4
+participations 64 rounds apart in the 256 rounds (`separation.MinSeparation`;
+the BLT fitted to that rule), simulated by `separated_simulation`: the
+correct mechanism with canaries on the claim's worst-case rounds and with
+canaries sampled as clients by a cyclic sampler of period 64, and the
+planted bug "the claim's b is larger than the clients' real separation"
+(clients every 32 rounds, canaries sampled as they are). The audit
+(`tree_audit.audit_ftrl` with the rule's claim, one epoch of 256 rounds and
+the "participation" check of the schedules against the rule). The last
+line:
 
   matrix audit: worst detection D, worst false alarm F
 """
@@ -31,6 +42,7 @@ import time
 import smoke_mode
 from tff_canary.stats.correlated import tree_audit, tree_simulation
 from tff_canary.stats.matrix import (blt_fit, planted_strategies,
+                                     separated_simulation, separation,
                                      strategy_noise, toeplitz)
 
 DELTA = 1e-5
@@ -44,6 +56,47 @@ BUGS = [
     ("noise reused at t + 32", "noise_reuse", dict(lag=32), "none"),
     ("client twice an epoch", "none", {}, "double_participation"),
 ]
+
+
+# No restart: (row name, placement, the clients' period, a bug).
+SEPARATED = [
+    ("no restart, correct, worst-case canaries", "worst_case", None, False),
+    ("no restart, correct, canaries as clients", "clients", None, False),
+    ("claim b = 64, clients every 32 rounds", "clients", 32, True),
+]
+RULE = separation.MinSeparation(rounds=EPOCHS * ROUNDS_PER_EPOCH,
+                                participations=EPOCHS,
+                                separation=ROUNDS_PER_EPOCH)
+
+
+def separated_strategies():
+  """{name: coefficients over all rounds} for the rule, no restart."""
+  fit = blt_fit.fit_blt(rounds=RULE.rounds, participations=RULE.participations,
+                        separation=RULE.separation, num_buffers=3)
+  return {"banded (4 bands)": toeplitz.square_root_coefficients(4),
+          f"BLT ({fit.strategy.num_buffers} buffers)":
+              fit.strategy.coefficients(RULE.rounds)}
+
+
+def run_separated(coefficients, placement, period, *, trials,
+                  noise_multiplier, candidates, self_test_dim, seed):
+  """The alarm rate, how often each check fired, and the claim."""
+  alarms = 0
+  fired = {name: 0 for name in tree_audit.CHECKS}
+  for trial in range(trials):
+    run = separated_simulation.simulate(
+        coefficients, RULE, noise_multiplier=noise_multiplier, delta=DELTA,
+        num_candidates=candidates, self_test_dim=self_test_dim,
+        placement=placement, client_period=period, seed=seed + trial)
+    verdict = tree_audit.audit_ftrl(
+        run.scores, run.schedule, run.inserted, noise=run.noise,
+        rounds_per_epoch=RULE.rounds, noise_multiplier=noise_multiplier,
+        delta=DELTA, self_test_noise=run.self_test_noise, claim=run.claim,
+        participation=RULE)
+    alarms += verdict.refuted
+    for name in verdict.caught_by:
+      fired[name] += 1
+  return alarms / trials, fired, run.claim
 
 
 def strategies():
@@ -99,8 +152,8 @@ def main(argv=None):
   args = smoke_mode.parse_args(
       parser, argv, SMOKE, "one trial per setting, 100 candidates")
   start = time.time()
-  print(f"{'mechanism':<46} {'alarms':>15}  " +
-        "  ".join(f"{c:>12}" for c in tree_audit.CHECKS))
+  print(f"{'mechanism':<60} {'alarms':>15}  " +
+        "  ".join(f"{c:>13}" for c in tree_audit.CHECKS))
   worst_detection, worst_false = 1.0, 0.0
   for strategy, coefficients in strategies().items():
     for name, bug, arguments, simulated_bug in BUGS:
@@ -109,13 +162,28 @@ def main(argv=None):
           noise_multiplier=args.noise_multiplier, candidates=args.candidates,
           self_test_dim=args.self_test_dim, seed=args.seed)
       se = math.sqrt(max(rate * (1 - rate), 1e-12) / args.trials)
-      print(f"{name + ', ' + strategy:<46} {rate:>8.3f} ± {se:.3f}  " +
-            "  ".join(f"{fired[c] / args.trials:>12.3f}"
+      print(f"{name + ', ' + strategy:<60} {rate:>8.3f} ± {se:.3f}  " +
+            "  ".join(f"{fired[c] / args.trials:>13.3f}"
                       for c in tree_audit.CHECKS), flush=True)
       if bug == "none" and simulated_bug == "none":
         worst_false = max(worst_false, rate)
       else:
         worst_detection = min(worst_detection, rate)
+    print(f"  claim of {strategy}: {claim}")
+  for strategy, coefficients in separated_strategies().items():
+    for name, placement, period, bug in SEPARATED:
+      rate, fired, claim = run_separated(
+          coefficients, placement, period, trials=args.trials,
+          noise_multiplier=args.noise_multiplier, candidates=args.candidates,
+          self_test_dim=args.self_test_dim, seed=args.seed)
+      se = math.sqrt(max(rate * (1 - rate), 1e-12) / args.trials)
+      print(f"{name + ', ' + strategy:<60} {rate:>8.3f} ± {se:.3f}  " +
+            "  ".join(f"{fired[c] / args.trials:>13.3f}"
+                      for c in tree_audit.CHECKS), flush=True)
+      if bug:
+        worst_detection = min(worst_detection, rate)
+      else:
+        worst_false = max(worst_false, rate)
     print(f"  claim of {strategy}: {claim}")
   print(f"{args.candidates} candidates, {args.trials} trials per row, "
         f"z = {args.noise_multiplier}, {time.time() - start:.0f} s")

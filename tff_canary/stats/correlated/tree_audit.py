@@ -46,7 +46,9 @@ from tff_canary.stats.correlated import (gls_statistics, linear_noise,
 from tff_canary.stats import results
 from tff_canary.stats import validation
 
-CHECKS = ("self-test", "contribution", "bounds")
+CHECKS = ("participation", "self-test", "contribution", "bounds")
+# The checks with a level (Bonferroni); "participation" is exact.
+_TESTS = ("self-test", "contribution", "bounds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +69,8 @@ class FtrlAudit:
       with their reach ("beyond reach" when no bound could exceed the claim
       with these candidates).
     noise_kind: the claimed noise's `LinearNoise.kind`, for the text.
+    participation: the participation check's reading, or None when no rule
+      was given (`audit_ftrl`'s `participation`).
   """
 
   refuted: bool
@@ -80,6 +84,7 @@ class FtrlAudit:
   contribution_p_value: float
   bounds: audit_module.AuditVerdict
   noise_kind: str = "tree"
+  participation: Optional[str] = None
 
   @property
   def verdict(self) -> str:
@@ -100,6 +105,8 @@ class FtrlAudit:
             if self.bounds.beyond_reach else "consistent with the claim")
     lines = [f"DP-FTRL audit: {head} (family-wise level {self.level:g}); "
              f"{self.claim}"]
+    if self.participation is not None:
+      lines.append(f"  participation: {self.participation}")
     if self.self_test is not None:
       lines.append("  self-test: " + ("passed" if self.self_test.passed else
                                       self.self_test.failures[0]))
@@ -212,7 +219,8 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                self_test_noise: Optional[npt.ArrayLike] = None,
                self_test_sizes: Optional[Sequence[int]] = None,
                level: float = 0.05,
-               claimed_epsilon: Optional[float] = None) -> FtrlAudit:
+               claimed_epsilon: Optional[float] = None,
+               claim: Any = None, participation: Any = None) -> FtrlAudit:
   """Audits a DP-FTRL claim from one run's canary scores (module docstring).
 
   Args:
@@ -233,17 +241,28 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       tensor.
     level: family-wise false-alarm level in (0, 1).
     claimed_epsilon: the epsilon the bounds are held against; default the
-      noise's analytical one (`noise.claim(...).epsilon`; the tree's:
-      `tree_accounting.tree_epsilons(...).epsilon`).
+      claim's.
+    claim: the analytical claim (its `epsilon` and text); default
+      `noise.claim(...)`, one participation per epoch (the tree's:
+      `tree_accounting.tree_epsilons(...)`); for another participation rule,
+      e.g. `separation.MinSeparation.claim`.
+    participation: None, or the claimed participation rule (an object with
+      `violations(schedule)` and a text, `separation.MinSeparation`): the
+      "participation" check refutes the claim when a candidate's schedule
+      breaks it. Exact, so outside the level: canaries sampled as the
+      clients are show the clients' real participation.
   """
   noise, u, a, mask = _inputs(scores, schedule, inserted, noise)
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   level = validation.as_open_unit(level, "level")
   per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
   noise.epochs(per)   # one block per epoch, or a clear error
-  claim = noise.claim(z, delta=delta)
-  checks = len(CHECKS) if self_test_noise is not None else len(CHECKS) - 1
+  claim = noise.claim(z, delta=delta) if claim is None else claim
+  checks = len(_TESTS) if self_test_noise is not None else len(_TESTS) - 1
   each = level / checks
+  broken = 0
+  if participation is not None:
+    broken = int(np.count_nonzero(participation.violations(a != 0)))
   t_stat = gls_statistics.scheduled_statistic(u, a, noise)
   m_stat = gls_statistics.max_statistic(u, noise)
   fns = {   # each with its reach
@@ -273,7 +292,8 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       raise ValueError(f"self_test_sizes: {error}") from None
     self_test = noise_stats.check_noise(
         tensors, 1.0, level=each, claim=f"{noise.kind} covariance (whitened)")
-  failed = {"self-test": self_test is not None and not self_test.passed,
+  failed = {"participation": broken > 0,
+            "self-test": self_test is not None and not self_test.passed,
             "contribution": contribution.p_value < each,
             "bounds": bounds.refuted}
   caught = tuple(name for name in CHECKS if failed[name])
@@ -283,7 +303,12 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                    contribution_spread=contribution.spread,
                    contribution_t=contribution.t,
                    contribution_p_value=contribution.p_value,
-                   bounds=bounds, noise_kind=noise.kind)
+                   bounds=bounds, noise_kind=noise.kind,
+                   participation=None if participation is None else (
+                       f"{broken} of {a.shape[0]} candidates' schedules break "
+                       f"the claimed {participation}" if broken else
+                       f"every candidate's schedule within the claimed "
+                       f"{participation}"))
 
 
 @dataclasses.dataclass(frozen=True)
