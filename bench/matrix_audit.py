@@ -1,7 +1,7 @@
 """Does the audit catch a matrix mechanism's planted bugs, and only them?
 
   .venv/bin/python bench/matrix_audit.py [--trials 200] [--noise_multiplier 2.5]
-      [--smoke]
+      [--parts all|restarted|no_restart] [--smoke]
 
 Each trial is one simulated run of matrix-factorization DP-FTRL
 (`tff_canary.stats.correlated.tree_simulation`, with the mechanism's noise):
@@ -149,13 +149,19 @@ def main(argv=None):
   parser.add_argument("--candidates", type=int, default=1000)
   parser.add_argument("--self_test_dim", type=int, default=1000)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--parts", choices=("all", "restarted", "no_restart"),
+                      default="all",
+                      help="the strategies restarted every epoch, the ones "
+                      "with no restart, or both")
   args = smoke_mode.parse_args(
       parser, argv, SMOKE, "one trial per setting, 100 candidates")
   start = time.time()
   print(f"{'mechanism':<60} {'alarms':>15}  " +
         "  ".join(f"{c:>13}" for c in tree_audit.CHECKS))
   worst_detection, worst_false = 1.0, 0.0
-  for strategy, coefficients in strategies().items():
+  restarted = strategies() if args.parts != "no_restart" else {}
+  separated = separated_strategies() if args.parts != "restarted" else {}
+  for strategy, coefficients in restarted.items():
     for name, bug, arguments, simulated_bug in BUGS:
       rate, fired, claim = run_setting(
           coefficients, bug, arguments, simulated_bug, trials=args.trials,
@@ -170,7 +176,7 @@ def main(argv=None):
       else:
         worst_detection = min(worst_detection, rate)
     print(f"  claim of {strategy}: {claim}")
-  for strategy, coefficients in separated_strategies().items():
+  for strategy, coefficients in separated.items():
     for name, placement, period, bug in SEPARATED:
       rate, fired, claim = run_separated(
           coefficients, placement, period, trials=args.trials,
