@@ -28,7 +28,11 @@ from __future__ import annotations
 import os
 import sys
 
-import round_overhead  # quiets TensorFlow before it loads
+from tff_canary.federated.runtime import quiet_start
+
+quiet_start.quiet_tensorflow()  # before TensorFlow loads (and its subprocess)
+
+import round_overhead  # pylint: disable=g-import-not-at-top
 from tff_canary.federated.insertion import factory  # pylint: disable=g-import-not-at-top
 from tff_canary.federated.insertion import matrix_factory  # pylint: disable=g-import-not-at-top
 from tff_canary.harness.mechanisms import blt as blt_mechanism  # pylint: disable=g-import-not-at-top
