@@ -69,6 +69,16 @@ RULE = separation.MinSeparation(rounds=EPOCHS * ROUNDS_PER_EPOCH,
                                 separation=ROUNDS_PER_EPOCH)
 
 
+def tally(verdicts, trials):
+  """The alarm rate of `trials` audits and how often each check fired."""
+  alarms, fired = 0, dict.fromkeys(tree_audit.CHECKS, 0)
+  for verdict in verdicts:
+    alarms += verdict.refuted
+    for name in verdict.caught_by:
+      fired[name] += 1
+  return alarms / trials, fired
+
+
 def separated_strategies():
   """{name: coefficients over all rounds} for the rule, no restart."""
   fit = blt_fit.fit_blt(rounds=RULE.rounds, participations=RULE.participations,
@@ -81,22 +91,19 @@ def separated_strategies():
 def run_separated(coefficients, placement, period, *, trials,
                   noise_multiplier, candidates, self_test_dim, seed):
   """The alarm rate, how often each check fired, and the claim."""
-  alarms = 0
-  fired = {name: 0 for name in tree_audit.CHECKS}
-  for trial in range(trials):
-    run = separated_simulation.simulate(
-        coefficients, RULE, noise_multiplier=noise_multiplier, delta=DELTA,
-        num_candidates=candidates, self_test_dim=self_test_dim,
-        placement=placement, client_period=period, seed=seed + trial)
-    verdict = tree_audit.audit_ftrl(
-        run.scores, run.schedule, run.inserted, noise=run.noise,
-        rounds_per_epoch=RULE.rounds, noise_multiplier=noise_multiplier,
-        delta=DELTA, self_test_noise=run.self_test_noise, claim=run.claim,
-        participation=RULE)
-    alarms += verdict.refuted
-    for name in verdict.caught_by:
-      fired[name] += 1
-  return alarms / trials, fired, run.claim
+  def verdicts():
+    for trial in range(trials):
+      run = separated_simulation.simulate(
+          coefficients, RULE, noise_multiplier=noise_multiplier, delta=DELTA,
+          num_candidates=candidates, self_test_dim=self_test_dim,
+          placement=placement, client_period=period, seed=seed + trial)
+      yield tree_audit.audit_ftrl(
+          run.scores, run.schedule, run.inserted, noise=run.noise,
+          rounds_per_epoch=RULE.rounds, noise_multiplier=noise_multiplier,
+          delta=DELTA, self_test_noise=run.self_test_noise, claim=run.claim,
+          participation=RULE)
+  return (*tally(verdicts(), trials), RULE.claim(
+      coefficients, noise_multiplier=noise_multiplier, delta=DELTA))
 
 
 def strategies():
@@ -122,20 +129,18 @@ def run_setting(coefficients, bug, arguments, simulated_bug, *, trials,
       noise_multiplier=noise_multiplier, num_candidates=candidates,
       self_test_dim=self_test_dim)
   placement = claimed.worst_case_rounds()
-  alarms = 0
-  fired = {name: 0 for name in tree_audit.CHECKS}
-  for trial in range(trials):
-    run = tree_simulation.simulate(setting, bug=simulated_bug,
-                                   seed=seed + trial, noise=released,
-                                   placement=placement)
-    verdict = tree_audit.audit_ftrl(
-        run.scores, run.schedule, run.inserted, noise=claimed,
-        rounds_per_epoch=ROUNDS_PER_EPOCH, noise_multiplier=noise_multiplier,
-        delta=DELTA, self_test_noise=run.self_test_noise)
-    alarms += verdict.refuted
-    for name in verdict.caught_by:
-      fired[name] += 1
-  return alarms / trials, fired, verdict.claim
+  def verdicts():
+    for trial in range(trials):
+      run = tree_simulation.simulate(setting, bug=simulated_bug,
+                                     seed=seed + trial, noise=released,
+                                     placement=placement)
+      yield tree_audit.audit_ftrl(
+          run.scores, run.schedule, run.inserted, noise=claimed,
+          rounds_per_epoch=ROUNDS_PER_EPOCH,
+          noise_multiplier=noise_multiplier, delta=DELTA,
+          self_test_noise=run.self_test_noise)
+  return (*tally(verdicts(), trials),
+          claimed.claim(noise_multiplier, delta=DELTA))
 
 
 # --smoke: one trial of every setting, few candidates.
@@ -158,43 +163,40 @@ def main(argv=None):
   start = time.time()
   print(f"{'mechanism':<60} {'alarms':>15}  " +
         "  ".join(f"{c:>13}" for c in tree_audit.CHECKS))
-  worst_detection, worst_false = 1.0, 0.0
-  restarted = strategies() if args.parts != "no_restart" else {}
-  separated = separated_strategies() if args.parts != "restarted" else {}
-  for strategy, coefficients in restarted.items():
-    for name, bug, arguments, simulated_bug in BUGS:
-      rate, fired, claim = run_setting(
-          coefficients, bug, arguments, simulated_bug, trials=args.trials,
-          noise_multiplier=args.noise_multiplier, candidates=args.candidates,
-          self_test_dim=args.self_test_dim, seed=args.seed)
-      se = math.sqrt(max(rate * (1 - rate), 1e-12) / args.trials)
-      print(f"{name + ', ' + strategy:<60} {rate:>8.3f} ± {se:.3f}  " +
-            "  ".join(f"{fired[c] / args.trials:>13.3f}"
-                      for c in tree_audit.CHECKS), flush=True)
-      if bug == "none" and simulated_bug == "none":
-        worst_false = max(worst_false, rate)
-      else:
-        worst_detection = min(worst_detection, rate)
-    print(f"  claim of {strategy}: {claim}")
-  for strategy, coefficients in separated.items():
-    for name, placement, period, bug in SEPARATED:
-      rate, fired, claim = run_separated(
-          coefficients, placement, period, trials=args.trials,
-          noise_multiplier=args.noise_multiplier, candidates=args.candidates,
-          self_test_dim=args.self_test_dim, seed=args.seed)
-      se = math.sqrt(max(rate * (1 - rate), 1e-12) / args.trials)
-      print(f"{name + ', ' + strategy:<60} {rate:>8.3f} ± {se:.3f}  " +
-            "  ".join(f"{fired[c] / args.trials:>13.3f}"
-                      for c in tree_audit.CHECKS), flush=True)
-      if bug:
-        worst_detection = min(worst_detection, rate)
-      else:
-        worst_false = max(worst_false, rate)
-    print(f"  claim of {strategy}: {claim}")
+  worst = {"detection": 1.0, "false alarm": 0.0}
+
+  def row(label, rate, fired, is_bug):
+    se = math.sqrt(max(rate * (1 - rate), 1e-12) / args.trials)
+    print(f"{label:<60} {rate:>8.3f} ± {se:.3f}  " +
+          "  ".join(f"{fired[c] / args.trials:>13.3f}"
+                    for c in tree_audit.CHECKS), flush=True)
+    if is_bug:
+      worst["detection"] = min(worst["detection"], rate)
+    else:
+      worst["false alarm"] = max(worst["false alarm"], rate)
+
+  sizes = dict(trials=args.trials, noise_multiplier=args.noise_multiplier,
+               candidates=args.candidates, self_test_dim=args.self_test_dim,
+               seed=args.seed)
+  if args.parts != "no_restart":
+    for strategy, coefficients in strategies().items():
+      for name, bug, arguments, simulated_bug in BUGS:
+        rate, fired, claim = run_setting(coefficients, bug, arguments,
+                                         simulated_bug, **sizes)
+        row(f"{name}, {strategy}", rate, fired,
+            (bug, simulated_bug) != ("none", "none"))
+      print(f"  claim of {strategy}: {claim}")
+  if args.parts != "restarted":
+    for strategy, coefficients in separated_strategies().items():
+      for name, placement, period, bug in SEPARATED:
+        rate, fired, claim = run_separated(coefficients, placement, period,
+                                           **sizes)
+        row(f"{name}, {strategy}", rate, fired, bug)
+      print(f"  claim of {strategy}: {claim}")
   print(f"{args.candidates} candidates, {args.trials} trials per row, "
         f"z = {args.noise_multiplier}, {time.time() - start:.0f} s")
-  print(f"matrix audit: worst detection {worst_detection:.3f}, worst false "
-        f"alarm {worst_false:.3f}")
+  print(f"matrix audit: worst detection {worst['detection']:.3f}, worst "
+        f"false alarm {worst['false alarm']:.3f}")
 
 
 if __name__ == "__main__":
