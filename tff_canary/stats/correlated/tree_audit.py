@@ -14,7 +14,8 @@ or a matrix mechanism's, whose claim is `LinearNoise.claim`). The checks
   whitened by the claimed K = L L^T, e -> L^-1 e, must be i.i.d. N(0, 1):
   `noise_stats.check_noise` (Holm);
 * "contribution": each inserted canary's excess contribution per epoch over
-  one participation at the clip norm, one-sided (`contribution_check`);
+  its schedule's participations, in participations at the clip norm,
+  one-sided (`contribution_check`);
 * "bounds": Steinke, Nasr & Jagielski's one-run bound on the scheduled and
   max statistics T_j and M_j (`gls_statistics`), and the tight one-run bound
   (`audit.tight_bound`) on T, against the claimed epsilon, each with its
@@ -116,8 +117,9 @@ class FtrlAudit:
 
   def contribution_text(self) -> str:
     """The contribution check in one line, with both causes when it fails."""
-    text = (f"excess {self.contribution_excess:+.3g} per epoch over one "
-            f"participation at the clip norm (t = {self.contribution_t:.3g}, "
+    text = (f"excess {self.contribution_excess:+.3g} participations at the "
+            f"clip norm per epoch over the schedules' (t = "
+            f"{self.contribution_t:.3g}, "
             f"p = {self.contribution_p_value:.2g}; spread "
             f"{self.contribution_spread:.3g}x the {self.noise_kind} noise's "
             "variance)")
