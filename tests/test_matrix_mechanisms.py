@@ -237,3 +237,47 @@ def test_a_tiny_blt_clients_run_scores_canary_clients_in_units_of_z_c(
   assert ("canary clients of norm 10 through TFF's own DP aggregator "
           "(DP-FTRL matrix mechanism)") in text
   assert not report.audit.refuted, str(report.audit)
+
+
+def test_a_blt_of_given_parameters_replaces_the_fitted_one():
+  from tff_canary.stats.matrix import blt as blt_lib  # pylint: disable=g-import-not-at-top
+  config = experiment_config.ExperimentConfig(
+      aggregator="blt", clip=0.1, blt_output_scale="0.3, 0.15",
+      blt_buf_decay="0.4,0.9")
+  assert config.blt_output_scale == "0.3,0.15"  # canonical text
+  assert config.blt_buffers == 2  # the given BLT's
+  mechanism = registry.get("blt")
+  given = blt_lib.blt([0.3, 0.15], [0.4, 0.9])
+  strategy = mechanism.strategy(config, 8)
+  np.testing.assert_array_equal(strategy.output_scale, given.output_scale)
+  np.testing.assert_array_equal(strategy.buf_decay, given.buf_decay)
+  np.testing.assert_array_equal(mechanism.coefficients(config, 8),
+                                given.coefficients(8))
+  assert "BLT of output scales 0.3,0.15 and buffer decays 0.4,0.9 (given)" \
+      in mechanism.section_settings(config)[0]
+  # Without them, the fitted BLT of blt_buffers buffers.
+  fitted = experiment_config.ExperimentConfig(aggregator="blt", clip=0.1)
+  assert fitted.blt_output_scale is None and fitted.blt_buffers == 3
+  assert mechanism.strategy(fitted, 8).num_buffers == 3
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(blt_output_scale="0.3"), "give both blt_output_scale and "
+     "blt_buf_decay"),
+    (dict(blt_output_scale="0.3,x", blt_buf_decay="0.5,0.4"),
+     r"blt_output_scale must be comma-separated numbers \(e.g. 0.3,0.15\), "
+     "got '0.3,x'"),
+    (dict(blt_output_scale="0.3", blt_buf_decay="1.5"),
+     r"blt_buf_decay must lie in \(-1, 1\)"),
+    (dict(blt_output_scale="0.3", blt_buf_decay="0.5,0.4"),
+     "blt_output_scale and blt_buf_decay must have one value per buffer"),
+    (dict(blt_output_scale="0.3", blt_buf_decay="0.5", blt_buffers=3),
+     "blt_buffers=3 differs from the given BLT's 1 buffers"),
+])
+def test_bad_blt_parameters_are_named(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    experiment_config.ExperimentConfig(aggregator="blt", clip=0.1, **kwargs)
+  with pytest.raises(ValueError, match="is for aggregator='blt'"):
+    experiment_config.ExperimentConfig(aggregator="tree", clip=0.1,
+                                       blt_output_scale="0.3",
+                                       blt_buf_decay="0.5")
