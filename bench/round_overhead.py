@@ -44,11 +44,13 @@ Usage: .venv/bin/python bench/round_overhead.py [--rounds 40] [--warmup 2]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
 import threading
 import time
+from typing import Any, Callable
 
 from tff_canary.federated.runtime import quiet_start
 
@@ -180,11 +182,45 @@ def transform_seconds(dim: int, repeats: int = 7) -> float:
   return float(np.median(times))
 
 
-def _config(total: int, seed: int) -> canary_config.CanaryConfig:
+@dataclasses.dataclass(frozen=True)
+class Aggregators:
+  """A mechanism's two aggregators: TFF's own (plain) and with canaries.
+
+  `plain(args, specs)` and `canaries(args, specs, total, seed)` build them
+  for the model's trainable `specs`; `name` prefixes the last line (empty
+  for DP-FedAvg's); `script` is the bench whose `--rss_only` builds them
+  alone. A mechanism other than DP-FedAvg's also measures DP-FedAvg's plain
+  aggregator alone, the memory reference (`reference`).
+  """
+
+  name: str
+  plain: Callable[[argparse.Namespace, Any], Any]
+  canaries: Callable[[argparse.Namespace, Any, int, int], Any]
+  script: str
+
+
+def canary_config_of(total: int, seed: int) -> canary_config.CanaryConfig:
   return canary_config.CanaryConfig(
       seed=seed, num_inserted=total // 2, num_held_out=total // 2,
       schedule=schedules.ShuffledEpochs(500, 500), assignment="fixed",
       directions="orthogonal")
+
+
+GAUSSIAN = Aggregators(
+    name="",
+    plain=lambda args, specs: tff.aggregators.DifferentiallyPrivateFactory.
+    gaussian_fixed(args.noise_multiplier, args.clients_per_round, args.clip),
+    canaries=lambda args, specs, total, seed: factory.CanaryDPFactory.
+    gaussian_fixed(noise_multiplier=args.noise_multiplier,
+                   clients_per_round=args.clients_per_round, clip=args.clip,
+                   canaries=canary_config_of(total, seed)),
+    script=os.path.abspath(__file__))
+
+
+def trainable_specs():
+  """The model's trainable weights as tf.TensorSpecs."""
+  weights = tff.learning.models.weights_type_from_model(model_fn)
+  return tff.types.type_to_tf_tensor_specs(weights.trainable)
 
 
 def inserted_so_far(state) -> int:
@@ -197,7 +233,7 @@ def inserted_so_far(state) -> int:
 # ---------------------------------------------------------------- main
 
 
-def rss_only(args) -> int:
+def rss_only(args, kit: Aggregators = GAUSSIAN) -> int:
   """Builds one learning process (`args.rss_only`), runs it, prints its peak.
 
   The last line is `peak RSS bytes: N` (python + worker_binary, sampled
@@ -208,14 +244,13 @@ def rss_only(args) -> int:
   try:
     clients = synthetic_clients(args.clients_per_round, args.examples,
                                 args.batch)
-    if args.rss_only == "plain":
-      aggregator = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-          args.noise_multiplier, args.clients_per_round, args.clip)
+    specs = trainable_specs()
+    if args.rss_only == "reference":
+      aggregator = GAUSSIAN.plain(args, specs)
+    elif args.rss_only == "plain":
+      aggregator = kit.plain(args, specs)
     else:
-      aggregator = factory.CanaryDPFactory.gaussian_fixed(
-          noise_multiplier=args.noise_multiplier,
-          clients_per_round=args.clients_per_round, clip=args.clip,
-          canaries=_config(int(args.rss_only), 2024))
+      aggregator = kit.canaries(args, specs, int(args.rss_only), 2024)
     process = build(aggregator)
     state = process.initialize()
     for _ in range(args.rss_rounds):
@@ -227,9 +262,9 @@ def rss_only(args) -> int:
   return 0
 
 
-def _rss_alone(name: str, args) -> int:
+def _rss_alone(name: str, args, kit: Aggregators) -> int:
   """Peak RSS of learning process `name` alone, from a subprocess."""
-  command = [sys.executable, os.path.abspath(__file__), "--rss_only", name,
+  command = [sys.executable, kit.script, "--rss_only", name,
              "--rss_rounds", str(args.rss_rounds)]
   command += [f"--{flag}={getattr(args, flag)}" for flag in
               ("clients_per_round", "examples", "batch")]
@@ -237,7 +272,7 @@ def _rss_alone(name: str, args) -> int:
   return int(out.stdout.strip().splitlines()[-1].split(":")[1])
 
 
-def run(args) -> int:
+def run(args, kit: Aggregators = GAUSSIAN) -> int:
   """The benchmark (module docstring)."""
   seed = 2024
   began = time.perf_counter()
@@ -246,14 +281,11 @@ def run(args) -> int:
     log(f"TF {tf.__version__}, TFF {tff.__version__}, {os.cpu_count()} CPUs")
     clients = synthetic_clients(args.clients_per_round, args.examples,
                                 args.batch)
-    plain = build(tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-        args.noise_multiplier, args.clients_per_round, args.clip))
+    specs = trainable_specs()
+    plain = build(kit.plain(args, specs))
     processes = {"plain": plain}
     for size in sizes:
-      processes[str(size)] = build(factory.CanaryDPFactory.gaussian_fixed(
-          noise_multiplier=args.noise_multiplier,
-          clients_per_round=args.clients_per_round, clip=args.clip,
-          canaries=_config(size, seed)))
+      processes[str(size)] = build(kit.canaries(args, specs, size, seed))
     states = {name: p.initialize() for name, p in processes.items()}
     dim = sum(int(np.size(w)) for w in
               plain.get_model_weights(states["plain"]).trainable)
@@ -298,12 +330,19 @@ def run(args) -> int:
     if args.smoke:  # each subprocess loads TensorFlow and builds its process
       log("peak RSS: not measured with --smoke")
     else:
-      alone = {name: _rss_alone(name, args) for name in names}
+      alone = {name: _rss_alone(name, args, kit) for name in names}
       log(f"peak RSS, each process alone (python + worker_binary, "
           f"{args.rss_rounds} rounds): plain {alone['plain'] / gib:.2f} GiB, "
           + ", ".join(f"{name} canaries {alone[name] / gib:.2f} GiB "
                       f"({(alone[name] - alone['plain']) / gib:+.2f} GiB)"
                       for name in names[1:]))
+      if kit is not GAUSSIAN:
+        reference = _rss_alone("reference", args, kit)
+        log(f"peak RSS of plain DP-FedAvg alone (the reference): "
+            f"{reference / gib:.2f} GiB; the canary processes' excess over "
+            "it: " + ", ".join(
+                f"{name} {(alone[name] - reference) / gib:+.2f} GiB"
+                for name in names[1:]))
     log("aggregate disk: 0 MiB (nothing recorded; scores in the state)")
     repeats = 1 if args.smoke else 7
     t_emnist = transform_seconds(dim, repeats)
@@ -323,14 +362,15 @@ def run(args) -> int:
         "| 0 | 25 min |")
     log(f"total wall time {time.perf_counter() - began:.0f} s")
     a, b = (ratios[str(s)] for s in sizes)
-    log(f"orthogonal canaries, per-round ratio: {a[0]:.3f} ± {a[1]:.3f} at "
+    log(f"{kit.name}orthogonal canaries, per-round ratio: {a[0]:.3f} ± "
+        f"{a[1]:.3f} at "
         f"{sizes[0]}, {b[0]:.3f} ± {b[1]:.3f} at {sizes[1]}")
   finally:
     worker_guard.stop_workers()
   return 0
 
 
-def main(argv=None) -> int:
+def main(argv=None, kit: Aggregators = GAUSSIAN) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--rounds", type=int, default=40,
                       help="timed triples of rounds")
@@ -344,7 +384,7 @@ def main(argv=None) -> int:
   parser.add_argument("--rss_rounds", type=int, default=4,
                       help="rounds of each process alone for its peak RSS")
   parser.add_argument("--rss_only", default=None,
-                      help="internal: build only this process (plain or a "
+                      help="internal: build only this process (plain, reference or a "
                            "number of canaries) and print its peak RSS")
   args = smoke_mode.parse_args(
       parser, argv, SMOKE,
@@ -354,8 +394,8 @@ def main(argv=None) -> int:
     global SMALL_MODEL
     SMALL_MODEL = True
   if args.rss_only is not None:
-    return rss_only(args)
-  return run(args)
+    return rss_only(args, kit)
+  return run(args, kit)
 
 
 if __name__ == "__main__":

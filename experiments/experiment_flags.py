@@ -36,7 +36,7 @@ GROUPS = (
             "initial_clip", "zeroing", "seeded_noise", "noise_seed",
             "delta", "aggregator") + registry.setting_keys()),
     ("Canaries", ("insertion", "canary_norm", "num_inserted", "num_held_out",
-                  "assignment", "directions",
+                  "assignment", "directions", "placement",
                   "presentations", "allow_participation_mismatch",
                   "allow_large_canary_fraction",
                   "canary_seed", "record_aggregates", "memory_budget_gb")),
@@ -105,6 +105,13 @@ _HELP = {
                   "scored inside each round: no recorded aggregates, no "
                   "pass after training) or gaussian (independent uniform "
                   "directions, the paper's).",
+    "placement": "random (canaries take part as the clients do: a drawn "
+                 "round of each epoch) or worst_case (with noise correlated "
+                 "across rounds, --aggregator=tree, banded or blt: every "
+                 "canary in the rounds of the accounting's worst case, so "
+                 "the scheduled estimate targets the analytical epsilon; "
+                 "those rounds then carry every inserted canary, "
+                 "docs/method/matrix-mechanisms.md).",
     "seed": "Seed of the data, initial weights, client sampling.",
     "canary_seed": "Seed of the canaries (default seed + 1).",
     "noise_seed": "Seed of the simulated DP noise (default derived from "

@@ -35,9 +35,10 @@ With --aggregator=tree the runs are DP-FTRL (docs/method/dp-ftrl.md): TFF's
 tree aggregation at a fixed --clip, restarted every epoch, so a canary's
 presentations are its epochs (one participation per tree). The noise
 multipliers default to 0.5, 1, 2 and 4 (the tree refuses noise 0), and
-sweep.csv's columns are the tree report's (`TREE_COLUMNS`): both analytical
-epsilons (exact and RDP), the exact epsilon of what the rounds show about
-the worst-case participant and the one expected for the run's canaries
+sweep.csv's columns are the tree report's (`TREE_COLUMNS`; also for
+--aggregator=banded and blt, the matrix mechanisms): both analytical
+epsilons (exact and RDP; no RDP for a matrix mechanism), the exact epsilon
+of what the rounds show about the worst-case participant and the one expected for the run's canaries
 (`tree_targets`), epsilon-final, epsilon-all by the scheduled GLS statistic T
 and by the max statistic M (each with its interval), and the strongest bound;
 the figure has the same two views, with epsilon-all (T) on the right.
@@ -169,7 +170,8 @@ def tree_row_of(report) -> dict:
   row = dict(noise_multiplier=report.config["noise_multiplier"],
              presentations=report.config["presentations"],
              analytical_epsilon=claim.epsilon,
-             analytical_epsilon_rdp=claim.rdp_epsilon,
+             # None (an empty cell) for a matrix mechanism: no RDP account.
+             analytical_epsilon_rdp=getattr(claim, "rdp_epsilon", None),
              rounds_epsilon_worst_case=targets.worst_case_epsilon,
              rounds_epsilon_canaries=targets.schedules_epsilon,
              strongest_bound=bounds.largest_bound,

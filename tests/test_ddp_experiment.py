@@ -51,7 +51,8 @@ def test_ddp_defaults_are_tffs_and_gaussian_has_none(tmp_path):
   assert gaussian.aggregator == "gaussian"
   assert all(getattr(gaussian, k) is None
              for k in ddp_mechanism.DEFAULTS)
-  assert experiment_config.AGGREGATORS == ("gaussian", "ddp", "tree")
+  assert experiment_config.AGGREGATORS == ("gaussian", "ddp", "tree",
+                                           "banded", "blt")
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -70,7 +71,7 @@ def test_ddp_defaults_are_tffs_and_gaussian_has_none(tmp_path):
     (dict(ddp_rotation="fft"), r"ddp_rotation must be one of"),
     (dict(ddp_beta=1.0), r"ddp_beta"),
     (dict(aggregator="dp"), r"aggregator must be one of \('gaussian', "
-     r"'ddp', 'tree'\), got 'dp'"),
+     r"'ddp', 'tree', 'banded', 'blt'\), got 'dp'"),
     (dict(aggregator="gaussian", ddp_bits=16),
      r"ddp_bits=16 is for aggregator='ddp'; got aggregator='gaussian'"),
 ])

@@ -158,7 +158,8 @@ def test_ddp_chain_holds_the_real_factorys_state():
     (dict(bug_size=0.5), "bug_size must be >= 1"),
     (dict(bug="typo"), "bug"),
     (dict(aggregator="typo"), r"aggregator must be one of \('gaussian', "
-                              r"'ddp', 'tree'\), got 'typo'"),
+                              r"'ddp', 'tree', 'banded', 'blt'\), got "
+                              r"'typo'"),
 ])
 def test_bad_config_names_the_argument(kwargs, match):
   with pytest.raises(ValueError, match=match):
@@ -214,8 +215,8 @@ def test_a_registered_mechanism_brings_its_planted_bugs(monkeypatch):
     table = (("new_bug", "server"),)
 
   _register(monkeypatch, "test_planted", TestPlanted())
-  assert runs.aggregator_names() == ("gaussian", "ddp", "tree",
-                                     "test_planted")
+  assert runs.aggregator_names() == ("gaussian", "ddp", "tree", "banded",
+                                     "blt", "test_planted")
   config = runs.BugRunConfig(bug="new_bug", mode="server",
                              aggregator="test_planted")
   assert isinstance(config.planted, TestPlanted)

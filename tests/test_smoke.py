@@ -59,6 +59,11 @@ LAST_LINES = {
     "bench/ftrl_sweep.py":
         r"efficient tree, 4 epochs of 64 rounds, \d+ candidates, 1 trials, "
         r"δ = 1e-05; \d+ s",
+    "bench/matrix_audit.py":
+        r"matrix audit: worst detection [\d.]+, worst false alarm [\d.]+",
+    "bench/matrix_overhead.py":
+        r"BLT: orthogonal canaries, per-round ratio: [\d.]+ ± [\d.]+ at 20, "
+        r"[\d.]+ ± [\d.]+ at 40",
     "bench/noise_check.py":
         r"noise check: worst detection [\d.]+, worst false alarm [\d.]+",
     "bench/pipeline_audit.py":
@@ -68,6 +73,7 @@ LAST_LINES = {
         r"orthogonal canaries, per-round ratio: [\d.]+ ± [\d.]+ at 20, "
         r"[\d.]+ ± [\d.]+ at 40",
     "bench/scheduled_vs_max.py": r"\(\d+ s in all\)",
+    "bench/tightness.py": r'\{"bounds_2000": .+, "worst_validity": [\d.]+\}',
     "bench/validity.py":
         r"largest exceedance rate of a valid bound over every setting: .+",
     "experiments/emnist.py": r"report: (?P<path>\S+/report\.md)",
@@ -97,7 +103,8 @@ RUN_ELSEWHERE = {
 
 # The scripts that train with TensorFlow Federated (the rest are NumPy/SciPy
 # and must not load TensorFlow: checked with python -X importtime).
-TFF_SCRIPTS = {"bench/client_mode_cost.py", "bench/noise_check.py",
+TFF_SCRIPTS = {"bench/client_mode_cost.py", "bench/matrix_overhead.py",
+               "bench/noise_check.py",
                "bench/round_overhead.py", "experiments/emnist.py",
                "experiments/multi_worker.py", "experiments/planted_bugs.py",
                "experiments/stackoverflow.py", "experiments/sweep.py"}

@@ -78,18 +78,19 @@ class TreeNoiseCheck:
   check: noise_stats.NoiseCheck
   noise: np.ndarray
   node_std: np.ndarray
-  claimed: tree_noise_lib.TreeNoise
+  claimed: linear_noise.LinearNoise  # a TreeNoise for a tree
 
   def __str__(self) -> str:
-    return f"tree {self.check}"
+    return f"{self.claimed.kind} {self.check}"
 
   def as_dict(self) -> dict[str, Any]:
     """noise_check.json: the check's `as_dict` (its verdict, summary and
     tests) with the tree's rounds and node stds, not the noise itself."""
     out = self.check.as_dict()
-    out.update(summary=str(self), kind="tree",
+    out.update(summary=str(self), kind=self.claimed.kind,
                num_rounds=int(self.claimed.num_rounds),
-               num_trees=int(self.claimed.num_trees),
+               num_trees=int(getattr(self.claimed, "num_trees",
+                                     self.claimed.num_blocks)),
                node_std=[float(s) for s in self.node_std])
     return out
 
@@ -146,9 +147,9 @@ def _claim(aggregator, noise, num_rounds, noise_multiplier):
     z = (float(tree.noise_multiplier) if tree is not None
          and tree.noise_multiplier > 0.0 else None)
   if noise is not None:
-    if not isinstance(noise, tree_noise_lib.TreeNoise):
-      raise TypeError(f"noise must be a TreeNoise, got "
-                      f"{validation.show(noise)}.")
+    if not isinstance(noise, linear_noise.LinearNoise):
+      raise TypeError(f"noise must be a LinearNoise (a tree's TreeNoise), "
+                      f"got {validation.show(noise)}.")
     if num_rounds is not None and num_rounds != noise.num_rounds:
       raise ValueError(f"num_rounds={num_rounds} differs from the claimed "
                        f"tree's {noise.num_rounds} rounds.")
@@ -162,11 +163,23 @@ def _claim(aggregator, noise, num_rounds, noise_multiplier):
   return tree.noise(num_rounds), z
 
 
+def _shape(claimed: linear_noise.LinearNoise) -> str:
+  """The claimed noise's rounds and restarts, for the check's claim."""
+  if not isinstance(claimed, tree_noise_lib.TreeNoise):  # a matrix strategy's
+    return (f"{claimed.num_rounds} rounds of the claimed linear noise, "
+            f"blocks of {list(claimed.rounds_per_block)} rounds")
+  restarts = tree_noise_lib.restart_rounds(
+      claimed.num_rounds, claimed.restart_period, claimed.restart_warmup)
+  return (f"{claimed.num_rounds} rounds of the "
+          f"{'efficient' if claimed.efficient else 'plain'} tree, restarts "
+          f"after rounds {restarts}")
+
+
 def check_tree_noise(
     aggregator: Any,
     value_type: Any = None,
     *,
-    noise: Optional[tree_noise_lib.TreeNoise] = None,
+    noise: Optional[linear_noise.LinearNoise] = None,
     num_rounds: Optional[int] = None,
     num_clients: int = 1,
     clients_per_round: Optional[float] = None,
@@ -184,7 +197,8 @@ def check_tree_noise(
       `tff.templates.AggregationProcess` (initialized anew). A
       `CanaryDPFactory` must have no canary scheduled in these rounds.
     value_type: the value's TFF type; optional for a process.
-    noise: the claimed tree, `tree_noise.tree_noise(T, ...)`; default the
+    noise: the claimed tree, `tree_noise.tree_noise(T, ...)` (or any
+      `LinearNoise`, e.g. a matrix strategy's, with node_std); default the
       `CanaryDPFactory`'s `tree.noise(num_rounds)`.
     num_rounds: T; default `noise.num_rounds`, else `default_rounds`.
     num_clients: zero-valued clients per round (>= 1).
@@ -241,17 +255,14 @@ def check_tree_noise(
       denominators.append(denominator)
   released = np.stack(rows)
   whitened = linear_noise.whiten(released, claimed.covariance)
-  restarts = tree_noise_lib.restart_rounds(
-      num_rounds, claimed.restart_period, claimed.restart_warmup)
   if given is not None:
     source = "given"
   elif z is not None:
     source = f"z C_t with the claimed z = {z:g}"
   else:
     source = "the generator's stddev"
-  claim = (f"tree covariance (whitened): {num_rounds} rounds of the "
-           f"{'efficient' if claimed.efficient else 'plain'} tree, restarts "
-           f"after rounds {restarts}; sigma_t = "
+  claim = (f"{claimed.kind} covariance (whitened): {_shape(claimed)}; "
+           "sigma_t = "
            f"{source} "
            f"({min(sigmas):.6g}..{max(sigmas):.6g}), denominator "
            f"{denominators[0]:g}")

@@ -55,6 +55,8 @@ _WRAPPERS = (
     ({"numerator_state", "denominator"}, "numerator_state"),  # Normalized
     ({"inner_query_state", "indicator_state"}, "inner_query_state"),  # Restart
     ({"sum_state", "quantile_estimator_state"}, "sum_state"),  # adaptive
+    # matrix_query.MatrixFactorizationQuery: its fresh-noise query clips.
+    ({"fresh_state", "buffers"}, "fresh_state"),
 )
 
 
@@ -89,8 +91,8 @@ def query_clip(state: Any) -> float:
         f"the DP query state at {path} is neither a Gaussian sum query's "
         "(l2_norm_clip) nor a DP-FTRL tree query's (clip_value, tree_state), "
         "under tensorflow_privacy's NormalizedQuery, RestartQuery or "
-        f"adaptive-clip wrappers: its fields are {sorted(fields) or 'none'} "
-        f"in {validation.show(node)}.")
+        "adaptive-clip wrappers or a MatrixFactorizationQuery: its fields "
+        f"are {sorted(fields) or 'none'} in {validation.show(node)}.")
   return validation.as_nonnegative(float(np.asarray(getattr(node, name))),
                                    f"the query's {name} ({path}.{name})")
 

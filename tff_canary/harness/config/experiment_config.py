@@ -55,7 +55,7 @@ _CHOICES = dict(
     client_optimizer=OPTIMIZERS, server_optimizer=OPTIMIZERS,
     assignment=canary_config.ASSIGNMENTS,
     directions=canary_config.DIRECTIONS, insertion=INSERTIONS,
-    aggregator=AGGREGATORS)
+    aggregator=AGGREGATORS, placement=schedules.PLACEMENTS)
 _CHECKS = dict(
     examples_per_client=_int(1), clients_per_round=_int(1),
     noise_multiplier=validation.as_nonnegative,
@@ -140,6 +140,7 @@ class ExperimentConfig:
   allow_large_canary_fraction: bool = False
   assignment: str = "coin"
   directions: str = "orthogonal"
+  placement: str = "random"
   seed: int = 0
   canary_seed: Optional[int] = None
   noise_seed: Optional[int] = None
@@ -308,6 +309,11 @@ def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
   schedule = client_sampling.canary_schedule(  # refuses a mismatch
       sampler, num_rounds, config.presentations,
       allow_mismatch=config.allow_participation_mismatch)
+  if config.placement == "worst_case":  # the requirements hold (preflight)
+    noise = registry.get(config.aggregator).round_noise(
+        config, num_rounds, sampler.rounds_per_epoch)
+    schedule = schedules.SharedRounds(
+        num_rounds, tuple(noise.worst_case_rounds().tolist()))
   presentations = config.presentations
   if presentations is None and config.sampling == "shuffle":
     presentations = sampler.whole_epochs(num_rounds)

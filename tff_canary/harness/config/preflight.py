@@ -27,6 +27,7 @@ import warnings
 
 from tff_canary.stats import call_site
 from tff_canary.harness.config import model_sizes
+from tff_canary.harness.mechanisms import protocol
 from tff_canary.harness.mechanisms import registry
 from tff_canary.stats.canaries import canary_config
 
@@ -89,6 +90,16 @@ def check_requirements(config) -> None:
   argument, why), by the mechanism (`protocol.Mechanism.requirements`)."""
   mechanism = registry.get(config.aggregator)
   missing = mechanism.requirements(config)
+  if config.placement == "worst_case" and not hasattr(mechanism,
+                                                      "round_noise"):
+    correlated = [name for name in registry.names()
+                  if hasattr(registry.get(name), "round_noise")]
+    missing.append(protocol.Requirement(
+        "--placement=random", "placement='random'",
+        "the worst-case placement puts every canary on the rounds of the "
+        "accounting's worst case under noise correlated across rounds ("
+        + ", ".join(correlated) + "); with independent rounds every "
+        "placement faces the same noise"))
   if missing:
     raise ValueError(
         f"{mechanism.subject(config)} needs {len(missing)} more setting"

@@ -27,7 +27,7 @@ POISSON = "Poisson sampling (PLD)"
 POISSON_AT_CANARY_RATE = "Poisson sampling at the canaries' rate (PLD)"
 _SCHEDULES = {cls.__name__: cls for cls in (
     schedules.ShuffledEpochs, schedules.FixedPresentations,
-    schedules.PerRoundSampling)}
+    schedules.PerRoundSampling, schedules.SharedRounds)}
 # How to give canaries the clients' Poisson sampling, for the report's text.
 HOW_TO_AUDIT_POISSON = (
     "to audit it, give the canaries the clients' sampling: "
@@ -38,7 +38,7 @@ def schedule_of(text: Any) -> Optional[schedules.Schedule]:
   """The canary schedule whose repr is `text` (as the cosine table and
   config.json record it), or None for anything else ("" when not recorded).
 
-  Only the literal keyword arguments of `ShuffledEpochs`,
+  Only the literal keyword arguments of `ShuffledEpochs`, `SharedRounds`,
   `FixedPresentations` and `PerRoundSampling` are read (`ast`, nothing is
   evaluated).
   """

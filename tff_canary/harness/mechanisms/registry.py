@@ -19,6 +19,8 @@ MECHANISMS = {
     "gaussian": "tff_canary.harness.mechanisms.gaussian",  # DP-FedAvg
     "ddp": "tff_canary.harness.mechanisms.ddp",  # TFF's distributed DP
     "tree": "tff_canary.harness.mechanisms.tree",  # DP-FTRL's tree
+    "banded": "tff_canary.harness.mechanisms.banded",  # banded DP-FTRL
+    "blt": "tff_canary.harness.mechanisms.blt",  # BLT DP-FTRL
 }
 # The mechanism of a config.json without the key (written before the DDP
 # aggregator), and of the experiments by default.

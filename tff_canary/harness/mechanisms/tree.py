@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any
 
 from tff_canary.harness.mechanisms import protocol
+from tff_canary.stats.correlated import tree_noise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +29,7 @@ class TreeMechanism(protocol.Mechanism):
   round_scores = True
   report_section = "tff_canary.harness.reporting.tree_report"
   client_aggregator = " (DP-FTRL tree)"
+  scores_of = "the tree's"  # whose scores, in the refusals' text
   client_accounting = ("the tree accounting (the analytical ε) is that of "
                        "clients_per_round real clients, each once per tree")
   # No noise is refused (`resolve`); a fixed clip (`requirements`).
@@ -35,8 +37,8 @@ class TreeMechanism(protocol.Mechanism):
 
   def subject(self, config) -> str:
     if config.insertion == "clients":
-      return ("aggregator='tree' with insertion='clients' (--aggregator=tree "
-              "--insertion=clients)")
+      return (f"aggregator={self.name!r} with insertion='clients' "
+              f"(--aggregator={self.name} --insertion=clients)")
     return self.flag
 
   def requirements(self, config) -> list[protocol.Requirement]:
@@ -50,8 +52,8 @@ class TreeMechanism(protocol.Mechanism):
         missing.append(protocol.Requirement(
             f"--canary_norm={config.clip:g} or more (got {norm:g})",
             f"canary_norm >= clip = {config.clip:g}",
-            "the tree's scores count a canary client as entering the sum at "
-            "the clip, which one below it does not"))
+            f"{self.scores_of} scores count a canary client as entering the "
+            "sum at the clip, which one below it does not"))
     if config.directions != "orthogonal":
       missing.append(protocol.Requirement(
           "--directions=orthogonal", "directions='orthogonal'",
@@ -88,6 +90,16 @@ class TreeMechanism(protocol.Mechanism):
                        "tree's scores are in units of its node noise; got "
                        "noise_multiplier=0.0.")
     return {}
+
+  def round_noise(self, config, num_rounds: int, rounds_per_epoch: int):
+    """The claimed released noise of the run's rounds (the report's
+    section): the efficient tree restarted every epoch."""
+    return tree_noise.tree_noise(num_rounds, efficient=True,
+                                 restart_period=rounds_per_epoch)
+
+  def section_settings(self, config) -> list[str]:
+    """The report's settings lines for this mechanism's noise."""
+    return ["tree aggregation restarted every epoch"]
 
 
 MECHANISM = TreeMechanism()

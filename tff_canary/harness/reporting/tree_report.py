@@ -23,10 +23,10 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 
 from tff_canary.harness.config import experiment_config
+from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.reporting import headline as headline_lib
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.stats.correlated import tree_audit
-from tff_canary.stats.correlated import tree_noise
 from tff_canary.stats.correlated import tree_targets
 
 FINAL = "final model: epsilon_final (sum of the rounds' scores)"
@@ -55,13 +55,21 @@ class TreeSection:
   targets: tree_targets.TreeTargets
   num_inserted: int
   num_held_out: int
+  # The mechanism's settings lines (`Mechanism.section_settings`).
+  noise_settings: tuple[str, ...] = ("tree aggregation restarted every "
+                                     "epoch",)
 
   @property
   def analytical(self) -> dict[str, float]:
-    trees = len(self.audit.claim.rounds_per_tree)
+    claim = self.audit.claim
+    if not hasattr(claim, "rdp_epsilon"):  # a matrix mechanism's rounds
+      epochs = len(claim.rounds_per_block)
+      return {f"DP-FTRL, {epochs} epoch{'s' if epochs > 1 else ''} (exact "
+              "GDP, μ = sens / z)": claim.epsilon}
+    trees = len(claim.rounds_per_tree)
     return {f"DP-FTRL, {trees} tree{'s' if trees > 1 else ''} (exact, node "
-            "release)": self.audit.claim.epsilon,
-            "DP-FTRL (RDP, dp-accounting)": self.audit.claim.rdp_epsilon}
+            "release)": claim.epsilon,
+            "DP-FTRL (RDP, dp-accounting)": claim.rdp_epsilon}
 
   def _estimates(self) -> list[tuple[str, Any]]:
     e = self.estimates
@@ -112,11 +120,14 @@ class TreeSection:
   def rows(self) -> list[tuple[str, str, float, str]]:
     """(name, kind, epsilon, detail) rows of the report's table."""
     t = self.targets
-    (node, node_epsilon), (rdp, rdp_epsilon) = self.analytical.items()
-    out = [(node, "analytical", node_epsilon, "what the accounting "
-            "guarantees: the release of every node of the trees"),
-           (rdp, "analytical", rdp_epsilon, "what the accounting guarantees "
-            "(Rényi DP of the same release, looser)")]
+    details = ["what the accounting guarantees: the release of every node "
+               "of the trees", "what the accounting guarantees (Rényi DP of "
+               "the same release, looser)"]
+    if len(self.analytical) == 1:  # a matrix mechanism's
+      details = ["what the accounting guarantees: the rounds released as "
+                 "C x + ξ, sens = max over one round per epoch of ‖C a‖"]
+    out = [(name, "analytical", epsilon, detail) for (name, epsilon), detail
+           in zip(self.analytical.items(), details)]
     out.append((WORST_CASE, "analytical", t.worst_case_epsilon,
                 f"μ = {t.worst_case_mu:.4g} = √(Σ_e max_t (K_e⁻¹)_tt) / z: "
                 "what the released rounds show about the participant they "
@@ -151,7 +162,7 @@ class TreeSection:
     return [str(self.audit)]
 
   def settings(self, config: dict[str, Any]) -> list[str]:
-    return ["tree aggregation restarted every epoch",
+    return [*self.noise_settings,
             f"noise multiplier {config['noise_multiplier']}",
             f"clip {config['clip']}"]
 
@@ -188,7 +199,13 @@ def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
         f"{rd.file(run_dir_lib.CONFIG)} has assignment="
         f"{config.get('assignment')!r}: the DP-FTRL report's one-run bounds "
         "need candidates inserted by fair coins (assignment='coin').")
-  canaries = experiment_config.run_canaries(config)
+  # The epochs are the client sampler's (the canaries' schedule may be a
+  # worst-case placement, `SharedRounds`, which has none).
+  resolved = experiment_config.resolve(
+      experiment_config.ExperimentConfig.from_json(config),
+      config["num_clients"], config["dim"])
+  canaries = experiment_config.run_canaries(resolved.values,
+                                            resolved.canary_schedule)
   recorded = rd.load_participation()
   if not np.array_equal(recorded, canaries.participation.events):
     raise run_dir_lib.RunDirError(
@@ -201,9 +218,9 @@ def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
     raise run_dir_lib.RunDirError(
         f"{rd.file(run_dir_lib.TREE_SCORES)} has {scores.shape[0]} rounds "
         f"of the run's {num_rounds}: the run has not finished (--resume).")
-  per_epoch = canaries.schedule.rounds_per_epoch
-  noise = tree_noise.tree_noise(num_rounds, efficient=True,
-                                restart_period=per_epoch)
+  per_epoch = resolved.sampler.rounds_per_epoch
+  mechanism = registry.of_config(config)
+  noise = mechanism.round_noise(config, num_rounds, per_epoch)
   z = config["noise_multiplier"]
   u, a = scores.T, canaries.schedule_matrix()
   audit = tree_audit.audit_ftrl(
@@ -224,4 +241,5 @@ def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
              else "claimed ε"),
       estimates=estimates, audit=audit, targets=targets,
       num_inserted=int(canaries.inserted.sum()),
-      num_held_out=int((~canaries.inserted).sum()))
+      num_held_out=int((~canaries.inserted).sum()),
+      noise_settings=tuple(mechanism.section_settings(config)))

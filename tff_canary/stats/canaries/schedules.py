@@ -7,6 +7,14 @@ schedules cover the paper's settings (Andrew et al., ICLR 2024, arXiv
 `PerRoundSampling` (in each round with probability q, as Poisson sampling of
 clients).
 
+One more places every canary on the same rounds, for mechanisms with noise
+correlated across rounds (DP-FTRL's tree, matrix mechanisms):
+
+  * `SharedRounds(num_rounds, rounds)`: each canary takes part in exactly
+    `rounds`. With the worst-case pattern a* (`sensitivity.Sensitivity.
+    as_schedule`) every canary faces the analytical epsilon itself
+    (docs/method/matrix-mechanisms.md).
+
 Rounds are numbered from 0: round r is the r-th call of the aggregation
 process's `next`, which turns the model theta_r into theta_{r+1} (the method pages' round
 t = r + 1). A schedule is a frozen description; `realize(seed, canary_ids)`
@@ -33,6 +41,11 @@ COIN_TAG = 0xC014
 # The held-out canaries' schedules (`CanaryConfig.held_out_participation`):
 # drawn like the inserted ones' from their own stream, never used to insert.
 HELD_OUT_SCHEDULE_TAG = 0x4E1D0
+
+# Where canaries take part with noise correlated across rounds: "random",
+# as the clients do (a drawn round of each epoch), or "worst_case", every
+# canary on the claimed noise's worst-case rounds (`SharedRounds`).
+PLACEMENTS: tuple[str, ...] = ("random", "worst_case")
 
 _MAX_SEED = 2**63 - 1
 
@@ -292,3 +305,54 @@ class PerRoundSampling(Schedule):
     return [np.flatnonzero(row)
             for keys in _uniforms(rng, num_canaries, self.num_rounds)
             for row in keys < self.probability]
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedRounds(Schedule):
+  """Every canary in the same rounds: the worst-case placement.
+
+  With noise correlated across rounds a canary on pattern a has GLS
+  statistic N(mu_a, 1), mu_a = sqrt(a^T K^-1 a) / z
+  (`gls_statistics.schedule_mu`), and the accounting's mu is the largest
+  mu_a over the patterns the participation rule allows. With `rounds` that
+  maximizing pattern a* (one participation per epoch with restarts:
+  `LinearNoise.worst_case_rounds`; k participations b apart:
+  `sensitivity.toeplitz_sensitivity`; both as `Sensitivity.as_schedule`),
+  every canary, inserted and held-out alike (nothing is drawn, so the
+  held-out stream gives the same rounds), faces the analytical mu itself,
+  and the scheduled estimate targets the analytical epsilon. The model pays:
+  those rounds carry every inserted canary and the others none
+  (docs/method/matrix-mechanisms.md).
+
+  Attributes:
+    num_rounds: Length of the run in rounds, >= 1.
+    rounds: the rounds, distinct, in [0, num_rounds); stored sorted as a
+      tuple of ints.
+  """
+
+  num_rounds: int
+  rounds: tuple[int, ...]
+
+  def __post_init__(self):
+    num_rounds = validation.as_int(self.num_rounds, "num_rounds", minimum=1)
+    rounds = np.asarray(self.rounds)
+    if (rounds.ndim != 1 or rounds.size == 0
+        or not np.issubdtype(rounds.dtype, np.integer)):
+      raise ValueError(f"rounds must be a nonempty sequence of round numbers, "
+                       f"got {validation.show(self.rounds)}.")
+    bad = np.flatnonzero((rounds < 0) | (rounds >= num_rounds))
+    if bad.size:
+      raise ValueError(f"rounds must lie in [0, {num_rounds}), but rounds"
+                       f"[{int(bad[0])}] = {int(rounds[bad[0]])}.")
+    if np.unique(rounds).size != rounds.size:
+      raise ValueError(f"rounds must be distinct, got "
+                       f"{validation.show(self.rounds)}.")
+    self.__dict__.update(num_rounds=num_rounds,
+                         rounds=tuple(sorted(int(r) for r in rounds)))
+
+  def expected_participation(self) -> float:
+    return float(len(self.rounds))
+
+  def _draw(self, rng, num_canaries):
+    del rng  # nothing is drawn
+    return [np.asarray(self.rounds, np.int64)] * num_canaries

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -85,6 +85,9 @@ class LinearNoise:
 
   released: np.ndarray
   round_block: np.ndarray
+  # What the noise is called in the audit's and self-test's text ("tree",
+  # "matrix"; the subclasses').
+  kind: ClassVar[str] = "correlated"
 
   def __post_init__(self):
     b, blocks = self.released, self.round_block
@@ -174,6 +177,33 @@ class LinearNoise:
     becomes iid N(0, 1); whitening mixes rounds, never columns."""
     return whiten(np.asarray(noise, dtype=np.float64), self.covariance)
 
+  def worst_case_rounds(self) -> np.ndarray:
+    """a*, [blocks] int: the round t_b of each block with the largest
+    (K^-1)_tt (the first on ties), the pattern `worst_case_mu` is of.
+
+    A participant, or canary, in these rounds (one per block) is the one the
+    released rounds reveal most about: `gls_statistics.schedule_mu` of the
+    pattern is `worst_case_mu` (the worst-case placement of canaries,
+    `tree_simulation.simulate`'s `placement`). For the plain tree a* is
+    round 0 of every tree; for a square B = C^-1 restarted every block, the
+    round of C_b's largest column norm (round 0 of each block for a
+    Toeplitz C with non-increasing coefficients).
+
+    Raises:
+      ValueError: if K correlates rounds of different blocks.
+    """
+    blocks = self.round_block
+    k = self.covariance
+    if np.any(np.abs(k[blocks[:, None] != blocks[None, :]])
+              > 1e-12 * np.abs(k).max()):
+      raise ValueError("the covariance correlates rounds of different "
+                       "blocks: their noises are not independent.")
+    precision = np.diag(self.precision)
+    return np.array([int(rounds[np.argmax(precision[rounds])])
+                     for rounds in (np.flatnonzero(blocks == i)
+                                    for i in range(self.num_blocks))
+                     if rounds.size], dtype=np.int64)
+
   def worst_case_mu(self, noise_multiplier: float) -> float:
     """sqrt(sum_b max_{t in b} (K^-1)_tt) / z: the rounds' mu for the worst case.
 
@@ -182,22 +212,15 @@ class LinearNoise:
     those in at most one round per block (Kairouz et al. 2021, arXiv
     2103.00039, Appendix D): K is block-diagonal, so `gls_statistics.
     schedule_mu` of one round t_b per block is sqrt(sum_b (K_b^-1)_{t_b t_b})
-    / z, largest as above. The rounds are a post-processing of the nodes, so
-    the node release's mu bounds it (for the tree `tree_accounting.node_mu`:
-    equal for the plain tree, smaller for Honaker's efficient tree). For
-    B = C^-1 (nodes = rounds) it is sqrt(sum_b max_t ||C_b e_t||^2) / z.
+    / z, largest as above, attained in `worst_case_rounds`. The rounds are a
+    post-processing of the nodes, so the node release's mu bounds it (for
+    the tree `tree_accounting.node_mu`: equal for the plain tree, smaller
+    for Honaker's efficient tree). For B = C^-1 (nodes = rounds) it is
+    sqrt(sum_b max_t ||C_b e_t||^2) / z.
     """
     z = validation.as_positive(noise_multiplier, "noise_multiplier")
-    blocks = self.round_block
-    k = self.covariance
-    if np.any(np.abs(k[blocks[:, None] != blocks[None, :]])
-              > 1e-12 * np.abs(k).max()):
-      raise ValueError("the covariance correlates rounds of different "
-                       "blocks: their noises are not independent.")
-    precision = np.diag(self.precision)
-    total = sum(float(precision[blocks == i].max())
-                for i in range(self.num_blocks) if np.any(blocks == i))
-    return math.sqrt(total) / z
+    rounds = self.worst_case_rounds()
+    return math.sqrt(float(np.diag(self.precision)[rounds].sum())) / z
 
   def release_mu(self, noise_multiplier: float) -> float:
     """The GDP mu of the mechanism's full release for a participant in at

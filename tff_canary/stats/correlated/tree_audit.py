@@ -14,7 +14,8 @@ or a matrix mechanism's, whose claim is `LinearNoise.claim`). The checks
   whitened by the claimed K = L L^T, e -> L^-1 e, must be i.i.d. N(0, 1):
   `noise_stats.check_noise` (Holm);
 * "contribution": each inserted canary's excess contribution per epoch over
-  one participation at the clip norm, one-sided (`contribution_check`);
+  its schedule's participations, in participations at the clip norm,
+  one-sided (`contribution_check`);
 * "bounds": Steinke, Nasr & Jagielski's one-run bound on the scheduled and
   max statistics T_j and M_j (`gls_statistics`), and the tight one-run bound
   (`audit.tight_bound`) on T, against the claimed epsilon, each with its
@@ -46,7 +47,9 @@ from tff_canary.stats.correlated import (gls_statistics, linear_noise,
 from tff_canary.stats import results
 from tff_canary.stats import validation
 
-CHECKS = ("self-test", "contribution", "bounds")
+CHECKS = ("participation", "self-test", "contribution", "bounds")
+# The checks with a level (Bonferroni); "participation" is exact.
+_TESTS = ("self-test", "contribution", "bounds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +69,9 @@ class FtrlAudit:
     bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks,
       with their reach ("beyond reach" when no bound could exceed the claim
       with these candidates).
+    noise_kind: the claimed noise's `LinearNoise.kind`, for the text.
+    participation: the participation check's reading, or None when no rule
+      was given (`audit_ftrl`'s `participation`).
   """
 
   refuted: bool
@@ -78,6 +84,8 @@ class FtrlAudit:
   contribution_t: float
   contribution_p_value: float
   bounds: audit_module.AuditVerdict
+  noise_kind: str = "tree"
+  participation: Optional[str] = None
 
   @property
   def verdict(self) -> str:
@@ -98,6 +106,8 @@ class FtrlAudit:
             if self.bounds.beyond_reach else "consistent with the claim")
     lines = [f"DP-FTRL audit: {head} (family-wise level {self.level:g}); "
              f"{self.claim}"]
+    if self.participation is not None:
+      lines.append(f"  participation: {self.participation}")
     if self.self_test is not None:
       lines.append("  self-test: " + ("passed" if self.self_test.passed else
                                       self.self_test.failures[0]))
@@ -107,10 +117,12 @@ class FtrlAudit:
 
   def contribution_text(self) -> str:
     """The contribution check in one line, with both causes when it fails."""
-    text = (f"excess {self.contribution_excess:+.3g} per epoch over one "
-            f"participation at the clip norm (t = {self.contribution_t:.3g}, "
+    text = (f"excess {self.contribution_excess:+.3g} participations at the "
+            f"clip norm per epoch over the schedules' (t = "
+            f"{self.contribution_t:.3g}, "
             f"p = {self.contribution_p_value:.2g}; spread "
-            f"{self.contribution_spread:.3g}x the tree noise's variance)")
+            f"{self.contribution_spread:.3g}x the {self.noise_kind} noise's "
+            "variance)")
     if "contribution" in self.caught_by:
       text += (": the inserted canaries put more into the sums than the "
                "claim allows: more participations per epoch than their "
@@ -209,7 +221,8 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                self_test_noise: Optional[npt.ArrayLike] = None,
                self_test_sizes: Optional[Sequence[int]] = None,
                level: float = 0.05,
-               claimed_epsilon: Optional[float] = None) -> FtrlAudit:
+               claimed_epsilon: Optional[float] = None,
+               claim: Any = None, participation: Any = None) -> FtrlAudit:
   """Audits a DP-FTRL claim from one run's canary scores (module docstring).
 
   Args:
@@ -230,17 +243,28 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       tensor.
     level: family-wise false-alarm level in (0, 1).
     claimed_epsilon: the epsilon the bounds are held against; default the
-      noise's analytical one (`noise.claim(...).epsilon`; the tree's:
-      `tree_accounting.tree_epsilons(...).epsilon`).
+      claim's.
+    claim: the analytical claim (its `epsilon` and text); default
+      `noise.claim(...)`, one participation per epoch (the tree's:
+      `tree_accounting.tree_epsilons(...)`); for another participation rule,
+      e.g. `separation.MinSeparation.claim`.
+    participation: None, or the claimed participation rule (an object with
+      `violations(schedule)` and a text, `separation.MinSeparation`): the
+      "participation" check refutes the claim when a candidate's schedule
+      breaks it. Exact, so outside the level: canaries sampled as the
+      clients are show the clients' real participation.
   """
   noise, u, a, mask = _inputs(scores, schedule, inserted, noise)
   z = validation.as_positive(noise_multiplier, "noise_multiplier")
   level = validation.as_open_unit(level, "level")
   per = validation.as_int(rounds_per_epoch, "rounds_per_epoch", minimum=1)
   noise.epochs(per)   # one block per epoch, or a clear error
-  claim = noise.claim(z, delta=delta)
-  checks = len(CHECKS) if self_test_noise is not None else len(CHECKS) - 1
+  claim = noise.claim(z, delta=delta) if claim is None else claim
+  checks = len(_TESTS) if self_test_noise is not None else len(_TESTS) - 1
   each = level / checks
+  broken = 0
+  if participation is not None:
+    broken = int(np.count_nonzero(participation.violations(a != 0)))
   t_stat = gls_statistics.scheduled_statistic(u, a, noise)
   m_stat = gls_statistics.max_statistic(u, noise)
   fns = {   # each with its reach
@@ -269,8 +293,9 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
     except ValueError as error:
       raise ValueError(f"self_test_sizes: {error}") from None
     self_test = noise_stats.check_noise(
-        tensors, 1.0, level=each, claim="tree covariance (whitened)")
-  failed = {"self-test": self_test is not None and not self_test.passed,
+        tensors, 1.0, level=each, claim=f"{noise.kind} covariance (whitened)")
+  failed = {"participation": broken > 0,
+            "self-test": self_test is not None and not self_test.passed,
             "contribution": contribution.p_value < each,
             "bounds": bounds.refuted}
   caught = tuple(name for name in CHECKS if failed[name])
@@ -280,7 +305,12 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                    contribution_spread=contribution.spread,
                    contribution_t=contribution.t,
                    contribution_p_value=contribution.p_value,
-                   bounds=bounds)
+                   bounds=bounds, noise_kind=noise.kind,
+                   participation=None if participation is None else (
+                       f"{broken} of {a.shape[0]} candidates' schedules break "
+                       f"the claimed {participation}" if broken else
+                       f"every candidate's schedule within the claimed "
+                       f"{participation}"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,9 +326,10 @@ class FtrlEstimates:
     independent: all iterates, the statistic of independent rounds with an
       N(0, 1) null (wrong when rounds are correlated; shown for contrast).
 
-  Their targets: `tree_targets`. The inserted canaries' means differ by
-  schedule, so each variance check is given that known spread
-  (`epsilon_scheduled`'s `inserted_mu`).
+  Their targets: `tree_targets` (scheduled: the analytical epsilon when
+  every canary is on the worst-case pattern, `TreeTargets.scheduled_target`).
+  The inserted canaries' means differ by schedule, so each variance check
+  is given that known spread (`epsilon_scheduled`'s `inserted_mu`).
   """
 
   final: scheduled_sums.ScheduledEstimate

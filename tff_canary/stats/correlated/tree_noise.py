@@ -30,7 +30,7 @@ NumPy and dp-accounting only.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 
@@ -129,6 +129,7 @@ class TreeNoise(linear_noise.LinearNoise):
   prefix: np.ndarray
   call_index: np.ndarray
   call_level: np.ndarray
+  kind: ClassVar[str] = "tree"
 
   @property
   def num_trees(self) -> int:

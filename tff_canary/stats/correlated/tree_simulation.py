@@ -14,6 +14,12 @@ zero values, is B Xi for `self_test_dim` coordinates. DP-FTRL's setting
 epoch, each inserted canary in one uniformly drawn round of every epoch;
 fair-coin candidates (Steinke, Nasr & Jagielski 2023), each with a schedule.
 
+The candidates' rounds (`simulate`'s `placement`): "random", as above, a
+client's; or "worst_case", every candidate on the claimed noise's
+worst-case pattern a* (`LinearNoise.worst_case_rounds`), so that every
+inserted canary's GLS statistic is N(worst_case_mu, 1): for the plain tree
+and a square B (a matrix mechanism) the analytical mu itself.
+
 Planted bugs (`Bug`), each the failure of one assumption of the accounting
 (docs/method/dp-ftrl.md, "Planted bugs"): "restart_reuse" (each restarted
 tree draws the first tree's node noises again), "double_participation"
@@ -30,16 +36,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Literal, Optional, get_args
+from typing import Literal, Optional, Sequence, Union, get_args
 
 import numpy as np
 
+from tff_canary.stats.canaries import schedules
 from tff_canary.stats.correlated import linear_noise, tree_noise
 from tff_canary.stats import validation
 
 Bug = Literal["none", "restart_reuse", "double_participation",
               "missing_level", "efficient_scale"]
 BUGS: tuple[str, ...] = get_args(Bug)
+PLACEMENTS = schedules.PLACEMENTS
 # The level whose nodes lose their noise in "missing_level": the lowest
 # internal level, which covers half the rounds of every tree.
 MISSING_LEVEL = 1
@@ -142,9 +150,41 @@ def _released(setting: FtrlSetting, bug: str) -> np.ndarray:
   return _frozen(planted_noise(setting.claimed_noise(), bug).released)
 
 
+@functools.lru_cache(maxsize=16)
+def _worst_case_rounds(setting: FtrlSetting) -> np.ndarray:
+  """a* of the setting's claimed tree, read-only (building it is slow)."""
+  return _frozen(setting.claimed_noise().worst_case_rounds())
+
+
+def _placement(placement, setting: FtrlSetting,
+               noise: Optional[linear_noise.LinearNoise]
+               ) -> Optional[np.ndarray]:
+  """The round of each epoch every candidate takes, or None for random."""
+  if isinstance(placement, str):
+    placement = validation.as_choice(placement, "placement", PLACEMENTS)
+    if placement == "random":
+      return None
+    if noise is None:
+      rounds = _worst_case_rounds(setting)
+    else:
+      noise.epochs(setting.rounds_per_epoch)  # one block per epoch
+      rounds = noise.worst_case_rounds()
+  else:
+    rounds = np.asarray(placement)
+  per, epochs = setting.rounds_per_epoch, setting.epochs
+  if (rounds.shape != (epochs,) or not np.issubdtype(rounds.dtype, np.integer)
+      or np.any(rounds // per != np.arange(epochs))):
+    raise ValueError(
+        f"placement must be 'random', 'worst_case' or one round in each of "
+        f"the {epochs} epochs of {per} rounds, in order, got "
+        f"{validation.show(placement)}.")
+  return rounds - np.arange(epochs) * per
+
+
 def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
              insert: bool = True,
-             noise: Optional[linear_noise.LinearNoise] = None) -> FtrlRun:
+             noise: Optional[linear_noise.LinearNoise] = None,
+             placement: Union[str, Sequence[int]] = "random") -> FtrlRun:
   """One seeded DP-FTRL run with fair-coin orthogonal canaries.
 
   `insert=False` inserts no canary whatever the coins say (the "no canary"
@@ -153,6 +193,11 @@ def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
   with `bug` planted (`planted_noise`); else any `linear_noise.LinearNoise`
   of the setting's rounds (a matrix mechanism's B = C^-1, correct or with a
   bug of its own), `bug` then "none" or "double_participation".
+  `placement` (module docstring): "random"; "worst_case", every candidate
+  on a* of the claimed noise (the setting's tree, or `noise`, so a noise
+  with a bug planted moves it); or the rounds of a* given, one per epoch
+  (e.g. the claimed strategy's `sensitivity.restarted_sensitivity`). A
+  given seed draws the same coins and noise for every placement.
   """
   if not isinstance(setting, FtrlSetting):
     raise TypeError(f"setting must be an FtrlSetting, got "
@@ -171,6 +216,7 @@ def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
                      f"{setting.num_rounds}.")
   else:
     b = noise.released
+  fixed = _placement(placement, setting, noise)
   rng = np.random.default_rng([seed, BUGS.index(bug)])
   m, per, epochs = (setting.num_candidates, setting.rounds_per_epoch,
                     setting.epochs)
@@ -180,6 +226,8 @@ def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
   extra = np.zeros_like(schedule)
   for e in range(epochs):
     first = rng.integers(0, per, size=m)
+    if fixed is not None:
+      first = np.full(m, fixed[e])
     schedule[rows, e * per + first] = True
     # A uniformly drawn other round of the same epoch.
     second = (first + rng.integers(1, per, size=m)) % per
@@ -198,4 +246,4 @@ def simulate(setting: FtrlSetting, *, bug: Bug = "none", seed: int = 0,
 
 
 __all__ = ["BUGS", "Bug", "FtrlRun", "FtrlSetting", "MISSING_LEVEL",
-           "planted_noise", "simulate"]
+           "PLACEMENTS", "planted_noise", "simulate"]

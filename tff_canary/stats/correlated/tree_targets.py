@@ -12,7 +12,10 @@ Wang 2018, Thm 8; docs/method/dp-ftrl.md, "Three ε"):
     ceiling of any attack on the rounds;
   * this run's schedules: the mean over the inserted canaries of mu_j =
     sqrt(a_j^T K^-1 a_j) / z (`gls_statistics.schedule_mu`), what
-    epsilon-all by T estimates; not a ceiling.
+    epsilon-all by T estimates; not a ceiling. With every canary on the
+    worst-case pattern a* (`schedules.SharedRounds`) it is the worst case's
+    mu, for the plain tree and a square B the analytical mu itself
+    (`TreeTargets.scheduled_target` names which).
 
 Beside them, epsilon-final's target: the final model holds the sum of the
 rounds, whose canary score is N(P_j / z, 1^T K 1), so the mean over the
@@ -73,6 +76,19 @@ class TreeTargets:
     final model's."""
     return {NODES: self.node_epsilon, WORST_CASE: self.worst_case_epsilon,
             SCHEDULES: self.schedules_epsilon, FINAL: self.final_epsilon}
+
+  @property
+  def scheduled_target(self) -> str:
+    """The name of the epsilon that epsilon-all by T estimates: NODES (the
+    analytical epsilon) when every inserted canary's mu_j is the node
+    release's (the worst-case placement; plain tree or square B), else
+    WORST_CASE when every one is the worst case's (the efficient tree's
+    a*), else SCHEDULES. With one round per epoch no mu_j exceeds the worst
+    case, so the mean of the mu_j equals it only when every one does."""
+    def at(mu):
+      return abs(self.schedules_mu - mu) <= 1e-9 * mu
+    return (NODES if at(self.node_mu) else WORST_CASE
+            if at(self.worst_case_mu) else SCHEDULES)
 
   def mus(self) -> dict[str, float]:
     return {NODES: self.node_mu, WORST_CASE: self.worst_case_mu,

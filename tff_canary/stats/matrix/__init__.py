@@ -1,0 +1,1 @@
+"""Matrix-factorization DP-FTRL in NumPy: lower-triangular Toeplitz strategies (banded square root, BLT), their streaming noise, sensitivity under b-min-separated participation, and the analytical epsilon."""
