@@ -145,11 +145,14 @@ def test_placement_worst_case_is_the_noise_s_worst_rounds_or_refused():
 def test_a_tiny_blt_run_reports_its_claim_scores_and_noise_check(tmp_path):
   from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
   path = tmp_path / "run"
+  # Cyclic sampling: one BLT over the 6 rounds, never restarted (the
+  # restarted BLT runs in the canary-clients run below).
   config = experiment_config.ExperimentConfig(
       aggregator="blt", clip=0.1, output_dir=str(path), num_rounds=6,
       num_clients=18, clients_per_round=6, examples_per_client=8,
       num_inserted=4, num_held_out=4, noise_multiplier=1.0, eval_every=0,
-      checkpoint_every=6, eval_examples=16, allow_large_canary_fraction=True)
+      checkpoint_every=6, eval_examples=16, allow_large_canary_fraction=True,
+      sampling="cyclic")
   report = experiment.run_experiment(config, progress=False,
                                      log=lambda *a: None)
   rd = run_dir.RunDir(str(path))
@@ -157,11 +160,16 @@ def test_a_tiny_blt_run_reports_its_claim_scores_and_noise_check(tmp_path):
   assert saved["aggregator"] == "blt" and saved["blt_buffers"] == 3
   assert not rd.exists(run_dir.LEDGER)
   assert rd.load_tree_scores(8).shape == (6, 8)
-  # Two epochs of 3 rounds: the claim is the fitted BLT's worst case.
-  blt = registry.get("blt")
-  noise = blt.round_noise(saved, 6, 3)
+  # Two epochs of 3 rounds, never restarted: the claim is the worst case
+  # of the BLT fitted to 2 participations 3 rounds apart in 6 rounds.
+  from tff_canary.stats.matrix import separation  # pylint: disable=g-import-not-at-top
+  rule = separation.MinSeparation(rounds=6, participations=2, separation=3)
+  strategy = registry.get("blt").strategy(saved, 3)
   assert report.audit.claim.epsilon == pytest.approx(
-      noise.claim(1.0, delta=saved["delta"]).epsilon, rel=1e-12)
+      rule.claim(strategy.coefficients(6), noise_multiplier=1.0,
+                 delta=saved["delta"]).epsilon, rel=1e-12)
+  assert report.audit.participation.startswith("every candidate")
+  assert "never restarted" in report.to_markdown()
   check = json.loads(open(rd.file(run_dir.NOISE_CHECK)).read())
   assert check["kind"] == "matrix" and check["passed"]
   assert check["claim"].startswith("matrix covariance (whitened)")
@@ -175,7 +183,7 @@ def test_a_tiny_blt_run_reports_its_claim_scores_and_noise_check(tmp_path):
 def test_the_claimed_noise_gives_the_matrix_accounting(name):
   from tff_canary.stats.matrix import analytical, sensitivity  # pylint: disable=g-import-not-at-top
   mechanism = registry.get(name)
-  values = {"bands": 3, "blt_buffers": 2}
+  values = {"bands": 3, "blt_buffers": 2, "sampling": "shuffle"}
   noise = mechanism.round_noise(values, 20, 8)  # epochs of 8, 8 and 4 rounds
   assert noise.rounds_per_block == (8, 8, 4)
   matrix = analytical.matrix_epsilon(
