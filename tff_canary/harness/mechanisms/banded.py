@@ -2,7 +2,8 @@
 
 The b-banded square root C (Choquette-Choo et al. 2023, arXiv 2306.08153;
 `stats.matrix.toeplitz.square_root_coefficients`), restarted every epoch
-or, with cyclic sampling, never; everything else is `matrix.MatrixMechanism`'s.
+or, with cyclic sampling, never; everything else is
+`matrix.MatrixMechanism`'s.
 """
 
 from __future__ import annotations

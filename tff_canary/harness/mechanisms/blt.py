@@ -6,7 +6,8 @@ fitted with SciPy (`stats.matrix.blt_fit.fit_blt`, deterministic: seed 0)
 to the clients' participation: one participation in an epoch of
 rounds_per_epoch rounds, restarted every epoch; with cyclic sampling, the
 run's rounds with at most k participations one epoch apart, never
-restarted (`matrix.participation_rule`); or, with `blt_output_scale` and `blt_buf_decay`, the BLT of
+restarted (`matrix.participation_rule`); or, with `blt_output_scale` and
+`blt_buf_decay`, the BLT of
 those parameters (`stats.matrix.blt.blt`); everything else is
 `matrix.MatrixMechanism`'s.
 """

@@ -40,8 +40,8 @@ def schedule_of(text: Any) -> Optional[schedules.Schedule]:
   config.json record it), or None for anything else ("" when not recorded).
 
   Only the literal keyword arguments of `ShuffledEpochs`, `SharedRounds`,
-  `CyclicRounds`, `FixedPresentations` and `PerRoundSampling` are read (`ast`, nothing is
-  evaluated).
+  `CyclicRounds`, `FixedPresentations` and `PerRoundSampling` are read
+  (`ast`, nothing is evaluated).
   """
   if not isinstance(text, str) or not text:
     return None

@@ -63,10 +63,10 @@ class TreeSection:
   def analytical(self) -> dict[str, float]:
     claim = self.audit.claim
     if hasattr(claim, "sensitivity"):  # k participations b apart, no restart
-      s = claim.sensitivity
-      return {f"DP-FTRL, at most {s.participations} participations "
-              f"{s.separation} rounds apart (exact GDP, μ = sens / z)":
-              claim.epsilon}
+      k, b = claim.sensitivity.participations, claim.sensitivity.separation
+      return {f"DP-FTRL, at most {k} participation{'s' if k > 1 else ''} "
+              f"{b} round{'s' if b > 1 else ''} apart (exact GDP, μ = sens / "
+              "z)": claim.epsilon}
     if not hasattr(claim, "rdp_epsilon"):  # a matrix mechanism's rounds
       epochs = len(claim.rounds_per_block)
       return {f"DP-FTRL, {epochs} epoch{'s' if epochs > 1 else ''} (exact "

@@ -12,9 +12,10 @@ the tree's do (`tree_tff`). The noise check is the tree's
 (`tree_noise_check.check_tree_noise`) with the strategy's claimed noise
 (`MatrixAggregation.noise`, B = C^-1 per epoch) of the run's C over two
 restarts (restarted sooner for long epochs: the tree's `check_period`; as
-many rounds unrestarted with cyclic sampling) and sigma = z C. A round records no DpEvent but its
-canaries' scores in units of z C (tree_scores.npy), as the tree's do. Its
-planted bugs are `matrix_planted`'s.
+many rounds unrestarted with cyclic sampling) and sigma = z C. A round
+records no DpEvent but its canaries' scores in units of z C
+(tree_scores.npy), as the tree's do. Its planted bugs are
+`matrix_planted`'s.
 """
 
 from __future__ import annotations
