@@ -2,24 +2,21 @@
 apart, the rule of production BLT DP-FTRL, under which banded and BLT run
 without restarts and are accounted for k participations b apart
 (client_sampling, schedules.CyclicRounds, separation.SeparatedNoise,
-mechanisms.matrix). NumPy only; the TFF run is in test_matrix_mechanisms.py.
+mechanisms.matrix). NumPy only; the report of a simulated cyclic run and
+the TFF run are in test_matrix_mechanisms.py.
 """
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pytest
 
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.mechanisms import canary_claim, registry
-from tff_canary.harness.recording import run_dir
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.canaries import client_sampling, schedules
 from tff_canary.stats.correlated import gls_statistics
-from tff_canary.stats.matrix import (blt, sensitivity, separation,
-                                     strategy_noise, toeplitz)
+from tff_canary.stats.matrix import blt, sensitivity, separation, toeplitz
 from tff_canary.stats.canaries.client_sampling import ClientSampler
 
 
@@ -162,58 +159,3 @@ def test_worst_case_placement_under_cyclic_sampling_is_the_rule_s_a_star():
           aggregator="banded", clip=0.1, sampling="cyclic", num_rounds=12,
           clients_per_round=2), 8, 100)
   assert random.canary_schedule == schedules.CyclicRounds(12, 4)
-
-
-def _cyclic_run(path, z=1.0, seed=0):
-  """A banded run directory with cyclic sampling (3 bands, 32 rounds, epochs
-  of 8, 400 candidates) whose scores are drawn here: u_j ~ N(a_j / z, K),
-  K = C^-1 C^-T of one C over all 32 rounds (built here, not by
-  strategy_noise)."""
-  from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
-  from tff_canary.stats.canaries import canary_config  # pylint: disable=g-import-not-at-top
-  config = dict(task="emnist", data="synthetic", seed=seed, canary_seed=7,
-                dim=10_000, noise_multiplier=z, clip=0.1, clients_per_round=4,
-                num_rounds=32, num_inserted=200, num_held_out=200,
-                sampling="cyclic", num_clients=32, delta=1e-5,
-                presentations=4, assignment="coin", directions="orthogonal",
-                aggregator="banded", bands=3, placement="random")
-  canaries = canary_config.CanaryConfig(
-      seed=7, num_inserted=200, num_held_out=200,
-      schedule=schedules.CyclicRounds(32, 8), assignment="coin",
-      directions="orthogonal")
-  a = canaries.schedule_matrix() & canaries.inserted[:, None]
-  c = np.zeros((32, 32))
-  for i, ci in enumerate(toeplitz.square_root_coefficients(3)):
-    c += ci * np.eye(32, k=-i)
-  rng = np.random.default_rng(seed)
-  u = a / z + rng.standard_normal((400, 32)) @ np.linalg.inv(c).T
-  rd = run_dir.RunDir(path)
-  os.makedirs(rd.path)
-  rd.save_config(config)
-  atomic_files.save_npz(rd.file(run_dir.PARTICIPATION),
-                        events=canaries.participation.events)
-  rd.save_tree_scores(list(u.T))
-  return rd, c
-
-
-def test_the_report_of_a_cyclic_run_claims_the_rule_and_checks_it(tmp_path):
-  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
-  rd, c = _cyclic_run(tmp_path / "run")
-  report = report_lib.build_report(rd.path)
-  # The claim, independently: 4 participations 8 rounds apart of a 3-banded
-  # C: the columns of rounds 0, 8, 16, 24 do not overlap, so mu^2 is 4
-  # ||C e_0||^2 (the restarted run's value: with bands <= b a restart
-  # changes nothing).
-  mu = np.sqrt(4 * np.sum(c[:, 0] ** 2))
-  assert report.audit.claim.epsilon == pytest.approx(
-      gaussian_accounting.gaussian_epsilon_of_mu(mu, 1e-5), rel=1e-9)
-  assert report.targets.worst_case_epsilon == pytest.approx(
-      report.audit.claim.epsilon, rel=1e-9)
-  assert report.audit.participation.startswith("every candidate"), (
-      report.audit.participation)
-  assert not report.audit.refuted, str(report.audit)
-  interval = report.estimates.scheduled.interval
-  assert interval.low <= report.targets.schedules_epsilon <= interval.high
-  text = report.terminal_text()
-  assert "DP-FTRL, at most 4 participations 8 rounds apart (exact GDP" in text
-  assert "never restarted (cyclic sampling" in report.to_markdown()

@@ -7,7 +7,6 @@ matrix, banded, blt; harness.running.matrix_tff)."""
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
 import numpy as np
@@ -19,6 +18,7 @@ from tff_canary.harness.recording import run_dir
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.matrix import toeplitz
+import fake_runs
 
 
 def test_each_matrix_mechanism_fills_its_setting_and_refuses_the_other():
@@ -51,42 +51,39 @@ def test_matrix_mechanisms_take_canary_clients_as_the_tree_does():
     assert config.insertion == "clients"
 
 
-def _simulated_run(path, z=1.0, seed=0, placement="random"):
+def _simulated_run(path, z=1.0, seed=0, placement="random",
+                   sampling="shuffle"):
   """A banded run directory (3 bands, 4 epochs of 8 rounds, 400 candidates)
   whose scores are drawn here: u_j ~ N(a_j / z, K), K = C^-1 C^-T per epoch
-  (built here from the closed-form coefficients, not by strategy_noise).
-  With placement "worst_case" every canary is in the first round of every
-  epoch (C's coefficients are nonnegative and non-increasing: its first
-  column is its largest)."""
-  from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
-  from tff_canary.stats.canaries import canary_config, schedules  # pylint: disable=g-import-not-at-top
+  (built here from the closed-form coefficients, not by strategy_noise);
+  with cyclic sampling one C over all 32 rounds and canaries in cyclic
+  slots. With placement "worst_case" every canary is in the first round of
+  every epoch (C's coefficients are nonnegative and non-increasing: its
+  first column is its largest)."""
+  from tff_canary.stats.canaries import canary_config  # pylint: disable=g-import-not-at-top
   config = dict(task="emnist", data="synthetic", seed=seed, canary_seed=7,
                 dim=10_000, noise_multiplier=z, clip=0.1, clients_per_round=4,
                 num_rounds=32, num_inserted=200, num_held_out=200,
-                sampling="shuffle", num_clients=32, delta=1e-5,
+                sampling=sampling, num_clients=32, delta=1e-5,
                 presentations=4, assignment="coin", directions="orthogonal",
                 aggregator="banded", bands=3, placement=placement)
+  cyclic = sampling == "cyclic"
   canaries = canary_config.CanaryConfig(
       seed=7, num_inserted=200, num_held_out=200,
-      schedule=(schedules.ShuffledEpochs(32, 8, partial_last_epoch=True)
-                if placement == "random" else
-                schedules.SharedRounds(32, (0, 8, 16, 24))),
+      schedule=(schedules.SharedRounds(32, (0, 8, 16, 24))
+                if placement == "worst_case" else
+                schedules.CyclicRounds(32, 8) if cyclic else
+                schedules.ShuffledEpochs(32, 8, partial_last_epoch=True)),
       assignment="coin", directions="orthogonal")
   a = canaries.schedule_matrix() & canaries.inserted[:, None]
-  c = np.zeros((8, 8))
+  size = 32 if cyclic else 8   # one C over the run, or one per epoch
+  c = np.zeros((size, size))
   for i, ci in enumerate(toeplitz.square_root_coefficients(3)):
-    c += ci * np.eye(8, k=-i)
-  block = np.linalg.inv(c)
-  b = np.kron(np.eye(4), block)
+    c += ci * np.eye(size, k=-i)
+  b = np.linalg.inv(c) if cyclic else np.kron(np.eye(4), np.linalg.inv(c))
   rng = np.random.default_rng(seed)
   u = a / z + rng.standard_normal((400, 32)) @ b.T
-  rd = run_dir.RunDir(path)
-  os.makedirs(rd.path)
-  rd.save_config(config)
-  atomic_files.save_npz(rd.file(run_dir.PARTICIPATION),
-                        events=canaries.participation.events)
-  rd.save_tree_scores(list(u.T))
-  return rd, c
+  return fake_runs.save_scored_run(path, config, canaries, u), c
 
 
 def test_the_report_of_a_banded_run_claims_its_strategy_sensitivity(tmp_path):
@@ -123,6 +120,29 @@ def test_worst_case_placement_targets_the_analytical_epsilon(tmp_path):
   interval = report.estimates.scheduled.interval
   assert interval.low <= claimed <= interval.high
   assert not report.audit.refuted, str(report.audit)
+
+
+def test_the_report_of_a_cyclic_run_claims_the_rule_and_checks_it(tmp_path):
+  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
+  rd, c = _simulated_run(tmp_path / "run", sampling="cyclic")
+  report = report_lib.build_report(rd.path)
+  # The claim, independently: 4 participations 8 rounds apart of a 3-banded
+  # C: the columns of rounds 0, 8, 16, 24 do not overlap, so mu^2 is 4
+  # ||C e_0||^2 (the restarted run's value: with bands <= b a restart
+  # changes nothing).
+  mu = np.sqrt(4 * np.sum(c[:, 0] ** 2))
+  assert report.audit.claim.epsilon == pytest.approx(
+      gaussian_accounting.gaussian_epsilon_of_mu(mu, 1e-5), rel=1e-9)
+  assert report.targets.worst_case_epsilon == pytest.approx(
+      report.audit.claim.epsilon, rel=1e-9)
+  assert report.audit.participation.startswith("every candidate"), (
+      report.audit.participation)
+  assert not report.audit.refuted, str(report.audit)
+  interval = report.estimates.scheduled.interval
+  assert interval.low <= report.targets.schedules_epsilon <= interval.high
+  text = report.terminal_text()
+  assert "DP-FTRL, at most 4 participations 8 rounds apart (exact GDP" in text
+  assert "never restarted (cyclic sampling" in report.to_markdown()
 
 
 def test_placement_worst_case_is_the_noise_s_worst_rounds_or_refused():
