@@ -86,13 +86,18 @@ def _simulated_run(path, z=1.0, seed=0, placement="random",
   return fake_runs.save_scored_run(path, config, canaries, u), c
 
 
-def test_the_report_of_a_banded_run_claims_its_strategy_sensitivity(tmp_path):
+@pytest.mark.parametrize("sampling", ["shuffle", "cyclic"])
+def test_the_report_of_a_banded_run_claims_its_strategy_sensitivity(
+    tmp_path, sampling):
   from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
-  rd, c = _simulated_run(tmp_path / "run")
+  rd, c = _simulated_run(tmp_path / "run", sampling=sampling)
   report = report_lib.build_report(rd.path)
-  # The claim, independently: one participation per epoch of 4 restarted
-  # epochs; C's coefficients are nonnegative and non-increasing, so the
-  # worst round of an epoch is its first, ||C e_0||, and mu = 2 ||C e_0|| / z.
+  # The claim, independently. C's coefficients are nonnegative and
+  # non-increasing. Shuffled: one participation per epoch of 4 restarted
+  # epochs, the worst round of an epoch is its first, ||C e_0||. Cyclic: 4
+  # participations 8 rounds apart of one 3-banded C, a* = rounds 0, 8, 16,
+  # 24, whose columns do not overlap (bands <= b: a restart changes
+  # nothing). Either way mu = 2 ||C e_0|| / z.
   mu = np.sqrt(4 * np.sum(c[:, 0] ** 2))
   assert report.audit.claim.epsilon == pytest.approx(
       gaussian_accounting.gaussian_epsilon_of_mu(mu, 1e-5), rel=1e-9)
@@ -103,10 +108,17 @@ def test_the_report_of_a_banded_run_claims_its_strategy_sensitivity(tmp_path):
   # covers its target (a 95% interval, fixed seed).
   interval = report.estimates.scheduled.interval
   assert interval.low <= report.targets.schedules_epsilon <= interval.high
-  text = report.terminal_text()
+  text, markdown = report.terminal_text(), report.to_markdown()
   assert text.splitlines()[0].startswith("analytical ε")
-  assert "DP-FTRL, 4 epochs (exact GDP" in text
-  assert "banded square-root strategy of 3 bands" in report.to_markdown()
+  assert "banded square-root strategy of 3 bands" in markdown
+  if sampling == "shuffle":
+    assert "DP-FTRL, 4 epochs (exact GDP" in text
+    assert report.audit.participation is None
+  else:  # the rule's claim, and every canary's schedule checked against it
+    assert ("DP-FTRL, at most 4 participations 8 rounds apart (exact GDP"
+            in text)
+    assert report.audit.participation.startswith("every candidate")
+    assert "never restarted (cyclic sampling" in markdown
 
 
 def test_worst_case_placement_targets_the_analytical_epsilon(tmp_path):
@@ -120,29 +132,6 @@ def test_worst_case_placement_targets_the_analytical_epsilon(tmp_path):
   interval = report.estimates.scheduled.interval
   assert interval.low <= claimed <= interval.high
   assert not report.audit.refuted, str(report.audit)
-
-
-def test_the_report_of_a_cyclic_run_claims_the_rule_and_checks_it(tmp_path):
-  from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
-  rd, c = _simulated_run(tmp_path / "run", sampling="cyclic")
-  report = report_lib.build_report(rd.path)
-  # The claim, independently: 4 participations 8 rounds apart of a 3-banded
-  # C: the columns of rounds 0, 8, 16, 24 do not overlap, so mu^2 is 4
-  # ||C e_0||^2 (the restarted run's value: with bands <= b a restart
-  # changes nothing).
-  mu = np.sqrt(4 * np.sum(c[:, 0] ** 2))
-  assert report.audit.claim.epsilon == pytest.approx(
-      gaussian_accounting.gaussian_epsilon_of_mu(mu, 1e-5), rel=1e-9)
-  assert report.targets.worst_case_epsilon == pytest.approx(
-      report.audit.claim.epsilon, rel=1e-9)
-  assert report.audit.participation.startswith("every candidate"), (
-      report.audit.participation)
-  assert not report.audit.refuted, str(report.audit)
-  interval = report.estimates.scheduled.interval
-  assert interval.low <= report.targets.schedules_epsilon <= interval.high
-  text = report.terminal_text()
-  assert "DP-FTRL, at most 4 participations 8 rounds apart (exact GDP" in text
-  assert "never restarted (cyclic sampling" in report.to_markdown()
 
 
 def test_placement_worst_case_is_the_noise_s_worst_rounds_or_refused():
