@@ -62,7 +62,10 @@ _HELP = {
     "epochs": "Epochs over the clients (instead of --num_rounds): "
               "num_rounds = epochs x (num_clients // clients_per_round); "
               "canaries then take part once per epoch too.",
-    "sampling": "shuffle (shuffled epochs) or per_round (Poisson sampling).",
+    "sampling": "shuffle (shuffled epochs), cyclic (the same order every "
+                "epoch: each client exactly one epoch apart; banded and blt "
+                "then run without restarts) or per_round (Poisson "
+                "sampling).",
     "noise_multiplier": "DP noise multiplier z.",
     "clip": "Fixed clip norm; unset for adaptive clipping.",
     "target_unclipped_quantile": "Adaptive clipping's target quantile.",
@@ -81,8 +84,9 @@ _HELP = {
     "presentations": "How often each inserted canary takes part. Canaries "
                      "take part as clients do: unset, it is derived from "
                      "the client sampler (once per epoch of num_clients // "
-                     "clients_per_round rounds with shuffle sampling; the "
-                     "clients' per-round rate with per_round). With "
+                     "clients_per_round rounds with shuffle or cyclic "
+                     "sampling; the clients' per-round rate with "
+                     "per_round). With "
                      "synthetic data, --num_rounds and no --num_clients it "
                      "sets the clients' epochs too (clients_per_round x "
                      "num_rounds // presentations clients). A value that "

@@ -48,3 +48,16 @@ def make_run(path, *, shift=2.5, noise_multiplier=0.8, seed=5, n=600,
   return path
 
 
+
+
+def save_scored_run(path, config, canaries, scores):
+  """A finished DP-FTRL-style run directory at `path` (new): config.json,
+  the inserted canaries' participation and the [candidates, rounds] canary
+  `scores` as tree_scores.npy (one row per round)."""
+  rd = run_dir.RunDir(path)
+  os.makedirs(rd.path)
+  rd.save_config(config)
+  atomic_files.save_npz(rd.file(run_dir.PARTICIPATION),
+                        events=canaries.participation.events)
+  rd.save_tree_scores(list(np.asarray(scores).T))
+  return rd

@@ -7,7 +7,6 @@ matrix, banded, blt; harness.running.matrix_tff)."""
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
 import numpy as np
@@ -19,6 +18,7 @@ from tff_canary.harness.recording import run_dir
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.matrix import toeplitz
+import fake_runs
 
 
 def test_each_matrix_mechanism_fills_its_setting_and_refuses_the_other():
@@ -51,51 +51,53 @@ def test_matrix_mechanisms_take_canary_clients_as_the_tree_does():
     assert config.insertion == "clients"
 
 
-def _simulated_run(path, z=1.0, seed=0, placement="random"):
+def _simulated_run(path, z=1.0, seed=0, placement="random",
+                   sampling="shuffle"):
   """A banded run directory (3 bands, 4 epochs of 8 rounds, 400 candidates)
   whose scores are drawn here: u_j ~ N(a_j / z, K), K = C^-1 C^-T per epoch
-  (built here from the closed-form coefficients, not by strategy_noise).
-  With placement "worst_case" every canary is in the first round of every
-  epoch (C's coefficients are nonnegative and non-increasing: its first
-  column is its largest)."""
-  from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
-  from tff_canary.stats.canaries import canary_config, schedules  # pylint: disable=g-import-not-at-top
+  (built here from the closed-form coefficients, not by strategy_noise);
+  with cyclic sampling one C over all 32 rounds and canaries in cyclic
+  slots. With placement "worst_case" every canary is in the first round of
+  every epoch (C's coefficients are nonnegative and non-increasing: its
+  first column is its largest)."""
+  from tff_canary.stats.canaries import canary_config  # pylint: disable=g-import-not-at-top
   config = dict(task="emnist", data="synthetic", seed=seed, canary_seed=7,
                 dim=10_000, noise_multiplier=z, clip=0.1, clients_per_round=4,
                 num_rounds=32, num_inserted=200, num_held_out=200,
-                sampling="shuffle", num_clients=32, delta=1e-5,
+                sampling=sampling, num_clients=32, delta=1e-5,
                 presentations=4, assignment="coin", directions="orthogonal",
                 aggregator="banded", bands=3, placement=placement)
+  cyclic = sampling == "cyclic"
   canaries = canary_config.CanaryConfig(
       seed=7, num_inserted=200, num_held_out=200,
-      schedule=(schedules.ShuffledEpochs(32, 8, partial_last_epoch=True)
-                if placement == "random" else
-                schedules.SharedRounds(32, (0, 8, 16, 24))),
+      schedule=(schedules.SharedRounds(32, (0, 8, 16, 24))
+                if placement == "worst_case" else
+                schedules.CyclicRounds(32, 8) if cyclic else
+                schedules.ShuffledEpochs(32, 8, partial_last_epoch=True)),
       assignment="coin", directions="orthogonal")
   a = canaries.schedule_matrix() & canaries.inserted[:, None]
-  c = np.zeros((8, 8))
+  size = 32 if cyclic else 8   # one C over the run, or one per epoch
+  c = np.zeros((size, size))
   for i, ci in enumerate(toeplitz.square_root_coefficients(3)):
-    c += ci * np.eye(8, k=-i)
-  block = np.linalg.inv(c)
-  b = np.kron(np.eye(4), block)
+    c += ci * np.eye(size, k=-i)
+  b = np.linalg.inv(c) if cyclic else np.kron(np.eye(4), np.linalg.inv(c))
   rng = np.random.default_rng(seed)
   u = a / z + rng.standard_normal((400, 32)) @ b.T
-  rd = run_dir.RunDir(path)
-  os.makedirs(rd.path)
-  rd.save_config(config)
-  atomic_files.save_npz(rd.file(run_dir.PARTICIPATION),
-                        events=canaries.participation.events)
-  rd.save_tree_scores(list(u.T))
-  return rd, c
+  return fake_runs.save_scored_run(path, config, canaries, u), c
 
 
-def test_the_report_of_a_banded_run_claims_its_strategy_sensitivity(tmp_path):
+@pytest.mark.parametrize("sampling", ["shuffle", "cyclic"])
+def test_the_report_of_a_banded_run_claims_its_strategy_sensitivity(
+    tmp_path, sampling):
   from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
-  rd, c = _simulated_run(tmp_path / "run")
+  rd, c = _simulated_run(tmp_path / "run", sampling=sampling)
   report = report_lib.build_report(rd.path)
-  # The claim, independently: one participation per epoch of 4 restarted
-  # epochs; C's coefficients are nonnegative and non-increasing, so the
-  # worst round of an epoch is its first, ||C e_0||, and mu = 2 ||C e_0|| / z.
+  # The claim, independently. C's coefficients are nonnegative and
+  # non-increasing. Shuffled: one participation per epoch of 4 restarted
+  # epochs, the worst round of an epoch is its first, ||C e_0||. Cyclic: 4
+  # participations 8 rounds apart of one 3-banded C, a* = rounds 0, 8, 16,
+  # 24, whose columns do not overlap (bands <= b: a restart changes
+  # nothing). Either way mu = 2 ||C e_0|| / z.
   mu = np.sqrt(4 * np.sum(c[:, 0] ** 2))
   assert report.audit.claim.epsilon == pytest.approx(
       gaussian_accounting.gaussian_epsilon_of_mu(mu, 1e-5), rel=1e-9)
@@ -106,10 +108,17 @@ def test_the_report_of_a_banded_run_claims_its_strategy_sensitivity(tmp_path):
   # covers its target (a 95% interval, fixed seed).
   interval = report.estimates.scheduled.interval
   assert interval.low <= report.targets.schedules_epsilon <= interval.high
-  text = report.terminal_text()
+  text, markdown = report.terminal_text(), report.to_markdown()
   assert text.splitlines()[0].startswith("analytical ε")
-  assert "DP-FTRL, 4 epochs (exact GDP" in text
-  assert "banded square-root strategy of 3 bands" in report.to_markdown()
+  assert "banded square-root strategy of 3 bands" in markdown
+  if sampling == "shuffle":
+    assert "DP-FTRL, 4 epochs (exact GDP" in text
+    assert report.audit.participation is None
+  else:  # the rule's claim, and every canary's schedule checked against it
+    assert ("DP-FTRL, at most 4 participations 8 rounds apart (exact GDP"
+            in text)
+    assert report.audit.participation.startswith("every candidate")
+    assert "never restarted (cyclic sampling" in markdown
 
 
 def test_worst_case_placement_targets_the_analytical_epsilon(tmp_path):
@@ -145,11 +154,14 @@ def test_placement_worst_case_is_the_noise_s_worst_rounds_or_refused():
 def test_a_tiny_blt_run_reports_its_claim_scores_and_noise_check(tmp_path):
   from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
   path = tmp_path / "run"
+  # Cyclic sampling: one BLT over the 6 rounds, never restarted (the
+  # restarted BLT runs in the canary-clients run below).
   config = experiment_config.ExperimentConfig(
       aggregator="blt", clip=0.1, output_dir=str(path), num_rounds=6,
       num_clients=18, clients_per_round=6, examples_per_client=8,
       num_inserted=4, num_held_out=4, noise_multiplier=1.0, eval_every=0,
-      checkpoint_every=6, eval_examples=16, allow_large_canary_fraction=True)
+      checkpoint_every=6, eval_examples=16, allow_large_canary_fraction=True,
+      sampling="cyclic")
   report = experiment.run_experiment(config, progress=False,
                                      log=lambda *a: None)
   rd = run_dir.RunDir(str(path))
@@ -157,11 +169,16 @@ def test_a_tiny_blt_run_reports_its_claim_scores_and_noise_check(tmp_path):
   assert saved["aggregator"] == "blt" and saved["blt_buffers"] == 3
   assert not rd.exists(run_dir.LEDGER)
   assert rd.load_tree_scores(8).shape == (6, 8)
-  # Two epochs of 3 rounds: the claim is the fitted BLT's worst case.
-  blt = registry.get("blt")
-  noise = blt.round_noise(saved, 6, 3)
+  # Two epochs of 3 rounds, never restarted: the claim is the worst case
+  # of the BLT fitted to 2 participations 3 rounds apart in 6 rounds.
+  from tff_canary.stats.matrix import separation  # pylint: disable=g-import-not-at-top
+  rule = separation.MinSeparation(rounds=6, participations=2, separation=3)
+  strategy = registry.get("blt").strategy(saved, 3)
   assert report.audit.claim.epsilon == pytest.approx(
-      noise.claim(1.0, delta=saved["delta"]).epsilon, rel=1e-12)
+      rule.claim(strategy.coefficients(6), noise_multiplier=1.0,
+                 delta=saved["delta"]).epsilon, rel=1e-12)
+  assert report.audit.participation.startswith("every candidate")
+  assert "never restarted" in report.to_markdown()
   check = json.loads(open(rd.file(run_dir.NOISE_CHECK)).read())
   assert check["kind"] == "matrix" and check["passed"]
   assert check["claim"].startswith("matrix covariance (whitened)")
@@ -175,7 +192,7 @@ def test_a_tiny_blt_run_reports_its_claim_scores_and_noise_check(tmp_path):
 def test_the_claimed_noise_gives_the_matrix_accounting(name):
   from tff_canary.stats.matrix import analytical, sensitivity  # pylint: disable=g-import-not-at-top
   mechanism = registry.get(name)
-  values = {"bands": 3, "blt_buffers": 2}
+  values = {"bands": 3, "blt_buffers": 2, "sampling": "shuffle"}
   noise = mechanism.round_noise(values, 20, 8)  # epochs of 8, 8 and 4 rounds
   assert noise.rounds_per_block == (8, 8, 4)
   matrix = analytical.matrix_epsilon(

@@ -16,6 +16,7 @@ from scipy import stats
 
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir
+import fake_runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE = dict(aggregator="tree", clip=0.1)
@@ -76,7 +77,6 @@ def _simulated_run(path, *, extra_participations=0, z=1.0, seed=0):
   plus `extra_participations` per epoch at further rounds: a client counted
   twice per tree), K the claimed tree's covariance; 4 epochs of 8 rounds,
   400 candidates."""
-  from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
   from tff_canary.stats.canaries import canary_config, schedules  # pylint: disable=g-import-not-at-top
   # pylint: disable-next=g-import-not-at-top
   from tff_canary.stats.correlated import tree_noise
@@ -97,13 +97,7 @@ def _simulated_run(path, *, extra_participations=0, z=1.0, seed=0):
   k = tree_noise.tree_noise(32, restart_period=8).covariance
   rng = np.random.default_rng(seed)
   u = a / z + rng.standard_normal((400, 32)) @ np.linalg.cholesky(k).T
-  rd = run_dir.RunDir(path)
-  os.makedirs(rd.path)
-  rd.save_config(config)
-  atomic_files.save_npz(rd.file(run_dir.PARTICIPATION),
-                        events=canaries.participation.events)
-  rd.save_tree_scores(list(u.T))
-  return rd
+  return fake_runs.save_scored_run(path, config, canaries, u)
 
 
 def test_the_report_of_simulated_scores_finds_their_signal(tmp_path):

@@ -315,7 +315,8 @@ def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
     schedule = schedules.SharedRounds(
         num_rounds, tuple(noise.worst_case_rounds().tolist()))
   presentations = config.presentations
-  if presentations is None and config.sampling == "shuffle":
+  if (presentations is None
+      and config.sampling in client_sampling.EPOCH_SAMPLINGS):
     presentations = sampler.whole_epochs(num_rounds)
   values = config.as_dict()
   values.update(

@@ -1,8 +1,9 @@
 """Banded matrix-factorization DP-FTRL: the `bands` setting.
 
 The b-banded square root C (Choquette-Choo et al. 2023, arXiv 2306.08153;
-`stats.matrix.toeplitz.square_root_coefficients`), restarted every epoch;
-everything else is `matrix.MatrixMechanism`'s.
+`stats.matrix.toeplitz.square_root_coefficients`), restarted every epoch
+or, with cyclic sampling, never; everything else is
+`matrix.MatrixMechanism`'s.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class BandedMechanism(matrix.MatrixMechanism):
 
   def section_settings(self, config) -> list[str]:
     return [f"{self.strategy_name} of {matrix.value_of(config, 'bands')} "
-            "bands, restarted every epoch"]
+            f"bands, {self.restarts_text(config)}"]
 
 
 MECHANISM = BandedMechanism()

@@ -3,8 +3,11 @@
 A buffered linear Toeplitz C (Dvijotham et al. 2024, arXiv 2404.16706;
 McMahan, Xu & Zhang 2024, arXiv 2408.08868) of `blt_buffers` buffers,
 fitted with SciPy (`stats.matrix.blt_fit.fit_blt`, deterministic: seed 0)
-to one participation in an epoch of rounds_per_epoch rounds, restarted
-every epoch; or, with `blt_output_scale` and `blt_buf_decay`, the BLT of
+to the clients' participation: one participation in an epoch of
+rounds_per_epoch rounds, restarted every epoch; with cyclic sampling, the
+run's rounds with at most k participations one epoch apart, never
+restarted (`matrix.participation_rule`); or, with `blt_output_scale` and
+`blt_buf_decay`, the BLT of
 those parameters (`stats.matrix.blt.blt`); everything else is
 `matrix.MatrixMechanism`'s.
 """
@@ -56,14 +59,14 @@ def _given(config) -> Optional[blt_lib.BLT]:
 
 SETTINGS = dict(
     blt_buffers=protocol.Setting(
-        3, int, "With --aggregator=blt: the BLT's buffers, fitted to one "
-        "participation per epoch (default 3; with --blt_output_scale, "
+        3, int, "With --aggregator=blt: the BLT's buffers, fitted to the "
+        "clients' participation (default 3; with --blt_output_scale, "
         "their number).",
         lambda x, name: validation.as_int(x, name, minimum=1)),
     blt_output_scale=protocol.Setting(
         None, str, "With --aggregator=blt: a given BLT's output scales, "
         "comma-separated, with --blt_buf_decay (default: the BLT fitted to "
-        "one participation per epoch).", _numbers),
+        "the clients' participation).", _numbers),
     blt_buf_decay=protocol.Setting(
         None, str, "With --aggregator=blt and --blt_output_scale: the given "
         "BLT's buffer decays in (-1, 1), distinct, comma-separated.",
@@ -71,10 +74,13 @@ SETTINGS = dict(
 
 
 @functools.lru_cache(maxsize=8)
-def fitted(rounds_per_epoch: int, buffers: int):
-  """The BLT fitted to one participation in `rounds_per_epoch` rounds."""
-  return blt_fit.fit_blt(rounds=max(int(rounds_per_epoch), 2),
-                         participations=1, separation=1,
+def fitted(rounds: int, buffers: int, participations: int = 1,
+           separation: int = 1):
+  """The BLT fitted to `participations` rounds at least `separation` apart
+  in `rounds` (default one participation)."""
+  return blt_fit.fit_blt(rounds=max(int(rounds), 2),
+                         participations=int(participations),
+                         separation=int(separation),
                          num_buffers=int(buffers)).strategy
 
 
@@ -101,11 +107,15 @@ class BltMechanism(matrix.MatrixMechanism):
     given = _given(config)
     if given is not None:
       return given
-    return fitted(rounds_per_epoch, matrix.value_of(config, "blt_buffers"))
+    buffers = matrix.value_of(config, "blt_buffers")
+    rule = matrix.participation_rule(config, rounds_per_epoch)
+    if rule is None:
+      return fitted(rounds_per_epoch, buffers)
+    return fitted(rule.rounds, buffers, rule.participations, rule.separation)
 
   def coefficients(self, config, rounds_per_epoch: int) -> np.ndarray:
     return self.strategy(config, rounds_per_epoch).coefficients(
-        rounds_per_epoch)
+        self.horizon(config, rounds_per_epoch))
 
   def strategy_kwargs(self, config, rounds_per_epoch: int) -> dict[str, Any]:
     return dict(strategy=self.strategy(config, rounds_per_epoch))
@@ -115,9 +125,12 @@ class BltMechanism(matrix.MatrixMechanism):
       scale = matrix.value_of(config, "blt_output_scale")
       decay = matrix.value_of(config, "blt_buf_decay")
       return [f"BLT of output scales {scale} and buffer decays {decay} "
-              "(given), restarted every epoch"]
+              f"(given), {self.restarts_text(config)}"]
+    fit = ("one participation per epoch"
+           if matrix.value_of(config, "sampling") != "cyclic"
+           else "the run's participation")
     return [f"BLT of {matrix.value_of(config, 'blt_buffers')} buffers fitted "
-            "to one participation per epoch, restarted every epoch"]
+            f"to {fit}, {self.restarts_text(config)}"]
 
 
 MECHANISM = BltMechanism()

@@ -27,7 +27,8 @@ POISSON = "Poisson sampling (PLD)"
 POISSON_AT_CANARY_RATE = "Poisson sampling at the canaries' rate (PLD)"
 _SCHEDULES = {cls.__name__: cls for cls in (
     schedules.ShuffledEpochs, schedules.FixedPresentations,
-    schedules.PerRoundSampling, schedules.SharedRounds)}
+    schedules.PerRoundSampling, schedules.SharedRounds,
+    schedules.CyclicRounds)}
 # How to give canaries the clients' Poisson sampling, for the report's text.
 HOW_TO_AUDIT_POISSON = (
     "to audit it, give the canaries the clients' sampling: "
@@ -39,8 +40,8 @@ def schedule_of(text: Any) -> Optional[schedules.Schedule]:
   config.json record it), or None for anything else ("" when not recorded).
 
   Only the literal keyword arguments of `ShuffledEpochs`, `SharedRounds`,
-  `FixedPresentations` and `PerRoundSampling` are read (`ast`, nothing is
-  evaluated).
+  `CyclicRounds`, `FixedPresentations` and `PerRoundSampling` are read
+  (`ast`, nothing is evaluated).
   """
   if not isinstance(text, str) or not text:
     return None

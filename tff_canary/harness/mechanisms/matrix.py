@@ -2,15 +2,20 @@
 
 DP-FTRL in streaming form with a lower-triangular Toeplitz strategy C
 (docs/method/matrix-mechanisms.md; Choquette-Choo et al. 2023, arXiv
-2306.08153) adds row t of C^-1 xi to round t's clipped sum, its buffers
-zeroed after every shuffled epoch (`restart_every` = rounds_per_epoch, one
-participation per epoch). Its runs are the tree's in everything but the
+2306.08153) adds row t of C^-1 xi to round t's clipped sum. With shuffled
+epochs its buffers are zeroed after every epoch (`restart_every` =
+rounds_per_epoch, one participation per epoch). With cyclic sampling (every
+client exactly one epoch apart, production BLT's rule: McMahan, Xu & Zhang
+2024, arXiv 2408.08868) one C serves all rounds, never restarted, and is
+accounted for at most k = ceil(rounds / rounds_per_epoch) participations at
+least rounds_per_epoch apart (`rule`: `separation.MinSeparation`; its noise
+a `separation.SeparatedNoise`). Its runs are the tree's in everything but the
 noise: a fixed clip, orthogonal canaries inserted by fair coins once per
 epoch, no ledger, each round's canary scores in units of z C
 (tree_scores.npy, `round_scores`) and the DP-FTRL report section, whose
 claimed noise is `round_noise`: B = C^-1 per epoch
-(`stats.matrix.strategy_noise`). The claim is the exact GDP epsilon of
-mu = sens / z, sens = `sensitivity.restarted_sensitivity` of that noise
+(`stats.matrix.strategy_noise`), or over the run under the rule. The claim
+is the exact GDP epsilon of mu = sens / z, sens = the noise's worst case
 (`LinearNoise.claim`, the same value as `analytical.matrix_epsilon`).
 
 `banded` and `blt` subclass `MatrixMechanism` with their strategy's
@@ -22,18 +27,39 @@ unseeded.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import math
+from typing import Any, Optional
 
 import numpy as np
 
 from tff_canary.harness.mechanisms import tree
 from tff_canary.stats.correlated import linear_noise
+from tff_canary.stats.matrix import separation
 from tff_canary.stats.matrix import strategy_noise
 
 
 def value_of(config, key: str) -> Any:
   """`key` of an `ExperimentConfig` or of a config.json's values."""
   return config[key] if isinstance(config, dict) else getattr(config, key)
+
+
+def run_rounds(config, rounds_per_epoch: int) -> int:
+  """The run's rounds: num_rounds, or epochs x rounds_per_epoch."""
+  rounds = value_of(config, "num_rounds")
+  return int(rounds if rounds is not None
+             else value_of(config, "epochs") * rounds_per_epoch)
+
+
+def participation_rule(config, rounds_per_epoch: int
+                       ) -> Optional[separation.MinSeparation]:
+  """With cyclic sampling, the clients' rule: at most ceil(n / E) rounds,
+  E = rounds_per_epoch apart, in the run's n rounds; else None."""
+  if value_of(config, "sampling") != "cyclic":
+    return None
+  n = run_rounds(config, rounds_per_epoch)
+  return separation.MinSeparation(
+      rounds=n, participations=math.ceil(n / rounds_per_epoch),
+      separation=rounds_per_epoch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +72,10 @@ class MatrixMechanism(tree.TreeMechanism):
   client_accounting = ("the matrix mechanism's accounting (the analytical ε)"
                        " is that of clients_per_round real clients, each "
                        "once per epoch")
+  samplings = ("shuffle", "cyclic")
+  sampling_reason = ("the matrix mechanism's accounting needs each client "
+                     "once per epoch: shuffled (restarted every epoch) or "
+                     "cyclic (exactly one epoch apart, never restarted)")
   strategy_name = ""
   scores_of = "the strategy's"
 
@@ -57,6 +87,17 @@ class MatrixMechanism(tree.TreeMechanism):
     return {key: (setting.default if getattr(config, key) is None
                   else setting.check(getattr(config, key), key))
             for key, setting in self.settings.items()}
+
+  def restart_every(self, config, rounds_per_epoch: int) -> Optional[int]:
+    """The epoch with shuffled epochs; None (never) with cyclic sampling."""
+    if participation_rule(config, rounds_per_epoch) is None:
+      return rounds_per_epoch
+    return None
+
+  def horizon(self, config, rounds_per_epoch: int) -> int:
+    """The rounds one C serves: the epoch, or the run without restarts."""
+    rule = participation_rule(config, rounds_per_epoch)
+    return rounds_per_epoch if rule is None else rule.rounds
 
   def coefficients(self, config, rounds_per_epoch: int) -> np.ndarray:
     """C's c_0, c_1, ... for `config` (an `ExperimentConfig` or config.json
@@ -70,13 +111,24 @@ class MatrixMechanism(tree.TreeMechanism):
   def round_noise(self, config, num_rounds: int, rounds_per_epoch: int
                   ) -> linear_noise.LinearNoise:
     """The claimed released noise of the run's rounds (module docstring)."""
-    return strategy_noise.strategy_noise(
-        self.coefficients(config, rounds_per_epoch), num_rounds,
-        restart_every=rounds_per_epoch)
+    coefficients = self.coefficients(config, rounds_per_epoch)
+    rule = participation_rule(config, rounds_per_epoch)
+    if rule is None:
+      return strategy_noise.strategy_noise(coefficients, num_rounds,
+                                           restart_every=rounds_per_epoch)
+    return separation.separated_noise(coefficients, rule)
+
+  def restarts_text(self, config) -> str:
+    """How the noise restarts, for the report's settings line."""
+    if value_of(config, "sampling") != "cyclic":
+      return "restarted every epoch"
+    return ("never restarted (cyclic sampling: each client exactly one "
+            "epoch apart)")
 
   def section_settings(self, config) -> list[str]:
     """The report's settings lines for this mechanism's strategy."""
-    return [f"{self.strategy_name} restarted every epoch"]
+    return [f"{self.strategy_name} {self.restarts_text(config)}"]
 
 
-__all__ = ["MatrixMechanism", "value_of"]
+__all__ = ["MatrixMechanism", "participation_rule", "run_rounds",
+           "value_of"]

@@ -32,6 +32,10 @@ class TreeMechanism(protocol.Mechanism):
   scores_of = "the tree's"  # whose scores, in the refusals' text
   client_accounting = ("the tree accounting (the analytical ε) is that of "
                        "clients_per_round real clients, each once per tree")
+  # The client samplings whose participation its noise is accounted for.
+  samplings = ("shuffle",)
+  sampling_reason = ("DP-FTRL's accounting needs each client at most once "
+                     "per tree, one tree per shuffled epoch")
   # No noise is refused (`resolve`); a fixed clip (`requirements`).
   sweep = protocol.SweepDefaults(("0.5", "1", "2", "4"), ("1",), clip=0.1)
 
@@ -68,11 +72,11 @@ class TreeMechanism(protocol.Mechanism):
           "--assignment=coin", "assignment='coin'",
           "the DP-FTRL audit's one-run bounds need candidates inserted by "
           "fair coins"))
-    if config.sampling != "shuffle":
+    if config.sampling not in self.samplings:
       missing.append(protocol.Requirement(
-          "--sampling=shuffle", "sampling='shuffle'",
-          "DP-FTRL's accounting needs each client at most once per tree, "
-          "one tree per shuffled epoch"))
+          " or ".join(f"--sampling={s}" for s in self.samplings),
+          " or ".join(f"sampling={s!r}" for s in self.samplings),
+          self.sampling_reason))
     if config.allow_participation_mismatch:
       missing.append(protocol.Requirement(
           "--noallow_participation_mismatch",
@@ -90,6 +94,10 @@ class TreeMechanism(protocol.Mechanism):
                        "tree's scores are in units of its node noise; got "
                        "noise_multiplier=0.0.")
     return {}
+
+  def restart_every(self, config, rounds_per_epoch: int):
+    """The rounds between the noise's restarts (None: never restarted)."""
+    return rounds_per_epoch
 
   def round_noise(self, config, num_rounds: int, rounds_per_epoch: int):
     """The claimed released noise of the run's rounds (the report's

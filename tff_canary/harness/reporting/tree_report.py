@@ -62,6 +62,11 @@ class TreeSection:
   @property
   def analytical(self) -> dict[str, float]:
     claim = self.audit.claim
+    if hasattr(claim, "sensitivity"):  # k participations b apart, no restart
+      k, b = claim.sensitivity.participations, claim.sensitivity.separation
+      return {f"DP-FTRL, at most {k} participation{'s' if k > 1 else ''} "
+              f"{b} round{'s' if b > 1 else ''} apart (exact GDP, μ = sens / "
+              "z)": claim.epsilon}
     if not hasattr(claim, "rdp_epsilon"):  # a matrix mechanism's rounds
       epochs = len(claim.rounds_per_block)
       return {f"DP-FTRL, {epochs} epoch{'s' if epochs > 1 else ''} (exact "
@@ -218,15 +223,21 @@ def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
     raise run_dir_lib.RunDirError(
         f"{rd.file(run_dir_lib.TREE_SCORES)} has {scores.shape[0]} rounds "
         f"of the run's {num_rounds}: the run has not finished (--resume).")
-  per_epoch = resolved.sampler.rounds_per_epoch
   mechanism = registry.of_config(config)
-  noise = mechanism.round_noise(config, num_rounds, per_epoch)
+  noise = mechanism.round_noise(config, num_rounds,
+                                resolved.sampler.rounds_per_epoch)
+  # The noise's blocks: epochs, or the whole run without restarts (its
+  # participation rule, `separation.SeparatedNoise`, is then checked).
+  per_epoch = (mechanism.restart_every(config,
+                                       resolved.sampler.rounds_per_epoch)
+               or num_rounds)
   z = config["noise_multiplier"]
   u, a = scores.T, canaries.schedule_matrix()
   audit = tree_audit.audit_ftrl(
       u, a, canaries.inserted, noise=noise, rounds_per_epoch=per_epoch,
       noise_multiplier=z, delta=delta, level=1.0 - confidence,
-      claimed_epsilon=claimed_epsilon)
+      claimed_epsilon=claimed_epsilon,
+      participation=getattr(noise, "rule", None))
   estimates = tree_audit.ftrl_estimates(
       u, a, canaries.inserted, noise=noise, noise_multiplier=z, delta=delta,
       confidence=confidence)

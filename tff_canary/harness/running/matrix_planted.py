@@ -17,7 +17,7 @@ the strategy's: exact GDP of the restarted strategy's sensitivity
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import ClassVar, Optional
 
 from tff_canary.federated.audit import planted_matrix_bugs
 from tff_canary.federated.audit import tree_noise_check
@@ -36,7 +36,9 @@ class MatrixBugRunConfig(tree_planted.TreeBugRunConfig):
   Attributes:
     aggregator: the registered matrix mechanism, banded or BLT.
     bands: banded's bands (`mechanisms.banded`).
-    blt_buffers: BLT's buffers (`mechanisms.blt`).
+    blt_buffers: BLT's buffers (`mechanisms.blt`), fitted to one
+      participation per epoch; or, with `blt_output_scale` and
+      `blt_buf_decay`, the given BLT's (its `BltMechanism` settings).
     reset_every, factor, lag: the noise bug's argument
       (`planted_matrix_bugs.PlantedMatrixAggregation`).
   """
@@ -44,9 +46,13 @@ class MatrixBugRunConfig(tree_planted.TreeBugRunConfig):
   aggregator: str = blt_mechanism.BltMechanism.name
   bands: int = 4
   blt_buffers: int = 3
+  blt_output_scale: Optional[str] = None
+  blt_buf_decay: Optional[str] = None
   reset_every: int = 1
   factor: float = 0.5
   lag: Optional[int] = None
+  # Shuffled epochs, restarted every epoch (the mechanism's rule reads it).
+  sampling: ClassVar[str] = "shuffle"
 
   def __post_init__(self):
     super().__post_init__()

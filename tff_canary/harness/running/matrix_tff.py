@@ -3,17 +3,19 @@ and `mechanisms.blt`.
 
 The aggregator is the run's strategy C (the NumPy half's
 `strategy_kwargs`) with the fixed clip, its buffers zeroed every epoch of
-`rounds_per_epoch` rounds (the client sampler's): server-side,
+`rounds_per_epoch` rounds (the client sampler's), or never with cyclic
+sampling (`MatrixMechanism.restart_every`): server-side,
 `CanaryDPFactory(MatrixAggregation(...))`; without canaries, TFF's own
 `DifferentiallyPrivateFactory` over the same query
 (`MatrixAggregation.tff_factory`), unseeded, which canary clients join as
 the tree's do (`tree_tff`). The noise check is the tree's
 (`tree_noise_check.check_tree_noise`) with the strategy's claimed noise
 (`MatrixAggregation.noise`, B = C^-1 per epoch) of the run's C over two
-restarts (restarted sooner for long epochs: the tree's `check_period`) and
-sigma = z C. A round records no DpEvent but its
-canaries' scores in units of z C (tree_scores.npy), as the tree's do. Its
-planted bugs are `matrix_planted`'s.
+restarts (restarted sooner for long epochs: the tree's `check_period`; as
+many rounds unrestarted with cyclic sampling) and sigma = z C. A round
+records no DpEvent but its canaries' scores in units of z C
+(tree_scores.npy), as the tree's do. Its planted bugs are
+`matrix_planted`'s.
 """
 
 from __future__ import annotations
@@ -32,19 +34,21 @@ from tff_canary.harness.running import tree_tff
 
 
 def aggregation(config, rounds_per_epoch: Optional[int],
-                noise_seed: Optional[int] = None,
-                restart_every: Optional[int] = None
+                noise_seed: Optional[int] = None, check: bool = False
                 ) -> matrix_factory.MatrixAggregation:
   """The run's `MatrixAggregation` (its C for epochs of `rounds_per_epoch`
-  rounds), restarted every `restart_every` rounds (default the epoch)."""
+  rounds, restarted as `MatrixMechanism.restart_every` says); `check`: the
+  noise check's, restarted sooner for long epochs."""
   if rounds_per_epoch is None:
     raise ValueError(f"aggregator={config.aggregator!r} needs "
-                     "rounds_per_epoch, its restart period; got None.")
+                     "rounds_per_epoch, its epoch; got None.")
   mechanism = registry.get(config.aggregator)
+  restart = mechanism.restart_every(config, int(rounds_per_epoch))
+  if check and restart is not None:
+    restart = tree_tff.check_period(restart)
   return matrix_factory.MatrixAggregation(
       noise_multiplier=config.noise_multiplier, clip=config.clip,
-      restart_every=int(restart_every or rounds_per_epoch),
-      noise_seed=noise_seed,
+      restart_every=restart, noise_seed=noise_seed,
       **mechanism.strategy_kwargs(config, int(rounds_per_epoch)))
 
 
@@ -68,14 +72,14 @@ class MatrixTff(tree_tff.TreeTff):
         specs, config.clients_per_round)
 
   def noise_check(self, config, inputs: mechanism_tff.NoiseCheckInputs):
-    # The run's C (a BLT fitted to the run's epoch), restarted sooner when
-    # two epochs do not fit in the check (`tree_tff.check_period`); with
-    # canary clients TFF's own factory, unseeded, as the run's.
+    # The run's C (a BLT fitted to the run's participation), restarted sooner
+    # when two epochs do not fit in the check (`tree_tff.check_period`;
+    # unrestarted, as many rounds); with canary clients TFF's own factory,
+    # unseeded, as the run's.
     clients = config.insertion == "clients"
     query = aggregation(config, inputs.rounds_per_epoch,
-                        None if clients else inputs.seed,
-                        tree_tff.check_period(inputs.rounds_per_epoch))
-    period = query.restart_every
+                        None if clients else inputs.seed, check=True)
+    period = tree_tff.check_period(inputs.rounds_per_epoch)
     if clients:
       checked = query.tff_factory(
           tff.types.type_to_tf_tensor_specs(inputs.value_type),

@@ -7,6 +7,12 @@ clients with `ClientSampler`, a function of (seed, round):
     rounds, each a fresh permutation of the clients cut into rounds of
     `clients_per_round` (the `num_clients % clients_per_round` clients at the
     end of a permutation sit that epoch out);
+  * "cyclic": the same epochs in one fixed order (the seed's first
+    permutation, repeated), so a client's rounds are exactly
+    `rounds_per_epoch` apart: the participation rule of production BLT
+    DP-FTRL (at most k times, at least b rounds apart; McMahan, Xu & Zhang
+    2024, arXiv 2408.08868), under which a matrix mechanism needs no
+    restart;
   * "per_round": Poisson sampling, each client in each round independently
     with probability q = clients_per_round / num_clients.
 
@@ -26,8 +32,9 @@ import numpy as np
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 
-Sampling = Literal["shuffle", "per_round"]  # module docstring
+Sampling = Literal["shuffle", "cyclic", "per_round"]  # module docstring
 SAMPLINGS = typing.get_args(Sampling)
+EPOCH_SAMPLINGS = ("shuffle", "cyclic")  # once per epoch of rounds_per_epoch
 _CLIENT_TAG = 0xC11E
 _MISMATCH_FLAG = "--allow_participation_mismatch"
 
@@ -41,7 +48,7 @@ class ClientSampler:
     clients_per_round: Clients per round (the expected number with
       "per_round"), in [1, num_clients]: a rate above 1 is refused here,
       before any training.
-    sampling: "shuffle" or "per_round".
+    sampling: "shuffle", "cyclic" or "per_round".
     seed: Seed of the sampling, >= 0.
   """
 
@@ -67,7 +74,7 @@ class ClientSampler:
 
   @property
   def rounds_per_epoch(self) -> int:
-    """num_clients // clients_per_round: rounds of one shuffled epoch."""
+    """num_clients // clients_per_round: rounds of one epoch."""
     return self.num_clients // self.clients_per_round
 
   @property
@@ -78,9 +85,11 @@ class ClientSampler:
   def clients(self, round_num: int) -> np.ndarray:
     """Indices of the clients of `round_num` (0-based), sorted for Poisson."""
     round_num = validation.as_int(round_num, "round_num", minimum=0)
-    if self.sampling == "shuffle":
+    if self.sampling in EPOCH_SAMPLINGS:
       epoch, index = divmod(round_num, self.rounds_per_epoch)
-      order = _epoch_order(self.seed, epoch, self.num_clients)
+      order = _epoch_order(self.seed,
+                           epoch if self.sampling == "shuffle" else 0,
+                           self.num_clients)
       return order[index * self.clients_per_round:
                    (index + 1) * self.clients_per_round]
     rng = np.random.default_rng([self.seed, _CLIENT_TAG, round_num])
@@ -96,7 +105,7 @@ class ClientSampler:
     return counts
 
   def whole_epochs(self, num_rounds: int) -> int:
-    """Whole shuffled epochs in `num_rounds` rounds."""
+    """Whole epochs in `num_rounds` rounds."""
     return num_rounds // self.rounds_per_epoch
 
   def expected_participation(self, num_rounds: int) -> float:
@@ -117,15 +126,15 @@ def participation_mismatch(sampler: ClientSampler, num_rounds: int,
   """Why `presentations` contradicts the sampler, or None if it does not.
 
   None (presentations unset) never contradicts: the canaries then take part
-  as the sampler makes clients take part. With "shuffle", `presentations`
-  must equal the clients' whole epochs, num_rounds // rounds_per_epoch; with
+  as the sampler makes clients take part. With "shuffle" or "cyclic",
+  `presentations` must equal the clients' whole epochs, num_rounds // rounds_per_epoch; with
   "per_round", a client's expected participations num_rounds * q.
   """
   if presentations is None:
     return None
   presentations = validation.as_int(presentations, "presentations", minimum=1)
   num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=1)
-  if sampler.sampling == "shuffle":
+  if sampler.sampling in EPOCH_SAMPLINGS:
     epochs = sampler.whole_epochs(num_rounds)
     if presentations == epochs:
       return None
@@ -162,7 +171,8 @@ def canary_schedule(sampler: ClientSampler, num_rounds: int,
 
   Returns:
     "shuffle": `ShuffledEpochs(num_rounds, sampler.rounds_per_epoch,
-    partial_last_epoch=True)`; "per_round": `PerRoundSampling(num_rounds,
+    partial_last_epoch=True)`; "cyclic": `CyclicRounds(num_rounds,
+    sampler.rounds_per_epoch)`; "per_round": `PerRoundSampling(num_rounds,
     sampler.rate)`; a mismatch allowed: `ShuffledEpochs(num_rounds,
     num_rounds // presentations)`.
 
@@ -179,6 +189,8 @@ def canary_schedule(sampler: ClientSampler, num_rounds: int,
     if sampler.sampling == "shuffle":
       return schedules.ShuffledEpochs(num_rounds, sampler.rounds_per_epoch,
                                       partial_last_epoch=True)
+    if sampler.sampling == "cyclic":
+      return schedules.CyclicRounds(num_rounds, sampler.rounds_per_epoch)
     return schedules.PerRoundSampling(num_rounds, sampler.rate)
   if not allow_mismatch:
     raise ValueError(
@@ -217,10 +229,10 @@ def participation_summary(sampler: ClientSampler, num_rounds: int,
     {"sampling", "num_rounds", "rate", "rounds_per_epoch", "epochs",
     "clients": {count, min, max, mean}, "canaries": {count, min, max, mean,
     "schedule"}, "mismatch"}: `epochs` is num_rounds / rounds_per_epoch for
-    "shuffle" (None for "per_round"), `mismatch` None when the canaries take
+    "shuffle" and "cyclic" (None for "per_round"), `mismatch` None when the canaries take
     part as the clients do.
   """
-  shuffle = sampler.sampling == "shuffle"
+  shuffle = sampler.sampling in EPOCH_SAMPLINGS
   if client_counts is None:
     client_counts = sampler.counts(num_rounds)
   client_counts = validation.as_sample(client_counts, "client_counts",
@@ -256,12 +268,14 @@ def describe(summary: dict[str, Any]) -> str:
   """One line, e.g. "clients took part 12-15 times (mean 14.7; 15 epochs of
   33 rounds), canaries 15 times each (once per epoch)", with a prominent
   prefix and the reason for an allowed mismatch."""
-  if summary["sampling"] == "shuffle":
+  if summary["sampling"] in EPOCH_SAMPLINGS:
     epochs = summary["epochs"]
     count = (f"{int(epochs)}" if float(epochs).is_integer()
              else f"{epochs:.4g}")
     how = (f"{count} epoch{'' if epochs == 1 else 's'} of "
            f"{summary['rounds_per_epoch']} rounds")
+    if summary["sampling"] == "cyclic":
+      how += " in one fixed order"
     same = "once per epoch" if summary["mismatch"] is None else None
   else:
     how = f"Poisson sampling at rate {summary['rate']:.4g} per round"

@@ -7,8 +7,10 @@ schedules cover the paper's settings (Andrew et al., ICLR 2024, arXiv
 `PerRoundSampling` (in each round with probability q, as Poisson sampling of
 clients).
 
-One more places every canary on the same rounds, for mechanisms with noise
-correlated across rounds (DP-FTRL's tree, matrix mechanisms):
+`CyclicRounds` gives each canary one slot of a fixed cyclic order (every
+`period` rounds, as the clients of a cyclic sampler). One more places every
+canary on the same rounds, for mechanisms with noise correlated across
+rounds (DP-FTRL's tree, matrix mechanisms):
 
   * `SharedRounds(num_rounds, rounds)`: each canary takes part in exactly
     `rounds`. With the worst-case pattern a* (`sensitivity.Sensitivity.
@@ -305,6 +307,40 @@ class PerRoundSampling(Schedule):
     return [np.flatnonzero(row)
             for keys in _uniforms(rng, num_canaries, self.num_rounds)
             for row in keys < self.probability]
+
+
+@dataclasses.dataclass(frozen=True)
+class CyclicRounds(Schedule):
+  """Each canary in rounds g, g + period, g + 2 period, ... for its own g.
+
+  A cyclic client sampler's participation: the clients in a fixed order,
+  the same in every epoch of `period` rounds, so any two of a client's
+  rounds are exactly `period` apart (McMahan, Xu & Zhang 2024, arXiv
+  2408.08868: at most k participations, at least b rounds apart). Each
+  canary's slot g is uniform in [0, period); a canary in a slot past the
+  last epoch's rounds takes part once fewer, as a client there does.
+
+  Attributes:
+    num_rounds: Length of the run in rounds, >= 1.
+    period: Rounds between a canary's participations (the epoch), >= 1.
+  """
+
+  num_rounds: int
+  period: int
+
+  def __post_init__(self):
+    self.__dict__.update(
+        num_rounds=validation.as_int(self.num_rounds, "num_rounds",
+                                     minimum=1),
+        period=validation.as_int(self.period, "period", minimum=1))
+
+  def expected_participation(self) -> float:
+    return self.num_rounds / self.period
+
+  def _draw(self, rng, num_canaries):
+    slots = rng.integers(0, self.period, size=num_canaries)
+    return [np.arange(g, self.num_rounds, self.period, dtype=np.int64)
+            for g in slots.tolist()]
 
 
 @dataclasses.dataclass(frozen=True)

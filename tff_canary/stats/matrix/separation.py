@@ -14,6 +14,10 @@ with one strategy C over all n rounds:
   participation, so a claim of a larger b (or a smaller k) than the clients
   really have is refuted by the schedules themselves, whatever the noise;
   canaries placed by the auditor on a* cannot show it;
+* `SeparatedNoise` (`separated_noise`): the strategy's released noise over
+  all n rounds, one block, whose worst case and claim are the rule's, so the
+  correlated-noise targets, placement and audit use the rule, not one
+  participation per block;
 * `cyclic_schedule`: a cyclic sampler's participation (the clients in
   `period` groups, group g in rounds g, g + period, g + 2 period, ...), each
   candidate in a uniformly drawn group: exactly `period` rounds apart.
@@ -24,12 +28,15 @@ NumPy only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
 
 from tff_canary.stats.matrix import analytical
 from tff_canary.stats.matrix import sensitivity as sensitivity_lib
+from tff_canary.stats.matrix import strategy_noise
+from tff_canary.stats.matrix import toeplitz
 from tff_canary.stats import validation
 
 
@@ -78,6 +85,58 @@ class MinSeparation:
             f"{self.separation} rounds apart in {self.rounds} rounds")
 
 
+@dataclasses.dataclass(frozen=True)
+class SeparatedNoise(strategy_noise.StrategyNoise):
+  """B = C^-1 over all of `rule.rounds` (no restart), accounted under
+  `rule`: a participant in up to k rounds at least b apart, so its worst
+  case is the rule's a* (`MinSeparation.sensitivity`), not one round per
+  block.
+
+  Attributes (beyond `StrategyNoise`'s):
+    rule: the claimed participation, a `MinSeparation`.
+    coefficients: C's c_0 .. c_{n-1}, read-only.
+  """
+
+  rule: MinSeparation
+  coefficients: np.ndarray
+
+  @functools.cached_property
+  def sensitivity(self) -> sensitivity_lib.Sensitivity:
+    """sens and a* of C under the rule."""
+    return self.rule.sensitivity(self.coefficients)
+
+  def worst_case_rounds(self) -> np.ndarray:
+    """a*: the rounds of the rule's worst-case participant."""
+    return np.flatnonzero(self.sensitivity.pattern).astype(np.int64)
+
+  def worst_case_mu(self, noise_multiplier: float) -> float:
+    """sens / z = ||C a*|| / z, the GLS mean of a canary on a*."""
+    z = validation.as_positive(noise_multiplier, "noise_multiplier")
+    return self.sensitivity.value / z
+
+  def release_mu(self, noise_multiplier: float) -> float:
+    """The rounds' mu under the rule: `worst_case_mu` (B is square)."""
+    return self.worst_case_mu(noise_multiplier)
+
+  def claim(self, noise_multiplier: float, *,
+            delta: float) -> analytical.MatrixEpsilon:
+    """The rule's analytical epsilon (`MinSeparation.claim`)."""
+    return self.rule.claim(self.coefficients,
+                           noise_multiplier=noise_multiplier, delta=delta)
+
+
+def separated_noise(coefficients: Any, rule: MinSeparation) -> SeparatedNoise:
+  """The `SeparatedNoise` of C's `coefficients` under `rule`, [n, n]."""
+  if not isinstance(rule, MinSeparation):
+    raise TypeError(f"rule must be a separation.MinSeparation, got "
+                    f"{validation.show(rule)}.")
+  c = toeplitz.padded(coefficients, rule.rounds)
+  c.setflags(write=False)
+  noise = strategy_noise.strategy_noise(c, rule.rounds)
+  return SeparatedNoise(released=noise.released, round_block=noise.round_block,
+                        rule=rule, coefficients=c)
+
+
 def cyclic_schedule(rounds: int, period: int, candidates: int,
                     rng: np.random.Generator) -> np.ndarray:
   """[candidates, rounds] bool: each candidate in rounds g, g + period, ...
@@ -91,4 +150,5 @@ def cyclic_schedule(rounds: int, period: int, candidates: int,
   return np.arange(n)[None, :] % p == groups[:, None]
 
 
-__all__ = ["MinSeparation", "cyclic_schedule"]
+__all__ = ["MinSeparation", "SeparatedNoise", "cyclic_schedule",
+           "separated_noise"]
