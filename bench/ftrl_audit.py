@@ -69,13 +69,19 @@ def run_setting(bug, efficient, *, trials, noise_multiplier, candidates,
 SMOKE = dict(trials=1, candidates=100, self_test_dim=20)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def audit_parser(description: str) -> argparse.ArgumentParser:
+  """The planted-bug benches' flags (this one's and matrix_audit.py's)."""
+  parser = argparse.ArgumentParser(description=description)
   parser.add_argument("--trials", type=int, default=200)
   parser.add_argument("--noise_multiplier", type=float, default=2.5)
   parser.add_argument("--candidates", type=int, default=1000)
   parser.add_argument("--self_test_dim", type=int, default=1000)
   parser.add_argument("--seed", type=int, default=0)
+  return parser
+
+
+def main(argv=None):
+  parser = audit_parser(__doc__.splitlines()[0])
   args = smoke_mode.parse_args(
       parser, argv, SMOKE,
       "one trial per setting, 100 candidates")

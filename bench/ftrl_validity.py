@@ -36,7 +36,8 @@ NOISE_MULTIPLIERS = (None, 8.0, 4.0, 2.0)  # None: no canary inserted
 BOUNDS = ("one-run (T)", "one-run (M)", "tight one-run (T)")
 
 
-def _bounds(t_stat, m_stat, mask):
+def bounds_of(t_stat, m_stat, mask):
+  """Each of `BOUNDS` at 95% on one run's T and M statistics."""
   return {
       BOUNDS[0]: lower_bounds.one_run_bound(t_stat, mask, delta=DELTA).epsilon,
       BOUNDS[1]: lower_bounds.one_run_bound(m_stat, mask, delta=DELTA).epsilon,
@@ -67,7 +68,7 @@ def exceedance(noise_multiplier, trials, seed):
                                                 noise)
     m_stat = gls_statistics.max_statistic(run.scores, noise)
     truths.append(truth)
-    for name, value in _bounds(t_stat, m_stat, run.inserted).items():
+    for name, value in bounds_of(t_stat, m_stat, run.inserted).items():
       counts[name] += value > truth
       values[name].append(value)
   return ({n: c / trials for n, c in counts.items()}, float(np.median(truths)),

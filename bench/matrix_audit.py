@@ -35,11 +35,12 @@ line:
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 
 import smoke_mode
+# The tree bench's flags and --smoke sizes (one trial, 100 candidates).
+from ftrl_audit import SMOKE, audit_parser
 from tff_canary.stats.correlated import tree_audit, tree_simulation
 from tff_canary.stats.matrix import (blt_fit, planted_strategies,
                                      separated_simulation, separation,
@@ -143,17 +144,8 @@ def run_setting(coefficients, bug, arguments, simulated_bug, *, trials,
           claimed.claim(noise_multiplier, delta=DELTA))
 
 
-# --smoke: one trial of every setting, few candidates.
-SMOKE = dict(trials=1, candidates=100, self_test_dim=20)
-
-
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--trials", type=int, default=200)
-  parser.add_argument("--noise_multiplier", type=float, default=2.5)
-  parser.add_argument("--candidates", type=int, default=1000)
-  parser.add_argument("--self_test_dim", type=int, default=1000)
-  parser.add_argument("--seed", type=int, default=0)
+  parser = audit_parser(__doc__.splitlines()[0])
   parser.add_argument("--parts", choices=("all", "restarted", "no_restart"),
                       default="all",
                       help="the strategies restarted every epoch, the ones "

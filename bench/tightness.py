@@ -54,28 +54,17 @@ import time
 import numpy as np
 
 import smoke_mode
+# The tree validity bench's bounds, each at 95%, and their delta (1e-5).
+from ftrl_validity import BOUNDS, DELTA, bounds_of
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.audit import audit
-from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.correlated import (gls_statistics, tree_audit,
                                          tree_simulation, tree_targets)
 from tff_canary.stats.matrix import blt, blt_fit, strategy_noise
 
-DELTA = 1e-5
 EPOCHS, ROUNDS_PER_EPOCH = 4, 64
 EPSILONS = (1.0, 3.0, 10.0)
 LARGE_EPSILONS = (3.0, 10.0)  # the 20,000-candidate runs
 MECHANISMS = ("tree", "blt", "tree random")
-BOUNDS = ("one-run (T)", "one-run (M)", "tight one-run (T)")
-
-
-def _bounds(t_stat, m_stat, mask):
-  return {
-      BOUNDS[0]: lower_bounds.one_run_bound(t_stat, mask, delta=DELTA).epsilon,
-      BOUNDS[1]: lower_bounds.one_run_bound(m_stat, mask, delta=DELTA).epsilon,
-      BOUNDS[2]: audit.tight_bound(t_stat, mask, delta=DELTA,
-                                   confidence=0.95).epsilon,
-  }
 
 
 def _blt_noise(args):
@@ -133,7 +122,7 @@ def run_setting(mechanism, noise, epsilon, *, candidates, trials, seed,
     t_stat = gls_statistics.scheduled_statistic(run.scores, run.schedule,
                                                 claimed)
     m_stat = gls_statistics.max_statistic(run.scores, claimed)
-    for name, value in _bounds(t_stat, m_stat, run.inserted).items():
+    for name, value in bounds_of(t_stat, m_stat, run.inserted).items():
       out[name].append(value)
     if not insert:
       out["truth"].append(0.0)
