@@ -85,6 +85,45 @@ def test_worst_case_canaries_face_the_claimed_mu_and_pass():
           "most 3 participations >= 4 rounds apart in 12 rounds") in str(audit)
 
 
+def test_the_simulated_run_s_noise_carries_the_rule():
+  # n = 80 rounds, 4 participations 20 apart, z = 1: the rule's mu (2.77
+  # for this BLT) is twice the one-participation mu of the same C (1.32),
+  # which a plain StrategyNoise over the run claims; the run's noise must
+  # give the rule's, so that the targets and an audit without claim= face
+  # the claim the run is accounted for.
+  from tff_canary.stats.matrix import strategy_noise  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.correlated import tree_targets  # pylint: disable=g-import-not-at-top
+  rule = separation.MinSeparation(rounds=80, participations=4,
+                                  separation=20)
+  c = blt.blt([0.3, 0.2], [0.9, 0.5]).coefficients(80)
+  run = separated_simulation.simulate(
+      c, rule, noise_multiplier=1.0, delta=1e-5, num_candidates=400,
+      self_test_dim=20, seed=1)
+  assert isinstance(run.noise, separation.SeparatedNoise)
+  assert run.noise.rule == rule
+  expected = rule.claim(c, noise_multiplier=1.0, delta=1e-5)
+  assert run.claim.epsilon == expected.epsilon and run.claim.mu == expected.mu
+  one = separation.MinSeparation(rounds=80, participations=1, separation=80)
+  plain = strategy_noise.strategy_noise(c, 80).claim(1.0, delta=1e-5)
+  assert plain.mu == pytest.approx(
+      one.claim(c, noise_multiplier=1.0, delta=1e-5).mu, rel=1e-12)
+  assert run.claim.mu > 2 * plain.mu
+  targets = tree_targets.tree_targets(
+      run.noise, run.schedule, run.inserted, rounds_per_epoch=80,
+      noise_multiplier=1.0, delta=1e-5)
+  assert targets.node_epsilon == pytest.approx(run.claim.epsilon, rel=1e-12)
+  assert targets.worst_case_mu == pytest.approx(run.claim.mu, rel=1e-12)
+  # Worst-case canaries of a correct mechanism: an audit with the noise's
+  # own claim does not refute it (seed 1; a chance alarm has probability
+  # at most the level, 0.05).
+  audit = tree_audit.audit_ftrl(
+      run.scores, run.schedule, run.inserted, noise=run.noise,
+      rounds_per_epoch=80, noise_multiplier=1.0, delta=1e-5,
+      self_test_noise=run.self_test_noise, participation=rule)
+  assert audit.claim.epsilon == run.claim.epsilon
+  assert not audit.refuted, str(audit)
+
+
 def test_a_claim_of_a_larger_separation_is_refuted_by_the_schedules():
   # A correct run is refuted with probability at most the level, 0.05
   # (seed 5's correct run is such a chance alarm, by the contribution check

@@ -2,9 +2,9 @@
 
 The law of `tree_simulation` (orthogonal canaries, isotropic noise: canary
 j's scores u_j = a_j / z + B xi_j, xi_j ~ N(0, I), and the self-test's input
-B Xi) with B = C^-1 over all n rounds (`strategy_noise`, one block) and
-participation under a `separation.MinSeparation` rule, k rounds at least b
-apart. Fair-coin candidates (Steinke, Nasr & Jagielski 2023), placed
+B Xi) with B = C^-1 over all n rounds (`separation.separated_noise`, one
+block) and participation under a `separation.MinSeparation` rule, k rounds
+at least b apart. Fair-coin candidates (Steinke, Nasr & Jagielski 2023), placed
 
 * "worst_case": every candidate on the claimed rule's a* (rounds 0, b, 2b,
   ...: `MinSeparation.sensitivity`), each inserted canary's GLS statistic
@@ -25,8 +25,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.stats.correlated import linear_noise
-from tff_canary.stats.matrix import analytical, separation, strategy_noise
+from tff_canary.stats.matrix import analytical, separation
 from tff_canary.stats import validation
 
 PLACEMENTS = ("worst_case", "clients")
@@ -42,15 +41,18 @@ class SeparatedRun:
       ones: a canary sampled as a client records where it took part).
     inserted: [candidates] bool, the coins.
     self_test_noise: [rounds, self_test_dim] B Xi, the mechanism on zeros.
-    noise: the claimed noise, B = C^-1 over all rounds (one block).
-    claim: the claimed rule's analytical epsilon.
+    noise: the claimed noise, B = C^-1 over all rounds (one block) under
+      the claimed rule (`separation.SeparatedNoise`): its worst case, claim
+      and targets are the rule's, so `tree_targets(run.noise, ...)` and
+      `audit_ftrl(..., noise=run.noise)` without `claim=` use the rule.
+    claim: the claimed rule's analytical epsilon (`run.noise.claim`).
   """
 
   scores: np.ndarray
   schedule: np.ndarray
   inserted: np.ndarray
   self_test_noise: np.ndarray
-  noise: linear_noise.LinearNoise
+  noise: separation.SeparatedNoise
   claim: analytical.MatrixEpsilon
 
 
@@ -83,8 +85,8 @@ def simulate(coefficients: Any, rule: separation.MinSeparation, *,
   period = rule.separation if client_period is None else validation.as_int(
       client_period, "client_period", minimum=1)
   rng = np.random.default_rng(validation.as_int(seed, "seed", minimum=0))
-  claim = rule.claim(coefficients, noise_multiplier=z, delta=delta)
-  noise = strategy_noise.strategy_noise(coefficients, rule.rounds)
+  noise = separation.separated_noise(coefficients, rule)
+  claim = noise.claim(z, delta=delta)
   inserted = rng.random(m) < 0.5
   if placement == "worst_case":
     schedule = claim.sensitivity.schedule(m)
