@@ -51,6 +51,17 @@ def test_multi_participation_fit_beats_the_square_roots():
     assert fit.loss < 0.97 * square_root, bands  # measured 46.7 vs 49.5, 109
 
 
+def test_a_two_round_fit_of_three_buffers_is_the_optimum():
+  # Two rounds, one participation: only c_1 matters, and the loss (1 + (1 -
+  # c_1)^2) (1 + c_1^2) is least at c_1 = 1/2 (symmetric about it). The
+  # start's decays were once all 0.5 (1 - 1/n at n = 2), which the flat
+  # loss left equal: a degenerate BLT, refused, on some machines.
+  fit = blt_fit.fit_blt(rounds=2, participations=1, separation=2,
+                        num_buffers=3)
+  assert len(set(fit.strategy.buf_decay)) == 3
+  assert fit.strategy.coefficients(2)[1] == pytest.approx(0.5, abs=1e-6)
+
+
 def test_bad_fit_arguments_are_refused_by_name():
   with pytest.raises(ValueError, match="num_buffers must be at least 1"):
     blt_fit.fit_blt(rounds=8, participations=1, separation=8, num_buffers=0)

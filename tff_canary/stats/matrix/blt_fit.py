@@ -114,7 +114,7 @@ def fit_blt(*, rounds: int, participations: int, separation: int,
     participations: k, the most rounds a participant joins.
     separation: b, the fewest rounds between two of them.
     num_buffers: m >= 1.
-    starts: L-BFGS-B runs (the first from decays spread over (0, 1 - 1/n),
+    starts: L-BFGS-B runs (the first from decays spread over [0.5, 1 - 1/n],
       the others seeded perturbations of it).
     seed: for the perturbed starts.
   """
@@ -124,7 +124,9 @@ def fit_blt(*, rounds: int, participations: int, separation: int,
   m = validation.as_int(num_buffers, "num_buffers", minimum=1)
   starts = validation.as_int(starts, "starts", minimum=1)
   rng = np.random.default_rng(validation.as_int(seed, "seed", minimum=0))
-  decays = 1.0 - np.geomspace(1.0 / n, 0.5, m)
+  # Distinct decays (at n = 2, 1 / n = 0.5 would give m equal ones, where
+  # the loss, flat in the decays of a 2-round strategy, can leave them).
+  decays = 1.0 - np.geomspace(1.0 / n if n > 2 else 1.0 / 3.0, 0.5, m)
   first = np.concatenate([special.logit(decays), [0.0], np.zeros(m)])
   best = None
   for run in range(starts):
