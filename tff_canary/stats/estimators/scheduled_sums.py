@@ -39,6 +39,20 @@ The estimate and its interval.
   at level sqrt(confidence) (the gap and the held-out std are independent for
   Gaussian samples, so the box has the joint level), and mu's range over the
   box. Slightly conservative.
+* Held-out mean, claimed scale (`scale="claimed"`): mu = mean(T_in) -
+  mean(T_out), the mean gap in units of the claimed noise (T's null std is
+  1 when the scores are in units of the claimed noise), with Welch's
+  t-interval at `confidence`.
+
+The two held-out readings differ when something other than the claimed
+noise spreads the held-out T: in training, the clients' updates have a
+component along the canary directions that adds the same variance to
+inserted and held-out T and leaves the mean gap unchanged. Then gap /
+std(T_out) is the epsilon of an attack that faces this run's extra spread
+(a distinguisher sees the scores it sees), below the mechanism's epsilon,
+which the mean gap in units of the claimed noise estimates; that reading
+takes the noise to be the claimed one, which the noise self-test checks.
+`spread_p_value` tests the held-out variance against 1 (one-sided).
 
 epsilon grows with mu >= 0, so each mu interval maps to an epsilon interval
 (a negative mu gives epsilon 0; a significantly negative one warns
@@ -92,7 +106,8 @@ class ScheduledEstimate:
     num_inserted, num_held_out: sample sizes (num_held_out 0 for "exact").
     null_mean, null_std: the null used (0 and 1 for "exact").
     inserted_mean, inserted_std: the inserted T's sample mean and std.
-    interval_method: "t" (exact null) or "projection" (held-out null).
+    interval_method: "t" (exact null, or the claimed scale) or
+      "projection" (held-out null, its scale).
     inserted_below_null: True if inserted_mean < null_mean.
     variance_p_value: two-sided p-value of the inserted T's variance around
       their model means (`residual_std`) against the null's: chi-square
@@ -104,6 +119,13 @@ class ScheduledEstimate:
     null_p_value: with held-out T, the smaller two-sided p-value of their
       mean against 0 (t) and variance against 1 (chi-square); None for the
       exact null.
+    scale: the unit of mu: "held_out" (std(T_out)) or "claimed" (1, the
+      claimed noise's; always for the exact null).
+    spread_p_value: with held-out T, the one-sided p-value of their variance
+      above 1 (chi-square): small when something beyond the claimed noise
+      spreads them (module docstring); None for the exact null.
+    null_mean_p_value: with held-out T, the two-sided p-value of their mean
+      against 0 (t); None for the exact null.
   """
 
   epsilon: float
@@ -125,6 +147,16 @@ class ScheduledEstimate:
   null_p_value: Optional[float]
   residual_std: float = float("nan")
   known_spread: bool = False
+  scale: Literal["held_out", "claimed"] = "held_out"
+  spread_p_value: Optional[float] = None
+  null_mean_p_value: Optional[float] = None
+
+  @property
+  def spread_above_noise(self) -> bool:
+    """Whether the held-out T spread significantly more than the claimed
+    noise alone spreads them (`spread_p_value` below 1e-3)."""
+    return self.spread_p_value is not None and self.spread_p_value < (
+        _CHECK_LEVEL)
 
   @property
   def trust(self) -> str:
@@ -142,7 +174,21 @@ class ScheduledEstimate:
           f"{results.format_number(self.null_std)} (p = "
           f"{self.variance_p_value:.2g}): not the Gaussian mechanism's mean "
           "shift, so the GDP reading of mu is doubtful")
-    if self.null_p_value is not None and self.null_p_value < _CHECK_LEVEL:
+    if self.spread_above_noise:
+      unit = ("so this is the ε of an attack facing that spread, below the "
+              "mechanism's (the mean gap in units of the claimed noise)"
+              if self.scale == "held_out" else
+              "this reading counts the claimed noise only")
+      notes.append(
+          f"held-out T spread more than the claimed noise alone (std "
+          f"{results.format_number(self.null_std)} against 1, p = "
+          f"{self.spread_p_value:.2g}): something besides it moves the "
+          "canaries' scores, in training the clients' updates along the "
+          "canary directions (or more noise than claimed, which the noise "
+          f"self-test checks); {unit}")
+    off = (self.null_mean_p_value if self.spread_above_noise
+           else self.null_p_value)   # the spread is said above
+    if off is not None and off < _CHECK_LEVEL:
       notes.append(
           f"held-out T are not N(0, 1) (mean "
           f"{results.format_number(self.null_mean)}, std "
@@ -158,11 +204,14 @@ class ScheduledEstimate:
 
   def __str__(self) -> str:
     null = ("exact N(0, 1) null" if self.null == "exact" else
-            f"held-out null, {self.num_held_out} held out")
+            f"held-out null, {self.num_held_out} held out"
+            + ("" if self.scale == "held_out" else
+               ", in units of the claimed noise"))
     return (f"ε-scheduled = {results.format_number(self.epsilon)} "
             f"[{results.format_number(self.interval.low)}, "
             f"{results.format_number(self.interval.high)}] "
-            f"({self.confidence:.0%} CI, {self.interval_method}; composed "
+            f"({results.format_confidence(self.confidence)} CI, "
+            f"{self.interval_method}; composed "
             f"μ = {results.format_number(self.mu)}; δ={self.delta:g}; "
             f"{null}; {self.num_inserted} inserted). {self.trust}.")
 
@@ -242,8 +291,8 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
                       held_out_T: npt.ArrayLike | None = None, *,
                       delta: float,
                       confidence: float = 0.95,
-                      inserted_mu: npt.ArrayLike | None = None
-                      ) -> ScheduledEstimate:
+                      inserted_mu: npt.ArrayLike | None = None,
+                      scale: str = "held_out") -> ScheduledEstimate:
   """epsilon of the composed mechanism from the schedule-aware T_j.
 
   Args:
@@ -257,6 +306,9 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
       common scale (`gls_statistics.schedule_mu`; sqrt(P_j)), one per
       inserted_T, or None when the means are equal. Only the variance check
       uses it (module docstring): the estimate is of the mean mu.
+    scale: with `held_out_T`, the unit of mu: "held_out" (the held-out T's
+      std: the attack's reading) or "claimed" (1: the mechanism's reading,
+      the mean gap in units of the claimed noise; module docstring).
 
   Returns:
     A `ScheduledEstimate` (module docstring). Warns
@@ -270,6 +322,9 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
   y = (None if held_out_T is None else
        validation.as_sample(held_out_T, "held_out_T"))
   delta, confidence = validation.as_levels(delta, confidence)
+  scale = validation.as_choice(scale, "scale", ("held_out", "claimed"))
+  if y is None and scale == "held_out":
+    scale = "claimed"   # the exact null's unit is the claimed noise's
   validation.check_spread(x, "inserted_T")
   shape = None
   if inserted_mu is not None:
@@ -279,6 +334,7 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
                        f"{x.size}: give one mean per inserted canary.")
   rss, rss_df = _residuals(x, shape)
   mean1, std1 = float(x.mean()), float(x.std(ddof=1))
+  spread_p = None
   if y is None:
     null, mean0, std0, null_p = "exact", 0.0, 1.0, None
     half = float(stats.t.ppf(0.5 + confidence / 2.0, x.size - 1)) * std1 / (
@@ -293,22 +349,26 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
     p_mean = float(stats.ttest_1samp(y, 0.0).pvalue)
     null_p = min(p_mean, _variance_p_value(
         (y.size - 1) * y.var(ddof=1), y.size - 1, 1.0, None))
-    level = math.sqrt(confidence)
+    chi2 = stats.chi2(y.size - 1)
+    spread_p = float(chi2.sf((y.size - 1) * y.var(ddof=1)))
+    level = math.sqrt(confidence) if scale == "held_out" else confidence
     gap = mean1 - mean0
     v1, v0 = std1**2 / x.size, std0**2 / y.size
     se = math.sqrt(v1 + v0)
     # Welch-Satterthwaite degrees of freedom.
     df = (v1 + v0)**2 / (v1**2 / (x.size - 1) + v0**2 / (y.size - 1))
     half = float(stats.t.ppf(0.5 + level / 2.0, df)) * se
-    chi2 = stats.chi2(y.size - 1)
-    tail = (1.0 - level) / 2.0
-    s_low = std0 * math.sqrt((y.size - 1) / chi2.isf(tail))
-    s_high = std0 * math.sqrt((y.size - 1) / chi2.ppf(tail))
     low_gap, high_gap = gap - half, gap + half
-    mu = gap / std0
-    mu_low = low_gap / (s_high if low_gap > 0.0 else s_low)
-    mu_high = high_gap / (s_low if high_gap > 0.0 else s_high)
-    method = "projection"
+    if scale == "claimed":
+      mu, mu_low, mu_high, method = gap, low_gap, high_gap, "t"
+    else:
+      tail = (1.0 - level) / 2.0
+      s_low = std0 * math.sqrt((y.size - 1) / chi2.isf(tail))
+      s_high = std0 * math.sqrt((y.size - 1) / chi2.ppf(tail))
+      mu = gap / std0
+      mu_low = low_gap / (s_high if low_gap > 0.0 else s_low)
+      mu_high = high_gap / (s_low if high_gap > 0.0 else s_high)
+      method = "projection"
   below = mean1 < mean0
   if below:
     results.warn_sign_convention(mean1, "null mean", mean0, se=se)
@@ -325,7 +385,8 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
       variance_p_value=_variance_p_value(
           rss, rss_df, std0**2, None if y is None else y.size),
       null_p_value=null_p, residual_std=math.sqrt(rss / rss_df),
-      known_spread=shape is not None)
+      known_spread=shape is not None, scale=scale, spread_p_value=spread_p,
+      null_mean_p_value=None if y is None else p_mean)
 
 
 __all__ = ["ScheduledEstimate", "epsilon_scheduled", "scheduled_statistic"]
