@@ -123,7 +123,7 @@ def test_a_bound_of_reach_0_takes_no_bonferroni_share():
   assert set(verdict.bounds) == {"tight one-run bound"}
   assert verdict.per_bound_confidence == 0.95  # the whole level, no split
   assert verdict.reach["one-run bound"] == 0.0
-  assert "powerless" in str(verdict) and "1 bounds, each at 95.00%" in str(
+  assert "powerless" in str(verdict) and "1 bound, at 95%" in str(
       verdict)
   # With a share, the tight bound would be weaker: the drop is worth it.
   split = fns["tight one-run bound"](1 - 0.05 / 2).epsilon

@@ -82,7 +82,8 @@ def test_worst_case_canaries_face_the_claimed_mu_and_pass():
   audit = _audit(run)
   assert not audit.refuted, str(audit)
   assert ("participation: every candidate's schedule within the claimed at "
-          "most 3 participations >= 4 rounds apart in 12 rounds") in str(audit)
+          "most 3 participations at least 4 rounds apart in 12 rounds"
+          ) in str(audit)
 
 
 def test_the_simulated_run_s_noise_carries_the_rule():

@@ -93,6 +93,18 @@ def format_number(x: Optional[float]) -> str:
   return f"{x:.4g}" if abs(x) < 1e5 else f"{x:.4e}"
 
 
+def format_confidence(level: float) -> str:
+  """A confidence as a percentage with the digits it has, at most two
+  decimals: 0.95 -> "95%", 0.975 -> "97.5%", 0.9875 -> "98.75%", 1 - 0.05 /
+  6 -> "99.17%" (so a level split by Bonferroni is not rounded to another
+  level, as 0.975 was to "98%")."""
+  for digits in range(2):
+    text = f"{level:.{digits}%}"
+    if abs(float(text[:-1]) / 100.0 - level) < 1e-12:
+      return text
+  return f"{level:.2%}"
+
+
 def _counts(num_inserted: int, num_held_out: int) -> str:
   text = f"{num_inserted} inserted"
   if num_held_out:
@@ -185,7 +197,7 @@ class EpsilonEstimate(_Result):
                  f"{self.num_rounds} rounds")
     return (f"{name} = {format_number(self.epsilon)} "
             f"[{format_number(self.interval.low)}, {format_number(self.interval.high)}] "
-            f"({self.confidence:.0%} CI; {method}; δ={self.delta:g}"
+            f"({format_confidence(self.confidence)} CI; {method}; δ={self.delta:g}"
             f"{dim}; {_counts(self.num_inserted, self.num_held_out)})")
 
 
@@ -235,9 +247,9 @@ class LowerBound(_Result):
     null = f"exact null, d={self.dim}" if self.null == "exact" else "held-out null"
     sat = (f"; saturated: cannot exceed {format_number(self.ceiling)} with these counts"
            if self.saturated else "")
-    level = (f"nominal {self.confidence:.0%} lower bound, paper's uncorrected "
+    level = (f"nominal {format_confidence(self.confidence)} lower bound, paper's uncorrected "
              "max over thresholds" if self.correction == "none"
-             else f"{self.confidence:.0%} lower bound, {self.correction}")
+             else f"{format_confidence(self.confidence)} lower bound, {self.correction}")
     return (f"ε_lo = {format_number(self.epsilon)} ({level}; "
             f"{null}; δ={self.delta:g}; "
             f"{_counts(self.num_inserted, self.num_held_out)}{sat})")
@@ -275,7 +287,7 @@ class OneRunBound(_Result):
   inserted_below_null: bool
 
   def _summary(self) -> str:
-    return (f"one-run bound = {format_number(self.epsilon)} ({self.confidence:.0%} "
+    return (f"one-run bound = {format_number(self.epsilon)} ({format_confidence(self.confidence)} "
             f"lower bound; {self.correct}/{self.guesses} guesses right, "
             f"k+={self.k_plus}, k-={self.k_minus}; {self.num_candidates} "
             f"candidates, {self.num_inserted} inserted; δ={self.delta:g}; "
@@ -329,7 +341,7 @@ class GaussianClaimBound(_Result):
     game = ("" if self.guesses is None else
             f"{self.correct}/{self.guesses} guesses right; ")
     return (f"{_METHOD_NAMES[self.method]} = {format_number(self.epsilon)} "
-            f"(μ = {format_number(self.mu)}; {self.confidence:.0%} lower bound "
+            f"(μ = {format_number(self.mu)}; {format_confidence(self.confidence)} lower bound "
             f"if the trade-off curve is Gaussian; {game}{self.strategy} "
             f"threshold; {self.num_candidates} candidates, "
             f"{self.num_inserted} inserted; δ={self.delta:g})")

@@ -50,6 +50,7 @@ from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.bounds import fdp_one_run
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.bounds import tight_one_run
+from tff_canary.stats import results
 from tff_canary.stats import validation
 from tff_canary.stats.canaries.cosine_table import CosineTable
 
@@ -153,8 +154,10 @@ class AuditVerdict:
             f"{self.claimed_epsilon:.4g}")
 
   def _details(self) -> str:
-    text = (f"δ={self.delta:g}; {len(self.bounds)} bounds, each at "
-            f"{self.per_bound_confidence:.2%}")
+    n = len(self.bounds)
+    text = (f"δ={self.delta:g}; {n} bound{'s' if n > 1 else ''}, "
+            f"{'each ' if n > 1 else ''}at "
+            f"{results.format_confidence(self.per_bound_confidence)}")
     if self.powerless:
       text += (f"; powerless with these canaries, so without a share: "
                f"{', '.join(self.powerless)} (reach 0)")
@@ -165,11 +168,13 @@ class AuditVerdict:
   def __str__(self) -> str:
     bound = self.largest_bound
     if self.refuted:
-      return (f"REFUTED at {self.confidence:.0%} confidence: {self.strongest} "
+      return (f"REFUTED at {results.format_confidence(self.confidence)} "
+              f"confidence: {self.strongest} "
               f"= {bound:.4g} > claimed ε = {self.claimed_epsilon:.4g} "
               f"({self._details()})")
     if self.beyond_reach:
-      return (f"BEYOND REACH at {self.confidence:.0%} confidence: no bound "
+      return (f"BEYOND REACH at {results.format_confidence(self.confidence)} "
+              "confidence: no bound "
               f"can exceed the claimed ε = {self.claimed_epsilon:.4g} with "
               f"these canaries, whatever the run leaks: {self.reach_text()} "
               f"(largest bound {self.strongest} = {bound:.4g}; "
@@ -178,7 +183,8 @@ class AuditVerdict:
     reach = (f"; they can refute claims up to ε = {reach:.4g}"
              if math.isfinite(reach) else "")
     return (f"consistent with claimed ε = {self.claimed_epsilon:.4g} at "
-            f"{self.confidence:.0%} confidence: largest bound {self.strongest}"
+            f"{results.format_confidence(self.confidence)} confidence: "
+            f"largest bound {self.strongest}"
             f" = {bound:.4g} ({self._details()}{reach})")
 
   def reach_dict(self) -> dict[str, Any]:

@@ -110,6 +110,49 @@ def share(bound_fns: dict[str, Any], confidence: float
     active = keep
 
 
+@dataclasses.dataclass(frozen=True)
+class Reach:
+  """What an audit's bounds can show with a run's canaries, before any
+  statistic is known (`reach`).
+
+  Attributes:
+    claimed_epsilon: the claim.
+    epsilon: the largest reach of the bounds that take a share.
+    bound: the bound of that reach.
+    confidence: each such bound's confidence (its share of the level).
+    candidates: the canaries the bounds see.
+    candidates_needed: when `beyond`, this run's candidates doubled until a
+      bound reaches the claim; None otherwise or past `MAX_CANDIDATES`.
+  """
+
+  claimed_epsilon: float
+  epsilon: float
+  bound: str
+  confidence: float
+  candidates: int
+  candidates_needed: Optional[int] = None
+
+  @property
+  def beyond(self) -> bool:
+    """Whether no bound can exceed the claim, however much the run leaks."""
+    return self.epsilon <= self.claimed_epsilon
+
+
+def reach(bound_fns: dict[str, AuditBound], *, claimed_epsilon: float,
+          confidence: float) -> Reach:
+  """The `Reach` of `bound_fns` (each an `AuditBound`) sharing
+  `confidence` as `audit.audit` shares it (`share`)."""
+  active, per, reaches = share(bound_fns, confidence)
+  best = max(active, key=lambda name: reaches[name])
+  candidates = max(fn.candidates for fn in bound_fns.values())
+  out = Reach(claimed_epsilon=float(claimed_epsilon), epsilon=reaches[best],
+              bound=best, confidence=per, candidates=candidates)
+  if not out.beyond:
+    return out
+  return dataclasses.replace(out, candidates_needed=candidates_needed(
+      bound_fns, active, per, claimed_epsilon, candidates))
+
+
 def candidates_needed(bound_fns: dict[str, Any], active: list[str],
                        per: float, claimed: float, candidates: int
                        ) -> Optional[int]:

@@ -64,6 +64,15 @@ class LinearEpsilons:
             f"δ = {self.delta:g}, {len(self.rounds_per_block)} epochs of "
             f"{sorted(set(self.rounds_per_block))} rounds")
 
+  def rows(self) -> list[tuple[str, float, str]]:
+    """(name, epsilon, detail) of the claim, as a report shows it."""
+    epochs = len(self.rounds_per_block)
+    return [(f"DP-FTRL, {epochs} epoch{'s' if epochs > 1 else ''} (exact GDP, "
+             "μ = sens / z)", self.epsilon,
+             "what the accounting guarantees: the rounds released as C x + ξ, "
+             "restarted every epoch, sens = max over one round per epoch of "
+             "‖C a‖")]
+
 
 def _frozen(array: np.ndarray) -> np.ndarray:
   array.setflags(write=False)
@@ -221,6 +230,12 @@ class LinearNoise:
     z = validation.as_positive(noise_multiplier, "noise_multiplier")
     rounds = self.worst_case_rounds()
     return math.sqrt(float(np.diag(self.precision)[rounds].sum())) / z
+
+  def worst_case_formula(self) -> str:
+    """`worst_case_mu` as a formula, for reports."""
+    if self.num_blocks == 1:
+      return "√(max_t (K⁻¹)_tt) / z"
+    return "√(Σ_e max_t (K_e⁻¹)_tt) / z, one round per epoch"
 
   def release_mu(self, noise_multiplier: float) -> float:
     """The GDP mu of the mechanism's full release for a participant in at

@@ -96,6 +96,16 @@ class TreeEpsilons:
             f"{len(self.rounds_per_tree)} epochs of "
             f"{sorted(set(self.rounds_per_tree))} rounds")
 
+  def rows(self) -> list[tuple[str, float, str]]:
+    """(name, epsilon, detail) of both accountings, as a report shows them."""
+    trees = len(self.rounds_per_tree)
+    return [(f"DP-FTRL, {trees} tree{'s' if trees > 1 else ''} (exact, node "
+             "release)", self.epsilon, "what the accounting guarantees: the "
+             "release of every node of the trees"),
+            ("DP-FTRL (RDP, dp-accounting)", self.rdp_epsilon,
+             "what the accounting guarantees (Rényi DP of the same release, "
+             "looser)")]
+
 
 def tree_epsilons(noise_multiplier: float, rounds_per_tree: Sequence[int], *,
                   delta: float) -> TreeEpsilons:

@@ -66,12 +66,17 @@ class FtrlAudit:
     contribution_excess, contribution_spread: the contribution check's
       `Contribution.excess` and `.spread`.
     contribution_t, contribution_p_value: its `Contribution.t`, `.p_value`.
+    contribution_scheduled, contribution_unit: its `Contribution.scheduled`
+      and `.unit` ("per epoch", or "over the run" when the noise has one
+      block: a run never restarted).
     bounds: the bounds' `audit.AuditVerdict` at confidence 1 - level / checks,
       with their reach ("beyond reach" when no bound could exceed the claim
       with these candidates).
     noise_kind: the claimed noise's `LinearNoise.kind`, for the text.
     participation: the participation check's reading, or None when no rule
       was given (`audit_ftrl`'s `participation`).
+    checks: the checks that share `level` (the bounds' confidence is
+      1 - level / checks).
   """
 
   refuted: bool
@@ -86,6 +91,15 @@ class FtrlAudit:
   bounds: audit_module.AuditVerdict
   noise_kind: str = "tree"
   participation: Optional[str] = None
+  contribution_scheduled: float = 1.0
+  contribution_unit: str = "per epoch"
+  checks: int = 2
+
+  @property
+  def contribution(self) -> float:
+    """What the inserted canaries contributed, in participations at the
+    clip norm per `contribution_unit`: the schedules' plus the excess."""
+    return self.contribution_scheduled + self.contribution_excess
 
   @property
   def verdict(self) -> str:
@@ -118,14 +132,16 @@ class FtrlAudit:
   def contribution_text(self) -> str:
     """The contribution check in one line, with both causes when it fails."""
     text = (f"excess {self.contribution_excess:+.3g} participations at the "
-            f"clip norm per epoch over the schedules' (t = "
+            f"clip norm {self.contribution_unit} beyond the schedules' "
+            f"{self.contribution_scheduled:.3g} (t = "
             f"{self.contribution_t:.3g}, "
             f"p = {self.contribution_p_value:.2g}; spread "
             f"{self.contribution_spread:.3g}x the {self.noise_kind} noise's "
             "variance)")
     if "contribution" in self.caught_by:
       text += (": the inserted canaries put more into the sums than the "
-               "claim allows: more participations per epoch than their "
+               f"claim allows: more participations {self.contribution_unit} "
+               "than their "
                "schedules (check the client sampler), or updates larger than "
                "the clip (check the clipping: e.g. each tensor clipped to C "
                "instead of the global norm)")
@@ -145,6 +161,10 @@ class Contribution:
     t: excess over its standard error at the larger of the two scales.
     p_value: one-sided, Student t with inserted - 1 degrees of freedom.
     inserted: the number of inserted canaries.
+    scheduled: the inserted canaries' scheduled participations per block
+      (epoch), on average: 1 with one per epoch; k over a run never
+      restarted (one block) with k participations.
+    blocks: the noise's blocks (epochs); 1 for a run never restarted.
   """
 
   excess: float
@@ -152,6 +172,14 @@ class Contribution:
   t: float
   p_value: float
   inserted: int
+  scheduled: float = 1.0
+  blocks: int = 1
+
+  @property
+  def unit(self) -> str:
+    """What `excess` and `scheduled` count: "per epoch", or "over the run"
+    when the noise is one block."""
+    return "per epoch" if self.blocks > 1 else "over the run"
 
 
 def contribution_check(scores: npt.ArrayLike, schedule: npt.ArrayLike,
@@ -190,13 +218,16 @@ def contribution_check(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   r = ((counts - expected) @ w) * v0
   m = r.shape[0]
   excess = float(r.mean())
+  scheduled = float(expected.mean())
   if m < 2:
     t_stat = excess / math.sqrt(v0)
-    return Contribution(excess, 1.0, t_stat, float(stats.norm.sf(t_stat)), m)
+    return Contribution(excess, 1.0, t_stat, float(stats.norm.sf(t_stat)), m,
+                        scheduled, epochs.shape[1])
   spread = float(r.var(ddof=1)) / v0
   t_stat = excess / math.sqrt(v0 * max(1.0, spread) / m)
   return Contribution(excess, spread, t_stat,
-                      float(stats.t.sf(t_stat, df=m - 1)), m)
+                      float(stats.t.sf(t_stat, df=m - 1)), m, scheduled,
+                      epochs.shape[1])
 
 
 def _inputs(scores, schedule, inserted, noise):
@@ -213,6 +244,51 @@ def _inputs(scores, schedule, inserted, noise):
     raise ValueError("inserted must have both inserted and held-out "
                      "candidates (fair coins).")
   return noise, u, np.asarray(schedule), mask
+
+
+def _bound_fns(t_stat, m_stat, mask, delta
+               ) -> dict[str, audit_bounds.AuditBound]:
+  """The audit's one-run bounds on T and M, each with its reach (which
+  depends on the coins `mask` only)."""
+  return {
+      "one-run bound (scheduled T)": audit_bounds.coin_bound(
+          lower_bounds.one_run_bound, t_stat, mask, delta=delta),
+      "one-run bound (max M)": audit_bounds.coin_bound(
+          lower_bounds.one_run_bound, m_stat, mask, delta=delta),
+      "tight one-run bound (scheduled T)": audit_bounds.coin_bound(
+          audit_module.tight_bound, t_stat, mask, delta=delta),
+  }
+
+
+def bounds_reach(inserted: npt.ArrayLike, *, claimed_epsilon: float,
+                 delta: float, level: float = 0.05,
+                 self_test: bool = False) -> audit_bounds.Reach:
+  """The reach of `audit_ftrl`'s bounds for fair coins `inserted`, known
+  before any training: the largest epsilon they can show (on perfectly
+  separated statistics, at their share of `level`), and the candidates
+  that would reach `claimed_epsilon` when these cannot. Equal to the
+  reach of the audit of a run with these coins (`audit.AuditVerdict`).
+
+  Args:
+    inserted: [candidates] Boolean, the coins (both values present).
+    claimed_epsilon: the claim the bounds are held against.
+    delta: the claim's delta.
+    level: the audit's family-wise level.
+    self_test: whether the audit will have self-test noise (one more check
+      sharing the level).
+  """
+  mask = np.asarray(inserted)
+  mask = validation.as_mask(mask, "inserted", mask.shape[:1],
+                            "the candidates")
+  if mask.all() or not mask.any():
+    raise ValueError("inserted must have both inserted and held-out "
+                     "candidates (fair coins).")
+  level = validation.as_open_unit(level, "level")
+  checks = len(_TESTS) if validation.as_bool(self_test, "self_test") else (
+      len(_TESTS) - 1)
+  return audit_bounds.reach(_bound_fns(None, None, mask, delta),
+                            claimed_epsilon=claimed_epsilon,
+                            confidence=1.0 - level / checks)
 
 
 def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
@@ -265,16 +341,8 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
   broken = 0
   if participation is not None:
     broken = int(np.count_nonzero(participation.violations(a != 0)))
-  t_stat = gls_statistics.scheduled_statistic(u, a, noise)
-  m_stat = gls_statistics.max_statistic(u, noise)
-  fns = {   # each with its reach
-      "one-run bound (scheduled T)": audit_bounds.coin_bound(
-          lower_bounds.one_run_bound, t_stat, mask, delta=delta),
-      "one-run bound (max M)": audit_bounds.coin_bound(
-          lower_bounds.one_run_bound, m_stat, mask, delta=delta),
-      "tight one-run bound (scheduled T)": audit_bounds.coin_bound(
-          audit_module.tight_bound, t_stat, mask, delta=delta),
-  }
+  fns = _bound_fns(gls_statistics.scheduled_statistic(u, a, noise),
+                   gls_statistics.max_statistic(u, noise), mask, delta)
   claimed = (claim.epsilon if claimed_epsilon is None else
              validation.as_nonnegative(claimed_epsilon, "claimed_epsilon"))
   bounds = audit_module.audit(fns, claimed_epsilon=claimed, delta=delta,
@@ -305,6 +373,8 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
                    contribution_spread=contribution.spread,
                    contribution_t=contribution.t,
                    contribution_p_value=contribution.p_value,
+                   contribution_scheduled=contribution.scheduled,
+                   contribution_unit=contribution.unit, checks=checks,
                    bounds=bounds, noise_kind=noise.kind,
                    participation=None if participation is None else (
                        f"{broken} of {a.shape[0]} candidates' schedules break "
@@ -320,7 +390,14 @@ class FtrlEstimates:
   Attributes:
     final: from the final model's scores, sum_t u_{j,t} / sqrt(1^T K 1)
       (N(0, 1) for held-out canaries), `scheduled_sums.epsilon_scheduled`.
-    scheduled: all iterates, the GLS scheduled statistic T_j.
+    scheduled: all iterates, the GLS scheduled statistic T_j, its mean gap
+      in units of the held-out T's spread: the epsilon of the attack on this
+      run, whose clients' updates may spread T beyond the noise
+      (`scheduled_sums`, "The two held-out readings").
+    mechanism: the same T's mean gap in units of the claimed noise: the
+      mechanism's epsilon, which takes the noise to be the claimed one (the
+      noise self-test checks it). Equal to `scheduled` up to sampling error
+      when only the noise spreads T.
     max: all iterates, the max statistic M_j, two Gaussians fitted to the
       inserted and held-out M (the paper's epsilon-all).
     independent: all iterates, the statistic of independent rounds with an
@@ -336,6 +413,7 @@ class FtrlEstimates:
   scheduled: scheduled_sums.ScheduledEstimate
   max: results.EpsilonEstimate
   independent: scheduled_sums.ScheduledEstimate
+  mechanism: Optional[scheduled_sums.ScheduledEstimate] = None
 
 
 def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
@@ -359,10 +437,11 @@ def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       "independent": (a_in / np.sqrt(np.diag(noise.covariance))).sum(axis=1)
                      / np.sqrt(rounds)}
 
-  def estimate(values, kind, held_out=None):   # None: the exact N(0, 1) null
+  def estimate(values, kind, held_out=None, scale="held_out"):
+    # held_out None: the exact N(0, 1) null.
     return scheduled_sums.epsilon_scheduled(
         values[mask], held_out, delta=delta, confidence=confidence,
-        inserted_mu=shape[kind])
+        inserted_mu=shape[kind], scale=scale)
 
   # epsilon_all fits two Gaussians, whose epsilon is unchanged by one
   # positive scale applied to both samples; it validates cosines, so M is
@@ -373,8 +452,10 @@ def ftrl_estimates(scores: npt.ArrayLike, schedule: npt.ArrayLike,
       scheduled=estimate(t_stat, "scheduled", t_stat[~mask]),
       max=estimates.epsilon_all(m_stat[mask] / scale, m_stat[~mask] / scale,
                                 delta=delta, confidence=confidence),
-      independent=estimate(naive, "independent"))
+      independent=estimate(naive, "independent"),
+      mechanism=estimate(t_stat, "scheduled", t_stat[~mask], "claimed"))
 
 
 __all__ = ["CHECKS", "Contribution", "FtrlAudit", "FtrlEstimates",
-           "audit_ftrl", "contribution_check", "ftrl_estimates"]
+           "audit_ftrl", "bounds_reach", "contribution_check",
+           "ftrl_estimates"]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.matrix import sensitivity as sensitivity_lib
 from tff_canary.stats import validation
@@ -42,6 +44,16 @@ class MatrixEpsilon:
     return (f"analytical ε = {self.epsilon:.4g} (exact GDP, μ = "
             f"{self.mu:.4g}); z = {self.noise_multiplier:g}, δ = "
             f"{self.delta:g}, {self.sensitivity}")
+
+  def rows(self) -> list[tuple[str, float, str]]:
+    """(name, epsilon, detail) of the claim, as a report shows it."""
+    rule = self.sensitivity.rule_text()
+    worst = np.flatnonzero(self.sensitivity.pattern).tolist()
+    return [(f"DP-FTRL, {rule} (exact GDP, μ = sens / z)", self.epsilon,
+             f"what the accounting guarantees: the rounds released as C x + "
+             f"ξ, never restarted, sens = max ‖C a‖ over every a of {rule} "
+             f"in {self.sensitivity.rounds} rounds (the worst case a*: "
+             f"rounds {worst})")]
 
 
 def matrix_epsilon(sensitivity: sensitivity_lib.Sensitivity, *,

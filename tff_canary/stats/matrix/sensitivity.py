@@ -98,14 +98,22 @@ class Sensitivity:
     return schedules.SharedRounds(
         self.rounds, tuple(np.flatnonzero(self.pattern).tolist()))
 
-  def __str__(self) -> str:
-    return (f"sensitivity {self.value:.6g} ({self.method}) for at most "
-            f"{self.participations} participations >= {self.separation} "
-            f"rounds apart"
+  def rule_text(self) -> str:
+    """The participation the value is the worst case of, in words: "at
+    most 4 participations at least 10 rounds apart" (or "one round per
+    epoch" for `restarted_sensitivity`)."""
+    if self.method == "restarts":
+      return "one round per epoch"
+    k, b = self.participations, self.separation
+    return (f"at most {k} participation{'s' if k > 1 else ''} at least {b} "
+            f"round{'s' if b > 1 else ''} apart"
             + ("" if self.rounds_per_epoch is None else
-               f", one per epoch of {self.rounds_per_epoch}")
-            + f" in {self.rounds} rounds; worst case in rounds "
-            f"{np.flatnonzero(self.pattern).tolist()}")
+               f", one per epoch of {self.rounds_per_epoch}"))
+
+  def __str__(self) -> str:
+    return (f"sensitivity {self.value:.6g} ({self.method}) for "
+            f"{self.rule_text()} in {self.rounds} rounds; worst case in "
+            f"rounds {np.flatnonzero(self.pattern).tolist()}")
 
 
 def _rules(rounds: Any, participations: Any,

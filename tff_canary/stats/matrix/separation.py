@@ -81,7 +81,7 @@ class MinSeparation:
     return too_many | close
 
   def __str__(self) -> str:
-    return (f"at most {self.participations} participations >= "
+    return (f"at most {self.participations} participations at least "
             f"{self.separation} rounds apart in {self.rounds} rounds")
 
 
@@ -113,6 +113,10 @@ class SeparatedNoise(strategy_noise.StrategyNoise):
     """sens / z = ||C a*|| / z, the GLS mean of a canary on a*."""
     z = validation.as_positive(noise_multiplier, "noise_multiplier")
     return self.sensitivity.value / z
+
+  def worst_case_formula(self) -> str:
+    """`worst_case_mu` as a formula, for reports."""
+    return "sens / z = ‖C a*‖ / z, a* the rule's worst case"
 
   def release_mu(self, noise_multiplier: float) -> float:
     """The rounds' mu under the rule: `worst_case_mu` (B is square)."""
