@@ -322,7 +322,7 @@ def test_a_bound_row_states_the_audits_level_and_value(tmp_path):
       assert "in the audit" not in detail
   # The level follows --confidence.
   r90 = report.build_report(make_run(tmp_path / "run"), confidence=0.9)
-  assert any("at 97.50%, not 90%" in d for _, _, _, d in r90.rows())
+  assert any("at 97.5%, not 90%" in d for _, _, _, d in r90.rows())
   assert any("90% is nominal only" in d for _, _, _, d in r90.rows())
 
 

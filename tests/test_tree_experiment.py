@@ -261,7 +261,9 @@ def test_a_tree_run_reports_the_tree_accounting_and_its_scores(tree_run):
   saved = json.loads(open(rd.file(run_dir.REPORT_JSON)).read())
   assert saved["aggregator"] == "tree"
   assert saved["analytical"] == report.analytical
-  assert "![" not in open(rd.file(run_dir.REPORT_MD)).read()  # no figures
+  # Its one figure, every epsilon against the analytical ones.
+  assert "![" in open(rd.file(run_dir.REPORT_MD)).read()
+  assert os.path.exists(os.path.join(rd.file(run_dir.PLOTS), "epsilons.png"))
   # The tree noise self-test ran per tensor of the model, with their names,
   # so its tests between tensors ran (issue 26).
   check = json.loads(open(rd.file(run_dir.NOISE_CHECK)).read())

@@ -125,7 +125,7 @@ class CosineSection:
 
   def _flag(self, item: dict[str, Any]) -> str:
     interval = ("" if item["interval"] is None else
-                f" ({self.confidence:.0%} CI [{item['interval'][0]:.4g}, "
+                f" ({results.format_confidence(self.confidence)} CI [{item['interval'][0]:.4g}, "
                 f"{item['interval'][1]:.4g}])")
     what = ("its whole interval is above" if item["kind"] == "estimate"
             else "a bound that holds with its confidence is above")
@@ -167,7 +167,7 @@ class CosineSection:
     if math.isclose(level, self.confidence):
       return "; the audit uses it at this level"
     return (f"; in the audit: {results.format_number(audited.epsilon)} at "
-            f"{level:.2%}, not {self.confidence:.0%} (Bonferroni over "
+            f"{results.format_confidence(level)}, not {results.format_confidence(self.confidence)} (Bonferroni over "
             f"{len(self.verdict.bounds)} bounds)")
 
   def rows(self) -> list[tuple[str, str, float, str]]:
@@ -180,7 +180,7 @@ class CosineSection:
     bound = self.analytical_bound[1]
     for name, kind, result in self.estimates.rows():
       if kind == "estimate":
-        detail = (f"{self.confidence:.0%} CI [{result.interval.low:.4g}, "
+        detail = (f"{results.format_confidence(self.confidence)} CI [{result.interval.low:.4g}, "
                   f"{result.interval.high:.4g}]")
         if name in PAPER_ESTIMATES:
           detail += ("; the paper's construction, which overshoots over many "
@@ -189,10 +189,10 @@ class CosineSection:
             result.interval.high):
           detail += "; consistent with the analytical ε"
       elif kind == "nominal bound":
-        detail = (f"paper's construction; {self.confidence:.0%} is nominal "
+        detail = (f"paper's construction; {results.format_confidence(self.confidence)} is nominal "
                   "only; not in the audit")
       else:
-        detail = (f"holds with {self.confidence:.0%} confidence"
+        detail = (f"holds with {results.format_confidence(self.confidence)} confidence"
                   + self._audit_detail(name))
       if kind != "estimate" and getattr(result, "saturated", False):
         detail = f"saturated (ceiling {result.ceiling:.4g}); {detail}"
@@ -221,13 +221,13 @@ class CosineSection:
     audit_text = (
         f"{verdict.verdict} with the {self.claim} = "
         f"{self.claimed_epsilon:.4g} ({len(verdict.bounds)} bounds, "
-        f"{self.confidence:.0%} together)")
+        f"{results.format_confidence(self.confidence)} together)")
     if verdict.beyond_reach:
       audit_text = headline_lib.beyond_reach_text(verdict, self.claim)
     if verdict.refuted:
       audit_text = (f"REFUTED: {strongest} = "
                     f"{verdict.largest_bound:.4g} > {self.claim} = "
-                    f"{self.claimed_epsilon:.4g} at {self.confidence:.0%} "
+                    f"{self.claimed_epsilon:.4g} at {results.format_confidence(self.confidence)} "
                     "confidence")
     for other in self.canary_claim.not_audited:
       audit_text += (f"; the clients' {other} = "
@@ -244,6 +244,7 @@ class CosineSection:
         epsilon_all=epsilon_all, epsilon_all_missing=missing,
         strongest_bound_name=strongest,
         strongest_bound=verdict.largest_bound,
+        strongest_bound_confidence=verdict.per_bound_confidence,
         audit_verdict=verdict.verdict, audit_text=audit_text,
         audit_reach=verdict.reach_dict())
 
@@ -281,7 +282,7 @@ class CosineSection:
         "attack achieves, not bounds. Only the bounds that hold with their "
         "confidence decide the audit; ε_lo saturates with the number of "
         "canaries, which is why the point estimates exist. The paper's ε_lo "
-        f"is shown for comparison; its {self.confidence:.0%} is nominal "
+        f"is shown for comparison; its {results.format_confidence(self.confidence)} is nominal "
         "only."]
     if report.accuracy is not None:
       after += ["", f"Final model: accuracy {report.accuracy:.4f}, loss "

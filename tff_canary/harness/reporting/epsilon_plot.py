@@ -1,6 +1,6 @@
 """The report's epsilons.png: every epsilon against the analytical ones.
 
-One row per estimate or bound of the report (`RunReport.rows` order), on a
+One row per estimate or bound of the report (its table's order), on a
 positive log axis (`LogScale`). Values the log axis cannot show sit in grey
 bands at its edges, drawn with their own marker and their value written
 beside it: 0 (and anything below 1e-6 of the largest value) at the left, inf
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from matplotlib import ticker
 from matplotlib.figure import Figure
@@ -148,9 +148,9 @@ def _number(value: float) -> str:
   return "∞" if value == math.inf else results.format_number(value)
 
 
-def _values(report: Any) -> list[float]:
-  out = list(report.analytical.values())
-  for _, kind, result in report.estimates.rows():
+def _values(rows, lines: dict[str, float]) -> list[float]:
+  out = list(lines.values())
+  for _, kind, result in rows:
     out.append(result.epsilon)
     if kind == "estimate":
       out += list(result.interval)
@@ -174,13 +174,14 @@ def _interval(ax, scale: LogScale, y: float, interval) -> set[str]:
   return cut
 
 
-def _legend_handles(report: Any, kinds: set[str], cut: set[str],
-                    off_scale: bool, flagged: bool,
-                    scale: LogScale) -> list[Any]:
-  level = f"{report.confidence:.0%}"
+def _legend_handles(confidence: float, bound_confidence: float,
+                    kinds: set[str], cut: set[str], off_scale: bool,
+                    flagged: bool, scale: LogScale) -> list[Any]:
+  level = results.format_confidence(confidence)
   labels = {
       "estimate": f"point estimate with its {level} CI (not a bound)",
-      "bound": f"lower bound, holds with {level} confidence",
+      "bound": ("lower bound, holds with "
+                f"{results.format_confidence(bound_confidence)} confidence"),
       "nominal bound": f"paper's lower bound ({level} nominal only)",
   }
   handles = [Line2D([], [], ls="-" if kind == "estimate" else "none",
@@ -203,12 +204,30 @@ def _legend_handles(report: Any, kinds: set[str], cut: set[str],
 
 
 def figure(report: Any) -> Figure:
-  """The epsilons figure of a `report.RunReport` (module docstring): its
-  `estimates`, `analytical`, `confidence`, `delta_line()` and
-  `above_analytical_bound()`."""
-  rows = report.estimates.rows()
-  flagged = {item["name"] for item in report.above_analytical_bound()}
-  scale = LogScale.fit(_values(report))
+  """The epsilons figure of a cosine table's `report.RunReport` (module
+  docstring): its `estimates`, `analytical`, `confidence`, `delta_line()`
+  and `above_analytical_bound()`."""
+  return draw(report.estimates.rows(),
+              {f"analytical ε, {name}": value
+               for name, value in report.analytical.items()},
+              confidence=report.confidence,
+              title=f"Every epsilon at {report.delta_line()}",
+              flagged={item["name"]
+                       for item in report.above_analytical_bound()})
+
+
+def draw(rows: list[tuple[str, str, Any]], lines: dict[str, float], *,
+         confidence: float, title: str, flagged: Iterable[str] = (),
+         bound_confidence: Optional[float] = None) -> Figure:
+  """The epsilons figure (module docstring) of `rows`, (name, kind,
+  result) with kind "estimate", "bound" or "nominal bound" and the
+  result's `epsilon` (an estimate's `interval` too), against the vertical
+  `lines` (legend label -> epsilon: the analytical epsilons), at
+  `confidence` (the bounds' own, `bound_confidence`, when it differs: an
+  audit's Bonferroni share); the names in `flagged` are ringed as above
+  the analytical bound."""
+  flagged = set(flagged)
+  scale = LogScale.fit(_values(rows, lines))
   fig = Figure(figsize=(8.0, 0.4 * len(rows) + 3.0), layout="constrained")
   ax = fig.add_subplot()
   scale.draw_axis(ax)
@@ -225,21 +244,22 @@ def figure(report: Any) -> Figure:
                   ha="center", va="bottom", fontsize=7)
     if name in flagged:
       ax.plot([x], [y], ls="none", zorder=4, **_FLAG)
-  for i, (name, value) in enumerate(report.analytical.items()):
+  for i, (name, value) in enumerate(lines.items()):
     x, label = scale.place(value)
     off_scale |= bool(label)
     ax.axvline(x, color="k", lw=1, ls=_ANALYTICAL_STYLES[i % 3],
-               label=f"analytical ε, {name}: {_number(value)}")
+               label=f"{name}: {_number(value)}")
   ax.set_yticks(range(len(rows)), [name for name, _, _ in rows], fontsize=8)
   for tick, (name, _, _) in zip(ax.get_yticklabels(), rows):
     if name in flagged:
       tick.set_color(_FLAG_COLOR)
   ax.set_ylim(len(rows) - 0.4, -0.8)  # first row on top, room for labels
-  handles = _legend_handles(report, kinds, cut, off_scale, bool(flagged),
-                            scale)
+  handles = _legend_handles(
+      confidence, confidence if bound_confidence is None else
+      bound_confidence, kinds, cut, off_scale, bool(flagged), scale)
   fig.legend(handles=handles + ax.get_legend_handles_labels()[0],
              loc="outside lower center", ncols=2, fontsize=7)
   ax.set_xlabel("epsilon (log scale)")
-  ax.set_title(f"Every epsilon at {report.delta_line()}", fontsize=9)
+  ax.set_title(title, fontsize=9)
   return fig
 

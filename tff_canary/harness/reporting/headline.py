@@ -16,6 +16,7 @@ report.md's text; `as_dict()` is report.json's "headline" key.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Optional
 
 from tff_canary.harness.mechanisms import analytical_epsilons
@@ -85,6 +86,12 @@ class Headline:
   # The audit's reach (`audit.AuditVerdict.reach_dict`); None if unknown.
   audit_reach: Optional[dict[str, Any]] = None
   targets: tuple[Target, ...] = ()
+  # The strongest bound's own confidence when it is a Bonferroni share of
+  # `confidence` (the audit's); None: `confidence`.
+  strongest_bound_confidence: Optional[float] = None
+  # What epsilon-all's line adds after its interval (DP-FTRL: the held-out
+  # spread, and the mechanism's reading when it differs); "" for nothing.
+  epsilon_all_note: str = ""
 
   def _targets_line(self) -> list[str]:
     if not self.targets:
@@ -95,7 +102,16 @@ class Headline:
             + "".join(f"; {t.name}: {results.format_number(t.value)}"
                       for t in rest)]
 
-  def _estimate_line(self, label: str, est: Optional[Estimate]) -> str:
+  def _bound_confidence(self) -> str:
+    each = self.strongest_bound_confidence
+    family = results.format_confidence(self.confidence)
+    if each is None or math.isclose(each, self.confidence):
+      return family
+    return (f"holds with {results.format_confidence(each)}, its share of the "
+            f"audit's {family}")
+
+  def _estimate_line(self, label: str, est: Optional[Estimate],
+                     note: str = "") -> str:
     if est is None:
       return f"{label:14s}{'-':>8s}  {self.epsilon_all_missing}"
     target, what = self.analytical_epsilon, "the analytical ε"
@@ -112,9 +128,10 @@ class Headline:
     target_text = ("" if est.target is None else
                    f"targets {results.format_number(est.target.value)} "
                    f"({est.target.name}); ")
+    note = f"{note}; " if note else ""
     return (f"{label:14s}{results.format_number(est.value):>8s}  "
-            f"{self.confidence:.0%} CI [{est.ci[0]:.4g}, {est.ci[1]:.4g}]; "
-            f"{target_text}{status}")
+            f"{results.format_confidence(self.confidence)} CI "
+            f"[{est.ci[0]:.4g}, {est.ci[1]:.4g}]; {note}{target_text}{status}")
 
   def lines(self) -> list[str]:
     """At most 8 lines: the answer, then how to read it (7 without
@@ -127,10 +144,11 @@ class Headline:
         "accounting guarantees",
         *self._targets_line(),
         self._estimate_line("ε-final", self.epsilon_final),
-        self._estimate_line("ε-all", self.epsilon_all),
+        self._estimate_line("ε-all", self.epsilon_all, self.epsilon_all_note),
         f"{'lower bound':14s}"
         f"{results.format_number(self.strongest_bound):>8s}  "
-        f"{self.strongest_bound_name} ({self.confidence:.0%}, the strongest)",
+        f"{self.strongest_bound_name}, the strongest "
+        f"({self._bound_confidence()})",
         f"audit: {self.audit_text}",
         f"noise self-test: {self.noise_check_text}",
         MEANING,
@@ -150,7 +168,10 @@ class Headline:
         epsilon_all=(None if self.epsilon_all is None
                      else self.epsilon_all.as_dict()),
         strongest_bound=dict(name=self.strongest_bound_name,
-                             value=self.strongest_bound),
+                             value=self.strongest_bound,
+                             confidence=(self.confidence if
+                                         self.strongest_bound_confidence is None
+                                         else self.strongest_bound_confidence)),
         audit=dict(verdict=self.audit_verdict, text=self.audit_text,
                    reach=self.audit_reach),
         noise_check=dict(verdict=self.noise_check_verdict,

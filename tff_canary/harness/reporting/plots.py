@@ -38,7 +38,8 @@ _MAX_EDGES = 1000
 _LEGEND = dict(loc="outside right upper", fontsize=7)
 
 
-def _save(fig, path: str) -> str:
+def save(fig, path: str) -> str:
+  """Writes `fig` to `path` as PNG, atomically."""
   with atomic_files.replacing(path, suffix=".png") as temp:
     fig.savefig(temp, dpi=110, format="png", bbox_inches="tight")
   return path
@@ -134,5 +135,5 @@ def write_report_plots(report: Any, directory: str) -> list[str]:
   figures = {"cosines.png": cosines_figure(report.table),
              "max_cosine_by_round.png": max_cosine_figure(report.table),
              "epsilons.png": epsilon_plot.figure(report)}
-  return [_save(fig, os.path.join(directory, name))
+  return [save(fig, os.path.join(directory, name))
           for name, fig in figures.items()]
