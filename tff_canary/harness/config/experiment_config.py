@@ -297,8 +297,9 @@ def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
   """config.json: the config with every derived value filled in.
 
   Refuses, before any training, a per-round rate clients_per_round /
-  num_clients above 1 and a `presentations` that contradicts the client
-  sampler (unless `allow_participation_mismatch`). `presentations` resolves
+  num_clients above 1, a `presentations` that contradicts the client
+  sampler (unless `allow_participation_mismatch`) and rounds the mechanism
+  cannot claim (`protocol.Mechanism.check_rounds`). `presentations` resolves
   to the clients' whole epochs with shuffle sampling. `versions` (package ->
   version) is recorded as given.
   """
@@ -309,9 +310,11 @@ def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
   schedule = client_sampling.canary_schedule(  # refuses a mismatch
       sampler, num_rounds, config.presentations,
       allow_mismatch=config.allow_participation_mismatch)
+  mechanism = registry.get(config.aggregator)
+  mechanism.check_rounds(config, num_rounds, sampler.rounds_per_epoch)
   if config.placement == "worst_case":  # the requirements hold (preflight)
-    noise = registry.get(config.aggregator).round_noise(
-        config, num_rounds, sampler.rounds_per_epoch)
+    noise = mechanism.round_noise(config, num_rounds,
+                                  sampler.rounds_per_epoch)
     schedule = schedules.SharedRounds(
         num_rounds, tuple(noise.worst_case_rounds().tolist()))
   presentations = config.presentations

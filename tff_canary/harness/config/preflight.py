@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import Any, Optional
 
 from tff_canary.stats import call_site
+from tff_canary.stats import results
 from tff_canary.harness.config import model_sizes
 from tff_canary.harness.mechanisms import protocol
 from tff_canary.harness.mechanisms import registry
@@ -39,6 +41,10 @@ MAX_CANARY_FRACTION = 0.10
 
 class CanaryFractionWarning(UserWarning):
   """The canaries are more of the participants than in the paper."""
+
+
+class BeyondReachWarning(UserWarning):
+  """The report's audit cannot reach the claim with the run's candidates."""
 
 
 def check(config) -> None:
@@ -144,3 +150,39 @@ def canary_fraction(config, canary_participations: float,
                   "clients or rounds.", CanaryFractionWarning,
                   stacklevel=call_site.user_stacklevel())
   return fraction
+
+
+def audit_reach(config, *, num_rounds: int, rounds_per_epoch: int,
+                delta: float, inserted) -> Optional[Any]:
+  """The reach of the report's audit with the run's coins `inserted`,
+  known before training (`protocol.Mechanism.audit_reach`), with a
+  `BeyondReachWarning` when no bound can exceed the claim, naming the
+  candidates that would reach it; None when the mechanism's audit has no
+  such limit."""
+  reach = registry.get(config.aggregator).audit_reach(
+      config, num_rounds=num_rounds, rounds_per_epoch=rounds_per_epoch,
+      delta=delta, inserted=inserted)
+  if reach is None or not reach.beyond:
+    return reach
+  worst = config.placement == "worst_case"
+  what = ("--placement=worst_case puts every canary on the accounting's "
+          "worst case so that the audit faces the analytical ε = "
+          if worst else "the report's audit tests the analytical ε = ")
+  if reach.candidates_needed:
+    half = -(-reach.candidates_needed // 2)
+    more = (f"use about {reach.candidates_needed:,} candidates "
+            f"(--num_inserted={half} --num_held_out={half}), or a claim "
+            "within reach (a larger --noise_multiplier)")
+  else:
+    more = ("2^20 candidates would not be enough: only a smaller claim (a "
+            "larger --noise_multiplier) can be tested")
+  warnings.warn(
+      f"{what}{reach.claimed_epsilon:.4g}, but these {reach.candidates:,} "
+      f"candidates can refute claims up to ε = {reach.epsilon:.4g} "
+      f"({reach.bound} at {results.format_confidence(reach.confidence)}), "
+      "whatever the run leaks: its audit will be BEYOND REACH"
+      + (" and test nothing" if worst else ", the estimates still run")
+      + f"; {more}.", BeyondReachWarning,
+      stacklevel=call_site.user_stacklevel())
+  return reach
+

@@ -116,7 +116,19 @@ class MatrixMechanism(tree.TreeMechanism):
     if rule is None:
       return strategy_noise.strategy_noise(coefficients, num_rounds,
                                            restart_every=rounds_per_epoch)
-    return separation.separated_noise(coefficients, rule)
+    noise = separation.separated_noise(coefficients, rule)
+    try:
+      noise.sensitivity   # the rule's worst case, or why it has none here
+    except ValueError as error:
+      raise ValueError(
+          f"{self.flag} with sampling='cyclic' (--sampling=cyclic) over "
+          f"{rule.rounds} rounds has no claim: {error} Its worst case over "
+          f"{rule} is then unknown. Use a strategy whose coefficients are "
+          "nonnegative and non-increasing (for a BLT: positive output "
+          "scales summing to at most 1, decays in (0, 1); the fitted BLT "
+          "is one), or --sampling=shuffle (restarted every epoch: exact "
+          "for any strategy).") from None
+    return noise
 
   def restarts_text(self, config) -> str:
     """How the noise restarts, for the report's settings line."""

@@ -181,6 +181,22 @@ class Mechanism:
         config, rd.load_ledger(), events, delta, canary_rate=canary_rate)
     return AnalyticalClaim(values, max_participation)
 
+  def check_rounds(self, config, num_rounds: int,
+                   rounds_per_epoch: int) -> None:
+    """Refuses, before training, settings that cannot work for a run of
+    `num_rounds` rounds in epochs of `rounds_per_epoch` (a claim that
+    cannot be computed for them); `experiment_config.resolve` calls it."""
+
+  def audit_reach(self, config, *, num_rounds: int, rounds_per_epoch: int,
+                  delta: float, inserted: np.ndarray) -> Optional[Any]:
+    """What the report's audit can show with the coins `inserted`, known
+    before training (`stats.audit.audit_bounds.Reach`: its largest
+    epsilon against the claim), or None when the reach is not limited by
+    the settings (DP-FedAvg's: epsilon_lo on the exact null reaches any
+    claim). `config` is an `ExperimentConfig`; raises ValueError for
+    settings whose claim cannot be computed."""
+    return None
+
   def chain(self, config: dict[str, Any]) -> Optional[str]:
     """A description of the aggregation chain canary clients go through,
     for the report, or None (TFF's `DifferentiallyPrivateFactory`)."""

@@ -15,7 +15,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from tff_canary.harness.mechanisms import protocol
+from tff_canary.stats.correlated import tree_audit
 from tff_canary.stats.correlated import tree_noise
 
 
@@ -108,6 +111,21 @@ class TreeMechanism(protocol.Mechanism):
   def section_settings(self, config) -> list[str]:
     """The report's settings lines for this mechanism's noise."""
     return ["tree aggregation restarted every epoch"]
+
+  def check_rounds(self, config, num_rounds: int,
+                   rounds_per_epoch: int) -> None:
+    """The run's claimed noise (`round_noise`) exists for these rounds."""
+    self.round_noise(config, num_rounds, rounds_per_epoch)
+
+  def audit_reach(self, config, *, num_rounds: int, rounds_per_epoch: int,
+                  delta: float, inserted: np.ndarray):
+    """The reach of the DP-FTRL report's bounds (`tree_audit.bounds_reach`,
+    at the report's default 95%, no self-test noise) against the claim of
+    the run's noise (`round_noise`)."""
+    claim = self.round_noise(config, num_rounds, rounds_per_epoch).claim(
+        config.noise_multiplier, delta=delta)
+    return tree_audit.bounds_reach(inserted, claimed_epsilon=claim.epsilon,
+                                   delta=delta, level=0.05)
 
 
 MECHANISM = TreeMechanism()

@@ -105,6 +105,10 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
       config, resolved.canary_schedule), num_rounds)
 
   canaries = experiment_config.run_canaries(values, resolved.canary_schedule)
+  # What the report's audit can reach with these coins, before training.
+  preflight.audit_reach(config, num_rounds=num_rounds,
+                        rounds_per_epoch=sampler.rounds_per_epoch,
+                        delta=values["delta"], inserted=canaries.inserted)
   client_counts = sampler.counts(num_rounds)
   values["participation"] = client_sampling.participation_summary(
       sampler, num_rounds, canaries.counts()[canaries.inserted],
