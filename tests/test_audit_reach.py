@@ -149,3 +149,20 @@ def test_gaussian_report_reach_and_fixed_assignment_text(tmp_path):
   assert set(fixed.verdict.bounds) == {"epsilon_lo final", "epsilon_lo all"}
   assert "one-run" not in str(fixed.verdict)
   assert "one-run" in str(r.verdict)
+
+
+def test_a_claim_of_inf_is_vacuous_not_beyond_reach():
+  # epsilon_lo with the exact null reaches inf, so inf used to be "beyond
+  # reach" of 40 canaries, with "2^20 candidates would not be enough".
+  rng = np.random.default_rng(1)
+  x = (2.0 + rng.standard_normal(40)) / 100.0
+  fns = {"epsilon_lo": audit_bounds.epsilon_lo_bound(x, dim=10_000,
+                                                     delta=1e-5)}
+  verdict = audit.audit(fns, claimed_epsilon=math.inf, delta=1e-5)
+  assert verdict.verdict == "vacuous" and verdict.vacuous
+  assert not verdict.beyond_reach and not verdict.refuted
+  assert verdict.candidates_needed is None and verdict.reach_text() == ""
+  assert str(verdict).startswith("NOT NEEDED: a claim of ε = inf promises "
+                                 "no privacy, so no run can refute it")
+  assert verdict.bounds["epsilon_lo"].epsilon > 0  # still computed
+  assert "vacuous" in audit.VERDICTS

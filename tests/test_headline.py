@@ -67,6 +67,34 @@ def test_an_interval_entirely_above_is_flagged_in_the_headline(tmp_path):
       "audit: REFUTED")
 
 
+def test_a_claim_of_inf_needs_no_audit_in_one_line(tmp_path):
+  # z = 0 claims epsilon = inf (issue 34, item 18): no reach or candidates
+  # needed, one line in the headline, "vacuous" in report.json's headline
+  # (its keys unchanged) and "NOT NEEDED" in report.md's audit paragraph;
+  # the bounds are still computed for the table. Coin and fixed assignment
+  # (fixed used to add "no one-run bounds without ...").
+  for assignment in ("coin", "fixed"):
+    path = make_run(tmp_path / assignment, noise_multiplier=0.0, n=40,
+                    assignment=assignment)
+    r = report.build_report(path)
+    assert r.verdict.vacuous and not r.verdict.beyond_reach
+    assert not r.verdict.refuted and r.verdict.bounds
+    (line,) = [l for l in r.headline().lines() if l.startswith("audit: ")]
+    assert line == ("audit: not needed: the analytical ε (one participation) "
+                    "= inf promises no privacy, so no run can refute it")
+    report.write_report(r, plots=False)
+    data = json.load(open(path / "report.json"))["headline"]["audit"]
+    assert data["verdict"] == "vacuous" and data["text"] == line[7:]
+    assert set(data) == {"verdict", "text", "reach"}
+    md = open(path / "report.md").read()
+    assert ("**Audit** of the analytical ε (one participation): NOT NEEDED: "
+            "a claim of ε = inf promises no privacy") in md
+    assert "BEYOND REACH" not in md and "2^20" not in md
+  # A finite claim on the same run is audited as before (the fake's shift
+  # of 2.5 null sds is far above a claim of 1).
+  assert report.build_report(path, claimed_epsilon=1.0).verdict.refuted
+
+
 def test_the_papers_gaussian_fit_is_in_the_details_and_never_flagged(
     tmp_path):
   r = report.build_report(make_run(tmp_path / "run", shift=4.0))

@@ -24,8 +24,8 @@ def _final_cosines(shift, n=40, seed=0):
 
 def test_a_drowned_correct_run_gets_no_sign_warning():
   # Canaries drowned by noise: a true mean of 0 sits below the null's mean
-  # about half the time (seed 3 puts it 1.3 standard errors below). Only
-  # 3.09 standard errors (one-sided 1e-3) is evidence of a sign error.
+  # about half the time (seed 3 puts it 1.3 standard errors below). Only a
+  # one-sided p below 1e-3 is evidence of a sign error (sign_tests).
   x = _final_cosines(0.0, seed=3)
   assert x.mean() < 0
   with warnings.catch_warnings():
@@ -42,7 +42,7 @@ def test_a_sign_error_warns_at_the_callers_line_with_what_to_do():
           if issubclass(w.category, results.SignConventionWarning)]
   assert w.filename == __file__  # this line, not the estimator's
   text = str(w.message)
-  assert "standard errors below" in text and "3.09 standard errors" in text
+  assert "Student's t-test gives p = " in text and "at most 0.001" in text
   assert "initial minus final" in text
 
 

@@ -10,62 +10,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Any, Literal, NamedTuple, Optional
-import warnings
 
-import numpy as np
-
-from tff_canary.stats import call_site
 from tff_canary.stats import options
 
 
 class SignConventionWarning(UserWarning):
-  """The inserted canaries' mean statistic is below the null's.
+  """The inserted canaries' statistics are significantly below the null's
+  (`tff_canary.stats.sign_tests`: a correct run gets it with probability at most 0.001).
 
   With the sign convention of docs/method/sign-convention.md (u = theta_0 - theta_T, or the round's
   noised aggregate) inserted canaries have a positive mean. A negative one
   almost always means the model delta was taken the wrong way round, and a
   symmetric formula would then report a large epsilon for the wrong reason.
   """
-
-
-# The one-sided level at which an inserted mean below its reference is
-# evidence of a sign error rather than chance (canaries drowned by noise in a
-# correct run sit below it half the time).
-SIGN_TEST_LEVEL = 1e-3
-_SIGN_Z = 3.090232306167813  # Phi^-1(1 - SIGN_TEST_LEVEL)
-
-
-def standard_error(x: Any, y: Any = None) -> float:
-  """The standard error of mean(x), or of mean(x) - mean(y)."""
-  x = np.asarray(x, dtype=np.float64)
-  var = x.var(ddof=1) / x.size if x.size > 1 else 0.0
-  if y is not None:
-    y = np.asarray(y, dtype=np.float64)
-    var += y.var(ddof=1) / y.size if y.size > 1 else 0.0
-  return math.sqrt(var)
-
-
-def warn_sign_convention(mean: float, reference: str, ref_mean: float,
-                         what: str = "inserted canaries'", *,
-                         se: float) -> bool:
-  """Warns (`SignConventionWarning`, at the user's call) when the inserted
-  mean is significantly below the reference: more than `_SIGN_Z` standard
-  errors `se` (one-sided, level `SIGN_TEST_LEVEL`). Returns whether it did."""
-  z = (ref_mean - mean) / se if se > 0.0 else (
-      math.inf if mean < ref_mean else 0.0)
-  if not z > _SIGN_Z:
-    return False
-  warnings.warn(
-      f"The {what} mean statistic ({mean:.4g}) is {z:.1f} standard errors "
-      f"below the {reference} ({ref_mean:.4g}); by chance that happens with "
-      f"probability below {SIGN_TEST_LEVEL:g} (the threshold, "
-      f"{_SIGN_Z:.2f} standard errors). Inserted canaries should have a "
-      "positive mean with u = theta_0 - theta_T (or the round's noised "
-      "aggregate): check that the model delta is initial minus final and "
-      "that the aggregates are not negated (docs/method/sign-convention.md). "
-      "The epsilon reported for it is not meaningful.",
-      SignConventionWarning, stacklevel=call_site.user_stacklevel())
-  return True
 
 
 class VarianceMismatchWarning(UserWarning):

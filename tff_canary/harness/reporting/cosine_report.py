@@ -229,11 +229,15 @@ class CosineSection:
                     f"{verdict.largest_bound:.4g} > {self.claim} = "
                     f"{self.claimed_epsilon:.4g} at {results.format_confidence(self.confidence)} "
                     "confidence")
-    for other in self.canary_claim.not_audited:
+    # A claim of inf: one line, no clause on what else was not tested.
+    vacuous = verdict.vacuous
+    if vacuous:
+      audit_text = headline_lib.vacuous_text(self.claim)
+    for other in () if vacuous else self.canary_claim.not_audited:
       audit_text += (f"; the clients' {other} = "
                      f"{self.analytical[other]:.4g} is not tested: the "
                      "canaries were not sampled like the clients (details)")
-    if est.one_run_final is None:  # no fair-coin assignment
+    if est.one_run_final is None and not vacuous:  # no fair-coin assignment
       audit_text += ("; no one-run bounds without CanaryConfig("
                      "assignment=\"coin\")")
     return dict(

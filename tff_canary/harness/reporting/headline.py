@@ -221,3 +221,10 @@ def beyond_reach_text(verdict: Any, claim: str) -> str:
   tested."""
   return (f"BEYOND REACH of the {claim} = {verdict.claimed_epsilon:.4g}: "
           f"{verdict.reach_text()}")
+
+
+def vacuous_text(claim: str) -> str:
+  """The audit line of a claim of epsilon = inf (`audit.AuditVerdict.vacuous`,
+  e.g. noise multiplier 0): nothing to audit, nothing any run can refute."""
+  return (f"not needed: the {claim} = inf promises no privacy, so no run "
+          "can refute it")

@@ -26,6 +26,8 @@ The reach of an audit (docs/method/audit.md): a bound's value on perfectly
 separated statistics, which depends only on the counts (`audit_bounds`). A
 claim at or beyond the largest reach cannot be refuted by any run: the
 verdict is then "beyond reach", with the candidates that would reach it. A
+claim of epsilon = inf (no noise) promises nothing: it needs no audit and
+no run can refute it, the verdict "vacuous" (its bounds still computed). A
 bound of reach 0 at its share is "powerless" and takes no share of the
 level (`audit_bounds.share`), a split still fixed before the statistics.
 
@@ -58,7 +60,7 @@ from tff_canary.stats.canaries.cosine_table import CosineTable
 POWERLESS_DETAIL = ("; powerless with these canaries (reach 0: 0 even on "
                     "perfectly separated statistics), so no share of the audit")
 
-Verdict = Literal["consistent", "refuted", "beyond reach"]
+Verdict = Literal["consistent", "refuted", "beyond reach", "vacuous"]
 VERDICTS = typing.get_args(Verdict)
 
 
@@ -70,8 +72,9 @@ class AuditVerdict:
     claimed_epsilon, delta, confidence: the claim and the verdict's level.
     verdict: "refuted" (a bound above the claim), "beyond reach" (no bound
       could exceed the claim with these canaries, whatever the run leaks:
-      the audit tested nothing) or "consistent" (not refuted by a test that
-      could have refuted it).
+      the audit tested nothing), "vacuous" (the claim is epsilon = inf: it
+      needs no audit, and no run can refute it) or "consistent" (not
+      refuted by a test that could have refuted it).
     bounds: {name: bound result}, each computed at `per_bound_confidence`;
       only the bounds that take a share of the level (not `powerless`).
     per_bound_confidence: 1 - (1 - confidence) / len(bounds).
@@ -125,6 +128,11 @@ class AuditVerdict:
     return self.verdict == "beyond reach"
 
   @property
+  def vacuous(self) -> bool:
+    """Whether the claim is epsilon = inf, which promises nothing."""
+    return self.verdict == "vacuous"
+
+  @property
   def largest_bound(self) -> float:
     return self.bounds[self.strongest].epsilon
 
@@ -167,6 +175,10 @@ class AuditVerdict:
 
   def __str__(self) -> str:
     bound = self.largest_bound
+    if self.vacuous:
+      return (f"NOT NEEDED: a claim of ε = inf promises no privacy, so no "
+              f"run can refute it (largest bound {self.strongest} = "
+              f"{bound:.4g}; {self._details()})")
     if self.refuted:
       return (f"REFUTED at {results.format_confidence(self.confidence)} "
               f"confidence: {self.strongest} "
@@ -217,7 +229,7 @@ def audit(bound_fns: dict[str, BoundFn], *, claimed_epsilon: float,
       `.epsilon`; every f must hold with the confidence it is given. An
       `AuditBound` also gives its reach (module docstring); a plain
       function's reach is unknown (nan) and it always takes a share.
-    claimed_epsilon: the claim, >= 0 (inf is never refuted).
+    claimed_epsilon: the claim, >= 0 (inf: "vacuous", never refuted).
     delta: the claim's delta, in (0, 1).
     confidence: the verdict's confidence, in (0, 1).
   """
@@ -240,6 +252,8 @@ def audit(bound_fns: dict[str, BoundFn], *, claimed_epsilon: float,
       strongest=strongest, reach=reach,
       powerless=tuple(n for n in bound_fns if n not in active),
       candidates=candidates)
+  if math.isinf(claimed):
+    return dataclasses.replace(verdict, verdict="vacuous")
   if verdict.largest_bound > claimed:
     return dataclasses.replace(verdict, verdict="refuted")
   if verdict.reach_epsilon <= claimed:  # nan (a reach unknown): never

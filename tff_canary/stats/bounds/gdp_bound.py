@@ -48,6 +48,7 @@ from scipy import special
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats import results
+from tff_canary.stats import sign_tests
 from tff_canary.stats.bounds import threshold_strategies
 from tff_canary.stats import validation
 
@@ -124,10 +125,7 @@ def gdp_bound(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
                      f"{strategy!r}.")
   alpha = 1.0 - confidence
   below = bool(x.mean() < y.mean())
-  if below:
-    results.warn_sign_convention(float(x.mean()), "held-out canaries' mean",
-                                 float(y.mean()),
-                                 se=results.standard_error(x, y))
+  sign_tests.warn_if_below(x, y, reference_name="held-out canaries' mean")
   if strategy == "bonferroni":
     mu = gdp_mu_lower(x, y, alpha, delta)
   else:

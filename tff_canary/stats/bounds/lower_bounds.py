@@ -78,6 +78,7 @@ from scipy import optimize, special, stats
 from tff_canary.stats.estimators import null_law
 from tff_canary.stats import options
 from tff_canary.stats import results
+from tff_canary.stats import sign_tests
 from tff_canary.stats.bounds import threshold_strategies
 from tff_canary.stats import validation
 
@@ -205,9 +206,8 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
     y = np.sort(validation.as_cosines(held_out, "held_out"))
     null, null_dist, null_mean = "held_out", None, float(y.mean())
   below = float(x.mean()) < null_mean
-  if below:  # y is None for the exact null
-    results.warn_sign_convention(float(x.mean()), "null's mean", null_mean,
-                                 se=results.standard_error(x, y))
+  # y is None for the exact null: then against its mean 0.
+  sign_tests.warn_if_below(x, y, reference_name="null's mean")
   search = {"none": _paper_search, "simultaneous": _simultaneous_search,
             "bonferroni": lambda x, *rest: _simultaneous_search(  # every rank
                 x, *rest, ranks=np.arange(1, x.size + 1)),

@@ -51,7 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tff_canary.stats import options
-from tff_canary.stats import results
+from tff_canary.stats import sign_tests
 from tff_canary.stats import validation
 
 Strategy = options.Strategy  # defined in `options`, re-exported here
@@ -105,10 +105,9 @@ def sign_check(s: np.ndarray, mask: np.ndarray) -> bool:
   below = bool(mask.any() and (~mask).any()
                and s[mask].mean() < s[~mask].mean())
   if below:
-    results.warn_sign_convention(float(s[mask].mean()), "other candidates'",
-                                 float(s[~mask].mean()),
-                                 what="inserted candidates'",
-                                 se=results.standard_error(s[mask], s[~mask]))
+    sign_tests.warn_if_below(s[mask], s[~mask],
+                             reference_name="other candidates'",
+                             what="inserted candidates'")
   return below
 
 

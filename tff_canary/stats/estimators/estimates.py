@@ -41,6 +41,7 @@ from scipy import stats
 from tff_canary.stats import call_site
 from tff_canary.stats import options
 from tff_canary.stats import results
+from tff_canary.stats import sign_tests
 from tff_canary.stats.estimators import two_gaussians
 from tff_canary.stats import validation
 
@@ -139,9 +140,7 @@ def epsilon_final(inserted: npt.ArrayLike, *, dim: int, delta: float,
   null_std = 1.0 / np.sqrt(dim)
   mean, sample_std = float(x.mean()), float(x.std(ddof=1))
   below = mean < 0.0
-  if below:
-    results.warn_sign_convention(mean, "null mean", 0.0,
-                                 se=sample_std / np.sqrt(n))
+  sign_tests.warn_if_below(x, None, reference_name="null mean")
 
   if method == "mean_only":
     fitted_std = null_std
@@ -209,9 +208,7 @@ def epsilon_all(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
   mean1, std1 = float(x.mean()), float(x.std(ddof=1))
   mean0, std0 = float(y.mean()), float(y.std(ddof=1))
   below = mean1 < mean0
-  if below:
-    results.warn_sign_convention(mean1, "held-out canaries' mean", mean0,
-                                 se=results.standard_error(x, y))
+  sign_tests.warn_if_below(x, y, reference_name="held-out canaries' mean")
   epsilon = two_gaussians.epsilon_for_delta(delta, mean0, std0, mean1, std1)
 
   level = confidence ** 0.25  # four parameters

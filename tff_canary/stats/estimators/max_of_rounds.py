@@ -25,7 +25,12 @@ polished by the profile along theta), with theta >= 0: an inserted canary
 cannot lower its own round's cosine under the sign convention
 (docs/method/sign-convention.md), and below 0 the likelihood flattens out, so
 an unconstrained fit wanders there. A negative unconstrained theta is reported
-as epsilon 0 with a `SignConventionWarning`.
+as epsilon 0 (`inserted_below_null`), and with a `SignConventionWarning` only
+when the rank-sum test of the inserted maxima against the held-out ones
+rejects at 0.001 (`tff_canary.stats.sign_tests`: exact for maxima, whose law
+is not Gaussian). Not theta against s / sqrt(n), as before: the maxima say
+little about theta, least below 0, and that warned in 82 of 300 correct runs
+with no signal (8 rounds, 23 + 17 canaries; issue 34).
 
 The estimate is the epsilon at `delta` of (theta sqrt(P))-GDP
 (`gaussian_accounting.gaussian_epsilon_of_mu`), P = max_j p_j over the
@@ -58,6 +63,7 @@ from scipy import optimize, special, stats
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats import options
 from tff_canary.stats import results
+from tff_canary.stats import sign_tests
 from tff_canary.stats import validation
 
 # The method name of this estimate in `results.EpsilonEstimate.method`.
@@ -185,7 +191,8 @@ def epsilon_all_max_model(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
     interval_method "profile": epsilon of (theta sqrt(P))-GDP, P =
     `participations` the largest p_j; `mu` holds theta (per participation),
     null_std and inserted_std the fitted s, inserted_mean theta s. Warns
-    `SignConventionWarning` if theta < 0.
+    `SignConventionWarning` if theta < 0 and the inserted maxima are
+    significantly below the held-out ones (module docstring).
 
   Raises:
     TypeError, ValueError: for a bad argument, naming it.
@@ -207,10 +214,8 @@ def epsilon_all_max_model(inserted: npt.ArrayLike, held_out: npt.ArrayLike, *,
   theta, log_s, l_max, negative = _fit(lik, theta0, math.log(s0))
   s = math.exp(log_s)
   below = negative is not None
-  if below:
-    results.warn_sign_convention(negative * s, "null mean", 0.0,
-                                 what="max model's per-round inserted",
-                                 se=s / math.sqrt(x.size))
+  if below:  # the same test and text as `estimates.epsilon_all`'s
+    sign_tests.warn_if_below(x, y, reference_name="held-out canaries' mean")
   drop = 0.5 * float(stats.chi2.ppf(confidence, 1))
   low, high = _profile_interval(lik, theta, log_s, l_max, drop)
   big = int(counts.max())

@@ -82,6 +82,7 @@ from scipy import stats
 
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats import results
+from tff_canary.stats import sign_tests
 from tff_canary.stats import validation
 
 # A check of the Gaussian model this improbable (two-sided) is reported.
@@ -341,7 +342,6 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
         math.sqrt(x.size))
     mu = mean1
     mu_low, mu_high = mean1 - half, mean1 + half
-    se = std1 / math.sqrt(x.size)
     method = "t"
   else:
     validation.check_spread(y, "held_out_T")
@@ -370,8 +370,7 @@ def epsilon_scheduled(inserted_T: npt.ArrayLike,
       mu_high = high_gap / (s_low if high_gap > 0.0 else s_high)
       method = "projection"
   below = mean1 < mean0
-  if below:
-    results.warn_sign_convention(mean1, "null mean", mean0, se=se)
+  sign_tests.warn_if_below(x, y, reference_name="null mean")
   return ScheduledEstimate(
       epsilon=_epsilon(mu, delta),
       interval=results.ConfidenceInterval(_epsilon(mu_low, delta),
