@@ -13,7 +13,8 @@ experiments/stackoverflow.py:
     registration errors of a CPU machine too (`quiet_start`:
     TF_CPP_MIN_LOG_LEVEL=3 unless it is set), and absl's and TensorFlow's Python loggers print
     WARNING and above unless `--verbosity` is given, so the progress bar
-    stays on one line; each Python warning is shown once.
+    stays on one line; each Python warning is shown once, the project's
+    as one line, `warning: <message>` (no Python file, line or source).
   * Ctrl-C (SIGINT) ends with `interrupted: resume with <the same command>
     --resume` on stderr and exit code 130.
 """
@@ -33,6 +34,7 @@ from absl import logging
 from tff_canary.federated.runtime import quiet_start
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir
+from tff_canary.stats import call_site
 
 import experiment_flags
 
@@ -75,10 +77,13 @@ def show_each_warning_once() -> None:
   "once" action forgets the same way. So `warnings.showwarning`, the hook
   Python documents for replacing how warnings are shown, is wrapped to skip
   a warning already shown; the filters (`-W`, PYTHONWARNINGS) still decide
-  what is shown at all.
+  what is shown at all. The project's warnings (the package's, the
+  scripts') are shown as `warning: <message>` (`call_site.line_showwarning`:
+  on the command line their file and source line are this module's).
   """
   shown = set()
-  show = warnings.showwarning
+  show = call_site.line_showwarning(warnings.showwarning,
+                                    os.path.dirname(os.path.abspath(__file__)))
 
   def show_once(message, category, filename, lineno, file=None, line=None):
     key = (str(message), category)

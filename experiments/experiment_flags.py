@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import textwrap
 from typing import Any
 
 from absl import flags
@@ -141,23 +142,17 @@ _HELP = {
                  "(canary clients of norm --canary_norm through TFF's own "
                  "DP aggregator; needs --noseeded_noise and, with recorded "
                  "aggregates, --server_momentum=0).",
-    "aggregator": "The DP aggregator: gaussian (central Gaussian noise), "
-                  "ddp (TFF's distributed DP: DistributedDpSumFactory's "
-                  "chain with plain sums for SecAgg; needs "
-                  "--insertion=clients and a fixed --clip, no --zeroing; "
-                  "its analytical ε is the DDP bound of its parameters) or "
-                  "tree (DP-FTRL: TFF's tree aggregation restarted every "
-                  "epoch; needs a fixed --clip; with --insertion=clients "
-                  "the canary clients go through TFF's own factory over the "
-                  "tree; audited against the tree "
-                  "accounting, docs/method/dp-ftrl.md).",
     "canary_norm": "L2 norm of a canary client's update, with "
                    "--insertion=clients (default 10, above the clip, so the "
                    "aggregator under test clips it).",
 }
-# Each mechanism's settings are fields and flags with their own help.
+# Each mechanism's settings are fields and flags with their own help, and
+# --aggregator's help is every registered mechanism's own line, one a line.
 _HELP.update({name: setting.help
               for name, setting in registry.settings().items()})
+_HELP["aggregator"] = "\n".join(
+    ["The DP aggregator, one of:"]
+    + [f"{name}: {text}" for name, text in registry.helps().items()])
 
 
 # --smoke: the smallest run that still trains, evaluates, checkpoints and
@@ -246,8 +241,15 @@ def _flag_line(name: str) -> str:
     text += f" (default: {default!r})"
   elif default is not None:
     text += f" (default: {default})"
-  return flags.text_wrap(text, length=80, indent="      ",
-                         firstline_indent="  ")
+  # A help of several lines (--aggregator's, one a mechanism) wraps each
+  # line under its own start; no break inside "matrix-mechanisms.md".
+  first, *rest = text.split("\n")
+  return "\n".join(
+      [textwrap.fill(first, 80, initial_indent="  ",
+                     subsequent_indent="      ", break_on_hyphens=False)]
+      + [textwrap.fill(line, 80, initial_indent="      ",
+                       subsequent_indent="        ", break_on_hyphens=False)
+         for line in rest])
 
 
 def help_text(doc: str) -> str:

@@ -69,16 +69,20 @@ from tff_canary.stats import atomic_files
 
 flags.DEFINE_string("output_dir", "runs/sweep", "Where sweep.csv, sweep.png "
                     "and the runs go.")
-flags.DEFINE_enum("aggregator", registry.DEFAULT,
-                  [name for name in registry.names()
-                   if registry.get(name).sweep is not None],
-                  "gaussian (DP-FedAvg, the paper's table) or tree (DP-FTRL, "
-                  "restarted every epoch).")
+# The mechanisms with sweep defaults (`protocol.SweepDefaults`), by name.
+SWEPT = {name: registry.get(name).sweep for name in registry.names()
+         if registry.get(name).sweep is not None}
+flags.DEFINE_enum("aggregator", registry.DEFAULT, list(SWEPT),
+                  "The mechanism (experiments/emnist.py --help describes "
+                  "each), with its default noise multipliers and clip: "
+                  + "; ".join(
+                      f"{name} ({', '.join(s.noise_multipliers)}; "
+                      + ("adaptive clipping" if s.clip is None
+                         else f"clip {s.clip:g}") + ")"
+                      for name, s in SWEPT.items()) + ".")
 flags.DEFINE_list("noise_multipliers", None,
-                  "Noise multipliers (default: the paper's EMNIST levels and "
-                  "0; with --aggregator=tree 0.5, 1, 2, 4).")
-flags.DEFINE_float("clip", None, "Fixed clip (default: adaptive clipping; "
-                   "with --aggregator=tree, 0.1).")
+                  "Noise multipliers (default: the --aggregator's).")
+flags.DEFINE_float("clip", None, "Fixed clip (default: the --aggregator's).")
 flags.DEFINE_list("presentations", ["1", "2", "4", "8"],
                   "Presentations per canary (Figure 2).")
 flags.DEFINE_integer("num_rounds", 64, "Rounds per run.")
@@ -95,7 +99,9 @@ flags.DEFINE_bool("allow_large_canary_fraction", True,
 
 flags.DEFINE_bool("smoke", False,
                   "Seconds per run, not the sweep: the sizes of `SMOKE` "
-                  "(noise 0 and 0.1, or 1 for the tree; 2 presentations) for "
+                  "(2 presentations; noise " + "; ".join(
+                      f"{', '.join(s.smoke_noise_multipliers)} for {name}"
+                      for name, s in SWEPT.items()) + ") for "
                   "the flags not given, and --output_dir a new temporary directory unless "
                   "given. Checks that the command runs.")
 

@@ -27,6 +27,8 @@ class ScaledClaimGaussian(protocol.Mechanism):
   """Gaussian noise, claimed at `claim_noise_scale` x the noise multiplier."""
 
   name = NAME
+  help = ("Gaussian noise claimed at --claim_noise_scale times the noise "
+          "multiplier (tests/mechanism_example.py).")
   tff_half = "mechanism_example_tff"
   settings = dict(claim_noise_scale=protocol.Setting(
       1.0, float, "The claim's noise multiplier over the real one.",

@@ -149,6 +149,35 @@ def test_each_warning_is_shown_once():
   assert shown == [text, "another one"]
 
 
+def test_the_projects_warnings_are_one_line_without_python_source(capsys):
+  # On the command line the package's warnings are attributed to the
+  # script's call (`call_site.user_stacklevel`): the canary-fraction warning
+  # to experiment_cli.py's `report = experiment.run_experiment(config)`,
+  # which Python printed under the message. A library's keeps its location.
+  cli = _load("experiment_cli")
+  shown = []
+
+  def record(message, category, filename, lineno, file=None, line=None):
+    del category, lineno, file, line
+    shown.append((str(message), filename))
+
+  library = os.path.join(os.sep, "lib", "site-packages", "keras", "layer.py")
+  with warnings.catch_warnings():
+    warnings.resetwarnings()
+    warnings.showwarning = record
+    cli.show_each_warning_once()
+    for _ in range(2):  # and each once
+      warnings.warn_explicit("canaries are 33.3% of the run's participants",
+                             UserWarning, cli.__file__, 120)
+      warnings.warn_explicit("deep inside", UserWarning,
+                             experiment_config.__file__, 7)
+      warnings.warn_explicit("a library's", UserWarning, library, 3)
+  assert capsys.readouterr().err.splitlines() == [
+      "warning: canaries are 33.3% of the run's participants",
+      "warning: deep inside"]
+  assert shown == [("a library's", library)]
+
+
 def test_quiet_logs_keep_an_explicit_verbosity(monkeypatch):
   from absl import logging  # pylint: disable=g-import-not-at-top
   cli = _load("experiment_cli")
@@ -214,4 +243,9 @@ def test_a_run_is_quiet_and_ctrl_c_says_how_to_resume(tmp_path):
   assert text.count("Unable to register cuDNN factory") <= 1, text[-3000:]
   # The bar's updates (carriage returns) all sit on one line.
   assert len([l for l in lines if re.search(r"emnist: +\d+%", l)]) == 1
-  assert text.count("CanaryFractionWarning") == 1
+  # The CanaryFractionWarning once, its message alone (no Python file, line
+  # or source line: `report = experiment.run_experiment(config)`).
+  assert len(re.findall(r"^warning: canaries are 5\.9% of the run's "
+                        r"participants \(", text, re.M)) == 1, text[-3000:]
+  assert "CanaryFractionWarning" not in text
+  assert "run_experiment(config)" not in text

@@ -1,7 +1,7 @@
 """Outside the registry no code branches on a mechanism's name (issue 27).
 
 `tff_canary/harness/mechanisms/registry.py` is the one place the names of
-the DP mechanisms ("gaussian", "ddp", "tree": `registry.names()`) are
+the DP mechanisms (`registry.names()`) are
 spelled for the code to act on. Everywhere else in tff_canary/, experiments/
 and bench/ the code asks the mechanism (its NumPy half, its TFF half), never
 its name. This reads every module's syntax tree (`ast`) and flags:

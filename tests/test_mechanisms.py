@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import types
@@ -23,9 +24,11 @@ from tff_canary.harness.config import experiment_config
 from tff_canary.harness.mechanisms import ddp
 from tff_canary.harness.mechanisms import protocol
 from tff_canary.harness.mechanisms import registry
+from tff_canary.harness.mechanisms import tree
 from tff_canary.stats.accounting import gaussian_accounting
 
 TESTS = pathlib.Path(__file__).resolve().parent
+EXPERIMENTS = TESTS.parent / "experiments"
 
 
 def test_every_registered_mechanism_is_named_as_registered():
@@ -35,6 +38,26 @@ def test_every_registered_mechanism_is_named_as_registered():
     assert mechanism.name == name
     # Its TFF half exists (found, not imported: no TensorFlow here).
     assert importlib.util.find_spec(mechanism.tff_half) is not None, name
+
+
+def test_every_registered_mechanism_declares_its_own_help_line():
+  helps = registry.helps()
+  assert tuple(helps) == registry.names()
+  for name, text in helps.items():
+    assert type(registry.get(name)).__dict__["help"].strip() == text, name
+  # Its own: no two mechanisms share a line (a subclass's inherited one).
+  assert len(set(helps.values())) == len(helps)
+
+
+def test_a_mechanism_without_its_own_help_line_is_refused(monkeypatch):
+  @dataclasses.dataclass(frozen=True)
+  class Unexplained(tree.TreeMechanism):  # would inherit the tree's line
+    name = "unexplained"
+
+  _registered(monkeypatch, "unexplained", Unexplained())
+  with pytest.raises(ValueError, match=r"test_mechanism_unexplained\.MECHANISM "
+                     r"\('unexplained'\) declares no help line of its own"):
+    registry.helps()
 
 
 def test_an_unknown_mechanism_is_refused_by_name():
@@ -140,3 +163,45 @@ def test_a_new_mechanism_is_its_modules_and_one_registry_line(tmp_path):
   # The rest is the package's own report, with the run's noise self-test.
   assert saved["noise_check"]["passed"] in (True, False)
   assert "analytical ε" in result["headline"]
+
+
+# The experiments' --help with the test mechanism registered by its one line
+# (before the flags are defined, as in registry.py).
+HELP_SCRIPT = """
+import runpy, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from tff_canary.harness.mechanisms import registry
+registry.MECHANISMS["scaled_claim_gaussian"] = "mechanism_example"
+sys.argv = [sys.argv[3], "--help"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def _flag_help(text, flag):
+  """The help of `--flag` in the experiments' --help, whitespace joined."""
+  block = re.search(rf"^  --{flag}: (.*?)(?=^  --|^\S|\Z)", text,
+                    re.M | re.S)
+  assert block, flag
+  return " ".join(block[1].split())
+
+
+def test_a_registered_mechanism_has_its_line_in_the_experiments_help():
+  script = EXPERIMENTS / "emnist.py"
+  proc = subprocess.run(
+      [sys.executable, "-c", HELP_SCRIPT, str(TESTS), str(EXPERIMENTS),
+       str(script)], capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  shown = _flag_help(proc.stdout, "aggregator")
+  sys.path.insert(0, str(TESTS))
+  try:
+    import mechanism_example  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.remove(str(TESTS))
+  lines = dict(registry.helps(),
+               scaled_claim_gaussian=mechanism_example.MECHANISM.help)
+  # Every mechanism's own line, in registry order, the new one last.
+  expected = "The DP aggregator, one of: " + " ".join(
+      f"{name}: {text}" for name, text in lines.items())
+  assert shown == expected + " (default: 'gaussian')"
+  assert _flag_help(proc.stdout, "claim_noise_scale") == (
+      "The claim's noise multiplier over the real one.")

@@ -146,6 +146,43 @@ def test_cli_damaged_run_directory(tmp_path, damage, match):
   assert not os.path.exists(os.path.join(path, "report.json"))
 
 
+def test_a_truncated_cosine_table_is_named_once(tmp_path):
+  # The table's own error names the file; the run directory used to wrap it
+  # in the same words again ("cosines.npz is not a valid cosine table:
+  # .../cosines.npz is not a valid cosine table: corrupt NPZ file").
+  path = make_run(tmp_path / "run")
+  npz = os.path.join(path, "cosines.npz")
+  with open(npz, "rb") as f:
+    data = f.read()
+  with open(npz, "wb") as f:
+    f.write(data[:len(data) // 2])  # a copy cut short
+  proc = subprocess.run(
+      [sys.executable, "-m", "tff_canary", "report", str(path)],
+      capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2
+  assert proc.stderr.strip() == (
+      f"error: {npz} is not a valid cosine table: corrupt NPZ file (File is "
+      "not a zip file)")
+  with pytest.raises(run_dir.RunDirError) as raised:
+    run_dir.RunDir(path).load_table()
+  assert str(raised.value).count("is not a valid cosine table") == 1
+
+
+def test_an_unreadable_cosine_table_is_named_once(tmp_path, monkeypatch):
+  # An OSError names the file too ("[Errno 13] Permission denied: '...'");
+  # this runs as root here, so the refusal to read is simulated.
+  path = make_run(tmp_path / "run")
+  npz = os.path.join(path, "cosines.npz")
+
+  def refuse(p, dim=None):
+    raise PermissionError(13, "Permission denied", p)
+
+  monkeypatch.setattr(run_dir.CosineTable, "load", refuse)
+  with pytest.raises(run_dir.RunDirError) as raised:
+    run_dir.RunDir(path).load_table()
+  assert str(raised.value) == f"{npz} cannot be read: Permission denied."
+
+
 def test_table_from_another_run_is_refused(tmp_path):
   path = make_run(tmp_path / "run")
   config = json.load(open(os.path.join(path, "config.json")))

@@ -105,8 +105,34 @@ def _sum_query():
   return tfp.GaussianSumQuery(l2_norm_clip=0.5, stddev=0.35)
 
 
-def test_a_zeroed_aggregator_is_refused_naming_its_inner_factory():
-  zeroed = factory.canary_dp_aggregator(0.7, 10, _canaries(), zeroing=True)
-  with pytest.raises(TypeError, match="aggregator must be a .*CanaryDPFactory"
-                     r" \(for a zeroed aggregator, its inner factory"):
-    self_test.check_noise(zeroed, VALUE_TYPE)
+def test_a_zeroed_aggregator_is_checked_as_the_experiments_check_theirs():
+  # What canary_dp_aggregator(zeroing=True) returns is accepted, and the
+  # check of its inner factory is the check of the whole zeroed aggregator:
+  # the zeroing wrapper around the same factory without canaries, run by the
+  # general check as the experiments run theirs, gives the same statistics
+  # (seeded noise: equal, not close).
+  zeroed = factory.canary_dp_aggregator(0.7, 10, _canaries(), zeroing=True,
+                                        noise_seed=3)
+  assert isinstance(zeroed, factory.ZeroedFactory)
+  result = self_test.check_noise(zeroed, VALUE_TYPE)
+  assert result.passed, result.failures
+  whole = noise_check.check_aggregation_noise(
+      factory.with_zeroing(zeroed.inner_factory.without_canaries(
+          noise_check.DEFAULT_ROUNDS)), VALUE_TYPE)
+  assert _p_values(result) == _p_values(whole)
+  assert result.claimed_std == whole.claimed_std
+
+
+def test_an_aggregator_without_a_canary_factory_is_refused_by_name():
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  theirs = factory.with_zeroing(
+      tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+          0.7, 10.0, 0.5))
+  with pytest.raises(TypeError, match=r"aggregator must be a .*CanaryDPFactory"
+                     r", or one under factory.with_zeroing .*, got "
+                     r"<tensorflow_federated\.python\.aggregators\.differential"
+                     r".*noise_check.check_aggregation_noise"):
+    self_test.check_noise(theirs, VALUE_TYPE)
+  with pytest.raises(TypeError, match=r"inner_factory must be a "
+                     r"tff.aggregators.UnweightedAggregationFactory, got 3"):
+    factory.with_zeroing(3)

@@ -1,6 +1,10 @@
 """Warnings that suspect a bug fire only on significant evidence, say what
 to do, and point at the user's line (tff_canary/stats/call_site.py)."""
 
+import io
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -72,3 +76,43 @@ def test_too_many_canaries_through_the_tff_factory_warns_at_the_callers_line():
 def test_user_stacklevel_skips_the_package_frames():
   # Called from outside the package, the caller itself is the user's frame.
   assert call_site.user_stacklevel() == 1
+
+
+def _shown_by(hook, filename):
+  out = io.StringIO()
+  hook("a message", UserWarning, filename, 1, file=out)
+  return out.getvalue()
+
+
+def test_a_command_line_shows_the_packages_warnings_as_their_message():
+  passed = []
+  hook = call_site.line_showwarning(
+      lambda *args: passed.append(args[2]), "/opt/scripts")
+  package_file = os.path.abspath(call_site.__file__)
+  assert _shown_by(hook, package_file) == "warning: a message\n"
+  assert _shown_by(hook, "/opt/scripts/run.py") == "warning: a message\n"
+  # Python's "sys:1": the stack level passed the outermost frame.
+  assert _shown_by(hook, "sys") == "warning: a message\n"
+  # A library's, or a user's own file: Python's format, with its location.
+  for other in ("/lib/site-packages/tensorflow/x.py", "/opt/scripts2/y.py",
+                "/home/me/loop.py"):
+    assert _shown_by(hook, other) == ""
+  assert passed == ["/lib/site-packages/tensorflow/x.py",
+                    "/opt/scripts2/y.py", "/home/me/loop.py"]
+
+
+def test_the_report_command_prints_its_warnings_as_lines(tmp_path):
+  # A run whose inserted canaries sit below the null (a negated signal):
+  # SignConventionWarnings, which `python -m tff_canary report` printed as
+  # "sys:1: SignConventionWarning: ..." (no frame outside the package).
+  import fake_runs  # pylint: disable=g-import-not-at-top
+  path = fake_runs.make_run(tmp_path / "run", shift=-3.0)
+  proc = subprocess.run(
+      [sys.executable, "-m", "tff_canary", "report", str(path),
+       "--no_plots"], capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = proc.stderr.splitlines()
+  assert lines and all(l.startswith("warning: The inserted ") or
+                       l.startswith("warning: The max model's ")
+                       for l in lines), lines
+  assert "standard errors below" in lines[0]

@@ -7,7 +7,8 @@
 recomputes every estimate of a finished run and rewrites its report
 (docs/guide/report.md, "Recompute it"). A plain `pip install .` (no
 TensorFlow, no matplotlib) runs it with --no_plots; the plots come with
-the `plots` extra.
+the `plots` extra. The package's warnings are printed as one line each,
+`warning: <message>` (`call_site.line_showwarning`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+import warnings
 
 from tff_canary.federated.runtime import quiet_start
 from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.stats import call_site
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +49,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+  show = warnings.showwarning
+  warnings.showwarning = call_site.line_showwarning(show)
+  try:
+    return _report(argv)
+  finally:  # main() called in a test's process: its hook back
+    warnings.showwarning = show
+
+
+def _report(argv) -> int:
   quiet_start.quiet_tensorflow()  # should a report path ever load TensorFlow
   args = _parser().parse_args(argv)
   if not args.no_plots and importlib.util.find_spec("matplotlib") is None:

@@ -5,7 +5,8 @@ rebuilds the `CanaryDPFactory` a loop trains with without canaries
 (`CanaryDPFactory.without_canaries`) and runs `tree_noise_check.
 check_tree_noise` when the query's noise is correlated across rounds
 (`query_noise.QueryNoise.correlated`: DP-FTRL's tree), else
-`noise_check.check_aggregation_noise`. The result goes to
+`noise_check.check_aggregation_noise`; under TFF's zeroing
+(`factory.ZeroedFactory`) the factory inside. The result goes to
 `RunWriter.record_noise_check`. Not a method of the factory: the audit layer
 imports the insertion layer (the planted bugs build canary factories), so
 the factory cannot import the checks without a cycle.
@@ -22,13 +23,23 @@ from tff_canary.stats import validation
 from tff_canary.stats.noise import noise_stats
 
 
-def check_noise(aggregator: factory.CanaryDPFactory, value_type: Any,
-                **kwargs: Any
+def check_noise(aggregator: factory.CanaryDPFactory | factory.ZeroedFactory,
+                value_type: Any, **kwargs: Any
                 ) -> noise_stats.NoiseCheck | tree_noise_check.TreeNoiseCheck:
   """The noise self-test of `aggregator`, built again without canaries.
 
+  A zeroed aggregator (`factory.with_zeroing`, as
+  `canary_dp_aggregator(..., zeroing=True)` returns it) is tested through
+  its `inner_factory`, the `CanaryDPFactory`, and the test is the same: the
+  check feeds zero-valued clients, which zeroing passes on unchanged (it
+  zeroes a value whose norm exceeds 2 x its norm estimate + 1, at least 1),
+  and zeroing adds no noise (its estimate is TFF's noiseless quantile
+  process), so the zeroed aggregator's result is the inner's, value for
+  value (tests/test_self_test.py runs the check both ways and compares).
+
   Args:
-    aggregator: The `CanaryDPFactory` of the run (with its canaries).
+    aggregator: The `CanaryDPFactory` of the run (with its canaries), or
+      the `ZeroedFactory` around it.
     value_type: The value's TFF type, e.g.
       `tff.learning.models.weights_type_from_model(model_fn).trainable`.
     **kwargs: Passed on to the check (`num_rounds`, `level`, `seed`,
@@ -38,14 +49,18 @@ def check_noise(aggregator: factory.CanaryDPFactory, value_type: Any,
     The check's result (a `TreeNoiseCheck` for correlated noise).
 
   Raises:
-    TypeError: if `aggregator` is not a `CanaryDPFactory` (a zeroed one:
-      pass the factory inside `with_zeroing`).
+    TypeError: if `aggregator` is neither a `CanaryDPFactory` nor a
+      `ZeroedFactory` around one.
   """
+  if isinstance(aggregator, factory.ZeroedFactory):
+    aggregator = aggregator.inner_factory
   if not isinstance(aggregator, factory.CanaryDPFactory):
     raise TypeError(
         "aggregator must be a tff_canary.federated.insertion.factory."
-        "CanaryDPFactory (for a zeroed aggregator, its inner factory: "
-        f"zeroing adds no noise), got {validation.show(aggregator)}.")
+        "CanaryDPFactory, or one under factory.with_zeroing (as "
+        "canary_dp_aggregator(..., zeroing=True) returns it), got "
+        f"{validation.show(aggregator)}; TFF's own aggregators: "
+        "noise_check.check_aggregation_noise.")
   without = aggregator.without_canaries(noise_check.DEFAULT_ROUNDS)
   if aggregator.query_noise.correlated:
     return tree_noise_check.check_tree_noise(without, value_type, **kwargs)

@@ -17,7 +17,8 @@ canaries need of it is its `query_noise.QueryNoise`. DP-FTRL's trees are
 Zeroing (`canary_dp_aggregator(..., zeroing=True)`, like
 `tff.learning.dp_aggregator`) wraps OUTSIDE the DP factory and zeroes client
 values before it; canaries are added inside, at the server, so they are
-never zeroed. The noise self-test (`tff_canary.federated.audit.self_test`)
+never zeroed. The zeroed factory (`ZeroedFactory`) keeps the one inside,
+`inner_factory`. The noise self-test (`tff_canary.federated.audit.self_test`)
 runs on the factory built again without canaries (`without_canaries`).
 
 Noise. With `noise_seed=None` (the default) the query's unseeded noise, as
@@ -371,8 +372,34 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
         self._record_aggregation_factory, value_type, specs, dim)
 
 
-def with_zeroing(inner_factory):
-  """Wraps a factory in TFF's default adaptive zeroing.
+class ZeroedFactory(tff.aggregators.UnweightedAggregationFactory):
+  """An unweighted factory under TFF's default adaptive zeroing
+  (`with_zeroing`) that keeps it: `inner_factory` (TFF's own wrapper holds
+  it in a closure only). Its processes are `tff.aggregators.zeroing_factory`'s
+  (the inner state under 'inner_agg', its measurements under 'zeroing')."""
+
+  def __init__(self, inner_factory):
+    if not isinstance(inner_factory,
+                      tff.aggregators.UnweightedAggregationFactory):
+      raise TypeError("inner_factory must be a tff.aggregators."
+                      "UnweightedAggregationFactory, got "
+                      f"{validation.show(inner_factory)}.")
+    self._inner_factory = inner_factory
+    zeroing_norm = tff.aggregators.PrivateQuantileEstimationProcess.no_noise(
+        **_ZEROING_QUANTILE)
+    self._zeroed = tff.aggregators.zeroing_factory(zeroing_norm,
+                                                   inner_factory)
+
+  @property
+  def inner_factory(self) -> tff.aggregators.UnweightedAggregationFactory:
+    return self._inner_factory
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    return self._zeroed.create(value_type)
+
+
+def with_zeroing(inner_factory) -> ZeroedFactory:
+  """Wraps an unweighted factory in TFF's default adaptive zeroing.
 
   The zeroing of `tff.learning.dp_aggregator(..., zeroing=True)`, built from
   `tff.aggregators.zeroing_factory` and
@@ -380,9 +407,7 @@ def with_zeroing(inner_factory):
   numbers (`_ZEROING_QUANTILE`) and TFF's default norm order. With a
   `CanaryDPFactory` inside, it zeroes client values only (module docstring).
   """
-  zeroing_norm = tff.aggregators.PrivateQuantileEstimationProcess.no_noise(
-      **_ZEROING_QUANTILE)
-  return tff.aggregators.zeroing_factory(zeroing_norm, inner_factory)
+  return ZeroedFactory(inner_factory)
 
 
 def canary_dp_aggregator(
@@ -409,5 +434,7 @@ def canary_dp_aggregator(
 
 __all__ = [
     "CanaryDPFactory",
+    "ZeroedFactory",
     "canary_dp_aggregator",
+    "with_zeroing",
 ]

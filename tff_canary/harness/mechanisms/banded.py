@@ -28,6 +28,10 @@ class BandedMechanism(matrix.MatrixMechanism):
   """Banded DP-FTRL (module docstring)."""
 
   name = "banded"
+  help = ("banded matrix-factorization DP-FTRL: the banded square root of "
+          "--bands bands, restarted every epoch (never, with "
+          "--sampling=cyclic); needs a fixed --clip; "
+          "docs/method/matrix-mechanisms.md.")
   settings = SETTINGS
   strategy_name = "banded square-root strategy"
 

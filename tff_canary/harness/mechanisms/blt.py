@@ -89,6 +89,11 @@ class BltMechanism(matrix.MatrixMechanism):
   """BLT DP-FTRL (module docstring)."""
 
   name = "blt"
+  help = ("BLT DP-FTRL: a buffered linear Toeplitz strategy of "
+          "--blt_buffers buffers fitted to the clients' participation (or "
+          "given by --blt_output_scale and --blt_buf_decay), restarted every "
+          "epoch (never, with --sampling=cyclic); needs a fixed --clip; "
+          "docs/method/matrix-mechanisms.md.")
   settings = SETTINGS
   strategy_name = "fitted BLT strategy"
 

@@ -58,6 +58,10 @@ class DdpMechanism(protocol.Mechanism):
   """TFF's distributed-DP chain (module docstring)."""
 
   name = "ddp"
+  help = ("TFF's distributed DP: DistributedDpSumFactory's chain with plain "
+          "sums for SecAgg (the --ddp_* flags); needs --insertion=clients "
+          "and a fixed --clip, no --zeroing; its analytical ε is the DDP "
+          "bound of its parameters.")
   tff_half = "tff_canary.harness.running.ddp_tff"
   settings = SETTINGS
   records_ledger = False

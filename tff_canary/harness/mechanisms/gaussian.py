@@ -19,6 +19,9 @@ class GaussianMechanism(protocol.Mechanism):
   """DP-FedAvg with Gaussian noise: every default of `protocol.Mechanism`."""
 
   name = "gaussian"
+  help = ("DP-FedAvg's central Gaussian noise, at a fixed --clip or with "
+          "adaptive clipping, --zeroing if asked; its analytical ε is the "
+          "DpEvent ledger's.")
   tff_half = "tff_canary.harness.running.gaussian_tff"
   # The paper's EMNIST noise levels (Table 3) and no noise; adaptive clip.
   sweep = protocol.SweepDefaults(("0", "0.0487", "0.0958", "0.2207"),

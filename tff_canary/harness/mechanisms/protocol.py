@@ -114,6 +114,8 @@ class Mechanism:
 
   Class attributes (set by each mechanism):
     name: Its key in `registry.MECHANISMS` (`--aggregator`).
+    help: Its line of the experiments' `--aggregator` help: what it is and
+      what it needs (`registry.helps`; each mechanism declares its own).
     tff_half: The module of its TFF half (`TffMechanism`).
     settings: The config.json keys it owns -> their `Setting` (each is an
       `ExperimentConfig` field and a flag); another mechanism's run
@@ -132,6 +134,7 @@ class Mechanism:
   """
 
   name: ClassVar[str] = ""
+  help: ClassVar[str] = ""
   tff_half: ClassVar[str] = ""
   settings: ClassVar[dict[str, Setting]] = {}
   records_ledger: ClassVar[bool] = True

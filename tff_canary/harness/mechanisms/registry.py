@@ -50,6 +50,22 @@ def of_config(values: dict[str, Any]):
   return get(values.get("aggregator") or DEFAULT, "config.json's aggregator")
 
 
+def helps() -> dict[str, str]:
+  """Every mechanism's line of `--aggregator`'s help (`Mechanism.help`), by
+  name, in registry order; a mechanism that declares none of its own (an
+  inherited line would describe another mechanism) is an error."""
+  out = {}
+  for name in names():
+    mechanism = get(name)
+    text = type(mechanism).__dict__.get("help")
+    if not isinstance(text, str) or not text.strip():
+      raise ValueError(f"{MECHANISMS[name]}.MECHANISM ({name!r}) declares no "
+                       "help line of its own (Mechanism.help), which "
+                       "--aggregator's help shows.")
+    out[name] = text.strip()
+  return out
+
+
 def settings() -> dict[str, Any]:
   """Every mechanism's settings (`protocol.Setting` by config.json key), in
   registry order; a key two mechanisms own is an error."""
@@ -68,5 +84,5 @@ def setting_keys() -> tuple[str, ...]:
   return tuple(settings())
 
 
-__all__ = ["DEFAULT", "MECHANISMS", "get", "names", "of_config",
+__all__ = ["DEFAULT", "MECHANISMS", "get", "helps", "names", "of_config",
            "setting_keys", "settings"]

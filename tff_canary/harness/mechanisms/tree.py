@@ -27,6 +27,10 @@ class TreeMechanism(protocol.Mechanism):
   """DP-FTRL's tree (module docstring)."""
 
   name = "tree"
+  help = ("DP-FTRL: TFF's tree aggregation restarted every epoch; needs a "
+          "fixed --clip; with --insertion=clients the canary clients go "
+          "through TFF's own factory over the tree; audited against the "
+          "tree accounting, docs/method/dp-ftrl.md.")
   tff_half = "tff_canary.harness.running.tree_tff"
   records_ledger = False
   round_scores = True

@@ -130,8 +130,12 @@ class RunDir:
     name = COSINES_NPZ if self.exists(COSINES_NPZ) else COSINES_CSV
     path = self._require(name)
     config = self.load_config() if config is None else config
-    table = self._read(path, CosineTable.load, "a valid cosine table",
-                       (ValueError, TypeError, OSError, KeyError))
+    try:
+      table = CosineTable.load(path)
+    except ValueError as e:  # it names the path: "<path> is not a valid ..."
+      raise RunDirError(str(e)) from None
+    except OSError as e:
+      raise RunDirError(f"{path} cannot be read: {e.strerror or e}.") from None
     for table_key, key in (("dim", "dim"), ("seed", "canary_seed")):
       if int(config[key]) != getattr(table, table_key):
         raise RunDirError(

@@ -37,7 +37,8 @@ class RoundResult(NamedTuple):
     output: The process's round output.
     clip: C_r, the clip of the round.
     inserted: The canaries inserted in the round.
-    event: Its DpEvent; None with the DDP and tree aggregators.
+    event: Its DpEvent; None for a mechanism without a ledger
+      (`Mechanism.records_ledger` false).
     tree_scores: DP-FTRL: every candidate's u_{j,r}, float64 [m]; else None.
   """
   output: Any
