@@ -214,3 +214,12 @@ def test_refresh_refuses_a_missing_run_directory(tmp_path):
   assert proc.returncode == 2
   assert f"--run_dir must be a finished run directory (with config.json), " \
       f"got '{tmp_path / 'none'}'" in proc.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_committed_notebooks_are_executed(name):
+  notebook = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
+  stamp = _check_executed(notebook)
+  assert _images(notebook) >= 1
+  if name == "analyze_run.ipynb":  # from a real run, not a fake one
+    assert "experiments/emnist.py" in stamp
