@@ -8,7 +8,7 @@
 # package, the test tools included, is resolved in ONE uv command: a later,
 # separate install would ignore TFF's pins. requirements/lock.txt pins the whole
 # tree; regenerate it after changing setup.py with
-#   .venv/bin/uv pip compile setup.py --extra tff --extra test \
+#   .venv/bin/uv pip compile setup.py --extra tff --extra test --extra docs \
 #     --override requirements/overrides.txt --python-version 3.11 \
 #     --no-header -o requirements/lock.txt
 set -euo pipefail

@@ -39,6 +39,12 @@ setuptools.setup(
             "mkdocs",
             "mkdocs-material",
             "mkdocstrings[python]",
+            # Formulas: pymdownx.arithmatex marks them, MathJax 3 renders them
+            # from the site's own files (docs_hooks/mathjax_assets.py copies
+            # them out of this package, which ships MathJax's es5 build and
+            # needs nothing else; no CDN when a page is viewed).
+            "pymdown-extensions",
+            "django-static-mathjax>=3.2.2,<4",
         ],
         "test": [
             "pytest",
