@@ -90,6 +90,10 @@ def test_a_claim_of_inf_needs_no_audit_in_one_line(tmp_path):
     assert ("**Audit** of the analytical ε (one participation): NOT NEEDED: "
             "a claim of ε = inf promises no privacy") in md
     assert "BEYOND REACH" not in md and "2^20" not in md
+    assert "the audit tests" not in r.claim_line()
+    assert r.claim_line().startswith(
+        "the analytical ε (one participation) = inf promises no privacy: "
+        "there is no claim for the audit to test")
   # A finite claim on the same run is audited as before (the fake's shift
   # of 2.5 null sds is far above a claim of 1).
   assert report.build_report(path, claimed_epsilon=1.0).verdict.refuted
@@ -164,8 +168,9 @@ def test_the_readme_and_docs_show_the_current_headline_format(tmp_path):
   r = report.build_report(make_run(tmp_path / "run", shift=0.3))
   labels = [line[:16] for line in r.headline().lines()]
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  for page, indent in (("README.md", ""), ("docs/index.md", "    "),
-                       ("docs/getting-started.md", "    ")):
+  # Each in a fenced block (the docs' `text {.headline}`), not indented.
+  for page, indent in (("README.md", ""), ("docs/index.md", ""),
+                       ("docs/getting-started.md", "")):
     lines = open(os.path.join(root, page), encoding="utf-8").read().split(
         "\n")
     start = lines.index(next(l for l in lines

@@ -115,4 +115,8 @@ def test_the_report_command_prints_its_warnings_as_lines(tmp_path):
   assert lines and all(l.startswith("warning: The inserted ") or
                        l.startswith("warning: The max model's ")
                        for l in lines), lines
-  assert "standard errors below" in lines[0]
+  # The sign tests' text (sign_tests.warn_if_below), each comparison once:
+  # the estimates and the bounds name the same one alike.
+  assert "(one-sided): a correct run gives a p below 0.001" in lines[0]
+  assert len(set(lines)) == len(lines)
+  assert not any("null's mean" in l for l in lines), lines

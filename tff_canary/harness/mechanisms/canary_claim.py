@@ -129,6 +129,9 @@ class CanaryClaim:
       line = (f"the audit tests the claimed ε = {claimed_epsilon:.4g} given "
               f"to the report; the canaries face the analytical ε "
               f"({self.name}) = {self.epsilon:.4g}")
+    elif math.isinf(claimed_epsilon):  # no noise: nothing to test
+      line = (f"the {claim} = inf promises no privacy: there is no claim "
+              "for the audit to test")
     else:
       line = f"the audit tests the {claim} = {claimed_epsilon:.4g}"
     line += f": {self.reason}"

@@ -84,9 +84,7 @@ class TreeSection:
             f"{n} bound{'s' if n > 1 else ''}")
 
   def _contribution_words(self) -> str:
-    a = self.audit
-    return (f"contribution {a.contribution_unit}" if a.contribution_unit ==
-            "per epoch" else "contribution")
+    return f"the contribution {self.audit.contribution_unit}"
 
   def _spread_text(self) -> str:
     """The held-out T's spread beside epsilon-all, and the mechanism's

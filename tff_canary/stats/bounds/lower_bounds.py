@@ -206,8 +206,10 @@ def epsilon_lo(inserted: npt.ArrayLike, *, delta: float,
     y = np.sort(validation.as_cosines(held_out, "held_out"))
     null, null_dist, null_mean = "held_out", None, float(y.mean())
   below = float(x.mean()) < null_mean
-  # y is None for the exact null: then against its mean 0.
-  sign_tests.warn_if_below(x, y, reference_name="null's mean")
+  # y is None for the exact null: then against its mean 0. Named as the
+  # estimates name the same comparison, so a report shows it once.
+  sign_tests.warn_if_below(x, y, reference_name=(
+      "null mean" if y is None else "held-out canaries' mean"))
   search = {"none": _paper_search, "simultaneous": _simultaneous_search,
             "bonferroni": lambda x, *rest: _simultaneous_search(  # every rank
                 x, *rest, ranks=np.arange(1, x.size + 1)),

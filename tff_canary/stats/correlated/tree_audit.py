@@ -13,9 +13,9 @@ or a matrix mechanism's, whose claim is `LinearNoise.claim`). The checks
 * "self-test": the mechanism run on zero values (`self_test_noise`),
   whitened by the claimed K = L L^T, e -> L^-1 e, must be i.i.d. N(0, 1):
   `noise_stats.check_noise` (Holm);
-* "contribution": each inserted canary's excess contribution per epoch over
-  its schedule's participations, in participations at the clip norm,
-  one-sided (`contribution_check`);
+* "contribution": each inserted canary's excess contribution per epoch
+  (over the run when never restarted) over its schedule's participations,
+  in participations at the clip norm, one-sided (`contribution_check`);
 * "bounds": Steinke, Nasr & Jagielski's one-run bound on the scheduled and
   max statistics T_j and M_j (`gls_statistics`), and the tight one-run bound
   (`audit.tight_bound`) on T, against the claimed epsilon, each with its
@@ -238,12 +238,17 @@ def _inputs(scores, schedule, inserted, noise):
     raise ValueError(f"scores must be [candidates, rounds] with "
                      f"{noise.num_rounds} rounds (the noise's), got shape "
                      f"{u.shape}.")
-  mask = validation.as_mask(inserted, "inserted", (u.shape[0],),
-                            "the candidates of scores")
+  return noise, u, np.asarray(schedule), _coins(inserted, u.shape[0])
+
+
+def _coins(inserted, candidates: int) -> np.ndarray:
+  """The checked fair coins of `candidates` candidates, both values present."""
+  mask = validation.as_mask(inserted, "inserted", (candidates,),
+                            "the candidates")
   if mask.all() or not mask.any():
     raise ValueError("inserted must have both inserted and held-out "
                      "candidates (fair coins).")
-  return noise, u, np.asarray(schedule), mask
+  return mask
 
 
 def _bound_fns(t_stat, m_stat, mask, delta
@@ -263,26 +268,13 @@ def _bound_fns(t_stat, m_stat, mask, delta
 def bounds_reach(inserted: npt.ArrayLike, *, claimed_epsilon: float,
                  delta: float, level: float = 0.05,
                  self_test: bool = False) -> audit_bounds.Reach:
-  """The reach of `audit_ftrl`'s bounds for fair coins `inserted`, known
-  before any training: the largest epsilon they can show (on perfectly
-  separated statistics, at their share of `level`), and the candidates
-  that would reach `claimed_epsilon` when these cannot. Equal to the
-  reach of the audit of a run with these coins (`audit.AuditVerdict`).
-
-  Args:
-    inserted: [candidates] Boolean, the coins (both values present).
-    claimed_epsilon: the claim the bounds are held against.
-    delta: the claim's delta.
-    level: the audit's family-wise level.
-    self_test: whether the audit will have self-test noise (one more check
-      sharing the level).
-  """
-  mask = np.asarray(inserted)
-  mask = validation.as_mask(mask, "inserted", mask.shape[:1],
-                            "the candidates")
-  if mask.all() or not mask.any():
-    raise ValueError("inserted must have both inserted and held-out "
-                     "candidates (fair coins).")
+  """The reach of `audit_ftrl`'s bounds for the fair coins `inserted`
+  ([candidates] Boolean), known before training and equal to that of the
+  audit of a run with these coins (`audit.AuditVerdict`): the largest
+  epsilon they can show at their share of `level` (the family-wise level;
+  `self_test`: whether self-test noise takes a share too), and the
+  candidates that would reach `claimed_epsilon` when these cannot."""
+  mask = _coins(inserted, np.size(inserted))
   level = validation.as_open_unit(level, "level")
   checks = len(_TESTS) if validation.as_bool(self_test, "self_test") else (
       len(_TESTS) - 1)
@@ -390,14 +382,11 @@ class FtrlEstimates:
   Attributes:
     final: from the final model's scores, sum_t u_{j,t} / sqrt(1^T K 1)
       (N(0, 1) for held-out canaries), `scheduled_sums.epsilon_scheduled`.
-    scheduled: all iterates, the GLS scheduled statistic T_j, its mean gap
-      in units of the held-out T's spread: the epsilon of the attack on this
-      run, whose clients' updates may spread T beyond the noise
-      (`scheduled_sums`, "The two held-out readings").
-    mechanism: the same T's mean gap in units of the claimed noise: the
-      mechanism's epsilon, which takes the noise to be the claimed one (the
-      noise self-test checks it). Equal to `scheduled` up to sampling error
-      when only the noise spreads T.
+    scheduled, mechanism: all iterates, the GLS scheduled statistic T_j's
+      mean gap in units of the held-out T's spread (the attack on this run,
+      whose clients' updates may spread T beyond the noise) and of the
+      claimed noise (the mechanism's epsilon if its noise is the claimed
+      one; `scheduled_sums`, "The two held-out readings").
     max: all iterates, the max statistic M_j, two Gaussians fitted to the
       inserted and held-out M (the paper's epsilon-all).
     independent: all iterates, the statistic of independent rounds with an
