@@ -82,7 +82,8 @@ def test_the_report_states_the_rule_formulas_unit_confidence_placement(
   digits = f"{100 * share:.4g}%"
   assert not re.search(r"\b98%", markdown)
   (bound_line,) = [l for l in headline if l.startswith("lower bound")]
-  assert f"(holds with {digits}, its share of the audit's 95%)" in bound_line
+  assert f"(the strongest; {digits}, its share of the audit's 95%)" in (
+      bound_line)
   for name in report.audit.bounds.bounds:
     assert rows[name].startswith(f"holds with {digits} confidence: the "
                                  "audit's 95% split by Bonferroni")

@@ -273,8 +273,11 @@ def _chromium() -> str | None:
 
 
 # Loads each page in an iframe of one page served on loopback (same origin,
-# so it can look inside), waits for MathJax's first typesetting and writes
-# what it found into <pre id="out">, which Chromium's --dump-dom prints.
+# so it can look inside), waits for MathJax's first typesetting (at most
+# PAGE_SECONDS a page, else that page's failure is "timeout") and POSTs what
+# it found to the server. (Chromium's --dump-dom with --virtual-time-budget
+# hung in about one run of three here, on an idle machine: virtual time
+# stops while any request is pending.)
 CHECK_PAGE = """<!doctype html><html><body><pre id="out">pending</pre><script>
 const pages = %s;
 (async () => {
@@ -288,10 +291,12 @@ const pages = %s;
       const loaded = new Promise(done => { frame.onload = done; });
       frame.src = "/" + page;
       document.body.appendChild(frame);
-      await loaded;
+      const timeout = ms => new Promise((_, fail) => setTimeout(
+          () => fail(new Error("timeout")), ms));
+      await Promise.race([loaded, timeout(%d)]);
       const w = frame.contentWindow, d = frame.contentDocument;
       if (!w.MathJax || !w.MathJax.startup) throw new Error("no MathJax");
-      await w.MathJax.startup.promise;
+      await Promise.race([w.MathJax.startup.promise, timeout(%d)]);
       r.marked = d.querySelectorAll(".arithmatex").length;
       r.typeset = d.querySelectorAll(".arithmatex mjx-container").length;
       r.errors = Array.from(d.querySelectorAll("[data-mjx-error]"),
@@ -303,43 +308,62 @@ const pages = %s;
     } catch (e) { r.failure = String(e); }
     results.push(r);
   }
-  document.getElementById("out").textContent = JSON.stringify(results);
+  await fetch("/__math_results", {method: "POST",
+                                   body: JSON.stringify(results)});
 })();
 </script></body></html>"""
+PAGE_SECONDS = 120
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class _CheckHandler(http.server.SimpleHTTPRequestHandler):
+  """Serves the site; the check page's POST of its results ends the wait."""
 
   def log_message(self, *args):
     pass
 
+  def do_POST(self):  # pylint: disable=invalid-name
+    body = self.rfile.read(int(self.headers["Content-Length"]))
+    self.send_response(204)
+    self.end_headers()
+    self.server.results = json.loads(body)
+    self.server.done.set()
+
 
 def typeset_in_chromium(site: pathlib.Path, pages: list[str],
                         chromium: str) -> list[dict]:
-  (site / "__math_check.html").write_text(CHECK_PAGE % json.dumps(pages),
-                                          encoding="utf-8")
+  (site / "__math_check.html").write_text(
+      CHECK_PAGE % (json.dumps(pages), PAGE_SECONDS * 1000,
+                    PAGE_SECONDS * 1000), encoding="utf-8")
   server = http.server.ThreadingHTTPServer(
-      ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=site))
+      ("127.0.0.1", 0), functools.partial(_CheckHandler, directory=site))
+  server.done, server.results = threading.Event(), None
   thread = threading.Thread(target=server.serve_forever, daemon=True)
   thread.start()
   try:
     with tempfile.TemporaryDirectory() as profile:
       # The flags keep Chromium off the network but for the loopback server.
-      proc = subprocess.run(
+      proc = subprocess.Popen(
           [chromium, "--headless", "--no-sandbox", "--disable-gpu",
            "--disable-quic", "--no-first-run", "--disable-sync",
            "--disable-background-networking", "--disable-component-update",
-           f"--user-data-dir={profile}", "--virtual-time-budget=600000",
-           "--dump-dom",
+           f"--user-data-dir={profile}",
            f"http://127.0.0.1:{server.server_port}/__math_check.html"],
-          capture_output=True, text=True, timeout=400)
+          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+      try:
+        # Every page's own time, and some for Chromium's start.
+        finished = server.done.wait(PAGE_SECONDS * len(pages) + 60)
+      finally:
+        proc.terminate()   # the process this test started, by its PID
+        try:
+          _, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+          proc.kill()
+          _, stderr = proc.communicate()
   finally:
     server.shutdown()
     server.server_close()
-  found = re.search(r'<pre id="out">(.*?)</pre>', proc.stdout, re.S)
-  assert found and found.group(1) != "pending", proc.stdout[-2000:] + (
-      proc.stderr[-2000:])
-  return json.loads(html.unescape(found.group(1)))
+  assert finished, "Chromium sent no results: " + stderr[-2000:]
+  return server.results
 
 
 @needs_mkdocs

@@ -106,9 +106,9 @@ class Headline:
     each = self.strongest_bound_confidence
     family = results.format_confidence(self.confidence)
     if each is None or math.isclose(each, self.confidence):
-      return family
-    return (f"holds with {results.format_confidence(each)}, its share of the "
-            f"audit's {family}")
+      return f"the strongest; {family}"
+    return (f"the strongest; {results.format_confidence(each)}, its share of "
+            f"the audit's {family}")
 
   def _estimate_line(self, label: str, est: Optional[Estimate],
                      note: str = "") -> str:
@@ -147,8 +147,7 @@ class Headline:
         self._estimate_line("ε-all", self.epsilon_all, self.epsilon_all_note),
         f"{'lower bound':14s}"
         f"{results.format_number(self.strongest_bound):>8s}  "
-        f"{self.strongest_bound_name}, the strongest "
-        f"({self._bound_confidence()})",
+        f"{self.strongest_bound_name} ({self._bound_confidence()})",
         f"audit: {self.audit_text}",
         f"noise self-test: {self.noise_check_text}",
         MEANING,
