@@ -76,6 +76,7 @@ def test_added_spread_keeps_the_mechanism_reading_and_says_why(tmp_path):
       attack.trust)
   assert "schedules, removal or scaling" not in attack.trust
   saved = report.as_dict()
+  assert saved["headline"]["epsilon_all_note"] in line
   assert saved["estimates"][
       "all iterates: the mechanism's ε (T's mean gap, claimed noise)"][
           "scale"] == "claimed"

@@ -17,7 +17,9 @@ known (`canary_fraction`): refused beyond `MAX_CANARY_FRACTION` unless
 `allow_large_canary_fraction`, a `CanaryFractionWarning` beyond
 `WARN_CANARY_FRACTION`. It is the expected share, a property of the flags:
 with coin assignment the realized number of inserted canaries varies
-around it with the seed.
+around it with the seed. Once the coins are drawn, `audit_reach` warns
+(`BeyondReachWarning`) when the report's audit cannot reach the claim with
+them, naming the candidates that would.
 """
 
 from __future__ import annotations
@@ -185,4 +187,3 @@ def audit_reach(config, *, num_rounds: int, rounds_per_epoch: int,
       + f"; {more}.", BeyondReachWarning,
       stacklevel=call_site.user_stacklevel())
   return reach
-

@@ -166,6 +166,7 @@ class Headline:
         epsilon_final=self.epsilon_final.as_dict(),
         epsilon_all=(None if self.epsilon_all is None
                      else self.epsilon_all.as_dict()),
+        epsilon_all_note=self.epsilon_all_note,
         strongest_bound=dict(name=self.strongest_bound_name,
                              value=self.strongest_bound,
                              confidence=(self.confidence if
