@@ -121,7 +121,7 @@ def test_estimate_flags_only_an_interval_entirely_above():
 
 def test_noise_check_verdicts():
   assert headline.noise_check_verdict(None)[0] == "not run"
-  assert "self_test.check_noise" in headline.noise_check_verdict(None)[1]
+  assert "canary_noise_check.check_noise" in headline.noise_check_verdict(None)[1]
   assert headline.noise_check_verdict(
       {"passed": True, "summary": "s"}) == ("passed", "passed")
   assert headline.noise_check_verdict(

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from test_layers import imported_modules
 from tff_canary import moved_modules
 
@@ -238,3 +240,15 @@ def test_the_changelog_lists_the_table():
         "docs/changelog.md")
   for old, new in moved_modules.MOVED_MODULES.items():
     assert f"| `{old}` | `{new}` |" in page
+
+
+def test_a_renamed_name_works_for_one_release_and_says_where_it_went():
+  # tree_factory.AdaptiveTreeClip is adaptive_clip.AdaptiveClip (both
+  # adaptive clips use it): the old name gives the same class, warning.
+  from tff_canary.federated.insertion import adaptive_clip  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import tree_factory  # pylint: disable=g-import-not-at-top
+  with pytest.warns(DeprecationWarning, match="adaptive_clip.AdaptiveClip"):
+    old = tree_factory.AdaptiveTreeClip
+  assert old is adaptive_clip.AdaptiveClip
+  with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+    tree_factory.NoSuchName  # pylint: disable=pointless-statement

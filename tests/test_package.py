@@ -18,7 +18,7 @@ TF_FREE = (["tff_canary"] + [
     if p.stem != "__init__"] + [
     f"tff_canary.harness.{folder}.{p.stem}" for folder in TF_FREE_HARNESS
     for p in sorted((PACKAGE / "harness" / folder).glob("*.py"))] + [
-    "tff_canary.federated.structures.tree_search",
+    "tff_canary.federated.structures.nested_search",
     "tff_canary.federated.scores.aggregate_recorder"])
 
 

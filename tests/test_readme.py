@@ -65,7 +65,7 @@ def test_readme_drop_in_blocks_run(tmp_path, monkeypatch, capsys):
   # The recommended design is CanaryConfig's default, and the aggregator
   # runs its own noise self-test: no design argument, no second config.
   assert "assignment=" not in blocks[0] and "directions=" not in blocks[0]
-  assert "self_test.check_noise(aggregator" in blocks[1]
+  assert "canary_noise_check.check_noise(aggregator" in blocks[1]
   assert "CanaryConfig(" not in blocks[1] + blocks[2]
   # The guide's page on your own loop shows the same code, never an older one.
   assert python_blocks(os.path.join(GUIDE, "drop-in.md"))[:3] == blocks

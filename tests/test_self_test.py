@@ -1,4 +1,4 @@
-"""A canary aggregator's own noise self-test (`tff_canary.federated.audit.self_test`).
+"""A canary aggregator's own noise self-test (`tff_canary.federated.audit.canary_noise_check`).
 
 The factory remembers its constructor and arguments and builds itself again
 without canaries (`CanaryDPFactory.without_canaries`); `check_noise` is then
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import self_test
+from tff_canary.federated.audit import canary_noise_check
 from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.stats.canaries import canary_config
@@ -45,7 +45,7 @@ def _p_values(result):
 def test_self_test_is_the_check_of_the_hand_built_aggregator():
   aggregator = DP.gaussian_adaptive(1.0, 50.0, initial_l2_norm_clip=0.3,
                                     canaries=_canaries(), noise_seed=5)
-  result = self_test.check_noise(aggregator, VALUE_TYPE)
+  result = canary_noise_check.check_noise(aggregator, VALUE_TYPE)
   assert result.passed, result.failures
   by_hand = noise_check.check_aggregation_noise(
       DP.gaussian_adaptive(1.0, 50.0, initial_l2_norm_clip=0.3,
@@ -63,7 +63,7 @@ def test_self_test_is_the_check_of_the_hand_built_aggregator():
 def test_a_tree_aggregator_runs_the_tree_check():
   aggregator = DP.tree_aggregation(1.0, 10.0, 0.5, canaries=_canaries(),
                                    noise_seed=7, restart_period=3)
-  result = self_test.check_noise(aggregator, VALUE_TYPE)
+  result = canary_noise_check.check_noise(aggregator, VALUE_TYPE)
   assert isinstance(result, tree_noise_check.TreeNoiseCheck)
   assert result.passed, result.check.failures
   # Two restarts of the run's tree (restart_period 3), as the harness's.
@@ -114,7 +114,7 @@ def test_a_zeroed_aggregator_is_checked_as_the_experiments_check_theirs():
   zeroed = factory.canary_dp_aggregator(0.7, 10, _canaries(), zeroing=True,
                                         noise_seed=3)
   assert isinstance(zeroed, factory.ZeroedFactory)
-  result = self_test.check_noise(zeroed, VALUE_TYPE)
+  result = canary_noise_check.check_noise(zeroed, VALUE_TYPE)
   assert result.passed, result.failures
   whole = noise_check.check_aggregation_noise(
       factory.with_zeroing(zeroed.inner_factory.without_canaries(
@@ -132,7 +132,7 @@ def test_an_aggregator_without_a_canary_factory_is_refused_by_name():
                      r", or one under factory.with_zeroing .*, got "
                      r"<tensorflow_federated\.python\.aggregators\.differential"
                      r".*noise_check.check_aggregation_noise"):
-    self_test.check_noise(theirs, VALUE_TYPE)
+    canary_noise_check.check_noise(theirs, VALUE_TYPE)
   with pytest.raises(TypeError, match=r"inner_factory must be a "
                      r"tff.aggregators.UnweightedAggregationFactory, got 3"):
     factory.with_zeroing(3)

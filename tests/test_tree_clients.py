@@ -93,10 +93,11 @@ def _dp_state(query):
 def test_the_clip_of_every_query_state_tff_builds():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_privacy as tfp  # pylint: disable=g-import-not-at-top
+  from tff_canary.federated.insertion import adaptive_clip  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import tree_factory  # pylint: disable=g-import-not-at-top
   specs = [tf.TensorSpec([3], tf.float32)]
-  adaptive = tree_factory.AdaptiveTreeClip(0.5, 0.2, 1.0, 5.0)
+  adaptive = adaptive_clip.AdaptiveClip(0.5, 0.2, 1.0, 5.0)
   queries = {
       # TFF's tree_aggregation, and ours restarted (RestartQuery inside).
       0.3: tfp.NormalizedQuery(tfp.TreeResidualSumQuery.build_l2_gaussian_query(

@@ -21,6 +21,7 @@ from scipy import linalg
 from scipy import stats
 import tensorflow as tf
 
+from tff_canary.federated.insertion import adaptive_clip
 from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import canary_directions
 from tff_canary.federated.insertion import factory
@@ -29,7 +30,7 @@ from tff_canary.federated.insertion import orthogonal_transform
 from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.structures import flat_layout
-from tff_canary.federated.structures import tree_search
+from tff_canary.federated.structures import nested_search
 from tff_canary.harness.running import run_writer
 from tff_canary.stats.accounting import ledger as ledger_lib
 from tff_canary.stats.canaries import canary_config
@@ -80,7 +81,7 @@ def _clipped_sum(values, clip):
 
 def _clip_value(state):
   """The tree's `clip_value` in an aggregation state (its query state)."""
-  node = tree_search.find_first(
+  node = nested_search.find_first(
       state.query_state,
       lambda s: hasattr(s, "_fields") and "clip_value" in s._fields)
   return float(np.asarray(node.clip_value))
@@ -473,7 +474,7 @@ _adaptive = factory.CanaryDPFactory.tree_adaptive
      "TreeAggregation"),
     (lambda c: factory.CanaryDPFactory(tree_factory.TreeAggregation(
         0.1, 1.0, efficient=False, restart_period=4,
-        adaptive=tree_factory.AdaptiveTreeClip(0.5, 0.2, 0.1, 4.0)), c),
+        adaptive=adaptive_clip.AdaptiveClip(0.5, 0.2, 0.1, 4.0)), c),
      ValueError, "efficient must be True with adaptive clipping"),
     (lambda c: factory.CanaryDPFactory(tree_factory.TreeAggregation(
         0.1, 1.0, adaptive="yes"), c), TypeError, "adaptive must be None"),
@@ -501,7 +502,7 @@ def _adaptive_run(process, rounds=8):
     out = process.next(state, _client_values(rng, 3))
     state = out.state
     results.append(np.concatenate([np.ravel(v) for v in out.result]))
-    clips.append(float(tree_search.find_first(
+    clips.append(float(nested_search.find_first(
         state.query_state, lambda s: hasattr(s, "clip_value")).clip_value))
   return np.array(results), clips
 

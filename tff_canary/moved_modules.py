@@ -102,6 +102,11 @@ MOVED_IN: dict[str, dict[str, str]] = {
         "tff_canary.federated.insertion.seeded_tree_query":
             "tff_canary.federated.insertion.seeded_query",
         "tff_canary.stats.tree": "tff_canary.stats.correlated",
+        # Named for what they hold, not like a test file or DP-FTRL's tree.
+        "tff_canary.federated.audit.self_test":
+            "tff_canary.federated.audit.canary_noise_check",
+        "tff_canary.federated.structures.tree_search":
+            "tff_canary.federated.structures.nested_search",
         **{f"tff_canary.stats.tree.{name}":
                f"tff_canary.stats.correlated.{name}"
            for name in ("tree_accounting", "tree_audit", "tree_noise",

@@ -89,7 +89,7 @@ import tensorflow_federated as tff
 
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.runtime import worker_guard
-from tff_canary.federated.structures import tree_search
+from tff_canary.federated.structures import nested_search
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.noise import noise_stats
 from tff_canary.stats import validation
@@ -230,7 +230,7 @@ def _is_seed(node: Any) -> bool:
 
 
 def _find(tree: Any, predicate, what: str) -> Any:
-  node = tree_search.find_first(tree, predicate)
+  node = nested_search.find_first(tree, predicate)
   if node is None:
     raise ValueError(f"{what}: check_ddp_noise needs the DistributedDpSum"
                      "Factory chain (ddp_chain.ddp_sum_factory).")

@@ -49,7 +49,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_canary.stats.noise import noise_stats
-from tff_canary.federated.structures import tree_search
+from tff_canary.federated.structures import nested_search
 from tff_canary.stats import validation
 from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
@@ -68,7 +68,7 @@ class NoClaimError(ValueError):
 def find_dp_state(state: Any, remedy: Optional[str] = None) -> Optional[Any]:
   """The first node (depth first) with `query_state` and `dp_event` fields;
   if there is none, None, or with `remedy` a `NoClaimError` ending with it."""
-  node = tree_search.find_first(
+  node = nested_search.find_first(
       state, lambda node: hasattr(node, "query_state")
       and hasattr(node, "dp_event"))
   if node is None and remedy is not None:
@@ -92,7 +92,7 @@ def clip_and_denominator(query_state: Any) -> tuple[float, float]:
   if hasattr(node, "sum_state"):
     node = node.sum_state
   if not hasattr(node, "l2_norm_clip"):
-    if tree_search.find_first(node, lambda n: hasattr(n, "tree_state")):
+    if nested_search.find_first(node, lambda n: hasattr(n, "tree_state")):
       raise NoClaimError(
           "the DP query is a DP-FTRL tree (its state has a tree_state): its "
           "noise is correlated across rounds, which no per-round std "

@@ -47,7 +47,7 @@ import numpy as np
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.runtime import worker_guard
-from tff_canary.federated.structures import tree_search
+from tff_canary.federated.structures import nested_search
 from tff_canary.stats.noise import noise_stats
 from tff_canary.stats.correlated import linear_noise
 from tff_canary.stats.correlated import tree_noise as tree_noise_lib
@@ -116,7 +116,7 @@ def _tree_state(state: Any) -> Any:
   """The value tree's `TreeResidualSumQuery` state (depth first: the value
   tree comes before `tree_adaptive`'s clipped-count tree); its `clip_value`
   is the clip before the next round."""
-  tree = tree_search.find_first(
+  tree = nested_search.find_first(
       _dp_query_state(state), lambda s: hasattr(s, "_fields")
       and "tree_state" in s._fields and "clip_value" in s._fields)
   if tree is None:

@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_canary.federated.structures import flat_layout
-from tff_canary.federated.structures import tree_search
+from tff_canary.federated.structures import nested_search
 from tff_canary.stats import validation
 
 _DP_STATE_FIELDS = {"query_state", "agg_state", "dp_event", "is_init_state"}
@@ -33,7 +33,7 @@ _DP_STATE_FIELDS = {"query_state", "agg_state", "dp_event", "is_init_state"}
 def dp_aggregator_state(state: Any) -> Any:
   """TFF's `DPAggregatorState` in a learning process state (searched under
   `state.aggregator` when there is one); ValueError if there is none."""
-  node = tree_search.find_first(
+  node = nested_search.find_first(
       getattr(state, "aggregator", state),
       lambda s: hasattr(s, "_fields") and _DP_STATE_FIELDS <= set(s._fields))
   if node is None:

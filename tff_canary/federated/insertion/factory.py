@@ -18,7 +18,7 @@ Zeroing (`canary_dp_aggregator(..., zeroing=True)`, like
 `tff.learning.dp_aggregator`) wraps OUTSIDE the DP factory and zeroes client
 values before it; canaries are added inside, at the server, so they are
 never zeroed. The zeroed factory (`ZeroedFactory`) keeps the one inside,
-`inner_factory`. The noise self-test (`tff_canary.federated.audit.self_test`)
+`inner_factory`. The noise self-test (`tff_canary.federated.audit.canary_noise_check`)
 runs on the factory built again without canaries (`without_canaries`).
 
 Noise. With `noise_seed=None` (the default) the query's unseeded noise, as
@@ -37,6 +37,7 @@ from typing import Any, Optional
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
+from tff_canary.federated.insertion import adaptive_clip
 from tff_canary.federated.insertion import canary_process
 from tff_canary.federated.insertion import construction
 from tff_canary.federated.insertion import query_noise
@@ -77,7 +78,7 @@ def _check_noise(noise_multiplier: Any, clients_per_round: Any):
 def _adaptive_clip(noise_multiplier, clients_per_round, initial_l2_norm_clip,
                    target_unclipped_quantile, learning_rate,
                    clipped_count_stddev, learning_rate_name):
-  """(value noise multiplier, initial clip, `AdaptiveTreeClip`): the checked
+  """(value noise multiplier, initial clip, `adaptive_clip.AdaptiveClip`): the checked
   arguments of an adaptive clip, the effective `noise_multiplier` split by
   TFF's `adaptive_clip_noise_params` (None: TFF's default count std)."""
   noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
@@ -91,7 +92,7 @@ def _adaptive_clip(noise_multiplier, clients_per_round, initial_l2_norm_clip,
                                                      "clipped_count_stddev")
   value_noise_multiplier, count_stddev = _tff_dp.adaptive_clip_noise_params(
       noise_multiplier, clients_per_round, clipped_count_stddev)
-  return value_noise_multiplier, clip, tree_factory.AdaptiveTreeClip(
+  return value_noise_multiplier, clip, adaptive_clip.AdaptiveClip(
       target_unclipped_quantile, learning_rate, count_stddev,
       clients_per_round)
 

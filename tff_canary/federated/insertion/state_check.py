@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from tff_canary.federated.insertion import construction
-from tff_canary.federated.structures import tree_search
+from tff_canary.federated.structures import nested_search
 from tff_canary.stats.canaries import canary_config
 
 
 def find_canary_state(tree: Any) -> Any:
   """The node of a state structure with `seed` and `schedule` fields."""
-  return tree_search.find_first(
+  return nested_search.find_first(
       tree, lambda node: hasattr(node, "_fields")
       and {"seed", "schedule"} <= set(node._fields))
 

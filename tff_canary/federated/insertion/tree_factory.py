@@ -43,10 +43,12 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any, Optional
+import warnings
 
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
+from tff_canary.federated.insertion import adaptive_clip
 from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import seeded_query
 from tff_canary.federated.runtime import worker_guard
@@ -56,42 +58,6 @@ from tff_canary.stats.correlated import tree_noise
 from tff_canary.stats import validation
 
 worker_guard.install()
-
-
-@dataclasses.dataclass(frozen=True)
-class AdaptiveTreeClip:
-  """The quantile-adaptive clip (Andrew et al. 2021, geometric update).
-
-  The arguments of `tfp.QAdaClipTreeResSumQuery` besides the value tree's
-  (the estimated clip is adopted at each restart), and of
-  `tfp.QuantileAdaptiveClipSumQuery` (`CanaryDPFactory.gaussian_adaptive`)
-  besides the clip and noise multiplier.
-
-  Attributes:
-    target_unclipped_quantile: In [0, 1].
-    learning_rate: >= 0, the clip learning rate.
-    clipped_count_stddev: >= 0, the noise std of the clipped count's tree.
-    expected_num_records: > 0, the clipped count's denominator
-      (`clients_per_round`).
-  """
-
-  target_unclipped_quantile: float
-  learning_rate: float
-  clipped_count_stddev: float
-  expected_num_records: float
-
-  def __post_init__(self):
-    checked = dict(
-        target_unclipped_quantile=validation.as_unit_interval(
-            self.target_unclipped_quantile, "target_unclipped_quantile"),
-        learning_rate=validation.as_nonnegative(self.learning_rate,
-                                                "learning_rate"),
-        clipped_count_stddev=validation.as_nonnegative(
-            self.clipped_count_stddev, "clipped_count_stddev"),
-        expected_num_records=validation.as_positive(
-            self.expected_num_records, "expected_num_records"))
-    for name, value in checked.items():
-      object.__setattr__(self, name, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +78,7 @@ class TreeAggregation:
     noise_seed: None (a seed from the clock, as in TFF) or the seed of the
       value tree's noise, and with `adaptive` of the clipped count's
       (`seeded_query`; module docstring). Never in deployment.
-    adaptive: None (fixed clip) or the `AdaptiveTreeClip`.
+    adaptive: None (fixed clip) or the `AdaptiveClip`.
   """
 
   noise_multiplier: float
@@ -121,7 +87,7 @@ class TreeAggregation:
   restart_period: Optional[int] = None
   restart_warmup: Optional[int] = None
   noise_seed: Optional[int] = None
-  adaptive: Optional[AdaptiveTreeClip] = None
+  adaptive: Optional[adaptive_clip.AdaptiveClip] = None
 
   def __post_init__(self):
     def set_(name, value):
@@ -140,8 +106,8 @@ class TreeAggregation:
     if self.noise_seed is not None:
       set_("noise_seed", schedules.as_seed(self.noise_seed, "noise_seed"))
     if self.adaptive is not None:
-      if not isinstance(self.adaptive, AdaptiveTreeClip):
-        raise TypeError(f"adaptive must be None or an AdaptiveTreeClip, got "
+      if not isinstance(self.adaptive, adaptive_clip.AdaptiveClip):
+        raise TypeError(f"adaptive must be None or an AdaptiveClip, got "
                         f"{validation.show(self.adaptive)}.")
       if not self.efficient:
         raise ValueError("efficient must be True with adaptive clipping: "
@@ -234,4 +200,16 @@ class TreeAggregation:
                                  restart_warmup=self.restart_warmup)
 
 
-__all__ = ["AdaptiveTreeClip", "TreeAggregation"]
+__all__ = ["TreeAggregation"]
+
+
+def __getattr__(name: str):
+  """`AdaptiveTreeClip`, renamed `adaptive_clip.AdaptiveClip` (the Gaussian
+  adaptive clip uses it too), for one release (docs/changelog.md)."""
+  if name == "AdaptiveTreeClip":
+    warnings.warn("tff_canary.federated.insertion.tree_factory."
+                  "AdaptiveTreeClip is tff_canary.federated.insertion."
+                  "adaptive_clip.AdaptiveClip.", DeprecationWarning,
+                  stacklevel=2)
+    return adaptive_clip.AdaptiveClip
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,7 +23,7 @@ from tff_canary.federated.insertion import canary_client_outcomes
 from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import client_round_state
 from tff_canary.federated.insertion import measurement_keys
-from tff_canary.federated.structures import tree_search
+from tff_canary.federated.structures import nested_search
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.running import mechanism_tff
@@ -51,7 +51,7 @@ def tree_scores(metrics: Any, clients_per_round: float,
   (docs/method/dp-ftrl.md, "In TFF").
   """
   key = measurement_keys.DOT_PRODUCTS_KEY
-  found = tree_search.find_first(
+  found = nested_search.find_first(
       metrics.get("aggregator", metrics) if isinstance(metrics, Mapping)
       else metrics, lambda m: isinstance(m, Mapping) and key in m)
   if found is None:

@@ -4,7 +4,7 @@ TFF nests the canary aggregator's measurements and state at depths that
 depend on the composition (under TFF's zeroing, docs/guide/drop-in.md), and
 program loops rename the training metrics (`train_model` releases
 `client_work/train` as `model_metrics`). These functions find each part
-anywhere (`tree_search.find_first`), so a caller never hard-codes a path.
+anywhere (`nested_search.find_first`), so a caller never hard-codes a path.
 `flat_trainable` takes the model's trainable weights out of a state.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.insertion import canary_process
-from tff_canary.federated.structures import tree_search
+from tff_canary.federated.structures import nested_search
 from tff_canary.stats import validation
 
 # Keys of the canary aggregator's measurements that identify them.
@@ -28,7 +28,7 @@ def canary_measurements(metrics: Any) -> Optional[Mapping]:
   """The mapping of the canary aggregator's measurements (the one holding
   `canaries_inserted`, `round_num`, `clip` and, when recorded,
   `noised_aggregate`), or None if `metrics` has none (e.g. an evaluation)."""
-  return tree_search.find_first(
+  return nested_search.find_first(
       metrics, lambda m: isinstance(m, Mapping)
       and all(k in m for k in _MEASUREMENT_KEYS))
 
@@ -36,7 +36,7 @@ def canary_measurements(metrics: Any) -> Optional[Mapping]:
 def canary_state(state: Any) -> Optional[canary_process.CanaryDPAggregatorState]:
   """The `CanaryDPAggregatorState` in a learning process state (searched
   under `state.aggregator` when there is one), or None."""
-  return tree_search.find_first(
+  return nested_search.find_first(
       getattr(state, "aggregator", state),
       lambda s: isinstance(s, canary_process.CanaryDPAggregatorState))
 
@@ -52,7 +52,7 @@ def train_loss_accuracy(metrics: Any) -> tuple[float, float]:
   if not isinstance(metrics, Mapping):
     return nan, nan
   where = metrics.get("client_work", metrics.get("model_metrics", metrics))
-  train = tree_search.find_first(
+  train = nested_search.find_first(
       where, lambda m: isinstance(m, Mapping) and "loss" in m)
   if not train:
     return nan, nan
