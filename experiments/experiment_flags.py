@@ -110,13 +110,6 @@ _HELP = {
                   "scored inside each round: no recorded aggregates, no "
                   "pass after training) or gaussian (independent uniform "
                   "directions, the paper's).",
-    "placement": "random (canaries take part as the clients do: a drawn "
-                 "round of each epoch) or worst_case (with noise correlated "
-                 "across rounds, --aggregator=tree, banded or blt: every "
-                 "canary in the rounds of the accounting's worst case, so "
-                 "the scheduled estimate targets the analytical epsilon; "
-                 "those rounds then carry every inserted canary, "
-                 "docs/method/matrix-mechanisms.md).",
     "seed": "Seed of the data, initial weights, client sampling.",
     "canary_seed": "Seed of the canaries (default seed + 1).",
     "noise_seed": "Seed of the simulated DP noise (default derived from "
@@ -153,6 +146,19 @@ _HELP.update({name: setting.help
 _HELP["aggregator"] = "\n".join(
     ["The DP aggregator, one of:"]
     + [f"{name}: {text}" for name, text in registry.helps().items()])
+# The mechanisms whose noise is correlated across rounds (their canaries'
+# evidence is a score per round), from the registry.
+_CORRELATED = [name for name in registry.names()
+               if registry.get(name).round_scores]
+_HELP["placement"] = (
+    "random (canaries take part as the clients do: a drawn round of each "
+    "epoch) or worst_case (with noise correlated across rounds, "
+    f"--aggregator={', '.join(_CORRELATED[:-1])} or {_CORRELATED[-1]}: every "
+    "canary in the rounds of the accounting's worst case, so the scheduled "
+    "estimate targets the analytical epsilon, tested when the candidates can "
+    "reach it (a warning before training names how many would); those "
+    "rounds then carry every inserted canary, "
+    "docs/method/matrix-mechanisms.md).")
 
 
 # --smoke: the smallest run that still trains, evaluates, checkpoints and

@@ -177,7 +177,7 @@ def tree_row_of(report) -> dict:
              presentations=report.config["presentations"],
              analytical_epsilon=claim.epsilon,
              # None (an empty cell) for a matrix mechanism: no RDP account.
-             analytical_epsilon_rdp=getattr(claim, "rdp_epsilon", None),
+             analytical_epsilon_rdp=claim.rdp_epsilon,
              rounds_epsilon_worst_case=targets.worst_case_epsilon,
              rounds_epsilon_canaries=targets.schedules_epsilon,
              strongest_bound=bounds.largest_bound,

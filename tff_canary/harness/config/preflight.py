@@ -98,10 +98,9 @@ def check_requirements(config) -> None:
   argument, why), by the mechanism (`protocol.Mechanism.requirements`)."""
   mechanism = registry.get(config.aggregator)
   missing = mechanism.requirements(config)
-  if config.placement == "worst_case" and not hasattr(mechanism,
-                                                      "round_noise"):
+  if config.placement == "worst_case" and not mechanism.round_scores:
     correlated = [name for name in registry.names()
-                  if hasattr(registry.get(name), "round_noise")]
+                  if registry.get(name).round_scores]
     missing.append(protocol.Requirement(
         "--placement=random", "placement='random'",
         "the worst-case placement puts every canary on the rounds of the "

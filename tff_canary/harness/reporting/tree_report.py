@@ -314,7 +314,7 @@ def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
       u, a, canaries.inserted, noise=noise, rounds_per_epoch=per_epoch,
       noise_multiplier=z, delta=delta, level=1.0 - confidence,
       claimed_epsilon=claimed_epsilon,
-      participation=getattr(noise, "rule", None))
+      participation=noise.participation_rule)
   estimates = tree_audit.ftrl_estimates(
       u, a, canaries.inserted, noise=noise, noise_multiplier=z, delta=delta,
       confidence=confidence)

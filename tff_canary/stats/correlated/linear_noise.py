@@ -64,6 +64,11 @@ class LinearEpsilons:
             f"δ = {self.delta:g}, {len(self.rounds_per_block)} epochs of "
             f"{sorted(set(self.rounds_per_block))} rounds")
 
+  @property
+  def rdp_epsilon(self) -> None:
+    """No Rényi-DP account: the GDP epsilon above is exact."""
+    return None
+
   def rows(self) -> list[tuple[str, float, str]]:
     """(name, epsilon, detail) of the claim, as a report shows it."""
     epochs = len(self.rounds_per_block)
@@ -230,6 +235,13 @@ class LinearNoise:
     z = validation.as_positive(noise_multiplier, "noise_multiplier")
     rounds = self.worst_case_rounds()
     return math.sqrt(float(np.diag(self.precision)[rounds].sum())) / z
+
+  @property
+  def participation_rule(self):
+    """The claimed participation rule its audit checks every candidate's
+    schedule against, or None: one participation per block, which the
+    blocks themselves state (`separation.SeparatedNoise` has one)."""
+    return None
 
   def worst_case_formula(self) -> str:
     """`worst_case_mu` as a formula, for reports."""

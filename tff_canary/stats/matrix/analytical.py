@@ -45,6 +45,11 @@ class MatrixEpsilon:
             f"{self.mu:.4g}); z = {self.noise_multiplier:g}, δ = "
             f"{self.delta:g}, {self.sensitivity}")
 
+  @property
+  def rdp_epsilon(self) -> None:
+    """No Rényi-DP account: the GDP epsilon above is exact."""
+    return None
+
   def rows(self) -> list[tuple[str, float, str]]:
     """(name, epsilon, detail) of the claim, as a report shows it."""
     rule = self.sensitivity.rule_text()

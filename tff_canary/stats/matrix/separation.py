@@ -114,6 +114,11 @@ class SeparatedNoise(strategy_noise.StrategyNoise):
     z = validation.as_positive(noise_multiplier, "noise_multiplier")
     return self.sensitivity.value / z
 
+  @property
+  def participation_rule(self) -> MinSeparation:
+    """`rule`: the audit checks every candidate's schedule against it."""
+    return self.rule
+
   def worst_case_formula(self) -> str:
     """`worst_case_mu` as a formula, for reports."""
     return "sens / z = ‖C a*‖ / z, a* the rule's worst case"
