@@ -28,7 +28,6 @@ from tff_canary.federated.audit import noise_check as noise_check_lib
 from tff_canary.federated.insertion import ddp_chain
 from tff_canary.harness.mechanisms import ddp_claim
 from tff_canary.harness.running import mechanism_tff
-from tff_canary.harness.running import tasks
 
 
 class DdpTff(mechanism_tff.TffMechanism):
@@ -36,15 +35,12 @@ class DdpTff(mechanism_tff.TffMechanism):
 
   planted_bugs_module = "tff_canary.harness.running.ddp_planted"
 
-  def tff_aggregator(self, config, task: tasks.Task, dim: Optional[int],
+  def tff_aggregator(self, config, value_type, dim: int,
                      rounds_per_epoch: Optional[int] = None):
-    if dim is None:
-      dim = tasks.num_parameters(task)
     return ddp_chain.ddp_mean_factory(ddp_claim.parameters_of(config, dim))
 
   def noise_check(self, config, inputs: mechanism_tff.NoiseCheckInputs):
-    params = ddp_claim.parameters_of(config,
-                                     tasks.num_parameters(inputs.task))
+    params = ddp_claim.parameters_of(config, inputs.dim)
     chain = ddp_chain.ddp_sum_factory(params)
     if params.total_noise_std() >= ddp_noise_check.MIN_INTEGER_STD:
       return ddp_noise_check.check_ddp_noise(

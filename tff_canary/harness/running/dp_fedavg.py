@@ -49,7 +49,8 @@ def build_process(config: experiment_config.ExperimentConfig,
     return canary_clients.build_canary_client_fedavg(
         task.model_fn, client_optimizer, server_optimizer,
         model_aggregator=mechanism.tff_aggregator(
-            config, task, tasks.num_parameters(task), rounds_per_epoch),
+            config, mechanism_tff.trainable_type(task.model_fn),
+            tasks.num_parameters(task), rounds_per_epoch),
         canary_seed=canaries.seed, canary_norm=config.canary_norm,
         canaries=canaries, scores=mechanism.client_scores)
   return tff.learning.algorithms.build_unweighted_fed_avg(
@@ -75,14 +76,15 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
       schedule=schedules.FixedPresentations(
           num_rounds=noise_check.DEFAULT_ROUNDS, presentations=0),
       assignment="fixed", directions="gaussian", record_aggregates=False)
-  value_type = mechanism_tff.trainable_type(task)
+  value_type = mechanism_tff.trainable_type(task.model_fn)
   names = [w.name.split(":")[0]
            for w in task.keras_model_fn().trainable_weights]
   if len(set(names)) != len(names) or len(names) != len(value_type):
     names = None
   return mechanism_tff.of(config).noise_check(
       config, mechanism_tff.NoiseCheckInputs(
-          task=task, value_type=value_type, tensor_names=names,
+          value_type=value_type, dim=tasks.num_parameters(task),
+          tensor_names=names,
           no_canaries=no_canaries,
           seed=(None if noise_seed is None
                 else noise_seed + mechanism_tff.NOISE_CHECK_TAG),

@@ -16,7 +16,6 @@ import tensorflow_federated as tff
 
 from tff_canary.federated.insertion import factory
 from tff_canary.harness.running import mechanism_tff
-from tff_canary.harness.running import tasks
 
 
 def _gaussian(factory_class, config, clients_per_round, **extra):
@@ -47,7 +46,7 @@ class GaussianTff(mechanism_tff.TffMechanism):
                      config.clients_per_round, canaries=canaries,
                      noise_seed=noise_seed)
 
-  def tff_aggregator(self, config, task: tasks.Task, dim: Optional[int],
+  def tff_aggregator(self, config, value_type, dim: int,
                      rounds_per_epoch: Optional[int] = None):
     return _gaussian(tff.aggregators.DifferentiallyPrivateFactory, config,
                      float(config.clients_per_round))

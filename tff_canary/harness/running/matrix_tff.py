@@ -29,7 +29,6 @@ from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import matrix_factory
 from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.running import mechanism_tff
-from tff_canary.harness.running import tasks
 from tff_canary.harness.running import tree_tff
 
 
@@ -64,10 +63,9 @@ class MatrixTff(tree_tff.TreeTff):
         aggregation(config, rounds_per_epoch, noise_seed), canaries,
         clients_per_round=config.clients_per_round)
 
-  def tff_aggregator(self, config, task: tasks.Task, dim: Optional[int],
+  def tff_aggregator(self, config, value_type, dim: int,
                      rounds_per_epoch: Optional[int] = None):
-    specs = tff.types.type_to_tf_tensor_specs(
-        mechanism_tff.trainable_type(task))
+    specs = tff.types.type_to_tf_tensor_specs(value_type)
     return aggregation(config, rounds_per_epoch).tff_factory(
         specs, config.clients_per_round)
 

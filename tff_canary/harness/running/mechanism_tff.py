@@ -24,7 +24,6 @@ from tff_canary.federated.insertion import client_round_state
 from tff_canary.federated.insertion import factory
 from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.running import round_metrics
-from tff_canary.harness.running import tasks
 
 # The noise check draws from its own seed: the run's noise seed + this tag
 # (the canary aggregator's own, `CanaryDPFactory.without_canaries`).
@@ -36,16 +35,16 @@ class NoiseCheckInputs:
   """What every noise self-test is built from.
 
   Attributes:
-    task: The run's task (its model's trainable weights are the values).
-    value_type: The TFF type of the trainable weights.
+    value_type: The TFF type of the model's trainable weights (the values).
+    dim: Their number of parameters, d.
     tensor_names: Their names, for the per-tensor tests (None if ambiguous).
     no_canaries: A `CanaryConfig` without canaries.
     seed: The check's own noise seed (None: unseeded).
     rounds_per_epoch: The client sampler's epoch length.
   """
 
-  task: tasks.Task
   value_type: Any
+  dim: int
   tensor_names: Optional[list[str]]
   no_canaries: Any
   seed: Optional[int]
@@ -68,11 +67,11 @@ class TffMechanism:
     raise NotImplementedError(
         f"aggregator={config.aggregator!r} has no server-side canaries.")
 
-  def tff_aggregator(self, config, task: tasks.Task, dim: Optional[int],
+  def tff_aggregator(self, config, value_type, dim: int,
                      rounds_per_epoch: Optional[int] = None):
-    """TFF's own aggregator of the run's settings, no canaries, for the
-    `task`'s model of `dim` trainable parameters (None where not counted: a
-    mechanism whose aggregator depends on d counts them from `task`)."""
+    """TFF's own aggregator of the run's settings, no canaries, for a model
+    whose trainable weights have TFF type `value_type` and `dim`
+    parameters."""
     raise NotImplementedError
 
   def noise_check(self, config, inputs: NoiseCheckInputs):
@@ -80,7 +79,7 @@ class TffMechanism:
     server-side, this package's (`canary_aggregator`), with canary clients
     TFF's own (`tff_aggregator`, unseeded)."""
     if config.insertion == "clients":
-      aggregator = self.tff_aggregator(config, inputs.task, None,
+      aggregator = self.tff_aggregator(config, inputs.value_type, inputs.dim,
                                        inputs.rounds_per_epoch)
     else:
       aggregator = self.canary_aggregator(config, inputs.no_canaries,
@@ -129,9 +128,9 @@ def of(config) -> TffMechanism:
   return named(config.aggregator)
 
 
-def trainable_type(task: tasks.Task):
-  """The TFF type of the task's trainable weights."""
-  return tff.learning.models.weights_type_from_model(task.model_fn).trainable
+def trainable_type(model_fn):
+  """The TFF type of the trainable weights of `model_fn`'s model."""
+  return tff.learning.models.weights_type_from_model(model_fn).trainable
 
 
 __all__ = ["NOISE_CHECK_TAG", "NoiseCheckInputs", "TffMechanism", "named",

@@ -25,7 +25,6 @@ from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.insertion import tree_factory
 from tff_canary.harness.running import client_insertion
 from tff_canary.harness.running import mechanism_tff
-from tff_canary.harness.running import tasks
 
 # DP-FTRL's noise check spans two restarts in at most this many rounds
 # (`check_period`).
@@ -69,10 +68,9 @@ class TreeTff(mechanism_tff.TffMechanism):
         canaries=canaries, noise_seed=noise_seed,
         restart_period=_period(rounds_per_epoch))
 
-  def tff_aggregator(self, config, task: tasks.Task, dim: Optional[int],
+  def tff_aggregator(self, config, value_type, dim: int,
                      rounds_per_epoch: Optional[int] = None):
-    specs = tff.types.type_to_tf_tensor_specs(
-        mechanism_tff.trainable_type(task))
+    specs = tff.types.type_to_tf_tensor_specs(value_type)
     return tff_tree(config, rounds_per_epoch).tff_factory(
         specs, config.clients_per_round)
 
@@ -80,7 +78,7 @@ class TreeTff(mechanism_tff.TffMechanism):
     period = check_period(inputs.rounds_per_epoch)
     if config.insertion == "clients":  # TFF's factory, unseeded
       return tree_noise_check.check_tree_noise(
-          self.tff_aggregator(config, inputs.task, None, period),
+          self.tff_aggregator(config, inputs.value_type, inputs.dim, period),
           inputs.value_type, noise=tff_tree(config, period).noise(
               tree_noise_check.default_rounds(period)),
           noise_multiplier=config.noise_multiplier,
