@@ -15,15 +15,13 @@ server-side one: docs/guide/insertion-modes.md.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from tff_canary.federated.insertion import canary_client_outcomes
 from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import client_round_state
-from tff_canary.federated.insertion import measurement_keys
-from tff_canary.federated.structures import nested_search
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.running import mechanism_tff
@@ -40,29 +38,6 @@ def load_outcomes(rd: run_dir_lib.RunDir, done: int) -> list[dict[str, Any]]:
   records = atomic_files.read_json(
       rd.file(run_dir_lib.CANARY_OUTCOMES))["outcomes"]
   return [r for r in records if r["round_num"] < done]
-
-
-def tree_scores(metrics: Any, clients_per_round: float,
-                noise_multiplier: float, clip: float) -> np.ndarray:
-  """DP-FTRL's canary clients' scores u_j = <c_j, a_r> x clients_per_round
-  / (z C_r), float64 [m], a_r the round's released mean, from the
-  process's `measurement_keys.DOT_PRODUCTS_KEY` (scores="dot_products"):
-  the server-side mode's scores, in units of the node noise z C_r
-  (docs/method/dp-ftrl.md, "In TFF").
-  """
-  key = measurement_keys.DOT_PRODUCTS_KEY
-  found = nested_search.find_first(
-      metrics.get("aggregator", metrics) if isinstance(metrics, Mapping)
-      else metrics, lambda m: isinstance(m, Mapping) and key in m)
-  if found is None:
-    raise ValueError(f"the round's metrics have no {key!r}: the process "
-                     "was not built with scores='dot_products'.")
-  unit = float(noise_multiplier) * float(clip)
-  if not unit > 0.0:
-    raise ValueError(f"the scores' unit z C_r must be positive, got "
-                     f"noise_multiplier={noise_multiplier}, clip={clip}.")
-  dots = np.asarray(found[key], np.float64)
-  return dots * (float(clients_per_round) / unit)
 
 
 class ClientRounds:
@@ -116,4 +91,4 @@ class ClientRounds:
         canary_norm=self.config.canary_norm, outcomes=self.outcomes))
 
 
-__all__ = ["ClientRounds", "load_outcomes", "tree_scores"]
+__all__ = ["ClientRounds", "load_outcomes"]

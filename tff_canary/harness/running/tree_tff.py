@@ -6,7 +6,7 @@ DP-FTRL with the fixed clip, its tree restarted after every epoch of
 `DifferentiallyPrivateFactory` over the same tree query
 (`tree_factory.TreeAggregation.tff_factory`), unseeded, scored by
 `CanaryScoringFactory(..., scores="dot_products")`
-(`client_insertion.tree_scores`; docs/method/dp-ftrl.md, "In TFF"). The
+(`client_scores_of`; docs/method/dp-ftrl.md, "In TFF"). The
 noise check is the tree's (`tree_noise_check`) over two restarts
 (`check_period`). A round records no DpEvent (the tree's privacy is per
 tree) but its canaries' scores in units of the node noise (tree_scores.npy).
@@ -14,7 +14,7 @@ tree) but its canaries' scores in units of the node noise (tree_scores.npy).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import tensorflow_federated as tff
@@ -23,7 +23,7 @@ from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.insertion import tree_factory
-from tff_canary.harness.running import client_insertion
+from tff_canary.federated.structures import nested_search
 from tff_canary.harness.running import mechanism_tff
 
 # DP-FTRL's noise check spans two restarts in at most this many rounds
@@ -53,6 +53,29 @@ def check_period(rounds_per_epoch: Optional[int]) -> int:
   fits (the same query, restarted sooner), so that the check's [rounds, d]
   noise stays in memory at StackOverflow's epochs of thousands of rounds."""
   return min(_period(rounds_per_epoch), (MAX_CHECK_ROUNDS - 2) // 2)
+
+
+def client_scores_of(metrics: Any, clients_per_round: float,
+                noise_multiplier: float, clip: float) -> np.ndarray:
+  """DP-FTRL's canary clients' scores u_j = <c_j, a_r> x clients_per_round
+  / (z C_r), float64 [m], a_r the round's released mean, from the
+  process's `measurement_keys.DOT_PRODUCTS_KEY` (scores="dot_products"):
+  the server-side mode's scores, in units of the node noise z C_r
+  (docs/method/dp-ftrl.md, "In TFF").
+  """
+  key = measurement_keys.DOT_PRODUCTS_KEY
+  found = nested_search.find_first(
+      metrics.get("aggregator", metrics) if isinstance(metrics, Mapping)
+      else metrics, lambda m: isinstance(m, Mapping) and key in m)
+  if found is None:
+    raise ValueError(f"the round's metrics have no {key!r}: the process "
+                     "was not built with scores='dot_products'.")
+  unit = float(noise_multiplier) * float(clip)
+  if not unit > 0.0:
+    raise ValueError(f"the scores' unit z C_r must be positive, got "
+                     f"noise_multiplier={noise_multiplier}, clip={clip}.")
+  dots = np.asarray(found[key], np.float64)
+  return dots * (float(clients_per_round) / unit)
 
 
 class TreeTff(mechanism_tff.TffMechanism):
@@ -93,7 +116,7 @@ class TreeTff(mechanism_tff.TffMechanism):
                             np.float64)
 
   def client_round(self, config, output, clip: float):
-    return None, client_insertion.tree_scores(
+    return None, client_scores_of(
         output.metrics, config.clients_per_round, config.noise_multiplier,
         clip)
 
