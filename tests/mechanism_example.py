@@ -38,11 +38,13 @@ class ScaledClaimGaussian(protocol.Mechanism):
     return dict(claim_noise_scale=(1.0 if config.claim_noise_scale is None
                                    else config.claim_noise_scale))
 
-  def claim(self, rd, config, events, delta, canary_rate):
+  def claim(self, records, delta, canary_rate):
     """mu = sqrt(r) / (scale x z) for r participations (Dong, Roth & Su
     2019, Cor. 3.3), epsilon by Balle & Wang 2018, Thm 8."""
+    config = records.config
     z = config["noise_multiplier"] * config["claim_noise_scale"]
-    counts = np.unique(np.asarray(events)[:, 1], return_counts=True)[1]
+    counts = np.unique(np.asarray(records.events)[:, 1],
+                       return_counts=True)[1]
     most = int(counts.max()) if counts.size else 0
     epsilons = {"one participation": gaussian_accounting.gaussian_epsilon(
         z, delta)}

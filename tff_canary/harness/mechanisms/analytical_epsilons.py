@@ -17,8 +17,8 @@ from typing import Any, Optional
 import numpy as np
 
 from tff_canary.harness.mechanisms import canary_claim
+from tff_canary.harness.mechanisms import records as records_lib
 from tff_canary.harness.mechanisms import registry
-from tff_canary.harness.recording import run_dir as run_dir_lib
 
 
 def format_delta(delta: float) -> str:
@@ -67,7 +67,7 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
   rate = canary_claim.clients_rate(config)
   if rate is not None:
     if not 0.0 < rate <= 1.0:
-      raise run_dir_lib.RunDirError(
+      raise records_lib.RunDirError(
           f"config.json has clients_per_round = {config['clients_per_round']} "
           f"and num_clients = {config['num_clients']}: the Poisson sampling "
           f"rate clients_per_round / num_clients = {rate:.4g} is not in "
@@ -81,14 +81,13 @@ def analytical(config: dict[str, Any], ledger: Any, events: np.ndarray,
   return out, max_participation
 
 
-def of_run(rd: run_dir_lib.RunDir, config: dict[str, Any],
-           table_schedule: str, events: np.ndarray, delta: float):
+def of_run(records, delta: float):
   """(the run's `protocol.AnalyticalClaim`, the claim the canaries face) of
-  run directory `rd` (config.json `config`, participation.npz's `events`,
-  the cosine table's `table_schedule`) at `delta`: its mechanism's claim
-  (`protocol.Mechanism.claim`) and which of its epsilons the canaries face
-  (`canary_claim.choose`)."""
-  schedule = canary_claim.recorded_schedule(config, table_schedule)
+  a run's `records.RunRecords` (its config, events and cosine table) at
+  `delta`: its mechanism's claim (`protocol.Mechanism.claim`) and which of
+  its epsilons the canaries face (`canary_claim.choose`)."""
+  config = records.config
+  schedule = canary_claim.recorded_schedule(config, records.table.schedule)
   claim = registry.of_config(config).claim(
-      rd, config, events, delta, canary_claim.poisson_rate(schedule))
+      records, delta, canary_claim.poisson_rate(schedule))
   return claim, canary_claim.choose(config, schedule, claim.epsilons)

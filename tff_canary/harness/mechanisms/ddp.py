@@ -135,13 +135,12 @@ class DdpMechanism(protocol.Mechanism):
         f"fails); {', or '.join(advice)} (the bound scales with the scale, "
         "2^bits up to its 1e6 x clip cap, and sqrt(d)).")
 
-  def claim(self, rd, config: dict[str, Any], events: np.ndarray,
-            delta: float, canary_rate: Optional[float]
+  def claim(self, records, delta: float, canary_rate: Optional[float]
             ) -> protocol.AnalyticalClaim:
     """The DDP bound of the factory's parameters (`ddp_claim`): no
     ledger, no amplification."""
-    values, max_participation, detail = ddp_claim.analytical(config, events,
-                                                             delta)
+    values, max_participation, detail = ddp_claim.analytical(
+        records.config, records.events, delta)
     return protocol.AnalyticalClaim(values, max_participation,
                                     label="analytical DDP bound",
                                     gaussian=False, detail=detail)

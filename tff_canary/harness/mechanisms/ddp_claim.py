@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.mechanisms import records as records_lib
 from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
 
@@ -50,11 +50,11 @@ def parameters_of(spec, dim: int, bits: Optional[int] = None,
 
 def parameters(config: dict[str, Any]) -> ddp_parameters.DdpParameters:
   """What the run's DDP factory derived (config.json `config`, with dim,
-  read by `parameters_of`); `run_dir.RunDirError` naming the keys a DDP
+  read by `parameters_of`); `records.RunDirError` naming the keys a DDP
   run's config.json lacks."""
   missing = [k for k in _KEYS if config.get(k) is None]
   if missing:
-    raise run_dir_lib.RunDirError(
+    raise records_lib.RunDirError(
         f"config.json of a run with aggregator='ddp' lacks {missing}.")
   return parameters_of(types.SimpleNamespace(**config), config["dim"])
 

@@ -174,14 +174,16 @@ class Mechanism:
     """Refuses, before TensorFlow loads, settings that cannot work for a
     model of `dim` parameters."""
 
-  def claim(self, rd, config: dict[str, Any], events: np.ndarray,
-            delta: float, canary_rate: Optional[float]) -> AnalyticalClaim:
-    """The analytical epsilons of run directory `rd` (config.json
-    `config`, participation.npz's `events`) at `delta`; `canary_rate`: the
-    canaries' Poisson rate, if Poisson-sampled. By default the DpEvent
-    ledger's (`analytical_epsilons.analytical`)."""
+  def claim(self, records, delta: float,
+            canary_rate: Optional[float]) -> AnalyticalClaim:
+    """The analytical epsilons of a run's `records.RunRecords` (its
+    config, events and, for a mechanism that `records_ledger`, ledger) at
+    `delta`; `canary_rate`: the canaries' Poisson rate, if
+    Poisson-sampled. By default the DpEvent ledger's
+    (`analytical_epsilons.analytical`)."""
     values, max_participation = analytical_epsilons.analytical(
-        config, rd.load_ledger(), events, delta, canary_rate=canary_rate)
+        records.config, records.ledger, records.events, delta,
+        canary_rate=canary_rate)
     return AnalyticalClaim(values, max_participation)
 
   def check_rounds(self, config, num_rounds: int,

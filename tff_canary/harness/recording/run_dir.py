@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tff_canary.harness.mechanisms import records as records_lib
 from tff_canary.stats import atomic_files
 from tff_canary.stats.accounting import ledger
 from tff_canary.stats.canaries.cosine_table import CosineTable
@@ -47,8 +48,9 @@ REQUIRED_CONFIG = ("task", "seed", "canary_seed", "dim", "noise_multiplier",
                    "num_held_out", "sampling", "num_clients", "delta")
 
 
-class RunDirError(ValueError):
-  """A run directory is missing a file, or a file is corrupt or inconsistent."""
+# A run directory's error is its records' (`records.RunDirError`): one class
+# for a file missing or corrupt and for records that cannot be read together.
+RunDirError = records_lib.RunDirError
 
 
 class RunDir:

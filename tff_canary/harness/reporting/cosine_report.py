@@ -27,7 +27,7 @@ from tff_canary.harness.config import experiment_config
 from tff_canary.harness.mechanisms import analytical_epsilons
 from tff_canary.harness.mechanisms import canary_claim as canary_claim_lib
 from tff_canary.harness.mechanisms import protocol
-from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.mechanisms import records as records_lib
 from tff_canary.harness.reporting import headline as headline_lib
 from tff_canary.stats import results
 from tff_canary.stats.audit import audit
@@ -317,17 +317,15 @@ class CosineSection:
     return plots.write_report_plots(report, directory)
 
 
-def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
+def build(records: records_lib.RunRecords, *, delta: float,
           confidence: float, claimed_epsilon: Optional[float]
           ) -> CosineSection:
-  """The section of run directory `rd` (config.json `config`); the
+  """The section of a run scored by a cosine table, from its records; the
   arguments are checked by `report.build_report`."""
-  table = rd.load_table(config)
-  events = rd.load_participation()
+  table, config = records.table, records.config
   estimates = table_estimates.estimate_table(table, delta=delta,
                                              confidence=confidence)
-  analytical_claim, faced = analytical_epsilons.of_run(
-      rd, config, table.schedule, events, delta)
+  analytical_claim, faced = analytical_epsilons.of_run(records, delta)
   claim = "claimed ε"
   if claimed_epsilon is None:
     claimed_epsilon = faced.epsilon

@@ -1,8 +1,9 @@
 """The report of a run: every epsilon beside the analytical one (NumPy only).
 
-`build_report(run_dir)` reads a run directory (`run_dir.RunDir`) and asks
-the module named by the run's `protocol.Mechanism.report_section` for its
-section: `build(rd, config, *, delta, confidence, claimed_epsilon)` (the
+`build_report(run_dir)` reads a run directory (`run_dir.RunDir`) into the
+records its mechanism declares (`load_records`: `records.RunRecords`) and
+asks the module named by the run's `protocol.Mechanism.report_section` for
+its section: `build(records, *, delta, confidence, claimed_epsilon)` (the
 arguments checked; `claimed_epsilon` None: the analytical claim), by
 default a cosine table's (`cosine_report`), DP-FTRL's per-round scores
 (`tree_report`). The `RunReport` around it is the same for every mechanism
@@ -28,7 +29,11 @@ import importlib
 import os
 from typing import Any, Optional
 
+import numpy as np
+
+from tff_canary.harness.config import experiment_config
 from tff_canary.harness.mechanisms import analytical_epsilons
+from tff_canary.harness.mechanisms import records as records_lib
 from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.reporting import headline as headline_lib
@@ -205,10 +210,10 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
   if claimed_epsilon is not None:
     claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
                                                 "claimed_epsilon")
-  section = importlib.import_module(
-      registry.of_config(config).report_section).build(
-          rd, config, delta=delta, confidence=confidence,
-          claimed_epsilon=claimed_epsilon)
+  mechanism = registry.of_config(config)
+  section = importlib.import_module(mechanism.report_section).build(
+      load_records(rd, config, mechanism), delta=delta,
+      confidence=confidence, claimed_epsilon=claimed_epsilon)
   accuracy, loss = rd.final_evaluation()
   return RunReport(
       run_dir=rd.path, config=config, delta=delta, confidence=confidence,
@@ -216,6 +221,48 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
       noise_check=rd.load_noise_check(),
       participation=config.get("participation"), delta_source=source,
       insertion=insertion_notes.load(rd, config))
+
+
+def load_records(rd: run_dir_lib.RunDir, config: dict[str, Any],
+                 mechanism: Any) -> records_lib.RunRecords:
+  """The records of run directory `rd` (config.json `config`) that its
+  `mechanism` declares (`records_ledger`, `round_scores`), each file checked
+  (`run_dir.RunDir`) and the scores against the canaries that config.json's
+  seeds give."""
+  if not mechanism.round_scores:
+    table = rd.load_table(config)
+    events = rd.load_participation()
+    return records_lib.RunRecords(
+        source=rd.path, config=config, events=events, table=table,
+        ledger=rd.load_ledger() if mechanism.records_ledger else None)
+  if config.get("assignment") != "coin":  # before its config is read
+    raise run_dir_lib.RunDirError(
+        f"{rd.file(run_dir_lib.CONFIG)} has assignment="
+        f"{config.get('assignment')!r}: the DP-FTRL report's one-run bounds "
+        "need candidates inserted by fair coins (assignment='coin').")
+  # The epochs are the client sampler's (the canaries' schedule may be a
+  # worst-case placement, `SharedRounds`, which has none).
+  resolved = experiment_config.resolve(
+      experiment_config.ExperimentConfig.from_json(config),
+      config["num_clients"], config["dim"])
+  canaries = experiment_config.run_canaries(resolved.values,
+                                            resolved.canary_schedule)
+  events = rd.load_participation()
+  if not np.array_equal(events, canaries.participation.events):
+    raise run_dir_lib.RunDirError(
+        f"{rd.file(run_dir_lib.PARTICIPATION)} does not hold the inserted "
+        f"canaries that {rd.file(run_dir_lib.CONFIG)}'s seeds give: the "
+        "files are from different runs.")
+  scores = rd.load_tree_scores(canaries.num_canaries)
+  if scores.shape[0] != config["num_rounds"]:
+    raise run_dir_lib.RunDirError(
+        f"{rd.file(run_dir_lib.TREE_SCORES)} has {scores.shape[0]} rounds "
+        f"of the run's {config['num_rounds']}: the run has not finished "
+        "(--resume).")
+  return records_lib.RunRecords(
+      source=rd.path, config=config, events=events, scores=scores.T,
+      canaries=canaries, rounds_per_epoch=resolved.sampler.rounds_per_epoch,
+      ledger=rd.load_ledger() if mechanism.records_ledger else None)
 
 
 def write_report(report: RunReport, plots: bool = True,

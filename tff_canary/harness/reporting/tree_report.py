@@ -4,13 +4,14 @@ A DP-FTRL run (docs/method/dp-ftrl.md) has no ledger and no cosine table:
 its canaries' evidence is their score in every round, u_{j,t}
 (tree_scores.npy, units of the node noise), whose noise is correlated
 across the rounds of a tree. `build` (the tree's
-`protocol.Mechanism.report_section`) computes from the scores, the
-candidates' schedules (`experiment_config.run_canaries`) and the claimed
-tree (`tree_noise.tree_noise` restarted every epoch) the `TreeSection`:
+`protocol.Mechanism.report_section`) computes from the run's records
+(`records.RunRecords`: the scores, the candidates' schedules and coins) and
+the claimed noise (`round_noise`: the tree or a strategy's, restarted every
+epoch or under a rule) the `TreeSection`:
 the analytical epsilons (`tree_accounting.tree_epsilons`), the epsilons
 each estimate targets (`tree_targets`; docs/method/dp-ftrl.md, "Three ε"),
 the estimates (`tree_audit.ftrl_estimates`) and the audit
-(`tree_audit.audit_ftrl`: contribution per epoch and one-run bounds at the
+(`tree_audit.audit_ftrl`: the contribution and one-run bounds at the
 report's family-wise level). The noise self-test is the run's
 noise_check.json. Its plot is epsilons.png (`write_plots`).
 """
@@ -23,10 +24,9 @@ from typing import Any, ClassVar, Optional
 
 import numpy as np
 
-from tff_canary.harness.config import experiment_config
+from tff_canary.harness.mechanisms import records as records_lib
 from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.reporting import headline as headline_lib
-from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.stats import results
 from tff_canary.stats.correlated import tree_audit
 from tff_canary.stats.correlated import tree_targets
@@ -271,45 +271,21 @@ def placement_text(placement: str, sampling: Optional[str],
           "(random placement)")
 
 
-def build(rd: run_dir_lib.RunDir, config: dict[str, Any], *, delta: float,
+def build(records: records_lib.RunRecords, *, delta: float,
           confidence: float, claimed_epsilon: Optional[float]
           ) -> TreeSection:
-  """The section of a finished DP-FTRL run (module docstring); the
-  arguments are checked by `report.build_report`."""
-  if config.get("assignment") != "coin":
-    raise run_dir_lib.RunDirError(
-        f"{rd.file(run_dir_lib.CONFIG)} has assignment="
-        f"{config.get('assignment')!r}: the DP-FTRL report's one-run bounds "
-        "need candidates inserted by fair coins (assignment='coin').")
-  # The epochs are the client sampler's (the canaries' schedule may be a
-  # worst-case placement, `SharedRounds`, which has none).
-  resolved = experiment_config.resolve(
-      experiment_config.ExperimentConfig.from_json(config),
-      config["num_clients"], config["dim"])
-  canaries = experiment_config.run_canaries(resolved.values,
-                                            resolved.canary_schedule)
-  recorded = rd.load_participation()
-  if not np.array_equal(recorded, canaries.participation.events):
-    raise run_dir_lib.RunDirError(
-        f"{rd.file(run_dir_lib.PARTICIPATION)} does not hold the inserted "
-        f"canaries that {rd.file(run_dir_lib.CONFIG)}'s seeds give: the "
-        "files are from different runs.")
-  scores = rd.load_tree_scores(canaries.num_canaries)
+  """The section of a finished DP-FTRL run from its records (module
+  docstring); the arguments are checked by `report.build_report`."""
+  config, canaries = records.config, records.canaries
   num_rounds = config["num_rounds"]
-  if scores.shape[0] != num_rounds:
-    raise run_dir_lib.RunDirError(
-        f"{rd.file(run_dir_lib.TREE_SCORES)} has {scores.shape[0]} rounds "
-        f"of the run's {num_rounds}: the run has not finished (--resume).")
   mechanism = registry.of_config(config)
-  noise = mechanism.round_noise(config, num_rounds,
-                                resolved.sampler.rounds_per_epoch)
+  noise = mechanism.round_noise(config, num_rounds, records.rounds_per_epoch)
   # The noise's blocks: epochs, or the whole run without restarts (its
   # participation rule, `separation.SeparatedNoise`, is then checked).
-  per_epoch = (mechanism.restart_every(config,
-                                       resolved.sampler.rounds_per_epoch)
+  per_epoch = (mechanism.restart_every(config, records.rounds_per_epoch)
                or num_rounds)
   z = config["noise_multiplier"]
-  u, a = scores.T, canaries.schedule_matrix()
+  u, a = records.scores, canaries.schedule_matrix()
   audit = tree_audit.audit_ftrl(
       u, a, canaries.inserted, noise=noise, rounds_per_epoch=per_epoch,
       noise_multiplier=z, delta=delta, level=1.0 - confidence,
