@@ -28,7 +28,7 @@ from tff_canary.harness.mechanisms import analytical_epsilons
 from tff_canary.harness.mechanisms import canary_claim as canary_claim_lib
 from tff_canary.harness.mechanisms import protocol
 from tff_canary.harness.mechanisms import records as records_lib
-from tff_canary.harness.reporting import headline as headline_lib
+from tff_canary.harness.mechanisms import section as section_lib
 from tff_canary.stats import results
 from tff_canary.stats.audit import audit
 from tff_canary.stats.audit import table_estimates
@@ -211,7 +211,7 @@ class CosineSection:
     est, verdict = self.estimates, self.verdict
     epsilon_all = None
     if est.all_iterates is not None:
-      epsilon_all = headline_lib.estimate(f"{_A}: epsilon_all",
+      epsilon_all = section_lib.estimate(f"{_A}: epsilon_all",
                                           est.all_iterates, bound)
     missing = ("not estimated: " + "; ".join(est.warnings) if est.warnings
                else "not estimated: no round's aggregate was recorded")
@@ -223,7 +223,7 @@ class CosineSection:
         f"{self.claimed_epsilon:.4g} ({len(verdict.bounds)} bounds, "
         f"{results.format_confidence(self.confidence)} together)")
     if verdict.beyond_reach:
-      audit_text = headline_lib.beyond_reach_text(verdict, self.claim)
+      audit_text = section_lib.beyond_reach_text(verdict, self.claim)
     if verdict.refuted:
       audit_text = (f"REFUTED: {strongest} = "
                     f"{verdict.largest_bound:.4g} > {self.claim} = "
@@ -232,7 +232,7 @@ class CosineSection:
     # A claim of inf: one line, no clause on what else was not tested.
     vacuous = verdict.vacuous
     if vacuous:
-      audit_text = headline_lib.vacuous_text(self.claim)
+      audit_text = section_lib.vacuous_text(self.claim)
     for other in () if vacuous else self.canary_claim.not_audited:
       audit_text += (f"; the clients' {other} = "
                      f"{self.analytical[other]:.4g} is not tested: the "
@@ -243,7 +243,7 @@ class CosineSection:
     return dict(
         analytical_name=name, analytical_epsilon=claim,
         estimates_target=None if target[0] == name else target,
-        epsilon_final=headline_lib.estimate(
+        epsilon_final=section_lib.estimate(
             f"{_F}: epsilon_final (mean-only)", est.final_mean_only, bound),
         epsilon_all=epsilon_all, epsilon_all_missing=missing,
         strongest_bound_name=strongest,

@@ -20,7 +20,13 @@ import math
 from typing import Any, Optional
 
 from tff_canary.harness.mechanisms import analytical_epsilons
+from tff_canary.harness.mechanisms import section
 from tff_canary.stats import results
+
+# What a report section hands the headline (`section`), by their old names.
+Target, Estimate, estimate = section.Target, section.Estimate, section.estimate
+beyond_reach_text, vacuous_text = (section.beyond_reach_text,
+                                   section.vacuous_text)
 
 MEANING = ("An estimate counts only if its whole interval is above the "
            "analytical ε; a bound above it refutes it.")
@@ -33,33 +39,6 @@ NOISE_CHECK_DEGENERATE = (
 NOISE_CHECK_NOT_RUN = (
     "not run (run tff_canary.federated.audit.canary_noise_check.check_noise on your "
     "aggregator; docs/guide/drop-in.md)")
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-  """An epsilon an estimate is the estimate of, named by what it is the
-  epsilon of (DP-FTRL: `tree_targets`)."""
-
-  name: str
-  value: float
-
-  def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class Estimate:
-  """An epsilon with its interval, and whether the interval is above the
-  analytical epsilon (the only case that is evidence against it)."""
-
-  name: str
-  value: float
-  ci: tuple[float, float]
-  above_analytical: bool
-  target: Optional[Target] = None
-
-  def as_dict(self) -> dict[str, Any]:
-    return dict(dataclasses.asdict(self), ci=list(self.ci))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,17 +160,6 @@ class Headline:
         lines=self.lines())
 
 
-def estimate(name: str, result: Any, analytical_epsilon: float,
-             target: Optional[Target] = None) -> Estimate:
-  """An `Estimate` of an `EpsilonEstimate`, flagged only when its interval
-  lies entirely above the analytical epsilon; `target` is what it estimates
-  when that is not the analytical epsilon (DP-FTRL)."""
-  low, high = result.interval.low, result.interval.high
-  return Estimate(name=name, value=result.epsilon, ci=(low, high),
-                  above_analytical=bool(low > analytical_epsilon),
-                  target=target)
-
-
 def noise_check_verdict(noise_check: Optional[dict[str, Any]]
                         ) -> tuple[str, str]:
   """(verdict, text) of a run's noise_check.json: verdict "passed",
@@ -213,18 +181,3 @@ def noise_check_verdict(noise_check: Optional[dict[str, Any]]
   elif verdict == "failed" and noise_check.get("summary"):
     text += f" ({noise_check['summary']})"
   return verdict, text
-
-
-def beyond_reach_text(verdict: Any, claim: str) -> str:
-  """The audit line of a claim beyond the reach of every bound
-  (`audit.AuditVerdict.beyond_reach`): not "consistent", since nothing was
-  tested."""
-  return (f"BEYOND REACH of the {claim} = {verdict.claimed_epsilon:.4g}: "
-          f"{verdict.reach_text()}")
-
-
-def vacuous_text(claim: str) -> str:
-  """The audit line of a claim of epsilon = inf (`audit.AuditVerdict.vacuous`,
-  e.g. noise multiplier 0): nothing to audit, nothing any run can refute."""
-  return (f"not needed: the {claim} = inf promises no privacy, so no run "
-          "can refute it")

@@ -26,7 +26,7 @@ import numpy as np
 
 from tff_canary.harness.mechanisms import records as records_lib
 from tff_canary.harness.mechanisms import registry
-from tff_canary.harness.reporting import headline as headline_lib
+from tff_canary.harness.mechanisms import section as section_lib
 from tff_canary.stats import results
 from tff_canary.stats.correlated import tree_audit
 from tff_canary.stats.correlated import tree_targets
@@ -111,7 +111,7 @@ class TreeSection:
     name, bound = next(iter(self.analytical.items()))
     verdict, t = self.audit.bounds, self.targets
     final, scheduled = (
-        headline_lib.estimate(row, result, bound, headline_lib.Target(
+        section_lib.estimate(row, result, bound, section_lib.Target(
             TARGET_NAMES[row], target)) for row, result, target in (
                 (FINAL, self.estimates.final, t.final_epsilon),
                 (SCHEDULED, self.estimates.scheduled, t.schedules_epsilon)))
@@ -123,7 +123,7 @@ class TreeSection:
                   "together)")
     if verdict.beyond_reach:  # the bounds tested nothing (`audit`)
       audit_text = ("not refuted by the contribution check; the bounds: "
-                    + headline_lib.beyond_reach_text(verdict, self.claim))
+                    + section_lib.beyond_reach_text(verdict, self.claim))
     if a.refuted:
       audit_text = (f"REFUTED by {', '.join(a.caught_by)} at {confidence} "
                     "confidence")
@@ -149,9 +149,9 @@ class TreeSection:
         audit_verdict="refuted" if a.refuted else (
             verdict.verdict),  # "beyond reach" when the bounds are
         audit_text=audit_text, audit_reach=verdict.reach_dict(),
-        targets=(headline_lib.Target(
+        targets=(section_lib.Target(
             "exact, worst-case participant (no attack on the rounds exceeds "
-            "it)", t.worst_case_epsilon), headline_lib.Target(
+            "it)", t.worst_case_epsilon), section_lib.Target(
                 expected, t.schedules_epsilon)))
 
   def rows(self) -> list[tuple[str, str, float, str]]:
