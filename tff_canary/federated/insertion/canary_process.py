@@ -45,7 +45,7 @@ the running statistics in the state, `measurement_keys.TREE_SCORES_KEY`.
 from __future__ import annotations
 
 import collections
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -58,6 +58,7 @@ from tff_canary.federated.insertion import orthogonal_transform
 from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import round_scores
 from tff_canary.federated.structures import flat_layout
+from tff_canary.federated.structures import nested_search
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
 
@@ -90,6 +91,15 @@ class CanaryDPAggregatorState(NamedTuple):
   seed: Any
   schedule: Any
   scores: Any
+
+
+def state_in(state: Any) -> Optional[CanaryDPAggregatorState]:
+  """The `CanaryDPAggregatorState` in a learning process state (searched
+  under `state.aggregator` when there is one, also under TFF's zeroing), or
+  None."""
+  return nested_search.find_first(
+      getattr(state, "aggregator", state),
+      lambda s: isinstance(s, CanaryDPAggregatorState))
 
 
 def build(

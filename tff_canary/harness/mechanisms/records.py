@@ -41,6 +41,7 @@ class RunRecords:
     canaries: The run's `CanaryConfig` (its seeds, schedule and coins), with
       `scores`; else None.
     rounds_per_epoch: The client sampler's epoch, with `scores`; else None.
+    insertion: Where the canaries entered, "server" or "clients".
   """
 
   source: str
@@ -51,6 +52,7 @@ class RunRecords:
   scores: Optional[np.ndarray] = None
   canaries: Any = None
   rounds_per_epoch: Optional[int] = None
+  insertion: str = "server"
 
   def file(self, name: str) -> str:
     """The path of the run's file `name`, for messages."""

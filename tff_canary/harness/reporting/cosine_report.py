@@ -23,7 +23,6 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Optional
 
-from tff_canary.harness.config import experiment_config
 from tff_canary.harness.mechanisms import analytical_epsilons
 from tff_canary.harness.mechanisms import canary_claim as canary_claim_lib
 from tff_canary.harness.mechanisms import protocol
@@ -74,7 +73,7 @@ class CosineSection:
   analytical_claim: protocol.AnalyticalClaim
   canary_claim: canary_claim_lib.CanaryClaim
   table: CosineTable = dataclasses.field(repr=False, compare=False)
-  insertion: str = "server"  # the mode (`experiment_config.insertion_of`)
+  insertion: str = "server"  # the mode (`records.RunRecords.insertion`)
 
   @property
   def analytical(self) -> dict[str, float]:
@@ -339,4 +338,4 @@ def build(records: records_lib.RunRecords, *, delta: float,
       confidence=confidence, claim=claim, claimed_epsilon=claimed_epsilon,
       estimates=estimates, verdict=verdict, analytical_claim=analytical_claim,
       canary_claim=faced, table=table,
-      insertion=experiment_config.insertion_of(config))
+      insertion=records.insertion)

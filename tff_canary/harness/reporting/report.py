@@ -234,7 +234,8 @@ def load_records(rd: run_dir_lib.RunDir, config: dict[str, Any],
     events = rd.load_participation()
     return records_lib.RunRecords(
         source=rd.path, config=config, events=events, table=table,
-        ledger=rd.load_ledger() if mechanism.records_ledger else None)
+        ledger=rd.load_ledger() if mechanism.records_ledger else None,
+        insertion=experiment_config.insertion_of(config))
   if config.get("assignment") != "coin":  # before its config is read
     raise run_dir_lib.RunDirError(
         f"{rd.file(run_dir_lib.CONFIG)} has assignment="
@@ -262,7 +263,8 @@ def load_records(rd: run_dir_lib.RunDir, config: dict[str, Any],
   return records_lib.RunRecords(
       source=rd.path, config=config, events=events, scores=scores.T,
       canaries=canaries, rounds_per_epoch=resolved.sampler.rounds_per_epoch,
-      ledger=rd.load_ledger() if mechanism.records_ledger else None)
+      ledger=rd.load_ledger() if mechanism.records_ledger else None,
+      insertion=experiment_config.insertion_of(config))
 
 
 def write_report(report: RunReport, plots: bool = True,

@@ -20,10 +20,10 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_canary.federated.audit import noise_check as noise_check_lib
+from tff_canary.federated.insertion import canary_process
 from tff_canary.federated.insertion import client_round_state
 from tff_canary.federated.insertion import factory
 from tff_canary.harness.mechanisms import registry
-from tff_canary.harness.running import round_metrics
 
 # The noise check draws from its own seed: the run's noise seed + this tag
 # (the canary aggregator's own, `CanaryDPFactory.without_canaries`).
@@ -93,7 +93,7 @@ class TffMechanism:
     server-side round: its `output` and the canary aggregator's
     `measurements`. DP-FedAvg's: the canary aggregator's DpEvent."""
     return (tff.aggregators.differential_privacy.extract_dp_event_from_state(
-        round_metrics.canary_state(output.state)), None)
+        canary_process.state_in(output.state)), None)
 
   def client_round(self, config, output, clip: float
                    ) -> tuple[Any, Optional[np.ndarray]]:

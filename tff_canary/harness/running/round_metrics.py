@@ -33,12 +33,8 @@ def canary_measurements(metrics: Any) -> Optional[Mapping]:
       and all(k in m for k in _MEASUREMENT_KEYS))
 
 
-def canary_state(state: Any) -> Optional[canary_process.CanaryDPAggregatorState]:
-  """The `CanaryDPAggregatorState` in a learning process state (searched
-  under `state.aggregator` when there is one), or None."""
-  return nested_search.find_first(
-      getattr(state, "aggregator", state),
-      lambda s: isinstance(s, canary_process.CanaryDPAggregatorState))
+# The canary aggregator's state in a process state (`canary_process.state_in`).
+canary_state = canary_process.state_in
 
 
 def train_loss_accuracy(metrics: Any) -> tuple[float, float]:
