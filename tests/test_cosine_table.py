@@ -56,6 +56,42 @@ def test_round_trip_is_exact(tmp_path, suffix):
   assert CosineTable.load(path, dim=1000) == table
 
 
+def test_csv_cells_are_plain_numbers(tmp_path):
+  # Under NumPy 2 repr(np.float64(x)) is "np.float64(x)"; the file holds
+  # Python's repr of the float, as under NumPy 1, and NaN as "nan".
+  table = _table(max_cosine=np.array([np.nan] * 7), max_round=np.full(7, -1))
+  path = tmp_path / "t.csv"
+  table.save(path)
+  rows = [line.split(",") for line in path.read_text().splitlines()
+          if not line.startswith("#")][1:]
+  assert [r[3] for r in rows] == [repr(float(x)) for x in table.final_cosine]
+  assert {r[4] for r in rows} == {"nan"}
+  assert "np." not in path.read_text()
+
+
+def test_a_csv_saved_with_numpy2_scalar_reprs_loads(tmp_path):
+  # What save_csv wrote under NumPy 2 before it wrote repr(float(x)): such a
+  # saved run loads, to the same float64 values bitwise.
+  table = _table()
+  path = tmp_path / "t.csv"
+  table.save(path)
+  lines = path.read_text().splitlines()
+  header = lines.index(",".join(COLUMNS))
+  for i in range(header + 1, len(lines)):
+    cells = lines[i].split(",")
+    for column in ("final_cosine", "max_cosine", "scheduled_sum"):
+      j = COLUMNS.index(column)
+      cells[j] = f"np.float64({cells[j]})"
+    lines[i] = ",".join(cells)
+  path.write_text("\n".join(lines) + "\n")
+  assert "np.float64(" in path.read_text()
+  assert CosineTable.load(path) == table
+  lines[header + 1] = lines[header + 1].replace("np.float64(", "np.float32(")
+  path.write_text("\n".join(lines) + "\n")
+  with pytest.raises(ValueError, match="bad value"):
+    CosineTable.load(path)
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".npz"])
 def test_round_trip_without_all_iterates(tmp_path, suffix):
   table = _table(max_cosine=np.full(7, np.nan), max_round=np.full(7, -1),

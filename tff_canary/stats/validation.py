@@ -16,8 +16,17 @@ _MAX_SHOWN = 60
 
 
 def show(value: Any) -> str:
-  """A short repr of `value` for error messages."""
-  text = repr(value)
+  """A short repr of `value` for error messages.
+
+  A NumPy scalar shows as the number it holds, `-7.0` (NumPy 2's repr is
+  `np.float64(-7.0)`; its str, like NumPy 1's repr, is the number).
+  """
+  if isinstance(value, np.number):
+    text = str(value)
+  elif isinstance(value, np.generic):  # np.bool_, np.str_: as Python's
+    text = repr(value.item())
+  else:
+    text = repr(value)
   if len(text) > _MAX_SHOWN:
     text = text[: _MAX_SHOWN - 3] + "..."
   return text
@@ -136,7 +145,7 @@ def as_sample(values: Any, name: str, min_size: int = 2,
   if out.any():
     index = int(np.flatnonzero(out)[0])
     raise ValueError(f"{name} must lie in [{lower}, {upper}], but "
-                     f"{name}[{index}] = {array[index]!r}.")
+                     f"{name}[{index}] = {show(array[index])}.")
   return array
 
 
@@ -154,7 +163,7 @@ def as_counts(values: Any, name: str, maximum: int,
   if fractional.any():
     index = int(np.flatnonzero(fractional)[0])
     raise ValueError(f"{name} must hold whole numbers, but {name}[{index}] = "
-                     f"{array[index]!r}.")
+                     f"{show(array[index])}.")
   return array.astype(np.int64)
 
 
@@ -162,7 +171,7 @@ def check_spread(sample: np.ndarray, name: str) -> None:
   """Refuses a sample with zero variance (a Gaussian cannot be fitted to it)."""
   if np.ptp(sample) == 0.0:
     raise ValueError(f"{name} has zero variance (all {sample.size} values "
-                     f"equal {sample[0]!r}); a Gaussian cannot be fitted.")
+                     f"equal {show(sample[0])}); a Gaussian cannot be fitted.")
 
 
 def as_bool(value: Any, name: str, optional: bool = False) -> bool | None:

@@ -108,7 +108,7 @@ class CosineTable:
     for name in ("assignment", "schedule", "generator"):
       if not isinstance(getattr(self, name), str):
         raise TypeError(f"{name} must be a str, got "
-                        f"{getattr(self, name)!r}.")
+                        f"{validation.show(getattr(self, name))}.")
     validation.as_choice(self.known_canaries_removed,
                          "known_canaries_removed", KNOWN_CANARIES_REMOVED)
     shape = np.asarray(self.id).shape
@@ -151,7 +151,7 @@ class CosineTable:
     if bad.any():
       i = int(np.flatnonzero(bad)[0])
       raise ValueError(f"column group must hold {GROUPS}, but row {i} has "
-                       f"{group[i]!r}.")
+                       f"{validation.show(group[i])}.")
     columns["group"] = group.astype("<U8")
     if columns["participation"].min() < 0:
       raise ValueError("column participation must be nonnegative.")
@@ -302,8 +302,9 @@ class CosineTable:
   def save_csv(self, path: str | os.PathLike) -> None:
     """Writes the table as CSV with '# key: value' metadata lines, atomically.
 
-    Floats are written with 17 significant digits, so loading gives the same
-    float64 values bitwise.
+    Floats are written as Python's shortest repr of the float64 (what NumPy
+    1 wrote too; NumPy 2's scalar repr is `np.float64(...)`), so loading
+    gives the same float64 values bitwise.
     """
     buffer = io.StringIO()
     buffer.write(f"# {_FORMAT}\n")
@@ -311,7 +312,7 @@ class CosineTable:
       buffer.write(f"# {name}: {json.dumps(getattr(self, name))}\n")
     buffer.write(",".join(COLUMNS) + "\n")
     for row in zip(*(getattr(self, name) for name in COLUMNS)):
-      buffer.write(",".join(repr(v) if name in _FLOAT_COLUMNS else str(v)
+      buffer.write(",".join(repr(float(v)) if name in _FLOAT_COLUMNS else str(v)
                             for name, v in zip(COLUMNS, row)) + "\n")
     atomic_files.write_bytes(path, buffer.getvalue().encode("utf-8"))
 
@@ -398,7 +399,7 @@ class CosineTable:
              for name in COLUMNS if name in header}
     try:
       columns = {name: np.array(cells[name], "<U8") if name == "group" else
-                 np.array([(int if name in _INT_COLUMNS else float)(v)
+                 np.array([int(v) if name in _INT_COLUMNS else _float_cell(v)
                            for v in cells[name]])
                  for name in COLUMNS if name in cells}
     except ValueError as e:
@@ -418,6 +419,17 @@ class CosineTable:
       raise ValueError(f"missing metadata {missing}")
     kwargs = {name: metadata[name] for name in METADATA if name in metadata}
     return cls(**columns, **kwargs)
+
+
+_NUMPY2_REPR = "np.float64("
+
+
+def _float_cell(text: str) -> float:
+  """A float cell; also `np.float64(x)`, which save_csv wrote under NumPy 2
+  before it wrote `repr(float(v))`, so those files load too."""
+  if text.startswith(_NUMPY2_REPR) and text.endswith(")"):
+    text = text[len(_NUMPY2_REPR):-1]
+  return float(text)
 
 
 def of_canaries(canaries: Any, **columns: Any) -> CosineTable:

@@ -48,7 +48,8 @@ def _schedule(schedule: npt.ArrayLike, rounds: int,
     if bad.any():
       index = tuple(int(i) for i in np.argwhere(bad)[0])
       raise ValueError(f"schedule must hold only 0 and 1 (or Booleans), but "
-                       f"schedule{list(index)} = {a[index]!r}.")
+                       f"schedule{list(index)} = "
+                       f"{validation.show(a[index])}.")
     a = a == 1
   if (a.ndim != 2 or a.shape[1] != rounds
       or a.shape[0] != (canaries or a.shape[0])):

@@ -114,7 +114,7 @@ def blt(output_scale: Any, buf_decay: Any) -> BLT:
   if outside.size:
     i = int(outside[0])
     raise ValueError(f"buf_decay must lie in (-1, 1), but buf_decay[{i}] = "
-                     f"{theta[i]!r}.")
+                     f"{validation.show(theta[i])}.")
   _check_distinct(theta, "buf_decay")
   order = np.argsort(theta)[::-1]
   return BLT(output_scale=omega[order], buf_decay=theta[order])

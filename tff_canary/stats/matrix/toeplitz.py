@@ -106,12 +106,12 @@ def nonincreasing_violation(coefficients: Any) -> str | None:
   negative = np.flatnonzero(c < -slack)
   if negative.size:
     i = int(negative[0])
-    return f"coefficient c_{i} = {c[i]!r} is negative"
+    return f"coefficient c_{i} = {validation.show(c[i])} is negative"
   rising = np.flatnonzero(np.diff(c) > slack)
   if rising.size:
     i = int(rising[0])
-    return (f"coefficients rise from c_{i} = {c[i]!r} to c_{i + 1} = "
-            f"{c[i + 1]!r}")
+    return (f"coefficients rise from c_{i} = {validation.show(c[i])} to "
+            f"c_{i + 1} = {validation.show(c[i + 1])}")
   return None
 
 
