@@ -12,15 +12,24 @@ setuptools.setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=setuptools.find_packages(include=["tff_canary", "tff_canary.*"]),
-    python_requires=">=3.11,<3.12",
+    # Tested on Python 3.11 only (the one this project's machines have); the
+    # TFF extra needs exactly 3.11 (TensorFlow 2.14's wheels).
+    python_requires=">=3.11",
     # A plain `pip install .` gives the statistics layer (tff_canary.stats,
     # the top-level estimators and `python -m tff_canary report --no_plots`)
-    # to users of any framework: NumPy, SciPy and dp-accounting only.
+    # to users of any framework: NumPy, SciPy and dp-accounting only. Both
+    # ends are tested (noxfile.py): NumPy 1.25.2, SciPy 1.9.3, dp-accounting
+    # 0.4.3 (the TFF extra's stack, requirements/lock.txt) and NumPy 2.4.6,
+    # SciPy 1.17.1, dp-accounting 0.6.0 (the newest, 2026-12). dp-accounting
+    # before 0.5 requires NumPy < 2, so NumPy 2 resolves 0.5 or later.
     install_requires=[
-        "numpy>=1.25,<2",
-        "scipy>=1.9",
-        # Analytical epsilon; the version TFF 0.87 pins.
-        "dp-accounting==0.4.3",
+        "numpy>=1.25,<3",
+        "scipy>=1.9,<2",
+        # Analytical epsilon. 0.4.3 is the version TFF 0.87 pins; 0.6 changed
+        # the RDP accountant's numerics, a later minor may change more.
+        "dp-accounting>=0.4.3,<0.7",
+        # DpEvents' fields (stats/accounting/dp_event_data.py).
+        "attrs>=22",
     ],
     extras_require={
         # The report's plots.
