@@ -8,10 +8,13 @@ the run if one survives, so a leak shows up as a red test instead of a hung
 pipe.
 """
 
+import importlib.util
 import os
 import sys
 
 import pytest
+
+import stack_selection
 
 # TensorFlow's C++ logging floods the test output; warnings and errors remain.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -29,6 +32,20 @@ SLOWEST_FIRST = ("test_smoke.py", "test_planted_bugs_tff.py",
                  "test_reproducible.py", "test_factory.py", "test_audit.py",
                  "test_client_insertion.py", "test_tree_factory.py",
                  "test_ddp_noise_check.py")
+
+
+# Without TensorFlow (the core install, noxfile.py's `stats` session), the
+# test files that cannot import without it are left out; run that session
+# with -m "not tff" for the tests that need it at run time.
+_WITHOUT_TENSORFLOW = importlib.util.find_spec("tensorflow") is None
+
+
+def pytest_ignore_collect(collection_path, config):
+  del config  # unused
+  if (_WITHOUT_TENSORFLOW and collection_path.suffix == ".py"
+      and collection_path.name.startswith("test_")):
+    return stack_selection.needs_tensorflow(collection_path) or None
+  return None
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -2,8 +2,9 @@
 
 The test installs the package (not editable: a wheel built from a copy of
 this checkout's sources)
-into a fresh virtual environment with `uv`, pinned to requirements/lock.txt,
-and checks there that TensorFlow (and matplotlib) are absent, that the
+into a fresh virtual environment with `uv`, pinned to the versions installed
+in the environment that runs the test (requirements/lock.txt's in the TFF
+one, the newest NumPy 2 stack in noxfile.py's stats session), and checks there that TensorFlow (and matplotlib) are absent, that the
 top-level estimators import and run, and that `python -m tff_canary report
 --no_plots` recomputes a run directory's every estimate from its saved cosines
 to the same report.json as this environment computes (a TF-free import path
@@ -64,9 +65,18 @@ def stats_only_python(tmp_path_factory):
                   ignore=shutil.ignore_patterns("__pycache__"))
   for name in ("setup.py", "README.md"):
     shutil.copy(REPO / name, source / name)
+  # This environment's versions (not the package itself), so that the
+  # numbers compared below come from the same NumPy, SciPy and dp-accounting.
+  frozen = subprocess.run(uv + ["pip", "freeze", "--python", sys.executable],
+                          check=True, capture_output=True, text=True,
+                          timeout=120).stdout.splitlines()
+  constraints = venv.parent / "constraints.txt"
+  constraints.write_text("".join(
+      f"{line}\n" for line in frozen
+      if "==" in line and not line.lower().startswith("tff-canary")))
   proc = subprocess.run(
       uv + ["pip", "install", "-q", "--python", str(python),
-            "-c", str(REPO / "requirements" / "lock.txt"), str(source)],
+            "-c", str(constraints), str(source)],
       capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return python

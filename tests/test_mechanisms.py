@@ -139,6 +139,7 @@ print(json.dumps(dict(refused=refused, claim=report.claim,
 """
 
 
+@pytest.mark.tff  # imports TensorFlow when it runs
 def test_a_new_mechanism_is_its_modules_and_one_registry_line(tmp_path):
   out = tmp_path / "run"
   proc = subprocess.run(

@@ -242,6 +242,7 @@ def test_the_changelog_lists_the_table():
     assert f"| `{old}` | `{new}` |" in page
 
 
+@pytest.mark.tff  # imports TensorFlow when it runs
 def test_a_renamed_name_works_for_one_release_and_says_where_it_went():
   # tree_factory.AdaptiveTreeClip is adaptive_clip.AdaptiveClip (both
   # adaptive clips use it): the old name gives the same class, warning.

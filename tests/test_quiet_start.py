@@ -41,6 +41,7 @@ def _python(code, **env):
   return _output(_start(code, **env))
 
 
+@pytest.mark.tff  # imports TensorFlow when it runs
 def test_tensorflow_loads_without_the_registration_errors():
   # Both at once: each is mostly TensorFlow's import.
   loud, quiet = _start("import tensorflow"), _start(QUIET + "import tensorflow")
