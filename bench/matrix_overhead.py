@@ -5,7 +5,7 @@ clients, rounds in rotating triples, paired ratios, peak RSS of each
 learning process alone) with BLT DP-FTRL as the mechanism:
 
   plain:  TFF's own DifferentiallyPrivateFactory over the BLT query
-          (`matrix_factory.MatrixAggregation.tff_factory`)
+          (`matrix_aggregation.MatrixAggregation.tff_factory`)
   2000, 20000: CanaryDPFactory(MatrixAggregation) with that many orthogonal
           canaries, half inserted
 
@@ -34,15 +34,15 @@ quiet_start.quiet_tensorflow()  # before TensorFlow loads (and its subprocess)
 
 import round_overhead  # pylint: disable=g-import-not-at-top
 from tff_canary.federated.insertion import factory  # pylint: disable=g-import-not-at-top
-from tff_canary.federated.insertion import matrix_factory  # pylint: disable=g-import-not-at-top
-from tff_canary.harness.mechanisms import blt as blt_mechanism  # pylint: disable=g-import-not-at-top
+from tff_canary.mechanisms.blt import spec as blt_mechanism  # pylint: disable=g-import-not-at-top
+from tff_canary.mechanisms.matrix import aggregation as matrix_aggregation  # pylint: disable=g-import-not-at-top
 
 ROUNDS_PER_EPOCH = 500  # round_overhead's canary schedule: ShuffledEpochs(500, 500)
 BUFFERS = 3
 
 
 def _aggregation(args):
-  return matrix_factory.MatrixAggregation.blt(
+  return matrix_aggregation.MatrixAggregation.blt(
       args.noise_multiplier, args.clip,
       blt_mechanism.fitted(ROUNDS_PER_EPOCH, BUFFERS),
       restart_every=ROUNDS_PER_EPOCH)

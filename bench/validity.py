@@ -67,13 +67,13 @@ import numpy as np
 import ftrl_validity
 import gaussian_bounds
 import smoke_mode
-from tff_canary.harness.mechanisms import registry
-from tff_canary.stats.audit import audit
+from tff_canary.mechanisms import registry
 from tff_canary.stats.accounting import gaussian_accounting
-from tff_canary.stats.simulation import gaussian_mechanism
-from tff_canary.stats.simulation import orthogonal_mechanism
+from tff_canary.stats.audit import audit
 from tff_canary.stats.bounds import lower_bounds
 from tff_canary.stats.canaries.cosine_table import CosineTable
+from tff_canary.stats.simulation import gaussian_mechanism
+from tff_canary.stats.simulation import orthogonal_mechanism
 
 # The mechanisms simulated here: the default (the Gaussian sum) and those
 # scored per round in correlated noise, simulated as DP-FTRL's tree

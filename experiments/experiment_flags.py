@@ -20,7 +20,7 @@ from typing import Any
 from absl import flags
 
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.mechanisms import registry
+from tff_canary.mechanisms import registry
 
 FLAGS = flags.FLAGS
 

@@ -62,9 +62,9 @@ from absl import logging
 
 import experiment_cli  # first: its import runs quiet_start before TensorFlow loads
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.mechanisms import registry
-from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.reporting import report as report_lib
+from tff_canary.mechanisms import registry
 from tff_canary.stats import atomic_files
 
 flags.DEFINE_string("output_dir", "runs/sweep", "Where sweep.csv, sweep.png "

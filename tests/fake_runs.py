@@ -5,12 +5,12 @@ import os
 import dp_accounting
 import numpy as np
 
-from tff_canary.stats import atomic_files
-from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.recording import run_dir
+from tff_canary.mechanisms import registry
+from tff_canary.stats import atomic_files
+from tff_canary.stats.accounting.ledger import Ledger
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
-from tff_canary.stats.accounting.ledger import Ledger
 from tff_canary.stats.canaries.cosine_table import CosineTable
 
 DIM = 100_000

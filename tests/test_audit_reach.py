@@ -14,7 +14,7 @@ import numpy as np
 
 from fake_runs import make_run
 from tff_canary.harness.reporting import report
-from tff_canary.harness.reporting import tree_report
+from tff_canary.mechanisms.correlated import report as correlated_report
 from tff_canary.stats.audit import audit
 from tff_canary.stats.audit import audit_bounds
 from tff_canary.stats.bounds import lower_bounds
@@ -89,7 +89,7 @@ def test_512_candidates_cannot_test_a_claim_of_23_35_and_say_so():
       noise_multiplier=_SETTING.noise_multiplier, delta=1e-5)
   tree = report.RunReport(
       run_dir="run", config={}, delta=1e-5, confidence=0.95,
-      section=tree_report.TreeSection(
+      section=correlated_report.TreeSection(
           confidence=0.95, claimed_epsilon=_CLAIM, claim="claimed ε",
           estimates=estimates, audit=result, targets=targets,
           num_inserted=int(mask.sum()), num_held_out=int((~mask).sum())))

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from fake_runs import make_run
-from tff_canary.harness.mechanisms import canary_claim
+from tff_canary.harness.recording import run_dir
 from tff_canary.harness.reporting import headline
 from tff_canary.harness.reporting import report
-from tff_canary.harness.recording import run_dir
+from tff_canary.mechanisms import canary_claim
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.noise import noise_stats

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.reporting import report as report_lib
+from tff_canary.mechanisms import registry
 import fake_runs
 
 Z, ROUNDS, PER_EPOCH = 0.1, 80, 20

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.reporting import report as report_lib
+from tff_canary.mechanisms import registry
 import fake_runs
 
 ROUNDS, PER_EPOCH, Z = 32, 8, 1.0

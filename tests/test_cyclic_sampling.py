@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.mechanisms import canary_claim, registry
+from tff_canary.mechanisms import canary_claim
+from tff_canary.mechanisms import registry
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.canaries import client_sampling, schedules
+from tff_canary.stats.canaries.client_sampling import ClientSampler
 from tff_canary.stats.correlated import gls_statistics
 from tff_canary.stats.matrix import blt, sensitivity, separation, toeplitz
-from tff_canary.stats.canaries.client_sampling import ClientSampler
 
 
 def test_a_cyclic_client_takes_part_exactly_one_epoch_apart():

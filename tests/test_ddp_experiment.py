@@ -1,6 +1,6 @@
 """The DDP aggregator in the experiments (`--aggregator=ddp`): config and
 flags, the report's DDP bound, and a tiny EMNIST run through TFF's
-distributed-DP chain (tff_canary.harness.mechanisms.ddp_claim, dp_fedavg,
+distributed-DP chain (tff_canary.mechanisms.ddp.claim, dp_fedavg,
 federated.ddp_chain).
 
 TFF seeds the DDP noise and rotation from the clock, so the run here is at
@@ -19,9 +19,9 @@ import pytest
 
 import run_files
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.mechanisms import ddp as ddp_mechanism
-from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.recording import run_dir
+from tff_canary.mechanisms import registry
+from tff_canary.mechanisms.ddp import spec as ddp_mechanism
 from tff_canary.stats import atomic_files
 from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
@@ -235,7 +235,7 @@ def test_the_chain_holds_the_real_factorys_state(mechanism, rotation):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated.insertion import ddp_chain  # pylint: disable=g-import-not-at-top
+  from tff_canary.mechanisms.ddp import chain as ddp_chain  # pylint: disable=g-import-not-at-top
   value_type = tff.TensorType(np.float32, [1000])
   params = ddp_parameters.ddp_parameters(0.7, 30, 18, 0.5, 1000,
                                          mechanism=mechanism,
@@ -377,7 +377,7 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
   from tff_canary.harness.running import dp_fedavg  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import ddp_tff  # pylint: disable=g-import-not-at-top
+  from tff_canary.mechanisms.ddp import tff as ddp_tff  # pylint: disable=g-import-not-at-top
   from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
   from tff_canary.harness.running import tasks  # pylint: disable=g-import-not-at-top
   config = _tiny(tmp_path / "run", noise_multiplier=0.7, ddp_bits=18,

@@ -19,9 +19,9 @@ from scipy import linalg
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_canary.federated.audit import ddp_noise_check
-from tff_canary.federated.audit import planted_bugs
-from tff_canary.federated.insertion import ddp_chain
+from tff_canary.mechanisms.ddp import chain as ddp_chain
+from tff_canary.mechanisms.ddp import noise_check as ddp_noise_check
+from tff_canary.mechanisms.ddp import planted_bugs
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.noise import noise_stats
 

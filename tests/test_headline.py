@@ -12,9 +12,9 @@ import sys
 import types
 
 from fake_runs import make_run
-from tff_canary.harness.reporting import cosine_report
 from tff_canary.harness.reporting import headline
 from tff_canary.harness.reporting import report
+from tff_canary.mechanisms.cosine import report as cosine_report
 from tff_canary.stats import results
 
 

@@ -1,8 +1,10 @@
-"""The three layers import in one direction, and the statistics layer is TF-free.
+"""The four layers import in one direction, and the statistics layer is TF-free.
 
-tff_canary/stats      NumPy, SciPy, dp-accounting; imports no other layer
-tff_canary/federated  TFF integration; imports stats, never harness
-tff_canary/harness    config (no TF), running, recording (no TF), reporting (no TF)
+tff_canary/stats       NumPy, SciPy, dp-accounting; imports no other layer
+tff_canary/federated   TFF building blocks; imports stats only
+tff_canary/mechanisms  one package per DP mechanism (NumPy half: no TF; TFF
+                       half); imports stats and federated, never harness
+tff_canary/harness     config (no TF), running, recording (no TF), reporting (no TF)
 
 stats/ and federated/ are split into subpackages by concept (estimators,
 bounds, accounting, ...; insertion, scores, runtime, ...); neither the modules
@@ -27,7 +29,9 @@ TF_PACKAGES = ("tensorflow", "tensorflow_federated", "tensorflow_privacy",
 FORBIDDEN = {
     "stats": ("tff_canary.federated", "tff_canary.harness", "absl.flags",
               "matplotlib") + TF_PACKAGES,
-    "federated": ("tff_canary.harness", "absl.flags", "matplotlib"),
+    "federated": ("tff_canary.harness", "tff_canary.mechanisms", "absl.flags",
+                  "matplotlib"),
+    "mechanisms": ("tff_canary.harness", "absl.flags"),
     "harness": ("absl.flags",),
     # What a run is, its files and its report need no TensorFlow and no runner
     # (`python -m tff_canary report` and notebooks on saved runs).
@@ -37,11 +41,15 @@ FORBIDDEN = {
                           "tff_canary.harness.reporting") + TF_PACKAGES,
     "harness/reporting": ("tff_canary.federated", "tff_canary.harness.running")
                          + TF_PACKAGES,
-    # The mechanisms' NumPy halves sit below config and reporting.
-    "harness/mechanisms": ("tff_canary.federated", "tff_canary.harness.running",
-                           "tff_canary.harness.config",
-                           "tff_canary.harness.reporting") + TF_PACKAGES,
 }
+# The mechanisms' modules that import no TensorFlow (their NumPy halves, the
+# records, the report sections and their figures): what config, recording
+# and reporting import of them.
+NUMPY_HALVES = ("protocol.py", "registry.py", "records.py", "section.py",
+                "epsilon_plot.py", "spec.py", "claim.py", "canary_claim.py",
+                "analytical_epsilons.py", "report.py", "plots.py",
+                "__init__.py")
+NUMPY_FORBIDDEN = ("tff_canary.federated",) + TF_PACKAGES
 
 
 def imported_modules(path: pathlib.Path) -> list[tuple[int, str]]:
@@ -130,6 +138,29 @@ def test_layer_imports_point_one_way(layer):
       if any(module == f or module.startswith(f + ".")
              for f in FORBIDDEN[layer]):
         bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}")
+  assert not bad, "\n".join(bad)
+
+
+def test_the_mechanisms_numpy_halves_import_no_tensorflow():
+  # What config, recording and reporting read of a mechanism (its spec,
+  # claim, records, report section) needs no TensorFlow and no federated
+  # module, directly or through another module of tff_canary.mechanisms.
+  graph = import_graph()
+  halves = {module_name(p) for p in layer_modules("mechanisms")
+            if p.name in NUMPY_HALVES}
+  assert "tff_canary.mechanisms.tree.spec" in halves
+  bad = []
+  for name in sorted(halves):
+    path = PACKAGE.parent / (name.replace(".", "/") + ".py")
+    if not path.exists():
+      path = PACKAGE.parent / name.replace(".", "/") / "__init__.py"
+    for line, module in imported_modules(path):
+      if any(module == f or module.startswith(f + ".")
+             for f in NUMPY_FORBIDDEN):
+        bad.append(f"{name}:{line} imports {module}")
+    for other in graph[name]:
+      if other.startswith("tff_canary.mechanisms.") and other not in halves:
+        bad.append(f"{name} imports {other}, which is not a NumPy half")
   assert not bad, "\n".join(bad)
 
 

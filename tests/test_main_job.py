@@ -34,7 +34,7 @@ import sys
 import numpy as np
 import pytest
 
-from tff_canary.harness.mechanisms import analytical_epsilons
+from tff_canary.mechanisms import analytical_epsilons
 from tff_canary.stats.accounting import adaptive_split
 from tff_canary.stats.accounting import ledger as ledger_lib
 

@@ -1,6 +1,6 @@
 """Matrix-factorization DP-FTRL's planted bugs in TFF, and their audit.
 
-`planted_matrix_bugs` writes each bug of `planted_strategies` as a user-side
+`matrix_planted_bugs` writes each bug of `planted_strategies` as a user-side
 subclass of `matrix_query.MatrixFactorizationQuery`. First, each query's
 released noise is checked against the NumPy description of the bug,
 `planted_strategies.planted_noise`, applied to the same seeded fresh noise
@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tff_canary.federated.audit import planted_matrix_bugs
-from tff_canary.harness.running import matrix_planted
 from tff_canary.harness.running import planted_bug_runs as runs
+from tff_canary.mechanisms.matrix import planted as matrix_planted
+from tff_canary.mechanisms.matrix import planted_bugs as matrix_planted_bugs
 from tff_canary.stats.matrix import blt as blt_lib
 from tff_canary.stats.matrix import toeplitz
 import test_matrix_query as query_tests  # pylint: disable=g-bad-import-order
@@ -38,7 +38,7 @@ ARGUMENTS = {"buffers_reset": [dict(reset_every=1), dict(reset_every=2)],
     (bug, a) for bug, each in ARGUMENTS.items() for a in each])
 def test_each_query_releases_the_planted_noise(kind, bug, arguments):
   rounds, clip, z, seed = 12, 0.5, 2.0, 7
-  aggregation = planted_matrix_bugs.PlantedMatrixAggregation(
+  aggregation = matrix_planted_bugs.PlantedMatrixAggregation(
       z, clip, restart_every=5, noise_seed=seed, bug=bug,
       **STRATEGIES[kind], **arguments)
   released, _ = query_tests._released_rows(
@@ -54,15 +54,15 @@ def test_each_query_releases_the_planted_noise(kind, bug, arguments):
 def test_planted_aggregation_refuses_what_it_cannot_plant():
   strategy = STRATEGIES["blt"]
   with pytest.raises(ValueError, match="restart_every and noise_seed"):
-    planted_matrix_bugs.PlantedMatrixAggregation(
+    matrix_planted_bugs.PlantedMatrixAggregation(
         1.0, 1.0, restart_every=8, bug="noise_reuse", **strategy)
   with pytest.raises(ValueError, match="reset_every must be below "
                      "restart_every = 8, got 8"):
-    planted_matrix_bugs.PlantedMatrixAggregation(
+    matrix_planted_bugs.PlantedMatrixAggregation(
         1.0, 1.0, restart_every=8, noise_seed=1, bug="buffers_reset",
         reset_every=8, **strategy)
   with pytest.raises(ValueError, match="bug"):
-    planted_matrix_bugs.PlantedMatrixAggregation(
+    matrix_planted_bugs.PlantedMatrixAggregation(
         1.0, 1.0, restart_every=8, noise_seed=1, bug="missing_level",
         **strategy)
   with pytest.raises(ValueError, match="bug 'noise_reuse' is planted in the "

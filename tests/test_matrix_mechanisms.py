@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.recording import run_dir
+from tff_canary.mechanisms import registry
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.matrix import toeplitz

@@ -1,4 +1,4 @@
-"""Tests of tff_canary.federated.insertion.matrix_query and matrix_factory:
+"""Tests of tff_canary.mechanisms.matrix.query and matrix_aggregation:
 matrix-factorization DP-FTRL (banded, BLT) as a tensorflow_privacy query, in
 TFF's own DifferentiallyPrivateFactory and in CanaryDPFactory.
 
@@ -16,10 +16,10 @@ import pytest
 import tensorflow as tf
 
 from tff_canary.federated.insertion import factory
-from tff_canary.federated.insertion import matrix_factory
-from tff_canary.federated.insertion import matrix_query
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.insertion import seeded_query
+from tff_canary.mechanisms.matrix import aggregation as matrix_aggregation
+from tff_canary.mechanisms.matrix import query as matrix_query
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.matrix import blt as blt_lib
@@ -80,7 +80,7 @@ def test_released_noise_is_c_inverse_of_the_seeded_fresh_noise(
       SPECS, 0.5, 2.0, noise_seed=7, restart_every=restart_every, **strategy)
   released, _ = _released_rows(query, rounds)
   xi = _fresh_rows(0.5, 2.0, 7, rounds)
-  noise = matrix_factory.MatrixAggregation(
+  noise = matrix_aggregation.MatrixAggregation(
       2.0, 0.5, restart_every=restart_every, **strategy).noise(rounds)
   # float32 recurrences against float64 products: |w| ~ 1, errors ~ 1e-6.
   np.testing.assert_allclose(released, noise.released @ xi, atol=2e-5)
@@ -134,7 +134,7 @@ def test_unseeded_noise_whitened_by_c_is_iid_gaussian(kind):
     return matrix_query.MatrixFactorizationQuery(specs, 0.4, 1.5, **strategy)
   tf.random.set_seed(12)  # the unseeded ops' global seed: a fixed test
   rows, _ = _released_rows(build(), rounds, [tf.zeros([6000])])
-  c = matrix_factory.MatrixAggregation(1.5, 0.4, **strategy)
+  c = matrix_aggregation.MatrixAggregation(1.5, 0.4, **strategy)
   whitened = toeplitz.strategy_matrix(c.coefficients_of(rounds), rounds) @ rows
   assert _white_failures(whitened, sigma) == []
   assert _white_failures(rows, sigma) != []
@@ -177,9 +177,9 @@ def test_bad_arguments_are_named(kwargs, error, match):
 
 @pytest.mark.tff
 @pytest.mark.parametrize("aggregation", [
-    matrix_factory.MatrixAggregation.banded_square_root(
+    matrix_aggregation.MatrixAggregation.banded_square_root(
         1.5, 0.5, 3, noise_seed=21, restart_every=4),
-    matrix_factory.MatrixAggregation.blt(1.5, 0.5, STRATEGY, noise_seed=21,
+    matrix_aggregation.MatrixAggregation.blt(1.5, 0.5, STRATEGY, noise_seed=21,
                                          restart_every=4),
 ], ids=["banded", "blt"])
 def test_tffs_own_factory_releases_the_numpy_stream(aggregation):
@@ -203,7 +203,7 @@ def test_tffs_own_factory_releases_the_numpy_stream(aggregation):
 
 @pytest.mark.tff
 def test_without_noise_the_sum_is_tffs_clipped_sum_exactly():
-  aggregation = matrix_factory.MatrixAggregation.blt(0.0, 0.7, STRATEGY,
+  aggregation = matrix_aggregation.MatrixAggregation.blt(0.0, 0.7, STRATEGY,
                                                      noise_seed=5)
   ours = aggregation.tff_factory(SPECS, 3).create(VALUE)
   theirs = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
@@ -229,7 +229,7 @@ def test_canary_factory_scores_are_whitened_by_the_strategys_covariance():
       seed=31, num_inserted=32, num_held_out=64,
       schedule=schedules.FixedPresentations(rounds, 2), assignment="fixed",
       directions="orthogonal")
-  aggregation = matrix_factory.MatrixAggregation.blt(
+  aggregation = matrix_aggregation.MatrixAggregation.blt(
       z, 0.5, STRATEGY, noise_seed=41, restart_every=4)
   # One tensor of 128 coordinates: room for 96 orthogonal canaries.
   process = factory.CanaryDPFactory(aggregation, config,

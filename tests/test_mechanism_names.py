@@ -1,6 +1,6 @@
 """Outside the registry no code branches on a mechanism's name (issue 27).
 
-`tff_canary/harness/mechanisms/registry.py` is the one place the names of
+`tff_canary/mechanisms/registry.py` is the one place the names of
 the DP mechanisms (`registry.names()`) are
 spelled for the code to act on. Everywhere else in tff_canary/, experiments/
 and bench/ the code asks the mechanism (its NumPy half, its TFF half), never
@@ -35,12 +35,12 @@ import pathlib
 
 import pytest
 
-from tff_canary.harness.mechanisms import registry
+from tff_canary.mechanisms import registry
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCANNED = ("tff_canary", "experiments", "bench")
 # The one place the names are spelled (its keys are the registry).
-REGISTRY = "tff_canary/harness/mechanisms/registry.py"
+REGISTRY = "tff_canary/mechanisms/registry.py"
 COMPARISONS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)
 EXEMPT_WORD = "direction"
 # What a Literal holding one registered name must type to be flagged.

@@ -2,7 +2,7 @@
 
 `registry.MECHANISMS` is the only place mechanism names are spelled
 (tests/test_mechanism_names.py greps for the rest). Here: the registry's
-own checks, and a test mechanism (tests/mechanism_example.py, Gaussian
+own checks, and a test mechanism (tests/mechanism_example/, Gaussian
 noise with a different claim and one setting of its own) that is added by
 one registry line and runs an experiment end to end, with its setting a
 config field and its claim in the report, touching nothing else.
@@ -21,10 +21,10 @@ import types
 import pytest
 
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.mechanisms import ddp
-from tff_canary.harness.mechanisms import protocol
-from tff_canary.harness.mechanisms import registry
-from tff_canary.harness.mechanisms import tree
+from tff_canary.mechanisms import protocol
+from tff_canary.mechanisms import registry
+from tff_canary.mechanisms.ddp import spec as ddp
+from tff_canary.mechanisms.tree import spec as tree
 from tff_canary.stats.accounting import gaussian_accounting
 
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -36,8 +36,10 @@ def test_every_registered_mechanism_is_named_as_registered():
     mechanism = registry.get(name)
     assert isinstance(mechanism, protocol.Mechanism)
     assert mechanism.name == name
-    # Its TFF half exists (found, not imported: no TensorFlow here).
-    assert importlib.util.find_spec(mechanism.tff_half) is not None, name
+    # Its package holds its TFF half (found, not imported: no TensorFlow
+    # here).
+    assert importlib.util.find_spec(
+        f"{registry.MECHANISMS[name]}.tff") is not None, name
 
 
 def test_every_registered_mechanism_declares_its_own_help_line():
@@ -55,7 +57,7 @@ def test_a_mechanism_without_its_own_help_line_is_refused(monkeypatch):
     name = "unexplained"
 
   _registered(monkeypatch, "unexplained", Unexplained())
-  with pytest.raises(ValueError, match=r"test_mechanism_unexplained\.MECHANISM "
+  with pytest.raises(ValueError, match=r"test_mechanism_unexplained\.spec\.MECHANISM "
                      r"\('unexplained'\) declares no help line of its own"):
     registry.helps()
 
@@ -70,18 +72,21 @@ def test_an_unknown_mechanism_is_refused_by_name():
 
 
 def _registered(monkeypatch, key, mechanism):
-  """Registers `mechanism` under `key` for one test (a module of its own)."""
-  module = types.ModuleType(f"test_mechanism_{key}")
-  module.MECHANISM = mechanism
-  monkeypatch.setitem(sys.modules, module.__name__, module)
-  monkeypatch.setitem(registry.MECHANISMS, key, module.__name__)
+  """Registers `mechanism` under `key` for one test (a package of its own,
+  whose `spec` module holds it)."""
+  package = types.ModuleType(f"test_mechanism_{key}")
+  package.__path__ = []
+  spec = types.ModuleType(f"{package.__name__}.spec")
+  spec.MECHANISM = mechanism
+  monkeypatch.setitem(sys.modules, package.__name__, package)
+  monkeypatch.setitem(sys.modules, spec.__name__, spec)
+  monkeypatch.setitem(registry.MECHANISMS, key, package.__name__)
 
 
 def test_a_setting_two_mechanisms_own_is_refused(monkeypatch):
   @dataclasses.dataclass(frozen=True)
   class Twin(protocol.Mechanism):
     name = "twin"
-    tff_half = "mechanism_example_tff"
     settings = dict(ddp_bits=ddp.SETTINGS["ddp_bits"])
 
   _registered(monkeypatch, "twin", Twin())
@@ -94,7 +99,6 @@ def test_a_mechanism_registered_under_another_name_is_refused(monkeypatch):
   @dataclasses.dataclass(frozen=True)
   class Misnamed(protocol.Mechanism):
     name = "gaussian_copy"
-    tff_half = "mechanism_example_tff"
 
   _registered(monkeypatch, "misnamed", Misnamed())
   with pytest.raises(ValueError, match="named 'gaussian_copy', registered as "
@@ -119,7 +123,7 @@ def test_each_setting_is_a_config_field_owned_by_one_mechanism():
 SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from tff_canary.harness.mechanisms import registry
+from tff_canary.mechanisms import registry
 registry.MECHANISMS["scaled_claim_gaussian"] = "mechanism_example"
 from tff_canary.harness.config import experiment_config
 try:
@@ -140,7 +144,7 @@ print(json.dumps(dict(refused=refused, claim=report.claim,
 
 
 @pytest.mark.tff  # imports TensorFlow when it runs
-def test_a_new_mechanism_is_its_modules_and_one_registry_line(tmp_path):
+def test_a_new_mechanism_is_its_package_and_one_registry_line(tmp_path):
   out = tmp_path / "run"
   proc = subprocess.run(
       [sys.executable, "-c", SCRIPT, str(TESTS), str(out)],
@@ -171,7 +175,7 @@ def test_a_new_mechanism_is_its_modules_and_one_registry_line(tmp_path):
 HELP_SCRIPT = """
 import runpy, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
-from tff_canary.harness.mechanisms import registry
+from tff_canary.mechanisms import registry
 registry.MECHANISMS["scaled_claim_gaussian"] = "mechanism_example"
 sys.argv = [sys.argv[3], "--help"]
 runpy.run_path(sys.argv[0], run_name="__main__")
@@ -195,7 +199,7 @@ def test_a_registered_mechanism_has_its_line_in_the_experiments_help():
   shown = _flag_help(proc.stdout, "aggregator")
   sys.path.insert(0, str(TESTS))
   try:
-    import mechanism_example  # pylint: disable=g-import-not-at-top
+    from mechanism_example import spec as mechanism_example  # pylint: disable=g-import-not-at-top
   finally:
     sys.path.remove(str(TESTS))
   lines = dict(registry.helps(),

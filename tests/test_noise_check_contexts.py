@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_canary.federated.audit import ddp_noise_check
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.audit import tree_noise_check
-from tff_canary.federated.insertion import ddp_chain
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
+from tff_canary.mechanisms.ddp import chain as ddp_chain
+from tff_canary.mechanisms.ddp import noise_check as ddp_noise_check
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules

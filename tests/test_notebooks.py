@@ -16,8 +16,8 @@ from nbclient import NotebookClient
 
 import fake_runs
 from tff_canary.harness.recording import run_dir
-from tff_canary.harness.reporting import cosine_report
 from tff_canary.harness.reporting import report as report_lib
+from tff_canary.mechanisms.cosine import report as cosine_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = os.path.join(REPO, "notebooks")

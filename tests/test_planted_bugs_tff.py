@@ -27,15 +27,16 @@ from tensorflow_federated.python.aggregators import discretization
 from tensorflow_federated.python.aggregators import distributed_dp
 
 import experiment_scripts
-from tff_canary.federated.audit import ddp_noise_check
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import planted_bugs
-from tff_canary.federated.insertion import ddp_chain
-from tff_canary.harness.mechanisms import gaussian
-from tff_canary.harness.mechanisms import registry
-from tff_canary.harness.running import gaussian_planted
-from tff_canary.harness.running import gaussian_tff
 from tff_canary.harness.running import planted_bug_runs as runs
+from tff_canary.mechanisms import registry
+from tff_canary.mechanisms.ddp import chain as ddp_chain
+from tff_canary.mechanisms.ddp import noise_check as ddp_noise_check
+from tff_canary.mechanisms.ddp import planted_bugs
+from tff_canary.mechanisms.gaussian import planted as gaussian_planted
+from tff_canary.mechanisms.gaussian import planted_bugs as gaussian_planted_bugs
+from tff_canary.mechanisms.gaussian import spec as gaussian
+from tff_canary.mechanisms.gaussian import tff as gaussian_tff
 from tff_canary.stats.accounting import ddp_parameters
 
 pytestmark = pytest.mark.tff
@@ -116,7 +117,7 @@ def test_noise_reuse_fails_the_self_test_and_not_the_audit():
 
 
 def test_noise_reuse_query_repeats_one_draw_in_every_tensor():
-  query = planted_bugs.NoiseReuseQuery(1.0, 2.0, noise_seed=5)
+  query = gaussian_planted_bugs.NoiseReuseQuery(1.0, 2.0, noise_seed=5)
   state = query.initial_global_state()
   zeros = [tf.zeros([7, 3]), tf.zeros([4])]
   noised, new_state, event = query.get_noised_result(zeros, state)
@@ -127,7 +128,7 @@ def test_noise_reuse_query_repeats_one_draw_in_every_tensor():
 
 
 def test_clip_bug_query_clips_at_the_factor_and_claims_c():
-  query = planted_bugs.ClipBugQuery(1.0, 0.0, noise_seed=5, clip_factor=10.0)
+  query = gaussian_planted_bugs.ClipBugQuery(1.0, 0.0, noise_seed=5, clip_factor=10.0)
   params = query.derive_sample_params(query.initial_global_state())
   assert float(params) == 1.0  # what the server and the DpEvent believe
   record = query.preprocess_record(params, [tf.constant([30.0, 40.0])])
@@ -173,27 +174,30 @@ def test_a_mechanism_s_runs_take_its_config_type():
 
 
 def _register(monkeypatch, name, planted_bugs):
-  """Registers a test mechanism `name`: DP-FedAvg's, its own two modules
-  (three with `planted_bugs`, a `PlantedBugs`) and one registry line."""
-  modules = [types.ModuleType(f"{name}_{half}")
-             for half in ("numpy_half", "tff_half", "planted_half")]
+  """Registers a test mechanism `name`: DP-FedAvg's, a package of its own
+  (its `spec` and `tff` modules; the TFF half's `planted_bugs` gives
+  `planted_bugs`, a `PlantedBugs` or None) and one registry line."""
+  package = types.ModuleType(f"test_mechanism_{name}")
+  package.__path__ = []
+  spec, tff_half = (types.ModuleType(f"{package.__name__}.{half}")
+                    for half in ("spec", "tff"))
 
   mechanism_name = name
 
   @dataclasses.dataclass(frozen=True)
   class TestMechanism(gaussian.GaussianMechanism):
     name = mechanism_name
-    tff_half = modules[1].__name__
 
   class TestTff(gaussian_tff.GaussianTff):
-    planted_bugs_module = planted_bugs and modules[2].__name__
 
-  modules[0].MECHANISM = TestMechanism()
-  modules[1].TFF_MECHANISM = TestTff()
-  modules[2].PLANTED_BUGS = planted_bugs
-  for module in modules:
+    def planted_bugs(self):
+      return planted_bugs
+
+  spec.MECHANISM = TestMechanism()
+  tff_half.TFF_MECHANISM = TestTff()
+  for module in (package, spec, tff_half):
     monkeypatch.setitem(sys.modules, module.__name__, module)
-  monkeypatch.setitem(registry.MECHANISMS, name, modules[0].__name__)
+  monkeypatch.setitem(registry.MECHANISMS, name, package.__name__)
 
 
 def test_a_mechanism_without_planted_bugs_is_refused(monkeypatch):

@@ -15,9 +15,9 @@ from matplotlib.collections import LineCollection
 import numpy as np
 import pytest
 
-from tff_canary.harness.reporting import epsilon_plot
-from tff_canary.harness.reporting import plots
 from tff_canary.harness.reporting import report as report_lib
+from tff_canary.mechanisms import epsilon_plot
+from tff_canary.mechanisms.cosine import plots
 from tff_canary.stats import results
 
 from fake_runs import make_run

@@ -1,6 +1,6 @@
 """DP-FTRL's planted bugs in real TFF runs, and the tree noise self-test.
 
-`tff_canary.federated.audit.planted_tree_bugs` writes
+`tff_canary.mechanisms.tree.planted_bugs` writes
 `tree_simulation`'s bugs as user-side tensorflow_privacy subclasses;
 `planted_bug_runs.run` runs one `CanaryDPFactory` tree aggregation per
 bug (`tree_planted.TreeBugRunConfig`: 3 epochs x 16 rounds, a restart after
@@ -23,17 +23,17 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import planted_tree_bugs
 from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.harness.running import planted_bug_runs as runs
-from tff_canary.harness.running import tree_planted
+from tff_canary.mechanisms.tree import planted as tree_planted
+from tff_canary.mechanisms.tree import planted_bugs as tree_planted_bugs
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
-from tff_canary.stats.noise import noise_stats
 from tff_canary.stats.correlated import linear_noise
 from tff_canary.stats.correlated import tree_noise
 from tff_canary.stats.correlated import tree_simulation
+from tff_canary.stats.noise import noise_stats
 
 pytestmark = pytest.mark.tff
 
@@ -86,7 +86,7 @@ def test_each_bug_releases_the_simulators_planted_coefficients(
   claimed = tree_noise.tree_noise(num_rounds, efficient=efficient,
                                   restart_period=period, restart_warmup=warmup)
   planted = tree_simulation.planted_noise(claimed, bug).released
-  got = _released(planted_tree_bugs.QUERIES[bug], num_rounds, efficient,
+  got = _released(tree_planted_bugs.QUERIES[bug], num_rounds, efficient,
                   period, warmup)
   # The released noise is Gaussian with covariance B B^T, so equal
   # covariances are equal laws. (B's columns are generator calls, labelled
@@ -102,7 +102,7 @@ def test_each_bug_releases_the_simulators_planted_coefficients(
 
 def test_twice_per_epoch_adds_a_second_round_to_the_told_schedule():
   told = schedules.ShuffledEpochs(48, 16).realize(5, np.arange(40))
-  twice = planted_tree_bugs.TwicePerEpoch(48, 16).realize(5, np.arange(40))
+  twice = tree_planted_bugs.TwicePerEpoch(48, 16).realize(5, np.arange(40))
   assert twice.num_events == 2 * told.num_events
   for j in range(40):
     once, both = told.rounds_of(j), twice.rounds_of(j)
@@ -112,13 +112,13 @@ def test_twice_per_epoch_adds_a_second_round_to_the_told_schedule():
 
 def test_planted_aggregation_refuses_what_it_cannot_plant():
   with pytest.raises(ValueError, match="noise_seed"):
-    planted_tree_bugs.PlantedTreeAggregation(1.0, 0.5, restart_period=4,
+    tree_planted_bugs.PlantedTreeAggregation(1.0, 0.5, restart_period=4,
                                              bug="restart_reuse")
   with pytest.raises(ValueError, match="efficient must be True"):
-    planted_tree_bugs.PlantedTreeAggregation(1.0, 0.5, efficient=False,
+    tree_planted_bugs.PlantedTreeAggregation(1.0, 0.5, efficient=False,
                                              bug="efficient_scale")
   with pytest.raises(ValueError, match="bug"):
-    planted_tree_bugs.PlantedTreeAggregation(1.0, 0.5, bug="clip")
+    tree_planted_bugs.PlantedTreeAggregation(1.0, 0.5, bug="clip")
 
 
 # ------------------------------------------------ the tree self-test alone
@@ -202,7 +202,7 @@ def test_the_tree_self_test_is_per_tensor_and_finds_cross_tensor_reuse(bug):
       seed=1, num_inserted=0, num_held_out=0,
       schedule=schedules.FixedPresentations(16, 0))
   aggregator = factory.CanaryDPFactory(
-      planted_tree_bugs.PlantedTreeAggregation(1.0, 0.5, noise_seed=3,
+      tree_planted_bugs.PlantedTreeAggregation(1.0, 0.5, noise_seed=3,
                                                bug=bug),
       no_canaries, clients_per_round=4)
   result = tree_noise_check.check_tree_noise(aggregator, LAYERS,

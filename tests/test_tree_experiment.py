@@ -1,6 +1,6 @@
 """DP-FTRL in the experiments (`--aggregator=tree`): what it needs, a tiny
 EMNIST run through the tree aggregation with its report, and its resumption
-(tff_canary.harness: preflight, dp_fedavg, training, tree_report)."""
+(tff_canary.harness: preflight, dp_fedavg, training, correlated_report)."""
 
 import json
 import math
@@ -121,7 +121,7 @@ def test_the_report_of_simulated_scores_finds_their_signal(tmp_path):
 def test_the_tree_report_shows_the_three_epsilons_and_what_each_targets(
     tmp_path):
   from tff_canary.harness.reporting import report as report_lib  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.reporting import tree_report  # pylint: disable=g-import-not-at-top
+  from tff_canary.mechanisms.correlated import report as correlated_report  # pylint: disable=g-import-not-at-top
   report = report_lib.build_report(_simulated_run(tmp_path / "run").path)
   t = report.targets
   # The efficient tree of 8 rounds: its rounds show less than its nodes.
@@ -139,13 +139,13 @@ def test_the_tree_report_shows_the_three_epsilons_and_what_each_targets(
       f"targets {t.schedules_epsilon:.4g} (this run's canaries)" in lines[3])
   rows = {name: (kind, value, detail)
           for name, kind, value, detail in report.rows()}
-  assert rows[tree_report.WORST_CASE][:2] == ("analytical",
+  assert rows[correlated_report.WORST_CASE][:2] == ("analytical",
                                               t.worst_case_epsilon)
-  assert rows[tree_report.SCHEDULES][:2] == ("expected",
+  assert rows[correlated_report.SCHEDULES][:2] == ("expected",
                                              t.schedules_epsilon)
-  assert "not a ceiling" in rows[tree_report.SCHEDULES][2]
-  assert "targets none of these" in rows[tree_report.MAX][2]
-  assert "not the mechanism's ε" in rows[tree_report.MAX][2]
+  assert "not a ceiling" in rows[correlated_report.SCHEDULES][2]
+  assert "targets none of these" in rows[correlated_report.MAX][2]
+  assert "not the mechanism's ε" in rows[correlated_report.MAX][2]
   assert not any("ceiling of an attack" in name for name in rows)
   data = report.as_dict()
   assert data["targets"]["worst_case_epsilon"] == t.worst_case_epsilon

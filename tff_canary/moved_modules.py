@@ -114,6 +114,79 @@ MOVED_IN: dict[str, dict[str, str]] = {
         **{f"tff_canary.stats.{old}.tree_statistics":
                "tff_canary.stats.correlated.gls_statistics"
            for old in ("tree", "correlated")},
+        # Split: the Gaussian queries are mechanisms.gaussian.planted_bugs
+        # (the old path's ClipBugQuery and NoiseReuseQuery still resolve).
+        "tff_canary.federated.audit.planted_bugs":
+            "tff_canary.mechanisms.ddp.planted_bugs",
+        # One package per mechanism (tff_canary.mechanisms): its NumPy and
+        # TFF halves, aggregation or query, noise check and planted bugs;
+        # the cosine and correlated families beside them.
+        "tff_canary.harness.mechanisms.protocol":
+            "tff_canary.mechanisms.protocol",
+        "tff_canary.harness.mechanisms.registry":
+            "tff_canary.mechanisms.registry",
+        "tff_canary.harness.mechanisms.records":
+            "tff_canary.mechanisms.records",
+        "tff_canary.harness.mechanisms.section":
+            "tff_canary.mechanisms.section",
+        "tff_canary.harness.mechanisms.canary_claim":
+            "tff_canary.mechanisms.canary_claim",
+        "tff_canary.harness.mechanisms.analytical_epsilons":
+            "tff_canary.mechanisms.analytical_epsilons",
+        "tff_canary.harness.mechanisms.gaussian":
+            "tff_canary.mechanisms.gaussian.spec",
+        "tff_canary.harness.mechanisms.ddp":
+            "tff_canary.mechanisms.ddp.spec",
+        "tff_canary.harness.mechanisms.ddp_claim":
+            "tff_canary.mechanisms.ddp.claim",
+        "tff_canary.harness.mechanisms.tree":
+            "tff_canary.mechanisms.tree.spec",
+        "tff_canary.harness.mechanisms.matrix":
+            "tff_canary.mechanisms.matrix.spec",
+        "tff_canary.harness.mechanisms.banded":
+            "tff_canary.mechanisms.banded.spec",
+        "tff_canary.harness.mechanisms.blt":
+            "tff_canary.mechanisms.blt.spec",
+        "tff_canary.harness.reporting.cosine_report":
+            "tff_canary.mechanisms.cosine.report",
+        "tff_canary.harness.reporting.plots":
+            "tff_canary.mechanisms.cosine.plots",
+        "tff_canary.harness.reporting.epsilon_plot":
+            "tff_canary.mechanisms.epsilon_plot",
+        "tff_canary.harness.reporting.tree_report":
+            "tff_canary.mechanisms.correlated.report",
+        "tff_canary.harness.running.mechanism_tff":
+            "tff_canary.mechanisms.protocol_tff",
+        "tff_canary.harness.running.gaussian_tff":
+            "tff_canary.mechanisms.gaussian.tff",
+        "tff_canary.harness.running.ddp_tff":
+            "tff_canary.mechanisms.ddp.tff",
+        "tff_canary.harness.running.tree_tff":
+            "tff_canary.mechanisms.tree.tff",
+        "tff_canary.harness.running.matrix_tff":
+            "tff_canary.mechanisms.matrix.tff",
+        "tff_canary.harness.running.gaussian_planted":
+            "tff_canary.mechanisms.gaussian.planted",
+        "tff_canary.harness.running.ddp_planted":
+            "tff_canary.mechanisms.ddp.planted",
+        "tff_canary.harness.running.tree_planted":
+            "tff_canary.mechanisms.tree.planted",
+        "tff_canary.harness.running.matrix_planted":
+            "tff_canary.mechanisms.matrix.planted",
+        "tff_canary.harness.running.planted_model":
+            "tff_canary.mechanisms.planted_model",
+        "tff_canary.federated.audit.ddp_noise_check":
+            "tff_canary.mechanisms.ddp.noise_check",
+        "tff_canary.federated.audit.planted_tree_bugs":
+            "tff_canary.mechanisms.tree.planted_bugs",
+        "tff_canary.federated.audit.planted_matrix_bugs":
+            "tff_canary.mechanisms.matrix.planted_bugs",
+        "tff_canary.federated.insertion.matrix_factory":
+            "tff_canary.mechanisms.matrix.aggregation",
+        "tff_canary.federated.insertion.matrix_query":
+            "tff_canary.mechanisms.matrix.query",
+        "tff_canary.federated.insertion.ddp_chain":
+            "tff_canary.mechanisms.ddp.chain",
     },
 }
 

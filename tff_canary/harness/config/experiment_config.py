@@ -26,13 +26,13 @@ import os
 import typing
 from typing import Any, Literal, Optional
 
+from tff_canary.harness.config import model_sizes
+from tff_canary.harness.config import preflight
+from tff_canary.mechanisms import registry
+from tff_canary.stats import validation
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import client_sampling
 from tff_canary.stats.canaries import schedules
-from tff_canary.stats import validation
-from tff_canary.harness.config import model_sizes
-from tff_canary.harness.mechanisms import registry
-from tff_canary.harness.config import preflight
 
 TASKS = ("emnist", "stackoverflow")
 SAMPLINGS = client_sampling.SAMPLINGS

@@ -28,11 +28,11 @@ import os
 import warnings
 from typing import Any, Optional
 
+from tff_canary.harness.config import model_sizes
+from tff_canary.mechanisms import protocol
+from tff_canary.mechanisms import registry
 from tff_canary.stats import call_site
 from tff_canary.stats import results
-from tff_canary.harness.config import model_sizes
-from tff_canary.harness.mechanisms import protocol
-from tff_canary.harness.mechanisms import registry
 from tff_canary.stats.canaries import canary_config
 
 # The paper's canaries are about 1% of the participants; the scripts'

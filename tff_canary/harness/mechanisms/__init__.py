@@ -1,7 +1,6 @@
-"""The DP mechanisms a run can audit, each its own module, behind one registry.
+"""Moved: the DP mechanisms are `tff_canary.mechanisms`, one package each.
 
-The NumPy halves (`protocol.Mechanism`; no TensorFlow) behind
-`registry.MECHANISMS` (docs/guide/mechanisms.md), and the claims they share:
-`analytical_epsilons` (a DpEvent ledger's), `canary_claim` (which epsilon
-the canaries face), `ddp_claim` (the DDP bound).
+This package is kept, empty, for one release so that the old paths of its
+modules (`harness.mechanisms.tree`, ...) keep working with a
+DeprecationWarning naming the new path (`tff_canary.moved_modules`).
 """

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tff_canary.harness.mechanisms import records as records_lib
+from tff_canary.mechanisms import records as records_lib
 from tff_canary.stats import atomic_files
 from tff_canary.stats.accounting import ledger
 from tff_canary.stats.canaries.cosine_table import CosineTable

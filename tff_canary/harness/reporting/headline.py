@@ -19,8 +19,8 @@ import dataclasses
 import math
 from typing import Any, Optional
 
-from tff_canary.harness.mechanisms import analytical_epsilons
-from tff_canary.harness.mechanisms import section
+from tff_canary.mechanisms import analytical_epsilons
+from tff_canary.mechanisms import section
 from tff_canary.stats import results
 
 # What a report section hands the headline (`section`), by their old names.

@@ -19,10 +19,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from tff_canary.harness.mechanisms import protocol
-from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.mechanisms import protocol
+from tff_canary.mechanisms import registry
 from tff_canary.stats import atomic_files
 
 # Zeroed canaries listed in the terminal table (report.md lists all).

@@ -2,11 +2,12 @@
 
 `build_report(run_dir)` reads a run directory (`run_dir.RunDir`) into the
 records its mechanism declares (`load_records`: `records.RunRecords`) and
-asks the module named by the run's `protocol.Mechanism.report_section` for
-its section: `build(records, *, delta, confidence, claimed_epsilon)` (the
-arguments checked; `claimed_epsilon` None: the analytical claim), by
-default a cosine table's (`cosine_report`), DP-FTRL's per-round scores
-(`tree_report`). The `RunReport` around it is the same for every mechanism
+asks the run's mechanism for its section:
+`protocol.Mechanism.report_section(records, *, delta, confidence,
+claimed_epsilon)` (the arguments checked; `claimed_epsilon` None: the
+analytical claim), by default a cosine table's
+(`tff_canary.mechanisms.cosine.report`), DP-FTRL's per-round scores
+(`tff_canary.mechanisms.correlated.report`). The `RunReport` around it is the same for every mechanism
 (headline, terminal table, report.json, report.md; docs/guide/report.md);
 `write_report` writes them and the section's plots.
 
@@ -25,19 +26,18 @@ directory)`. Its attributes are the report's too (`report.estimates`).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from typing import Any, Optional
 
 import numpy as np
 
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.mechanisms import analytical_epsilons
-from tff_canary.harness.mechanisms import records as records_lib
-from tff_canary.harness.mechanisms import registry
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.reporting import headline as headline_lib
 from tff_canary.harness.reporting import insertion_notes
+from tff_canary.mechanisms import analytical_epsilons
+from tff_canary.mechanisms import records as records_lib
+from tff_canary.mechanisms import registry
 from tff_canary.stats import atomic_files
 from tff_canary.stats import results
 from tff_canary.stats import validation
@@ -211,7 +211,7 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
     claimed_epsilon = validation.as_nonnegative(claimed_epsilon,
                                                 "claimed_epsilon")
   mechanism = registry.of_config(config)
-  section = importlib.import_module(mechanism.report_section).build(
+  section = mechanism.report_section(
       load_records(rd, config, mechanism), delta=delta,
       confidence=confidence, claimed_epsilon=claimed_epsilon)
   accuracy, loss = rd.final_evaluation()

@@ -24,9 +24,9 @@ from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import client_round_state
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
-from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.running import round_metrics
 from tff_canary.harness.running import training
+from tff_canary.mechanisms import protocol_tff
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import canary_config
 
@@ -53,7 +53,7 @@ class ClientRounds:
     self.canaries = canaries
     self.dim = dim
     self.outcomes = list(outcomes or [])
-    self.mechanism = mechanism_tff.of(config)
+    self.mechanism = protocol_tff.of(config)
 
   def round(self, process, state, round_num: int, client_data: list,
             recorder) -> training.RoundResult:

@@ -7,7 +7,7 @@ clients of norm `canary_norm`, docs/guide/insertion-modes.md) over TFF's
 own aggregator of the same settings, its noise unseeded. `run_noise_check`
 tests the noise of the same aggregator built afresh without canaries, on
 zero client values, before training. What each builds is the mechanism's
-TFF half's (`mechanism_tff.TffMechanism`); this module never asks which
+TFF half's (`protocol_tff.TffMechanism`); this module never asks which
 mechanism it is.
 """
 
@@ -17,12 +17,12 @@ from typing import Optional
 
 import tensorflow_federated as tff
 
-from tff_canary.stats.canaries import canary_config
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.insertion import canary_clients
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.running import tasks
+from tff_canary.mechanisms import protocol_tff
+from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
 
 
@@ -44,12 +44,12 @@ def build_process(config: experiment_config.ExperimentConfig,
   server_optimizer = _optimizer(config.server_optimizer,
                                 config.server_learning_rate,
                                 config.server_momentum)
-  mechanism = mechanism_tff.of(config)
+  mechanism = protocol_tff.of(config)
   if config.insertion == "clients":
     return canary_clients.build_canary_client_fedavg(
         task.model_fn, client_optimizer, server_optimizer,
         model_aggregator=mechanism.tff_aggregator(
-            config, mechanism_tff.trainable_type(task.model_fn),
+            config, protocol_tff.trainable_type(task.model_fn),
             tasks.num_parameters(task), rounds_per_epoch),
         canary_seed=canaries.seed, canary_norm=config.canary_norm,
         canaries=canaries, scores=mechanism.client_scores)
@@ -68,7 +68,7 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
   canaries, on zero client values (module docstring).
 
   With seeded noise the check draws from its own seed (noise_seed +
-  `mechanism_tff.NOISE_CHECK_TAG`), so its result holds statistics of the
+  `protocol_tff.NOISE_CHECK_TAG`), so its result holds statistics of the
   same noise code path, never of the run's own draws.
   """
   no_canaries = canary_config.CanaryConfig(
@@ -76,16 +76,16 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
       schedule=schedules.FixedPresentations(
           num_rounds=noise_check.DEFAULT_ROUNDS, presentations=0),
       assignment="fixed", directions="gaussian", record_aggregates=False)
-  value_type = mechanism_tff.trainable_type(task.model_fn)
+  value_type = protocol_tff.trainable_type(task.model_fn)
   names = [w.name.split(":")[0]
            for w in task.keras_model_fn().trainable_weights]
   if len(set(names)) != len(names) or len(names) != len(value_type):
     names = None
-  return mechanism_tff.of(config).noise_check(
-      config, mechanism_tff.NoiseCheckInputs(
+  return protocol_tff.of(config).noise_check(
+      config, protocol_tff.NoiseCheckInputs(
           value_type=value_type, dim=tasks.num_parameters(task),
           tensor_names=names,
           no_canaries=no_canaries,
           seed=(None if noise_seed is None
-                else noise_seed + mechanism_tff.NOISE_CHECK_TAG),
+                else noise_seed + protocol_tff.NOISE_CHECK_TAG),
           rounds_per_epoch=rounds_per_epoch))

@@ -26,23 +26,23 @@ import os
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.runtime import worker_guard
+from tff_canary.federated.scores import aggregate_recorder
+from tff_canary.harness.config import experiment_config
+from tff_canary.harness.config import preflight
+from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.running import client_insertion
 from tff_canary.harness.running import datasets
 from tff_canary.harness.running import dp_fedavg
 from tff_canary.harness.running import loop_settings
-from tff_canary.harness.running import mechanism_tff
-from tff_canary.harness.config import experiment_config
-from tff_canary.harness.config import preflight
-from tff_canary.harness.mechanisms import registry
-from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.running import resume
-from tff_canary.harness.running import run_results
-from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.running import round_metrics
+from tff_canary.harness.running import run_results
 from tff_canary.harness.running import tasks
 from tff_canary.harness.running import training
+from tff_canary.mechanisms import protocol_tff
+from tff_canary.mechanisms import registry
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import client_sampling
 
@@ -148,7 +148,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
     rounds = client_insertion.ClientRounds(
         config, canaries, dim, client_insertion.load_outcomes(rd, done))
   else:
-    rounds = training.ServerRounds(mechanism_tff.of(config))
+    rounds = training.ServerRounds(protocol_tff.of(config))
   run = training.Run(config, resolved, task, process, rounds,
                      _recorder(canaries, rd, dim, num_rounds, done), rd,
                      manager)

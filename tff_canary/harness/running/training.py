@@ -24,10 +24,10 @@ import numpy as np
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
-from tff_canary.harness.running import mechanism_tff
 from tff_canary.harness.running import resume
 from tff_canary.harness.running import round_metrics
 from tff_canary.harness.running import tasks
+from tff_canary.mechanisms import protocol_tff
 
 
 class RoundResult(NamedTuple):
@@ -53,7 +53,7 @@ class ServerRounds:
   the canaries inserted from the canary aggregator's measurements, what the
   round records from the mechanism (`TffMechanism.server_round`)."""
 
-  def __init__(self, mechanism: mechanism_tff.TffMechanism):
+  def __init__(self, mechanism: protocol_tff.TffMechanism):
     self.mechanism = mechanism
 
   def round(self, process, state, round_num: int, client_data: list,
