@@ -124,7 +124,7 @@ def emnist_time(rounds):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   import planted_noise  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.audit import noise_check  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import tasks
+  from tff_canary.harness.data import tasks
   shapes = [tuple(w.shape) for w in tasks.emnist_cnn().trainable_weights]
   value_type = planted_noise.value_type(shapes)
   aggregator = tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(

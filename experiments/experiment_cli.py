@@ -120,7 +120,7 @@ class _Interrupted:
 
 def _run(config) -> int:
   # TensorFlow and TFF load here, after the flags were checked.
-  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
   try:
     report = experiment.run_experiment(config)
   except (FileNotFoundError, FileExistsError, ValueError, TypeError,

@@ -2,7 +2,7 @@
 
   .venv/bin/python experiments/planted_bugs.py [--output_json FILE] [--smoke]
 
-One `tff.learning` run per row (`tff_canary.harness.running.planted_bug_runs`):
+One `tff.learning` run per row (`tff_canary.harness.runner.planted_bug_runs`):
 a 2-layer MLP (d = 2410) on synthetic Gaussian-class clients, 50 participants
 per round, 20 rounds, 1000 coin-flipped candidate canaries each inserted
 once, noise multiplier 4, delta 1e-5. The rows are each registered
@@ -77,7 +77,7 @@ def configs(*, shortfall_sizes, clip_factor, **common):
   """The runs, in table order (module docstring): each mechanism's rows
   (`PlantedBugs.table`), the clip bug at `clip_factor`, the shortfall at
   each of `shortfall_sizes`; `common` goes to each."""
-  from tff_canary.harness.running import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
   sizes = {"clip": [clip_factor], "shortfall": shortfall_sizes}
   out = []
   for name in runs.aggregator_names():
@@ -96,7 +96,7 @@ def main(argv) -> int:
     for name, value in SMOKE.items():
       if not _FLAGS[name].present:
         setattr(_FLAGS, name, value)
-  from tff_canary.harness.running import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import planted_bug_runs as runs  # pylint: disable=g-import-not-at-top
   from tff_canary.stats import atomic_files  # pylint: disable=g-import-not-at-top
   planned = configs(
       shortfall_sizes=_FLAGS.shortfall_sizes, clip_factor=_FLAGS.clip_factor,

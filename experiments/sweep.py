@@ -162,7 +162,7 @@ def run_one(config: experiment_config.ExperimentConfig
   # TensorFlow loads here, once every run's settings were checked (the
   # script does not use app.run, after which TensorFlow 2.14 breaks Keras's
   # Sequential: experiment_cli.run says why).
-  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", experiment.CanaryFractionWarning)
     return experiment.run_experiment(config, progress=sys.stderr.isatty())

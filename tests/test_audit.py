@@ -44,7 +44,7 @@ def test_planted_bug_in_the_gaussian_mechanism():
 @pytest.mark.tff
 @pytest.mark.slow
 def test_planted_bug_in_an_emnist_run(tmp_path, monkeypatch):
-  from tff_canary.harness.running import experiment
+  from tff_canary.harness.runner import experiment
   from tff_canary.mechanisms.gaussian import tff as gaussian_tff  # pylint: disable=g-import-not-at-top
   from tff_canary.harness.config import experiment_config
   from tff_canary.federated.insertion import factory

@@ -1,5 +1,5 @@
 """The client-insertion mode in the experiments: config, flags, a real run,
-recording, ledger and report (tff_canary.harness.running.client_insertion)."""
+recording, ledger and report (tff_canary.harness.runner.client_insertion)."""
 
 import dataclasses
 import json
@@ -280,7 +280,7 @@ def _tiny(path, **overrides):
 
 
 def _run(config):
-  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
   return experiment.run_experiment(config, progress=False,
                                    log=lambda *a: None)
 
@@ -395,7 +395,7 @@ def test_a_killed_client_mode_run_resumes_with_its_outcomes(tmp_path,
                                                             monkeypatch):
   # Killed at the second checkpoint (round 4 of 4): the resumed run redoes
   # rounds 2-3 and keeps rounds 0-1's canary outcomes, each once.
-  from tff_canary.harness.running import training  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import training  # pylint: disable=g-import-not-at-top
   checkpoint = training._checkpoint  # pylint: disable=protected-access
   calls = []
 

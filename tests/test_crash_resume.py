@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.tff, pytest.mark.slow]
 # shows the work started and far from done. 32 examples per client (the
 # default) make two local batches, whose order TFF's preprocessing left to
 # chance, and the 64 evaluation examples are the first of a test set whose
-# client order TFF left unseeded (tff_canary.harness.running.tasks fixes both;
+# client order TFF left unseeded (tff_canary.harness.data.tasks fixes both;
 # tests/test_reproducible.py pins each).
 NUM_ROUNDS = 4
 NUM_CANARIES = 100

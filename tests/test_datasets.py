@@ -12,8 +12,8 @@ import pytest
 from scipy import special
 import tensorflow as tf
 
-from tff_canary.harness.running import datasets
-from tff_canary.harness.running import synthetic
+from tff_canary.harness.data import datasets
+from tff_canary.harness.data import synthetic
 
 pytestmark = pytest.mark.tff
 
@@ -50,7 +50,7 @@ def test_synthetic_emnist_shapes_and_determinism():
 
 _DIGEST_CODE = """
 import hashlib, sys
-from tff_canary.harness.running import synthetic
+from tff_canary.harness.data import synthetic
 e = synthetic.emnist_client(3, 12, 7, synthetic.HandwritingModel())
 s = synthetic.stackoverflow_client(3, 12, 4, 9, 10000, synthetic.SentenceModel())
 h = hashlib.sha256()

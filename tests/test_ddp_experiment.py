@@ -269,8 +269,8 @@ def _tiny(path, **overrides):
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
   """One tiny DDP run at noise 0: (report, run dir, trained state)."""
-  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import training  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import training  # pylint: disable=g-import-not-at-top
   path = tmp_path_factory.mktemp("ddp") / "run"
   trained = {}
   train = training.train
@@ -376,10 +376,10 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
   # std the factory claims in model units, zero.
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import dp_fedavg  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import dp_fedavg  # pylint: disable=g-import-not-at-top
   from tff_canary.mechanisms.ddp import tff as ddp_tff  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.running import tasks  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.data import tasks  # pylint: disable=g-import-not-at-top
   config = _tiny(tmp_path / "run", noise_multiplier=0.7, ddp_bits=18,
                  ddp_mechanism="distributed_dgauss")
   task = experiment.build_task(config, experiment.load_data(config))
@@ -422,7 +422,7 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
 def test_a_ddp_run_resumes_without_a_ledger(tmp_path):
   # A DDP run writes no ledger.json: its history up to a checkpoint is
   # metrics.csv alone (a Gaussian run's would be incomplete without it).
-  from tff_canary.harness.running import resume  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import resume  # pylint: disable=g-import-not-at-top
   rd = run_dir.RunDir(tmp_path)
   rd.save_metrics([dict(round=r, clip=1.0) for r in range(3)])
   history = resume.load_history(rd, 2, ledger=False)

@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-from tff_canary.harness.running import experiment
+from tff_canary.harness.runner import experiment
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir
 from tff_canary.harness.reporting import report as report_lib
-from tff_canary.harness.running import training
+from tff_canary.harness.runner import training
 
 pytestmark = [pytest.mark.tff, pytest.mark.slow]
 

@@ -97,7 +97,7 @@ def test_a_bad_flag_is_answered_before_tensorflow_loads(tmp_path, flag,
   assert proc.returncode == 2
   assert [l for l in rest if l.strip()] == [message]  # one line, no traceback
   # importtime names every module imported: none of TensorFlow's. (Before,
-  # experiment_flags imported tff_canary.harness.running.experiment and so TF.)
+  # experiment_flags imported tff_canary.harness.runner.experiment and so TF.)
   assert not modules & set(TF_MODULES), modules & set(TF_MODULES)
   # Importing TensorFlow alone takes 10-20 s here; the answer took 2-5 s on
   # 2 busy cores (most of it dp-accounting's SciPy, via tff_canary).

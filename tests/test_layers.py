@@ -4,7 +4,8 @@ tff_canary/stats       NumPy, SciPy, dp-accounting; imports no other layer
 tff_canary/federated   TFF building blocks; imports stats only
 tff_canary/mechanisms  one package per DP mechanism (NumPy half: no TF; TFF
                        half); imports stats and federated, never harness
-tff_canary/harness     config (no TF), running, recording (no TF), reporting (no TF)
+tff_canary/harness     config (no TF), data, runner, writing, recording (no TF),
+                       reporting (no TF)
 
 stats/ and federated/ are split into subpackages by concept (estimators,
 bounds, accounting, ...; insertion, scores, runtime, ...); neither the modules
@@ -25,6 +26,9 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "tff_canary"
 TF_PACKAGES = ("tensorflow", "tensorflow_federated", "tensorflow_privacy",
                "keras", "jax")
+# The harness's folders that need TensorFlow (data, runner, writing).
+RUNNERS = ("tff_canary.harness.data", "tff_canary.harness.runner",
+           "tff_canary.harness.writing", "tff_canary.harness.running")
 # What each layer may not import (prefixes of absolute module names).
 FORBIDDEN = {
     "stats": ("tff_canary.federated", "tff_canary.harness", "absl.flags",
@@ -35,12 +39,13 @@ FORBIDDEN = {
     "harness": ("absl.flags",),
     # What a run is, its files and its report need no TensorFlow and no runner
     # (`python -m tff_canary report` and notebooks on saved runs).
-    "harness/config": ("tff_canary.federated", "tff_canary.harness.running",
-                       "tff_canary.harness.reporting") + TF_PACKAGES,
-    "harness/recording": ("tff_canary.federated", "tff_canary.harness.running",
-                          "tff_canary.harness.reporting") + TF_PACKAGES,
-    "harness/reporting": ("tff_canary.federated", "tff_canary.harness.running")
-                         + TF_PACKAGES,
+    "harness/config": ("tff_canary.federated",) + RUNNERS
+                      + ("tff_canary.harness.reporting",) + TF_PACKAGES,
+    "harness/recording": ("tff_canary.federated",) + RUNNERS
+                         + ("tff_canary.harness.reporting",) + TF_PACKAGES,
+    "harness/reporting": ("tff_canary.federated",) + RUNNERS + TF_PACKAGES,
+    # Writing a run sits below the runner (which writes through it).
+    "harness/writing": ("tff_canary.harness.runner",),
 }
 # The mechanisms' modules that import no TensorFlow (their NumPy halves, the
 # records, the report sections and their figures): what config, recording

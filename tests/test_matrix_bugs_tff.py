@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tff_canary.harness.running import planted_bug_runs as runs
+from tff_canary.harness.runner import planted_bug_runs as runs
 from tff_canary.mechanisms.matrix import planted as matrix_planted
 from tff_canary.mechanisms.matrix import planted_bugs as matrix_planted_bugs
 from tff_canary.stats.matrix import blt as blt_lib

@@ -2,7 +2,7 @@
 `--aggregator=blt`): their settings and refusals, the DP-FTRL report over
 their claimed noise from simulated scores, and a tiny EMNIST run through the
 BLT aggregator with its noise self-test (tff_canary.harness.mechanisms.
-matrix, banded, blt; harness.running.matrix_tff)."""
+matrix, banded, blt; mechanisms.matrix.tff)."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def test_placement_worst_case_is_the_noise_s_worst_rounds_or_refused():
 
 @pytest.mark.tff
 def test_a_tiny_blt_run_reports_its_claim_scores_and_noise_check(tmp_path):
-  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
   path = tmp_path / "run"
   # Cyclic sampling: one BLT over the 6 rounds, never restarted (the
   # restarted BLT runs in the canary-clients run below).
@@ -220,7 +220,7 @@ def test_a_tiny_blt_clients_run_scores_canary_clients_in_units_of_z_c(
   # stands out of the noise, whose per-round std is sqrt(K_tt), K = C^-1
   # C^-T: between 1 and 1.2 here (C's inverse coefficients after d_0 = 1
   # are small), so every residual lies within 5 of it.
-  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
   from tff_canary.stats.canaries import canary_config  # pylint: disable=g-import-not-at-top
   z, rounds, candidates = 0.1, 4, 12
   config = experiment_config.ExperimentConfig(

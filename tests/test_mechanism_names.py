@@ -162,7 +162,7 @@ def test_no_code_outside_the_registry_branches_on_a_mechanism_name():
 def test_the_scan_covers_the_three_folders():
   files = {p.relative_to(ROOT).as_posix() for p in scanned_files()}
   assert REGISTRY not in files
-  for path in ("tff_canary/harness/running/planted_bug_runs.py",
+  for path in ("tff_canary/harness/runner/planted_bug_runs.py",
                "experiments/planted_bugs.py", "bench/ftrl_audit.py"):
     assert path in files
 

@@ -130,7 +130,7 @@ try:
   experiment_config.ExperimentConfig(claim_noise_scale=2.0)
 except ValueError as e:
   refused = str(e)
-from tff_canary.harness.running import experiment
+from tff_canary.harness.runner import experiment
 config = experiment_config.ExperimentConfig(
     aggregator="scaled_claim_gaussian", claim_noise_scale=2.0,
     output_dir=sys.argv[2], num_rounds=2, clients_per_round=8,

@@ -1,6 +1,6 @@
 """Each planted DP bug in a real TFF run, caught (or not) by the tool (issue 10).
 
-`tff_canary.harness.running.planted_bug_runs.run` trains a 2-layer MLP
+`tff_canary.harness.runner.planted_bug_runs.run` trains a 2-layer MLP
 (d = 2410) with a `tff.learning` process for a few rounds and applies the
 audit (95%) and the noise self-test. The runs here are small (20
 participants, 4 rounds, 100 coin-flipped candidates, so about 12 canary
@@ -28,7 +28,7 @@ from tensorflow_federated.python.aggregators import distributed_dp
 
 import experiment_scripts
 from tff_canary.federated.audit import noise_check
-from tff_canary.harness.running import planted_bug_runs as runs
+from tff_canary.harness.runner import planted_bug_runs as runs
 from tff_canary.mechanisms import registry
 from tff_canary.mechanisms.ddp import chain as ddp_chain
 from tff_canary.mechanisms.ddp import noise_check as ddp_noise_check

@@ -4,7 +4,7 @@ Two runs of `experiments/emnist.py` with the same flags used to differ from
 the first round in which some client's local batches came out of TFF's
 EMNIST preprocessing in the other order (a parallel `map` with
 `deterministic=False`), and in the evaluation loss (TFF's centralized test set
-joins the test clients in an unseeded random order). `tff_canary.harness.running.tasks` fixes
+joins the test clients in an unseeded random order). `tff_canary.harness.data.tasks` fixes
 both; these tests pin each cause and the end-to-end result, and a run of the
 same command killed in training and resumed gives the same bits too.
 """
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.tff
 
 # The command of the new-user trial that found the bug (32 examples per
 # client, batch 16: two local batches, so their order matters; evaluation
-# after the last round). Checked by reverting the fix in tff_canary.harness.running.tasks
+# after the last round). Checked by reverting the fix in tff_canary.harness.data.tasks
 # once: this test then failed at round 0 (and two runs of the command by hand
 # differed from round 3 on, the trial's from round 1). The two runs go side
 # by side. 8 rounds: the hand-run pair differed from round 3 on, and the
@@ -39,7 +39,8 @@ FLAGS = ["--num_rounds=8", "--clients_per_round=10", "--num_inserted=4",
 
 @pytest.fixture(scope="module")
 def emnist():
-  from tff_canary.harness.running import datasets, tasks  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.data import datasets
+  from tff_canary.harness.data import tasks  # pylint: disable=g-import-not-at-top
   return tasks.emnist_task(datasets.synthetic_emnist(
       num_clients=10, examples_per_client=32))
 

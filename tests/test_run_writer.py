@@ -1,4 +1,4 @@
-"""Tests of tff_canary.harness.running.run_writer and release_manager: from any TFF
+"""Tests of tff_canary.harness.writing.run_writer and release_manager: from any TFF
 loop (a hand-written one, `tff.simulation.run_training_process`,
 `tff.learning.programs.train_model`) to a run directory whose report
 `python -m tff_canary report` recomputes.
@@ -30,10 +30,10 @@ from tff_canary.federated.insertion import factory
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.insertion import canary_process
 from tff_canary.federated.scores import cosine_pass
-from tff_canary.harness.running import release_manager
+from tff_canary.harness.writing import release_manager
 from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.recording import run_dir as run_dir_lib
-from tff_canary.harness.running import run_writer
+from tff_canary.harness.writing import run_writer
 from tff_canary.stats.accounting import ledger as ledger_lib
 from tff_canary.stats.canaries import schedules
 

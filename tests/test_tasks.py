@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 
-from tff_canary.harness.running import datasets, tasks
+from tff_canary.harness.data import datasets
+from tff_canary.harness.data import tasks
 from tff_canary.harness.config import model_sizes
 
 pytestmark = pytest.mark.tff

@@ -25,7 +25,7 @@ import tensorflow_privacy as tfp
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
-from tff_canary.harness.running import planted_bug_runs as runs
+from tff_canary.harness.runner import planted_bug_runs as runs
 from tff_canary.mechanisms.tree import planted as tree_planted
 from tff_canary.mechanisms.tree import planted_bugs as tree_planted_bugs
 from tff_canary.stats.canaries import canary_config

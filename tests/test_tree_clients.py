@@ -219,7 +219,7 @@ Z, CLIP, PER_ROUND, ROUNDS, CANDIDATES = 0.1, 0.1, 3, 4, 12
 
 @pytest.fixture(scope="module")
 def tree_clients_run(tmp_path_factory):
-  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
   path = tmp_path_factory.mktemp("tree_clients") / "run"
   config = _config(
       path, num_rounds=ROUNDS, num_clients=6, clients_per_round=PER_ROUND,

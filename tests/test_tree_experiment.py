@@ -222,7 +222,7 @@ def _tiny(path, **overrides):
 
 @pytest.fixture(scope="module")
 def tree_run(tmp_path_factory):
-  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
   path = tmp_path_factory.mktemp("tree") / "run"
   report = experiment.run_experiment(_tiny(path), progress=False,
                                      log=lambda *a: None)
@@ -305,7 +305,7 @@ def test_a_tree_run_resumes_from_its_checkpoint(tree_run, tmp_path):
   # last checkpoint, the report and the final weights gone. --resume redoes
   # rounds 4-6 from the checkpoint (tree_scores.npy cut back to 3 rows) and
   # must give the same scores (seeded noise) and report.
-  from tff_canary.harness.running import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
   report, rd = tree_run
   copy = tmp_path / "run"
   shutil.copytree(rd.path, copy)

@@ -31,7 +31,7 @@ from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.structures import nested_search
-from tff_canary.harness.running import run_writer
+from tff_canary.harness.writing import run_writer
 from tff_canary.stats.accounting import ledger as ledger_lib
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules

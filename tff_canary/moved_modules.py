@@ -118,6 +118,35 @@ MOVED_IN: dict[str, dict[str, str]] = {
         # (the old path's ClipBugQuery and NoiseReuseQuery still resolve).
         "tff_canary.federated.audit.planted_bugs":
             "tff_canary.mechanisms.ddp.planted_bugs",
+        # The harness by job: data and tasks, training, writing a run.
+        "tff_canary.harness.running.datasets":
+            "tff_canary.harness.data.datasets",
+        "tff_canary.harness.running.synthetic":
+            "tff_canary.harness.data.synthetic",
+        "tff_canary.harness.running.tasks":
+            "tff_canary.harness.data.tasks",
+        "tff_canary.harness.running.experiment":
+            "tff_canary.harness.runner.experiment",
+        "tff_canary.harness.running.training":
+            "tff_canary.harness.runner.training",
+        "tff_canary.harness.running.resume":
+            "tff_canary.harness.runner.resume",
+        "tff_canary.harness.running.dp_fedavg":
+            "tff_canary.harness.runner.dp_fedavg",
+        "tff_canary.harness.running.client_insertion":
+            "tff_canary.harness.runner.client_insertion",
+        "tff_canary.harness.running.planted_bug_runs":
+            "tff_canary.harness.runner.planted_bug_runs",
+        "tff_canary.harness.running.round_metrics":
+            "tff_canary.harness.writing.round_metrics",
+        "tff_canary.harness.running.run_writer":
+            "tff_canary.harness.writing.run_writer",
+        "tff_canary.harness.running.release_manager":
+            "tff_canary.harness.writing.release_manager",
+        "tff_canary.harness.running.run_results":
+            "tff_canary.harness.writing.run_results",
+        "tff_canary.harness.running.loop_settings":
+            "tff_canary.harness.writing.loop_settings",
         # One package per mechanism (tff_canary.mechanisms): its NumPy and
         # TFF halves, aggregation or query, noise check and planted bugs;
         # the cosine and correlated families beside them.

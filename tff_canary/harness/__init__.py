@@ -1,10 +1,10 @@
-"""The experiment harness: what defines a run, its mechanism, running, recording and reporting it.
+"""The experiment harness: what defines a run, its data, training, writing, recording and reporting it.
 
-`config` (what defines a run, no TensorFlow), `mechanisms` (the DP
-mechanisms, one module each behind one registry; no TensorFlow), `running`
-(the experiment runner, data, model, rounds, a user loop's writer and the
-mechanisms' TFF halves), `recording` (the run directory, no TensorFlow) and
-`reporting` (every epsilon, the audit, the headline and plots, no
-TensorFlow). Imports both other layers; the command-line flags live in
-`experiments/`.
+`config` (what defines a run, no TensorFlow), `data` (datasets and tasks),
+`runner` (the experiments' runner and its rounds, the planted-bug runs),
+`writing` (a TFF loop's `RunWriter`, the release manager, a run's results),
+`recording` (the run directory's files, no TensorFlow) and `reporting` (the
+report around the mechanism's section, the headline; no TensorFlow). The
+DP mechanisms are `tff_canary.mechanisms`, a layer below. Imports the other
+layers; the command-line flags live in `experiments/`.
 """

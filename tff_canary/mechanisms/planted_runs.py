@@ -3,7 +3,7 @@
 A mechanism's TFF half (`protocol_tff.TffMechanism.planted_bugs`) gives a
 `PlantedBugs`: its planted bugs (user code, each mechanism's
 `planted_bugs` module) and each step of a run of them, which
-`tff_canary.harness.running.planted_bug_runs.run` takes in turn (its module
+`tff_canary.harness.runner.planted_bug_runs.run` takes in turn (its module
 docstring tells the run). The defaults are DP-FedAvg's: the tiny model of
 `planted_model` trained with a `tff.learning` process, each candidate
 inserted once by a fair coin, the cosine table audited at 95% on its valid

@@ -13,7 +13,7 @@ are empty) and each round's <c_j, result>, float64 [m], is reported under
 `measurement_keys.DOT_PRODUCTS_KEY` beside the inner measurements (added to
 them when they are a structure of named fields, else as
 `OrderedDict(inner=..., canary_dot_products=...)`); their units are the
-caller's (`tff_canary.harness.running.client_insertion`).
+caller's (`tff_canary.harness.runner.client_insertion`).
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ class RunReport:
     return "\n".join(lines + [""])
 
 
-# The former union of the two report classes (harness/running names it).
+# The former union of the two report classes (harness/writing names it).
 Report = RunReport
 
 

@@ -119,13 +119,13 @@ def ddp_sum_factory(parameters: ddp_parameters.DdpParameters, *,
 
 
 # The Gaussian mechanism's planted queries, which the old
-# `tff_canary.federated.audit.planted_bugs` (this module's old path) held too.
+# `federated.audit.planted_bugs` (this module's old path) held too.
 _GAUSSIAN_QUERIES = ("ClipBugQuery", "NoiseReuseQuery")
 
 
 def __getattr__(name: str):
   """`ClipBugQuery` and `NoiseReuseQuery` through the old path
-  `tff_canary.federated.audit.planted_bugs` (one module then, two now), for
+  `federated.audit.planted_bugs` (one module then, two now), for
   one release (docs/changelog.md)."""
   if name in _GAUSSIAN_QUERIES:
     new = "tff_canary.mechanisms.gaussian.planted_bugs"

@@ -52,11 +52,11 @@ from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.federated.scores import cosine_pass
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.insertion import state_check
-from tff_canary.harness.running import loop_settings
+from tff_canary.harness.writing import loop_settings
 from tff_canary.harness.reporting import report as report_lib
-from tff_canary.harness.running import round_metrics
+from tff_canary.harness.writing import round_metrics
 from tff_canary.harness.recording import run_dir as run_dir_lib
-from tff_canary.harness.running import run_results
+from tff_canary.harness.writing import run_results
 from tff_canary.stats.accounting import effective_noise
 from tff_canary.stats.accounting import ledger as ledger_lib
 from tff_canary.stats import atomic_files

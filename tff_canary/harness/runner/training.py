@@ -24,9 +24,9 @@ import numpy as np
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
-from tff_canary.harness.running import resume
-from tff_canary.harness.running import round_metrics
-from tff_canary.harness.running import tasks
+from tff_canary.harness.runner import resume
+from tff_canary.harness.writing import round_metrics
+from tff_canary.harness.data import tasks
 from tff_canary.mechanisms import protocol_tff
 
 

@@ -35,7 +35,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_models
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_preprocessing
 
-from tff_canary.harness.running import datasets
+from tff_canary.harness.data import datasets
 from tff_canary.stats import validation
 from tff_canary.federated.runtime import worker_guard
 

@@ -21,8 +21,8 @@ from typing import Any, Optional
 import tensorflow_federated as tff
 
 from tff_canary.harness.recording import run_dir as run_dir_lib
-from tff_canary.harness.running import round_metrics
-from tff_canary.harness.running import tasks
+from tff_canary.harness.writing import round_metrics
+from tff_canary.harness.data import tasks
 from tff_canary.stats import atomic_files
 
 

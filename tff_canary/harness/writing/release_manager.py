@@ -21,8 +21,8 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_canary.harness.reporting import report as report_lib
-from tff_canary.harness.running import round_metrics
-from tff_canary.harness.running import run_writer
+from tff_canary.harness.writing import round_metrics
+from tff_canary.harness.writing import run_writer
 from tff_canary.stats import validation
 
 

@@ -32,15 +32,15 @@ from tff_canary.harness.config import experiment_config
 from tff_canary.harness.config import preflight
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.reporting import report as report_lib
-from tff_canary.harness.running import client_insertion
-from tff_canary.harness.running import datasets
-from tff_canary.harness.running import dp_fedavg
-from tff_canary.harness.running import loop_settings
-from tff_canary.harness.running import resume
-from tff_canary.harness.running import round_metrics
-from tff_canary.harness.running import run_results
-from tff_canary.harness.running import tasks
-from tff_canary.harness.running import training
+from tff_canary.harness.runner import client_insertion
+from tff_canary.harness.data import datasets
+from tff_canary.harness.runner import dp_fedavg
+from tff_canary.harness.writing import loop_settings
+from tff_canary.harness.runner import resume
+from tff_canary.harness.writing import round_metrics
+from tff_canary.harness.writing import run_results
+from tff_canary.harness.data import tasks
+from tff_canary.harness.runner import training
 from tff_canary.mechanisms import protocol_tff
 from tff_canary.mechanisms import registry
 from tff_canary.stats import atomic_files

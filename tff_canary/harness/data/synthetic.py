@@ -7,7 +7,7 @@ preferences and topics); docs/guide/experiments.md describes both. Each
 client is a pure function of (seed, client index, sizes, model) computed
 with stateless random ops (`tf.random.stateless_*`), so it is the same in
 every process and costs nothing until it is generated;
-`tff_canary.harness.running.datasets` wraps them as TFF `ClientData`.
+`tff_canary.harness.data.datasets` wraps them as TFF `ClientData`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import tensorflow_federated as tff
 from tff_canary.federated.audit import noise_check
 from tff_canary.federated.insertion import canary_clients
 from tff_canary.harness.config import experiment_config
-from tff_canary.harness.running import tasks
+from tff_canary.harness.data import tasks
 from tff_canary.mechanisms import protocol_tff
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules

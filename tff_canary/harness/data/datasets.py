@@ -25,7 +25,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_canary.harness.running import synthetic
+from tff_canary.harness.data import synthetic
 from tff_canary.stats import validation
 from tff_canary.federated.runtime import worker_guard
 

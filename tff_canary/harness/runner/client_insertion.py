@@ -24,8 +24,8 @@ from tff_canary.federated.insertion import canary_clients
 from tff_canary.federated.insertion import client_round_state
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
-from tff_canary.harness.running import round_metrics
-from tff_canary.harness.running import training
+from tff_canary.harness.writing import round_metrics
+from tff_canary.harness.runner import training
 from tff_canary.mechanisms import protocol_tff
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import canary_config
