@@ -106,6 +106,22 @@ def test_a_mechanism_registered_under_another_name_is_refused(monkeypatch):
     registry.get("misnamed")
 
 
+def test_a_mechanism_without_a_framework_half_is_refused_by_name(monkeypatch):
+  # A package with its NumPy half only: asking for its TFF half names the
+  # module it lacks; an unknown framework is refused by name.
+  @dataclasses.dataclass(frozen=True)
+  class NumpyOnly(protocol.Mechanism):
+    name = "numpy_only"
+
+  _registered(monkeypatch, "numpy_only", NumpyOnly())
+  assert registry.get("numpy_only").name == "numpy_only"
+  with pytest.raises(ValueError, match=r"aggregator 'numpy_only' has no tff "
+                     r"half \(test_mechanism_numpy_only\.tff does not exist"):
+    registry.half("numpy_only", "tff")
+  with pytest.raises(ValueError, match="framework.*'jax'"):
+    registry.half("gaussian", "jax")
+
+
 def test_a_config_without_the_key_is_the_default_mechanism():
   assert registry.of_config({}).name == registry.DEFAULT
   assert registry.of_config({"aggregator": None}).name == registry.DEFAULT

@@ -29,6 +29,7 @@ from tensorflow_federated.python.aggregators import distributed_dp
 import experiment_scripts
 from tff_canary.federated.audit import noise_check
 from tff_canary.harness.runner import planted_bug_runs as runs
+from tff_canary.mechanisms import protocol_tff
 from tff_canary.mechanisms import registry
 from tff_canary.mechanisms.ddp import chain as ddp_chain
 from tff_canary.mechanisms.ddp import noise_check as ddp_noise_check
@@ -198,6 +199,17 @@ def _register(monkeypatch, name, planted_bugs):
   for module in (package, spec, tff_half):
     monkeypatch.setitem(sys.modules, module.__name__, module)
   monkeypatch.setitem(registry.MECHANISMS, name, package.__name__)
+
+
+def test_a_tff_half_finds_the_planted_bugs_beside_it():
+  # By its package's `planted` module; a half whose package has none has
+  # none (the protocol's own module sits in tff_canary.mechanisms, which
+  # holds no `planted` module).
+  assert (registry.half("gaussian").planted_bugs()
+          is gaussian_planted.PLANTED_BUGS)
+  assert registry.half("blt").planted_bugs() is registry.half(
+      "banded").planted_bugs()
+  assert protocol_tff.TffMechanism().planted_bugs() is None
 
 
 def test_a_mechanism_without_planted_bugs_is_refused(monkeypatch):

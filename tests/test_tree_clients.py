@@ -163,7 +163,7 @@ def test_a_canary_client_adds_exactly_one_over_z_to_its_rounds_score():
   from tff_canary.federated.insertion import orthogonal_transform  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import scoring_factory  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import tree_factory  # pylint: disable=g-import-not-at-top
-  from tff_canary.mechanisms.tree import tff as tree_tff  # pylint: disable=g-import-not-at-top
+  from tff_canary.mechanisms.correlated import tff as correlated_tff  # pylint: disable=g-import-not-at-top
   from tff_canary.stats.canaries import canary_config, schedules  # pylint: disable=g-import-not-at-top
   z, clip, n, rounds = 0.5, 0.1, 4.0, 6
   shapes = ([40], [24])
@@ -198,7 +198,7 @@ def test_a_canary_client_adds_exactly_one_over_z_to_its_rounds_score():
       state = output.state
       assert set(output.measurements) == {
           "dp_query_metrics", "dp", measurement_keys.DOT_PRODUCTS_KEY}
-      out.append(tree_tff.client_scores_of(
+      out.append(correlated_tff.client_scores_of(
           {"aggregator": output.measurements}, n, z, clip))
     return np.stack(out, axis=1)  # [m, rounds]
 

@@ -13,6 +13,7 @@ differs.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any, Optional
 
 import numpy as np
@@ -108,9 +109,17 @@ class TffMechanism:
     return aggregate
 
   def planted_bugs(self):
-    """Its planted bugs (a `planted_runs.PlantedBugs`, by convention its
-    package's `planted.PLANTED_BUGS`), or None: none."""
-    return None
+    """Its planted bugs (a `planted_runs.PlantedBugs`): the `PLANTED_BUGS` of
+    the `planted` module beside this half in its package (imported when
+    asked: it builds on this half), or None when the package has none."""
+    package = type(self).__module__.rpartition(".")[0]
+    path = f"{package}.planted"
+    try:
+      return importlib.import_module(path).PLANTED_BUGS
+    except ModuleNotFoundError as error:
+      if error.name != path:
+        raise
+      return None
 
 
 def named(name: str) -> TffMechanism:

@@ -13,7 +13,6 @@ docs/guide/mechanisms.md).
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any
 
 from tff_canary.stats import validation
@@ -56,10 +55,14 @@ def half(name: str, framework: str = "tff"):
   name = validation.as_choice(name, "aggregator", names())
   framework = validation.as_choice(framework, "framework", tuple(FRAMEWORKS))
   module, attribute = FRAMEWORKS[framework]
-  if importlib.util.find_spec(f"{MECHANISMS[name]}.{module}") is None:
-    raise ValueError(f"aggregator {name!r} has no {framework} half "
-                     f"({MECHANISMS[name]}.{module} does not exist).")
-  return _member(name, module, attribute)
+  path = f"{MECHANISMS[name]}.{module}"
+  try:
+    return getattr(importlib.import_module(path), attribute)
+  except ModuleNotFoundError as error:
+    if error.name != path:
+      raise
+    raise ValueError(f"aggregator {name!r} has no {framework} half ({path} "
+                     "does not exist).") from None
 
 
 def _where(name: str, module: str, attribute: str) -> str:

@@ -33,12 +33,6 @@ from tff_canary.mechanisms.ddp import noise_check as ddp_noise_check
 class DdpTff(protocol_tff.TffMechanism):
   """TFF's distributed-DP chain (module docstring)."""
 
-  def planted_bugs(self):
-    """Its planted bugs: `tff_canary.mechanisms.ddp.planted` (imported
-    when asked: it builds on this half)."""
-    from tff_canary.mechanisms.ddp import planted  # pylint: disable=g-import-not-at-top
-    return planted.PLANTED_BUGS
-
   def tff_aggregator(self, config, value_type, dim: int,
                      rounds_per_epoch: Optional[int] = None):
     return ddp_chain.ddp_mean_factory(ddp_claim.parameters_of(config, dim))

@@ -38,12 +38,6 @@ def _gaussian(factory_class, config, clients_per_round, **extra):
 class GaussianTff(protocol_tff.TffMechanism):
   """DP-FedAvg's aggregators (module docstring)."""
 
-  def planted_bugs(self):
-    """Its planted bugs: `tff_canary.mechanisms.gaussian.planted` (imported
-    when asked: it builds on this half)."""
-    from tff_canary.mechanisms.gaussian import planted  # pylint: disable=g-import-not-at-top
-    return planted.PLANTED_BUGS
-
   def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):
     return _gaussian(factory.CanaryDPFactory, config,

@@ -9,7 +9,8 @@ client exactly one epoch apart, production BLT's rule: McMahan, Xu & Zhang
 2024, arXiv 2408.08868) one C serves all rounds, never restarted, and is
 accounted for at most k = ceil(rounds / rounds_per_epoch) participations at
 least rounds_per_epoch apart (`rule`: `separation.MinSeparation`; its noise
-a `separation.SeparatedNoise`). Its runs are the tree's in everything but the
+a `separation.SeparatedNoise`). Its runs are the correlated family's
+(`tff_canary.mechanisms.correlated.spec`, as the tree's) in everything but the
 noise: a fixed clip, orthogonal canaries inserted by fair coins once per
 epoch, no ledger, each round's canary scores in units of z C
 (tree_scores.npy, `round_scores`) and the DP-FTRL report section, whose
@@ -32,7 +33,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_canary.mechanisms.tree import spec as tree
+from tff_canary.mechanisms import protocol
+from tff_canary.mechanisms.correlated import spec as correlated_spec
 from tff_canary.stats.correlated import linear_noise
 from tff_canary.stats.matrix import separation
 from tff_canary.stats.matrix import strategy_noise
@@ -63,7 +65,7 @@ def participation_rule(config, rounds_per_epoch: int
 
 
 @dataclasses.dataclass(frozen=True)
-class MatrixMechanism(tree.TreeMechanism):
+class MatrixMechanism(correlated_spec.CorrelatedMechanism):
   """A matrix mechanism restarted every epoch (module docstring); a
   subclass sets `name`, `settings`, `strategy_name` and `coefficients`."""
   client_aggregator = " (DP-FTRL matrix mechanism)"
@@ -76,6 +78,8 @@ class MatrixMechanism(tree.TreeMechanism):
                      "cyclic (exactly one epoch apart, never restarted)")
   strategy_name = ""
   scores_of = "the strategy's"
+  # Swept as the tree is.
+  sweep = protocol.SweepDefaults(("0.5", "1", "2", "4"), ("1",), clip=0.1)
 
   def resolve(self, config) -> dict[str, Any]:
     if config.noise_multiplier == 0.0:

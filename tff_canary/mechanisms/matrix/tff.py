@@ -7,10 +7,10 @@ sampling (`MatrixMechanism.restart_every`): server-side,
 `CanaryDPFactory(MatrixAggregation(...))`; without canaries, TFF's own
 `DifferentiallyPrivateFactory` over the same query
 (`MatrixAggregation.tff_factory`), unseeded, which canary clients join as
-the tree's do (`tree_tff`). The noise check is the tree's
+the tree's do (`correlated.tff`). The noise check is the tree's
 (`tree_noise_check.check_tree_noise`) with the strategy's claimed noise
 (`MatrixAggregation.noise`, B = C^-1 per epoch) of the run's C over two
-restarts (restarted sooner for long epochs: the tree's `check_period`; as
+restarts (restarted sooner for long epochs: `correlated.tff.check_period`; as
 many rounds unrestarted with cyclic sampling) and sigma = z C. A round
 records no DpEvent but its canaries' scores in units of z C
 (tree_scores.npy), as the tree's do. Its planted bugs are
@@ -26,9 +26,9 @@ import tensorflow_federated as tff
 from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.mechanisms import protocol_tff
+from tff_canary.mechanisms.correlated import tff as correlated_tff
 from tff_canary.mechanisms import registry
 from tff_canary.mechanisms.matrix import aggregation as matrix_aggregation
-from tff_canary.mechanisms.tree import tff as tree_tff
 
 
 def aggregation(config, rounds_per_epoch: Optional[int],
@@ -43,22 +43,16 @@ def aggregation(config, rounds_per_epoch: Optional[int],
   mechanism = registry.get(config.aggregator)
   restart = mechanism.restart_every(config, int(rounds_per_epoch))
   if check and restart is not None:
-    restart = tree_tff.check_period(restart)
+    restart = correlated_tff.check_period(restart)
   return matrix_aggregation.MatrixAggregation(
       noise_multiplier=config.noise_multiplier, clip=config.clip,
       restart_every=restart, noise_seed=noise_seed,
       **mechanism.strategy_kwargs(config, int(rounds_per_epoch)))
 
 
-class MatrixTff(tree_tff.TreeTff):
+class MatrixTff(correlated_tff.CorrelatedTff):
   """The matrix mechanisms' aggregators (module docstring); a round's
-  records are the tree's."""
-
-  def planted_bugs(self):
-    """Its planted bugs: `tff_canary.mechanisms.matrix.planted` (imported
-    when asked: it builds on this half)."""
-    from tff_canary.mechanisms.matrix import planted  # pylint: disable=g-import-not-at-top
-    return planted.PLANTED_BUGS
+  records are the correlated family's."""
 
   def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):
@@ -74,13 +68,13 @@ class MatrixTff(tree_tff.TreeTff):
 
   def noise_check(self, config, inputs: protocol_tff.NoiseCheckInputs):
     # The run's C (a BLT fitted to the run's participation), restarted sooner
-    # when two epochs do not fit in the check (`tree_tff.check_period`;
+    # when two epochs do not fit in the check (`correlated_tff.check_period`;
     # unrestarted, as many rounds); with canary clients TFF's own factory,
     # unseeded, as the run's.
     clients = config.insertion == "clients"
     query = aggregation(config, inputs.rounds_per_epoch,
                         None if clients else inputs.seed, check=True)
-    period = tree_tff.check_period(inputs.rounds_per_epoch)
+    period = correlated_tff.check_period(inputs.rounds_per_epoch)
     if clients:
       checked = query.tff_factory(
           tff.types.type_to_tf_tensor_specs(inputs.value_type),
