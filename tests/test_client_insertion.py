@@ -286,14 +286,47 @@ def _run(config):
 
 
 
+# The client-mode run of the tests below (noise 0, fixed clip 1 below the
+# canary norm 10: each canary client enters TFF's sum at the clip), killed
+# at its second checkpoint (round 4 of 6) and resumed. The resumed run
+# redoes rounds 2-3 and trains 4-5: it keeps rounds 0-1's canary outcomes,
+# ledger and aggregates, and passes two checkpoints of its own as an
+# uninterrupted run does, so a checkpoint that drops the records of the
+# rounds before the last one still shows. (Before, one run trained straight
+# and another was killed and resumed: one TFF run fewer.)
+ROUNDS = 6
+
+
+@pytest.fixture(scope="module")
+def client_mode_run(tmp_path_factory):
+  """(report, run dir) of the killed and resumed client-mode run."""
+  from tff_canary.harness.runner import training  # pylint: disable=g-import-not-at-top
+  path = tmp_path_factory.mktemp("clients") / "run"
+  checkpoint = training._checkpoint  # pylint: disable=protected-access
+  calls = []
+
+  def crash_at_the_second(*args, **kwargs):
+    calls.append(args[2])
+    if len(calls) == 2:
+      raise RuntimeError("killed")
+    return checkpoint(*args, **kwargs)
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(training, "_checkpoint", crash_at_the_second)
+    with pytest.raises(RuntimeError, match="killed"):
+      _run(_tiny(path, clip=1.0, num_rounds=ROUNDS))
+  assert calls == [2, 4]
+  rd = run_dir.RunDir(path)
+  assert len(rd.load_ledger()) == 2 and not rd.exists(run_dir.REPORT_JSON)
+  report = _run(_tiny(path, clip=1.0, num_rounds=ROUNDS, resume=True))
+  return report, rd
+
+
 @pytest.mark.tff
 @pytest.mark.slow
 def test_a_client_mode_run_inserts_its_canaries_and_reports_the_mode(
-    tmp_path):
-  # Noise 0, fixed clip 1 below the canary norm 10: each canary client
-  # enters TFF's sum at the clip. About 35 s on 2 cores.
-  report = _run(_tiny(tmp_path / "run", clip=1.0))
-  rd = run_dir.RunDir(tmp_path / "run")
+    client_mode_run):
+  report, rd = client_mode_run
   saved = rd.load_config()
   assert saved["insertion"] == "clients" and saved["canary_norm"] == 10.0
   assert saved["noise_seed"] is None
@@ -318,7 +351,7 @@ def test_a_client_mode_run_inserts_its_canaries_and_reports_the_mode(
       rd.file(run_dir.AGGREGATES))
   assert recorded.all()
   events = rd.load_participation()
-  for r in range(4):
+  for r in range(ROUNDS):
     ids = events[events[:, 0] == r, 1]
     block = canary_directions.canary_block(saved["canary_seed"], ids,
                                            saved["dim"]).astype(np.float64)
@@ -330,13 +363,13 @@ def test_a_client_mode_run_inserts_its_canaries_and_reports_the_mode(
   assert table.known_canaries_removed == "none"  # the paper's statistics
   # The ledger: TFF's own DpEvents, one per round.
   ledger = rd.load_ledger()
-  assert len(ledger) == 4
+  assert len(ledger) == ROUNDS
   assert all(type(e).__name__ == "GaussianDpEvent" for e in ledger.events)
   # metrics.csv: the DP query's clip, the canary clients of each round.
   rows = rd.load_metrics()
-  assert [r["clip"] for r in rows] == [1.0] * 4
+  assert [r["clip"] for r in rows] == [1.0] * ROUNDS
   assert [r["canaries_inserted"] for r in rows] == [
-      int(np.sum(events[:, 0] == r)) for r in range(4)]
+      int(np.sum(events[:, 0] == r)) for r in range(ROUNDS)]
   # Per canary and round: clipped by the DP query (norm 10 > clip 1).
   with open(rd.file(run_dir.CANARY_OUTCOMES)) as f:
     outcomes = json.load(f)["outcomes"]
@@ -391,31 +424,14 @@ def test_zeroed_canary_clients_are_findings_in_the_report(tmp_path):
 
 @pytest.mark.tff
 @pytest.mark.slow
-def test_a_killed_client_mode_run_resumes_with_its_outcomes(tmp_path,
-                                                            monkeypatch):
-  # Killed at the second checkpoint (round 4 of 4): the resumed run redoes
+def test_a_killed_client_mode_run_resumes_with_its_outcomes(client_mode_run):
+  # Killed at the second checkpoint (round 4 of 6): the resumed run redoes
   # rounds 2-3 and keeps rounds 0-1's canary outcomes, each once.
-  from tff_canary.harness.runner import training  # pylint: disable=g-import-not-at-top
-  checkpoint = training._checkpoint  # pylint: disable=protected-access
-  calls = []
-
-  def crash_at_the_second(*args, **kwargs):
-    calls.append(args[2])
-    if len(calls) == 2:
-      raise RuntimeError("killed")
-    return checkpoint(*args, **kwargs)
-
-  monkeypatch.setattr(training, "_checkpoint", crash_at_the_second)
-  with pytest.raises(RuntimeError, match="killed"):
-    _run(_tiny(tmp_path / "run", clip=1.0))
-  monkeypatch.undo()
-  report = _run(_tiny(tmp_path / "run", clip=1.0, resume=True))
-  rd = run_dir.RunDir(tmp_path / "run")
+  report, rd = client_mode_run
   with open(rd.file(run_dir.CANARY_OUTCOMES)) as f:
     outcomes = json.load(f)["outcomes"]
   assert sorted((o["round_num"], o["canary_id"]) for o in outcomes) == (
       sorted(map(tuple, rd.load_participation().tolist())))
-  assert len(rd.load_ledger()) == 4
+  assert len(rd.load_ledger()) == ROUNDS
   assert np.all(report.table.max_cosines("inserted")
                 > 0.95 * run_files.lone_canary_floor(rd))
-

@@ -40,13 +40,6 @@ FLAGS = [f"--num_rounds={NUM_ROUNDS}", "--checkpoint_every=2",
          "--allow_large_canary_fraction", "--directions=gaussian"]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-  out = str(tmp_path_factory.mktemp("straight") / "run")
-  script_runs.finish(out, FLAGS)
-  return out
-
-
 def _assert_same_results(out, reference):
   assert script_runs.estimates(out) == script_runs.estimates(reference)
   assert metrics_without_timing(out) == metrics_without_timing(reference)
@@ -62,7 +55,11 @@ def _assert_same_results(out, reference):
   assert not leftovers
 
 
-def test_kill_during_training_then_resume(uninterrupted, tmp_path):
+def test_kill_during_training_then_in_the_cosine_work_then_resume(tmp_path):
+  # One run killed twice, each kill resumed: in training, then (its resumed
+  # process having trained the last rounds) in the cosine work. Each resume
+  # starts from what a kill left, as when the two kills were two runs; one
+  # run of the command trains once instead of twice (test-suite cost).
   out = str(tmp_path / "run")
   proc = script_runs.start(out, FLAGS)
   # Kill in round 4, once "3/4" shows: after the checkpoint of round 2, so
@@ -72,17 +69,16 @@ def test_kill_during_training_then_resume(uninterrupted, tmp_path):
   script_runs.kill_when(proc, lambda line: f"3/{NUM_ROUNDS}" in line)
   assert len(metrics_without_timing(out)) == 2
   assert not os.path.exists(os.path.join(out, "report.json"))
-  script_runs.finish(out, FLAGS, "--resume")
-  _assert_same_results(out, uninterrupted)
-
-
-def test_kill_during_the_cosine_work_then_resume(uninterrupted, tmp_path):
-  out = str(tmp_path / "run")
-  proc = script_runs.start(out, FLAGS)
+  # Resumed, then killed once the cosine pass after training has started.
+  proc = script_runs.start(out, FLAGS, "--resume")
   script_runs.kill_when(proc, lambda line: "canary cosines:" in line
                         and f"/{NUM_CANARIES}" in line
                         and f" 0/{NUM_CANARIES}" not in line)
   assert len(metrics_without_timing(out)) == NUM_ROUNDS  # training done
   assert not os.path.exists(os.path.join(out, "cosines.npz"))
+  assert not os.path.exists(os.path.join(out, "report.json"))
   script_runs.finish(out, FLAGS, "--resume")
-  _assert_same_results(out, uninterrupted)
+  # The same command, never interrupted.
+  reference = str(tmp_path / "straight" / "run")
+  script_runs.finish(reference, FLAGS)
+  _assert_same_results(out, reference)

@@ -1,8 +1,8 @@
 """Banded and BLT DP-FTRL in the experiments (`--aggregator=banded`,
 `--aggregator=blt`): their settings and refusals, the DP-FTRL report over
 their claimed noise from simulated scores, and a tiny EMNIST run through the
-BLT aggregator with its noise self-test (tff_canary.harness.mechanisms.
-matrix, banded, blt; mechanisms.matrix.tff)."""
+BLT aggregator with its noise self-test (tff_canary.mechanisms: matrix,
+banded, blt; mechanisms.matrix.tff)."""
 
 from __future__ import annotations
 

@@ -77,6 +77,8 @@ def test_windows_cover_every_coordinate():
 
 def test_fwht_is_sylvester_hadamard():
   for n in [2, 8, 64, 2048]:
+    for i in sorted({0, 1, 3, n - 1} & set(range(n))):
+      np.testing.assert_array_equal(_hadamard_row(i, n), linalg.hadamard(n)[i])
     x = np.random.default_rng(n).normal(size=(3, n)).astype(np.float32)
     want = x.astype(np.float64) @ linalg.hadamard(n).T / np.sqrt(n)
     np.testing.assert_allclose(ot.fwht(tf.constant(x), n).numpy(), want,
@@ -84,6 +86,17 @@ def test_fwht_is_sylvester_hadamard():
 
 
 # --------------------------------------------------------------- null law
+
+
+def _hadamard_row(i, n):
+  """Row i of the n x n Sylvester Hadamard matrix, linalg.hadamard(n)[i]:
+  (-1)^popcount(i & j) (without building the matrix: 2 GB at n = 2^14)."""
+  bits = i & np.arange(n)
+  parity = np.zeros(n, np.int64)
+  while bits.any():
+    parity ^= bits & 1
+    bits >>= 1
+  return 1.0 - 2.0 * parity
 
 
 def _adversarial(dim):
@@ -99,7 +112,7 @@ def _adversarial(dim):
   vectors["block"] = block
   n = 1 << (dim.bit_length() - 1)
   walsh = np.zeros(dim)
-  walsh[:n] = linalg.hadamard(n)[3]  # a Hadamard row
+  walsh[:n] = _hadamard_row(3, n)  # a Hadamard row
   vectors["hadamard row"] = walsh
   vectors["heavy-tailed"] = (rng.standard_t(1.5, dim)
                              * np.exp(-3.0 * np.arange(dim) / dim))
@@ -323,22 +336,26 @@ def test_canary_clients_through_ddp_score_orthogonal_canaries(tmp_path):
   # optimizer (momentum: no aggregate is read from the weights): the table
   # comes from the scoring wrapper's state. (Canary clients through TFF's
   # Gaussian factory: tests/test_canary_clients.py, without an experiment.)
-  extra = ("--insertion=clients", "--noseeded_noise", "--aggregator=ddp",
-           "--clip=0.5", "--nozeroing")
+  # In this process, not through experiments/emnist.py (a subprocess
+  # imports TensorFlow again; the script's flags are tested in
+  # tests/test_experiment_cli.py): its defaults' client_learning_rate and
+  # checkpoint_every are given.
   import os  # pylint: disable=g-import-not-at-top
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
+  import warnings  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.config import experiment_config  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
   from tff_canary.stats.canaries.cosine_table import CosineTable  # pylint: disable=g-import-not-at-top
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   out = str(tmp_path / "run")
-  proc = subprocess.run(
-      [sys.executable, os.path.join(repo, "experiments", "emnist.py"),
-       f"--output_dir={out}", "--num_rounds=3", "--clients_per_round=4",
-       "--examples_per_client=16", "--num_inserted=6", "--num_held_out=6",
-       "--noise_multiplier=0.5", "--eval_every=0",
-       "--allow_large_canary_fraction", "--directions=orthogonal", *extra],
-      capture_output=True, text=True, timeout=900)
-  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  config = experiment_config.ExperimentConfig(
+      output_dir=out, num_rounds=3, clients_per_round=4,
+      examples_per_client=16, num_inserted=6, num_held_out=6,
+      noise_multiplier=0.5, eval_every=0, client_learning_rate=0.1,
+      checkpoint_every=20, allow_large_canary_fraction=True,
+      directions="orthogonal", insertion="clients", seeded_noise=False,
+      aggregator="ddp", clip=0.5, zeroing=False)
+  with warnings.catch_warnings():  # half the participants are canaries
+    warnings.simplefilter("ignore", experiment.CanaryFractionWarning)
+    experiment.run_experiment(config, progress=False, log=lambda *a: None)
   table = CosineTable.load(os.path.join(out, "cosines.npz"))
   assert table.generator == ot.GENERATOR and table.rounds_recorded == 3
   assert table.has_max_cosines and table.has_scheduled_sums

@@ -97,16 +97,30 @@ def test_metrics_rows_read_back_keep_their_text(tmp_path):
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-  """Two runs of FLAGS, side by side, each to the end."""
+  """Two runs of FLAGS side by side: the first to the end, the second
+  killed in training (after a checkpoint) and finished with --resume; and
+  the number of metrics.csv rows the kill left."""
   outs = [str(tmp_path_factory.mktemp(name) / "run") for name in "ab"]
-  procs = [subprocess.Popen(
-      script_runs.command(out, FLAGS), stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True, env=script_runs.ENV)
-           for out in outs]
-  for proc in procs:
-    output, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, output[-3000:]
-  return outs
+  log_path = os.path.join(os.path.dirname(outs[0]), "output.txt")
+  with open(log_path, "w") as log:
+    straight = subprocess.Popen(script_runs.command(outs[0], FLAGS),
+                                stdout=log, stderr=subprocess.STDOUT,
+                                env=script_runs.ENV)
+  try:
+    killed = script_runs.start(outs[1], FLAGS)
+    script_runs.kill_when(killed, lambda line: "3/8" in line or "4/8" in line)
+    # metrics.csv is written with each checkpoint: killed in training.
+    rows_at_kill = len(metrics_without_timing(outs[1]))
+    assert not os.path.exists(os.path.join(outs[1], "report.json"))
+    script_runs.finish(outs[1], FLAGS, "--resume")
+    straight.wait(timeout=900)
+  finally:
+    if straight.poll() is None:
+      straight.kill()
+      straight.wait()
+  with open(log_path) as f:
+    assert straight.returncode == 0, f.read()[-3000:]
+  return outs[0], outs[1], rows_at_kill
 
 
 def _bits(path):
@@ -122,18 +136,33 @@ def _report_numbers(out):
   return report
 
 
+# The second run of the command is killed in training and resumed (the
+# orthogonal canaries' kill; tests/test_crash_resume.py kills runs of the
+# paper's canaries): every one of its rounds is still trained by a process
+# of its own, beside the first run, so the comparison below finds any
+# difference between two runs of the command, from round 0 on, and a
+# resumed run that differs from an uninterrupted one. (Before, a third run
+# did the kill; one run fewer saves a TFF training run.) Orthogonal
+# canaries are scored inside each round: their running statistics are in
+# the aggregator state, so they are checkpointed with it. No aggregates,
+# no cosine pass; a kill in training loses the rounds since the last
+# checkpoint and the resumed run must redo them to the same bits
+# (checkpoints every 2 rounds: the kill comes after the checkpoint of
+# round 2).
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # two runs side by side; a busy machine is slower
 def test_two_runs_of_the_same_command_are_bitwise_identical(two_runs):
-  a, b = two_runs
+  a, b, rows_at_kill = two_runs
+  assert rows_at_kill in (2, 4)
   rows_a = metrics_without_timing(a)
   assert len(rows_a) == 8 and rows_a[-1]["eval_loss"]
   for row_a, row_b in zip(rows_a, metrics_without_timing(b), strict=True):
     assert row_a == row_b, f"round {row_a['round']} differs"
-  table = CosineTable.load(os.path.join(a, "cosines.npz"))
-  assert table.orthogonal and table.has_scheduled_sums
-  assert table.rounds_recorded == 8
-  assert not os.path.exists(os.path.join(a, "aggregates.npy"))
+  for out in (a, b):
+    table = CosineTable.load(os.path.join(out, "cosines.npz"))
+    assert table.orthogonal and table.has_scheduled_sums
+    assert table.has_max_cosines and table.rounds_recorded == 8
+    assert not os.path.exists(os.path.join(out, "aggregates.npy"))
   for name in ("initial_weights.npy", "final_weights.npy"):
     assert _bits(os.path.join(a, name)) == _bits(os.path.join(b, name)), name
   assert (CosineTable.load(os.path.join(a, "cosines.npz"))
@@ -143,34 +172,5 @@ def test_two_runs_of_the_same_command_are_bitwise_identical(two_runs):
     assert sorted(za.files) == sorted(zb.files)
     for key in za.files:
       assert za[key].tobytes() == zb[key].tobytes(), key
+  assert script_runs.estimates(a) == script_runs.estimates(b)
   assert _report_numbers(a) == _report_numbers(b)
-
-
-# Killed and resumed (tests/test_crash_resume.py kills runs of the paper's
-# canaries). Orthogonal canaries are scored inside each round: their running
-# statistics are in the aggregator state, so they are checkpointed with it.
-# No aggregates, no cosine pass; a kill in training loses the rounds since
-# the last checkpoint and the resumed run must redo them to the same bits as
-# the uninterrupted first run of this command above (checkpoints every 2
-# rounds: the kill comes after the checkpoint of round 2).
-@pytest.mark.slow
-@pytest.mark.timeout(1200)  # two_runs first, if this test runs alone
-def test_kill_orthogonal_run_during_training_then_resume(two_runs, tmp_path):
-  out = str(tmp_path / "run")
-  proc = script_runs.start(out, FLAGS)
-  script_runs.kill_when(proc, lambda line: "3/8" in line or "4/8" in line)
-  # metrics.csv is written with each checkpoint: killed in training.
-  assert len(metrics_without_timing(out)) in (2, 4)
-  assert not os.path.exists(os.path.join(out, "report.json"))
-  script_runs.finish(out, FLAGS, "--resume")
-  reference = two_runs[0]
-  assert script_runs.estimates(out) == script_runs.estimates(reference)
-  assert metrics_without_timing(out) == metrics_without_timing(reference)
-  for name in ("initial_weights.npy", "final_weights.npy"):
-    assert (_bits(os.path.join(out, name))
-            == _bits(os.path.join(reference, name))), name
-  table = CosineTable.load(os.path.join(out, "cosines.npz"))
-  assert table == CosineTable.load(os.path.join(reference, "cosines.npz"))
-  assert table.has_max_cosines and table.has_scheduled_sums
-  assert table.rounds_recorded == 8
-  assert not os.path.exists(os.path.join(out, "aggregates.npy"))
