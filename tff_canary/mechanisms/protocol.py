@@ -1,18 +1,20 @@
 """What a DP mechanism tells the harness: the NumPy half of its protocol.
 
-docs/guide/mechanisms.md: a mechanism is two modules, registered by one line
-in `registry.MECHANISMS`: its NumPy half, a `Mechanism` (this module's
-interface; no TensorFlow: its settings, its `requirements`, one
-`Requirement` per missing setting like dp-accounting's `supports()` names
-the unsupported part, what its runs record, and its `claim`, the analytical
-epsilons as plain data, `AnalyticalClaim`), and its TFF half (`tff_half`), a
-`tff_canary.mechanisms.protocol_tff.TffMechanism`.
+docs/guide/mechanisms.md: a mechanism is a package, registered by one line
+in `registry.MECHANISMS`: its `spec` module holds its NumPy half, a
+`Mechanism` (this module's interface; no TensorFlow: its settings, its
+`requirements`, one `Requirement` per missing setting like dp-accounting's
+`supports()` names the unsupported part, what its runs record, its `claim`,
+the analytical epsilons as plain data, `AnalyticalClaim`, and its
+`report_section`), and its `tff` module its TFF half, a
+`tff_canary.mechanisms.protocol_tff.TffMechanism` (`registry.half`).
 
 To add one, subclass `Mechanism` (a frozen dataclass, like
-`dp_accounting.dp_event`'s events) and override what differs from
-DP-FedAvg's defaults below (a per-round `DpEvent` ledger, any insertion, no
-settings of its own). The harness asks the mechanism, never its name.
-"""
+`dp_accounting.dp_event`'s events), or a family's base
+(`cosine.spec.CosineMechanism`, `correlated.spec.CorrelatedMechanism`), and
+override what differs from DP-FedAvg's defaults below (a per-round
+`DpEvent` ledger, any insertion, no settings of its own). The harness asks
+the mechanism, never its name."""
 
 from __future__ import annotations
 
