@@ -13,7 +13,6 @@ differs.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Optional
 
 import numpy as np
@@ -112,14 +111,9 @@ class TffMechanism:
     """Its planted bugs (a `planted_runs.PlantedBugs`): the `PLANTED_BUGS` of
     the `planted` module beside this half in its package (imported when
     asked: it builds on this half), or None when the package has none."""
-    package = type(self).__module__.rpartition(".")[0]
-    path = f"{package}.planted"
-    try:
-      return importlib.import_module(path).PLANTED_BUGS
-    except ModuleNotFoundError as error:
-      if error.name != path:
-        raise
-      return None
+    planted = registry.module_if_any(
+        type(self).__module__.rpartition(".")[0], "planted")
+    return None if planted is None else planted.PLANTED_BUGS
 
 
 def named(name: str) -> TffMechanism:

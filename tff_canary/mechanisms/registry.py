@@ -55,14 +55,23 @@ def half(name: str, framework: str = "tff"):
   name = validation.as_choice(name, "aggregator", names())
   framework = validation.as_choice(framework, "framework", tuple(FRAMEWORKS))
   module, attribute = FRAMEWORKS[framework]
-  path = f"{MECHANISMS[name]}.{module}"
+  found = module_if_any(MECHANISMS[name], module)
+  if found is None:
+    raise ValueError(f"aggregator {name!r} has no {framework} half "
+                     f"({MECHANISMS[name]}.{module} does not exist).")
+  return getattr(found, attribute)
+
+
+def module_if_any(package: str, module: str):
+  """The module `package.module`, or None when the package has none (an
+  import that fails inside that module is raised as it is)."""
+  path = f"{package}.{module}"
   try:
-    return getattr(importlib.import_module(path), attribute)
+    return importlib.import_module(path)
   except ModuleNotFoundError as error:
     if error.name != path:
       raise
-    raise ValueError(f"aggregator {name!r} has no {framework} half ({path} "
-                     "does not exist).") from None
+    return None
 
 
 def _where(name: str, module: str, attribute: str) -> str:
@@ -115,5 +124,6 @@ def setting_keys() -> tuple[str, ...]:
   return tuple(settings())
 
 
-__all__ = ["DEFAULT", "FRAMEWORKS", "MECHANISMS", "SPEC", "get", "half", "helps",
-           "names", "of_config", "setting_keys", "settings"]
+__all__ = ["DEFAULT", "FRAMEWORKS", "MECHANISMS", "SPEC", "get", "half",
+           "helps", "module_if_any", "names", "of_config", "setting_keys",
+           "settings"]
