@@ -35,13 +35,13 @@ echo "install.sh: resolving TFF 0.87 + tff-canary in one uv command (about 30 s 
 # process under PYTHONDONTWRITEBYTECODE=1 (set on this project's machines)
 # compiles TensorFlow's sources at every import: `import tensorflow_federated`
 # measured 14.5 s of CPU without them, 5.3 s with, and the tests start well
-# over a hundred such processes (tests/test_package.py checks the files).
+# over a hundred such processes (tests/project/test_package.py checks the files).
 .venv/bin/python -m uv pip install --quiet --python .venv/bin/python \
   --compile-bytecode --override requirements/overrides.txt \
   -r requirements/lock.txt -e ".[tff,test,docs]"
 # uv compiles only when it installs something; a .venv made before this line
 # existed gets its bytecode here (a few files of Python 2 syntax in the tree
-# never compile, hence -qq and the || true; tests/test_package.py checks).
+# never compile, hence -qq and the || true; tests/project/test_package.py checks).
 if ! .venv/bin/python -c 'import importlib.util as u, os, sys
 spec = u.find_spec("tensorflow_federated")
 sys.exit(not os.path.exists(u.cache_from_source(spec.origin)))'; then

@@ -10,12 +10,12 @@
                  suite, as README.md's two commands
 
 `nox` runs both, stats first, so that the tff session's
-tests/test_stack_agreement.py compares the two stacks' seeded outputs (it
+tests/project/test_stack_agreement.py compares the two stacks' seeded outputs (it
 finds .nox/stats/bin/python; the stats session points it at .venv/bin/python
 when that exists). Arguments after `--` go to pytest in place of the
 default files: `nox -s stats -- tests` runs every test that needs no
 TensorFlow (tests/conftest.py leaves out the files that import it), `nox -s
-stats -- tests/test_cosine_table.py` one file. uv makes the stats
+stats -- tests/stats/canaries/test_cosine_table.py` one file. uv makes the stats
 environment (the `uv` backend); the tff one is install.sh's, which needs
 uv's overrides.
 
@@ -39,7 +39,7 @@ REPO = os.path.dirname(os.path.abspath(__file__))
 
 
 def _other_python(path):
-  """TFF_CANARY_OTHER_PYTHON for tests/test_stack_agreement.py, if `path`
+  """TFF_CANARY_OTHER_PYTHON for tests/project/test_stack_agreement.py, if `path`
   (the other stack's interpreter) exists."""
   path = os.path.join(REPO, path)
   return {"TFF_CANARY_OTHER_PYTHON": path} if os.path.exists(path) else {}
@@ -49,7 +49,7 @@ def _other_python(path):
 def stats(session):
   # Bytecode at install time: this project's machines set
   # PYTHONDONTWRITEBYTECODE=1, and the tests start many interpreters.
-  # uv itself: tests/test_install_without_tf.py makes a venv with it.
+  # uv itself: tests/project/test_install_without_tf.py makes a venv with it.
   session.install("--compile-bytecode", "-r", "requirements/lock-numpy2.txt",
                   "uv==0.13.9")
   session.install("--compile-bytecode", "--no-deps", "-e", ".")

@@ -1,7 +1,7 @@
 """`--smoke` for the benches: the same command at tiny sizes, in seconds.
 
 A bench measures for minutes or hours; `--smoke` runs its code at tiny sizes
-so that a command the docs cite cannot rot (tests/test_smoke.py runs every
+so that a command the docs cite cannot rot (tests/project/test_smoke.py runs every
 bench with it). The tiny sizes replace the defaults only, so flags given on
 the command line still apply and `CMD --smoke` takes CMD's code path. The
 numbers a smoke run prints mean nothing.

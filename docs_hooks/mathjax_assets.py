@@ -8,7 +8,7 @@ MathJax's own release build (es5/) and needs nothing else, Django included.
 This hook adds the parts that TeX to SVG uses to the site under
 assets/mathjax/, so no page loads anything from a CDN, and the math needs
 neither network nor web fonts (SVG output draws its own glyphs).
-tests/test_docs.py checks the built site for both.
+tests/project/test_docs.py checks the built site for both.
 """
 
 import importlib.util

@@ -61,7 +61,7 @@ def define_flags() -> None:
   flags.DEFINE_bool("smoke", False,
                     "Seconds, not the table: one row (the DDP shortfall) at "
                     "the sizes of `SMOKE` for the flags not given. Checks "
-                    "that the command runs (tests/test_planted_bugs_tff.py "
+                    "that the command runs (tests/harness/runner/test_planted_bug_runs.py "
                     "runs every bug).")
 
 

@@ -17,7 +17,7 @@ NB_TRIALS, NB_TARGETS; NB_DELTA), taken from this command's environment.
 Nothing is written but the notebooks: the notebooks' report and figure go
 to a temporary directory (NB_OUT_DIR, NB_OUTPUT_DIR), removed afterwards,
 and the kernel writes no bytecode. The notebook's metadata records a hash
-of its code cells (`SOURCES_KEY`), so tests/test_notebooks.py can tell
+of its code cells (`SOURCES_KEY`), so tests/project/test_notebooks.py can tell
 whether the committed outputs are those of the committed code.
 """
 

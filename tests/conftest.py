@@ -25,17 +25,31 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # (pytest.ini: --dist loadfile --no-loadscope-reorder), so starting these
 # first lets the two processes finish together instead of one of them
 # running a 2-minute file alone at the end. Every other file follows in
-# pytest's order. A name here that no longer exists is an error.
-SLOWEST_FIRST = ("test_smoke.py", "test_factory.py", "test_experiment.py",
-                 "test_reproducible.py", "test_crash_resume.py",
-                 "test_planted_bugs_tff.py", "test_matrix_mechanisms.py",
-                 "test_tree_factory.py", "test_tree_experiment.py",
-                 "test_client_insertion.py", "test_orthogonal_canaries.py",
-                 "test_ddp_experiment.py", "test_audit.py",
-                 "test_tree_clients.py", "test_sweep.py",
-                 "test_matrix_bugs_tff.py", "test_canary_clients.py",
-                 "test_experiment_cli.py", "test_estimates.py",
-                 "test_datasets.py", "test_ddp_noise_check.py")
+# pytest's order. Paths are relative to tests/; one that no longer exists is an
+# error.
+SLOWEST_FIRST = (
+    "project/test_smoke.py",
+    "federated/insertion/test_factory.py",
+    "harness/runner/test_experiment.py",
+    "harness/runner/test_reproducible.py",
+    "harness/runner/test_resume.py",
+    "harness/runner/test_planted_bug_runs.py",
+    "mechanisms/matrix/test_end_to_end.py",
+    "federated/insertion/test_tree_factory.py",
+    "mechanisms/tree/test_end_to_end.py",
+    "harness/runner/test_client_insertion.py",
+    "federated/insertion/test_orthogonal_transform.py",
+    "mechanisms/ddp/test_end_to_end.py",
+    "stats/audit/test_audit.py",
+    "mechanisms/tree/test_end_to_end_clients.py",
+    "experiments/test_sweep.py",
+    "mechanisms/matrix/test_planted_bugs.py",
+    "federated/insertion/test_canary_clients.py",
+    "experiments/test_experiment_cli.py",
+    "stats/estimators/test_estimates.py",
+    "harness/data/test_datasets.py",
+    "mechanisms/ddp/test_noise_check.py",
+)
 
 
 # Without TensorFlow (the core install, noxfile.py's `stats` session), the
@@ -61,7 +75,8 @@ def pytest_collection_modifyitems(session, config, items):
     raise pytest.UsageError(f"tests/conftest.py SLOWEST_FIRST names files "
                             f"that do not exist: {missing}")
   rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+  items.sort(key=lambda item: rank.get(
+      os.path.relpath(item.path, here).replace(os.sep, "/"), len(rank)))
 
 
 @pytest.fixture(scope="session", autouse=True)

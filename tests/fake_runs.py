@@ -94,7 +94,7 @@ def make_scored_run(path, aggregator="tree", *, z=1.0, seed=0):
   whose scores are drawn here: u_j ~ N(a_j / z, K), a_j canary j's
   schedule if inserted, K the covariance of the mechanism's claimed rounds
   (`Mechanism.round_noise`, restarted every epoch); 4 epochs of 8 rounds,
-  400 candidates (tests/test_tree_experiment.py draws K independently)."""
+  400 candidates (tests/mechanisms/tree/test_end_to_end.py draws K independently)."""
   config = dict(task="emnist", data="synthetic", seed=seed, canary_seed=7,
                 dim=10_000, noise_multiplier=z, clip=0.1, clients_per_round=4,
                 num_rounds=32, num_inserted=200, num_held_out=200,

@@ -7,7 +7,7 @@ command give: simulated canary cosines (summaries of them), the empirical
 epsilons, the lower bounds, an audit's verdict, the analytical epsilons of
 the Gaussian mechanism (exact GDP and dp-accounting's PLD and RDP), of a
 tree, a banded and a BLT matrix mechanism, and a synthetic run's whole
-report.json. tests/test_stack_agreement.py runs it on the TFF stack (NumPy
+report.json. tests/project/test_stack_agreement.py runs it on the TFF stack (NumPy
 1.25, dp-accounting 0.4.3) and on the newest one (NumPy 2, dp-accounting
 0.6) and compares the two files. Needs only the package's core install
 (no TensorFlow, no matplotlib).

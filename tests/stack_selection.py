@@ -52,8 +52,8 @@ def _source(module: str) -> pathlib.Path | None:
       if path.is_file():
         return path
     return None
-  path = TESTS / f"{module}.py"
-  return path if len(parts) == 1 and path.is_file() else None
+  path = TESTS.joinpath(*parts).with_suffix(".py")  # a helper or a test file
+  return path if path.is_file() else None
 
 
 _KNOWN: dict[pathlib.Path, bool] = {}
@@ -84,8 +84,10 @@ def needs_tensorflow(path: str | pathlib.Path) -> bool:
 # The report command (`python -m tff_canary report`), the install itself
 # (TF-free imports, bytecode) and the two stacks' agreement: the rest of
 # what the core install promises.
-CORE_INSTALL_FILES = ("test_install_without_tf.py", "test_package.py",
-                      "test_report.py", "test_stack_agreement.py")
+CORE_INSTALL_FILES = ("project/test_install_without_tf.py",
+                      "project/test_package.py",
+                      "harness/reporting/test_report.py",
+                      "project/test_stack_agreement.py")
 
 
 def _imports_only_statistics(path: pathlib.Path) -> bool:
@@ -99,9 +101,10 @@ def _imports_only_statistics(path: pathlib.Path) -> bool:
 
 
 def statistics_files() -> list[str]:
-  """tests/test_*.py of the statistics layer and the report command, as
+  """tests/**/test_*.py of the statistics layer and the report command, as
   paths relative to the repository."""
   return [str(path.relative_to(REPO))
-          for path in sorted(TESTS.glob("test_*.py"))
+          for path in sorted(TESTS.rglob("test_*.py"))
           if not needs_tensorflow(path) and (
-              path.name in CORE_INSTALL_FILES or _imports_only_statistics(path))]
+              path.relative_to(TESTS).as_posix() in CORE_INSTALL_FILES
+              or _imports_only_statistics(path))]

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from test_layers import imported_modules
+from project.test_layers import imported_modules
 from tff_canary import moved_modules
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

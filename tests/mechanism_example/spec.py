@@ -4,7 +4,7 @@ DP-FedAvg's Gaussian noise, whose claim is the exact Gaussian-mechanism
 epsilon at the noise multiplier times `claim_noise_scale` (its one
 setting): a mechanism that claims more noise than it adds when the scale is
 above 1. It is a package registered by one line in `registry.MECHANISMS`
-and touches nothing else (tests/test_mechanisms.py); its TFF half is
+and touches nothing else (tests/mechanisms/test_registry.py); its TFF half is
 tests/mechanism_example/tff.py.
 """
 

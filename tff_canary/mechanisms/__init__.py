@@ -15,5 +15,5 @@ known linear map of independent noises: DP-FTRL's tree, banded and BLT, the
 last two through `matrix`).
 
 Layer: above `tff_canary.stats` and `tff_canary.federated`, below
-`tff_canary.harness` (tests/test_layers.py).
+`tff_canary.harness` (tests/project/test_layers.py).
 """

@@ -6,7 +6,7 @@ half (`MECHANISM`, a `protocol.Mechanism`), and its module of each
 framework in `FRAMEWORKS` (today `tff`: `TFF_MECHANISM`, a
 `protocol_tff.TffMechanism`) that framework's half. Adding a mechanism is
 its package and one line here; nothing else in the package branches on a
-name (tests/test_mechanism_names.py reads the code for it;
+name (tests/project/test_mechanism_names.py reads the code for it;
 docs/guide/mechanisms.md).
 """
 

@@ -15,7 +15,7 @@ exact when the canaries are drowned by noise, the boundary:
   mu = 0; for equal mu > 0, (Z + mu sqrt(n) / sigma) / sqrt(V / (n - 1))
   grows with mu for every (Z, V), so p < level is rarer. With unequal means
   (canaries of different participations) it is measured
-  (tests/test_sign_tests.py). The normal quantile with the sample sd
+  (tests/stats/test_sign_tests.py). The normal quantile with the sample sd
   instead (the check before) fired at mu = 0 in about 0.27% of runs of
   n = 23 and 1.8% of n = 5 (measured there too).
 * `two_sample_p`, inserted x against held-out y (maxima over rounds, the
@@ -47,7 +47,7 @@ n1 n2 / 12 (N + 1 - sum(t^3 - t) / (N (N - 1))), t the sizes of tied runs
 (Lehmann 1975, Nonparametrics, Ch. 1). It is conservative in the tail: its
 p is at least the exact one wherever that is <= 0.01, for every n1 <= 50
 and n2 <= 50 or in {100, 200, 500} with n1 n2 <= 10^4 (measured at this
-commit; tests/test_sign_tests.py checks a grid).
+commit; tests/stats/test_sign_tests.py checks a grid).
 
 Both tests take trials along leading axes (statistics on the last), so
 simulations of many runs are vectorized.

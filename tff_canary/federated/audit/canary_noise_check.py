@@ -35,7 +35,7 @@ def check_noise(aggregator: factory.CanaryDPFactory | factory.ZeroedFactory,
   zeroes a value whose norm exceeds 2 x its norm estimate + 1, at least 1),
   and zeroing adds no noise (its estimate is TFF's noiseless quantile
   process), so the zeroed aggregator's result is the inner's, value for
-  value (tests/test_self_test.py runs the check both ways and compares).
+  value (tests/federated/audit/test_canary_noise_check.py runs the check both ways and compares).
 
   Args:
     aggregator: The `CanaryDPFactory` of the run (with its canaries), or

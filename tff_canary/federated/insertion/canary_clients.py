@@ -7,7 +7,7 @@ arXiv 2302.03098, Section 4 and Algorithm 2), a canary client's update is
 replaced by `canary_norm * c_j` (c_j of `canary_directions`, or of
 `orthogonal_transform`, laid out by `flat_layout`) and enters the user's
 aggregator like any client's, so a clip, zeroing stage or user factory
-before the noise acts on it (tests/test_canary_clients.py).
+before the noise acts on it (tests/federated/insertion/test_canary_clients.py).
 
 Client data. A client is `OrderedDict(canary_id=ids, data=dataset)`, two
 sequences (`compose_learning_process` wants a structure of sequences):

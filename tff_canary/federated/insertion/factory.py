@@ -59,7 +59,7 @@ _tff_dp = tff.aggregators.differential_privacy
 # geometrically at rate log(10) per round, without noise. TFF 0.87 keeps these
 # numbers in a private function (`model_update_aggregator._default_zeroing`);
 # they are repeated here to build the same wrapper from public symbols, and
-# tests/test_factory.py checks the result against `tff.learning.dp_aggregator`
+# tests/federated/insertion/test_factory.py checks the result against `tff.learning.dp_aggregator`
 # round by round.
 _ZEROING_QUANTILE = dict(initial_estimate=10.0, target_quantile=0.98,
                          learning_rate=math.log(10.0), multiplier=2.0,

@@ -10,7 +10,7 @@ H_W the normalized Sylvester-Hadamard matrix on the coordinates of window W
 blocked transpose (`_transpose_shape`): orthogonal for any d, no padding.
 Three randomized Hadamard layers follow Yu et al., "Orthogonal Random
 Features" (NeurIPS 2016); the surrogate is not exactly Haar, and
-tests/test_orthogonal_canaries.py compares its scores with the exact null law
+tests/federated/insertion/test_orthogonal_transform.py compares its scores with the exact null law
 (one layer fails it). Canary j is row rho(j) of R (`rows`). A round needs one
 transform of cost O(d log d), whatever the number of canaries:
 

@@ -6,7 +6,7 @@ round's `noised_aggregate` (a flat float32 vector of d floats) out of the
 metrics and writes it to a memory-mapped .npy file, row = round. It reads
 the measurements the canary aggregation process names (`AGGREGATE_KEY`,
 `ROUND_KEY`), hence its place in the federated layer; it imports no
-TensorFlow (tests/test_package.py checks it), so `load_aggregates` reads a
+TensorFlow (tests/project/test_package.py checks it), so `load_aggregates` reads a
 finished run's aggregates without it.
 """
 

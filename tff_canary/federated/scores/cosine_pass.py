@@ -24,7 +24,7 @@ Numerics: products run in float32 (BLAS), with canaries of norm 1 to a few
 ulps and the norms of u and a_r accumulated in float64. The float32 rounding
 error of a length-d dot product of unit vectors is about 1e-7 in the cosine,
 at least three orders of magnitude below the null's standard deviation
-1/sqrt(d) for any d <= 10^8 (tests/test_cosine_pass.py checks it against
+1/sqrt(d) for any d <= 10^8 (tests/federated/scores/test_cosine_pass.py checks it against
 float64); another budget blocks the products otherwise and may round a
 product's last bit differently. Cosines are clipped to [-1, 1].
 

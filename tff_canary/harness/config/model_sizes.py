@@ -4,7 +4,7 @@ The canaries' dimension d is the model's parameter count. The experiments
 need it before TensorFlow loads, to refuse a command that cannot work (more
 canaries than dimensions, an integer bound that overflows TFF's int32 check)
 in a second and writing nothing. The counts follow the layers of the models
-`tasks` builds; tests/test_tasks.py checks them against the Keras models.
+`tasks` builds; tests/harness/data/test_tasks.py checks them against the Keras models.
 """
 
 from __future__ import annotations

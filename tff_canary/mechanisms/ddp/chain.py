@@ -9,7 +9,7 @@ own distributed query (`ddp_query`: each client adds its noise share in
 `preprocess_record`) -> modular clipping to [-2^(b-1), 2^(b-1)) and
 [0, 2^b) -> a PLAIN `SumFactory` where TFF has `SecureSumFactory`: SecAgg
 does not change the sum, and TFF's simulation context refuses the secure
-intrinsics (docs/guide/distributed-dp.md; tests/test_planted_bugs_tff.py
+intrinsics (docs/guide/distributed-dp.md; tests/harness/runner/test_planted_bug_runs.py
 checks the chain's state against the real factory's). `ddp_mean_factory`
 puts it under `UnweightedMeanFactory`, as `tff.learning.
 ddp_secure_aggregator` does: the mean divides by the clients that took part,

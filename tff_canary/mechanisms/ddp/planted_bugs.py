@@ -16,7 +16,7 @@ Gaussian mechanism's are `tff_canary.mechanisms.gaussian.planted_bugs`.
   rotated integer vector repeats the first half's;
   `ddp_noise_check.check_ddp_noise` finds it).
 
-`tests/test_planted_bugs_tff.py` checks that the chain's state holds the
+`tests/harness/runner/test_planted_bug_runs.py` checks that the chain's state holds the
 real factory's scale, norm bounds and local std.
 """
 

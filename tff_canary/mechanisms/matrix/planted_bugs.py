@@ -21,7 +21,7 @@ A client counted twice in an epoch is the sampler's bug
 
 `PlantedMatrixAggregation` is `matrix_aggregation.MatrixAggregation` whose
 `sum_query` builds the planted query; its `noise(T)` is the CLAIMED noise
-(the correct strategy's). tests/test_matrix_bugs_tff.py checks each query's
+(the correct strategy's). tests/mechanisms/matrix/test_planted_bugs.py checks each query's
 released noise against `planted_strategies.planted_noise`.
 """
 

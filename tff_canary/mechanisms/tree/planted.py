@@ -105,7 +105,7 @@ class TreePlanted(planted_runs.PlantedBugs):
   bugs = tree_simulation.BUGS
   modes = ("server",)
   # Aggregation-only runs judged by the DP-FTRL audit: not rows of
-  # experiments/planted_bugs.py (tests/test_tree_bugs_tff.py runs each).
+  # experiments/planted_bugs.py (tests/mechanisms/tree/test_planted_bugs.py runs each).
   table = ()
   gaussian_claim = False
   config_type = TreeBugRunConfig

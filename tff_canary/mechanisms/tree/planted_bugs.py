@@ -36,7 +36,7 @@ and one without a counterpart in the one-tensor `tree_simulation`:
 
 `PlantedTreeAggregation` is `tree_factory.TreeAggregation` with one of the
 noise bugs planted in the query its `sum_query` builds; its `noise(T)` is the
-CLAIMED (correct) tree. tests/test_tree_bugs_tff.py checks each bug's
+CLAIMED (correct) tree. tests/mechanisms/tree/test_planted_bugs.py checks each bug's
 released-noise coefficients against `tree_simulation.planted_noise`.
 """
 

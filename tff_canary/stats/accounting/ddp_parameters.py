@@ -36,7 +36,7 @@ formula, for a fixed clip (`auto_l2_clip=False`):
 * the modulus 2^b: the sum is reduced to [-2^(b-1), 2^(b-1)).
 
 TFF computes some of these in float32; the values here are float64, so they
-agree to 1e-5 relative (tests/test_ddp_parameters_tff.py compares them
+agree to 1e-5 relative (tests/stats/accounting/test_ddp_parameters.py compares them
 with a factory's own state). NumPy and SciPy only.
 """
 
@@ -111,7 +111,7 @@ class DdpParameters:
     factory assumes). For the discrete Gaussian this is sqrt(n) * the share's
     scale parameter sigma; its variance is below sigma^2 (Canonne, Kamath &
     Steinke 2020, arXiv 2004.00010, Sec. 2), by less than 3e-7 relative for
-    sigma >= 1 (tests/test_ddp_accounting.py sums it).
+    sigma >= 1 (tests/stats/accounting/test_ddp_accounting.py sums it).
     """
     n = self.clients_per_round if num_shares is None else validation.as_int(
         num_shares, "num_shares", minimum=1)

@@ -21,7 +21,7 @@ which is <= the true mu whenever the limits hold (both inverse normals move
 the right way). A negative value is no evidence of leakage and is clamped to
 0, never turned into |mu|: swapping the roles of the two groups is another
 test, with its own limits, and taking |mu| reports large epsilons for a
-mechanism that leaks nothing (`tests/test_gdp_bound.py`). The bound
+mechanism that leaks nothing (`tests/stats/bounds/test_gdp_bound.py`). The bound
 is then the epsilon of mu_lo-GDP at delta (Dong, Roth & Su 2019, Corollary
 2.13; `gaussian_accounting.gaussian_epsilon_of_mu`).
 

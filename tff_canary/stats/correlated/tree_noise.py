@@ -19,7 +19,7 @@ children's, reweighted by 1 / (2 - 2^-level)); docs/method/dp-ftrl.md.
 
 `tree_noise` does not transcribe these rules: it runs tensorflow_privacy's
 algorithm on symbolic values, each generator call a new basis vector, so A
-and B are the implementation's (tests/test_tree_noise.py compares with the
+and B are the implementation's (tests/stats/correlated/test_tree_noise.py compares with the
 real query). Calls that a reset throws away are columns of zeros.
 `TreeNoise` adds the tree's own accounting of its node release
 (`tree_accounting`).

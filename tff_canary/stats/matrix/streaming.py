@@ -22,7 +22,7 @@ past vectors, without C^-1 in memory:
   arXiv 2504.21413), so the memory is that of multiplying by C^-1 directly.
 
 Both are exact: the streamed rows equal `toeplitz.noise_matrix` @ xi up to
-floating point (tests/test_matrix_streaming.py).
+floating point (tests/stats/matrix/test_streaming.py).
 
 NumPy only.
 """
