@@ -79,6 +79,19 @@ def pytest_collection_modifyitems(session, config, items):
       os.path.relpath(item.path, here).replace(os.sep, "/"), len(rank)))
 
 
+def pytest_runtest_setup(item):
+  """Guards TFF's workers before any test runs a computation, also in a test
+  file that imports TFF but no tff_canary module that installs the guard:
+  an unguarded worker of a process started with SIGINT ignored (a
+  background job) ignores TFF's SIGINT at exit, and TFF then waits for it
+  forever (worker_guard's docstring)."""
+  del item  # unused
+  if "tensorflow_federated" in sys.modules:
+    from tff_canary.federated.runtime import worker_guard  # pylint: disable=g-import-not-at-top
+
+    worker_guard.install()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_worker_outlives_the_session():
   """Stops every worker at the end of the session (of each xdist worker) and

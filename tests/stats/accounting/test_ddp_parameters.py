@@ -16,8 +16,13 @@ import pytest
 import tensorflow_federated as tff
 from tensorflow_federated.python.aggregators import distributed_dp
 
-from tff_canary.federated.runtime import worker_guard  # noqa: F401  (stops workers)
+from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.accounting import ddp_parameters
+
+# Importing worker_guard does not guard: install() does (before the first
+# computation), so that the worker is stopped at exit (tests/conftest.py
+# installs it too, for any file that imports TFF).
+worker_guard.install()
 
 CASES = [
     dict(noise_multiplier=1.0, clients=40, bits=12, beta=0.0,
