@@ -20,6 +20,8 @@ from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import orthogonal_transform as ot
 from tff_canary.federated.scores import cosine_pass
 from tff_canary.stats.canaries import canary_config
+from tff_canary.stats.canaries import orthogonal_canaries
+from tff_canary.stats.canaries import philox
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.estimators.null_law import CosineNull
 import tensorflow_federated as tff  # pylint: disable=g-bad-import-order
@@ -64,6 +66,42 @@ def test_rows_are_a_prefix_of_one_permutation():
   assert len(set(ot.rows(8, 5000, 5000).tolist())) == 5000
   with pytest.raises(ValueError, match="num_canaries must be at most dim"):
     ot.rows(8, 100, 101)
+
+
+@pytest.mark.parametrize("seed", [(0, -1), (5, -6), (2 ** 63 - 1, -2 ** 63),
+                                  (-17, 3)])
+def test_numpy_philox_is_tensorflows_stream(seed):
+  # 1001 words: 250 full blocks and a partial one.
+  theirs = tf.random.stateless_uniform(
+      [1001], seed=tf.constant(seed, tf.int64), minval=None, maxval=None,
+      dtype=tf.uint32, alg="philox").numpy()
+  np.testing.assert_array_equal(philox.stateless_uint32(seed, 1001), theirs)
+
+
+@pytest.mark.parametrize("dim", [2, 3, 7, 100, 4097, 65539])
+def test_the_numpy_half_gives_the_same_canaries(dim):
+  # Frameworks without TensorFlow (Flower) build R in NumPy from the same
+  # seed: the same sign bits (exact), permutations and rows (exact), and
+  # the transform to float32 rounding (the same operations in another
+  # order: at most a few ulps of entries of size ~ 1/sqrt(d)).
+  seed = 1234
+  ones = tf.ones([1, dim], tf.float32)
+  for layer in range(ot.LAYERS):
+    for window in range(2):
+      tag = orthogonal_canaries.sign_tag(layer, window)
+      np.testing.assert_array_equal(
+          ot._flip(ones, tf.constant(seed, tf.int64), tag).numpy(),  # pylint: disable=protected-access
+          orthogonal_canaries._flip(np.ones((1, dim), np.float32), seed, tag))  # pylint: disable=protected-access
+  v = np.random.default_rng(dim).normal(size=(3, dim)).astype(np.float32)
+  key = tf.constant(seed, tf.int64)
+  tol = dict(rtol=0, atol=1e-6 * float(np.abs(v).max()))
+  np.testing.assert_allclose(orthogonal_canaries.forward(seed, v, dim),
+                             ot.forward(key, v, dim).numpy(), **tol)
+  np.testing.assert_allclose(orthogonal_canaries.inverse(seed, v, dim),
+                             ot.inverse(key, v, dim).numpy(), **tol)
+  ids = np.arange(min(dim, 5))
+  np.testing.assert_allclose(orthogonal_canaries.canary_block(seed, ids, dim),
+                             ot.canary_block(seed, ids, dim), atol=1e-6)
 
 
 def test_windows_cover_every_coordinate():

@@ -16,6 +16,11 @@ transform of cost O(d log d), whatever the number of canaries:
 
   * scores: (<c_0, v>, ..., <c_{m-1}, v>) = (R v)[rho];
   * the round's inserted canaries: sum_j w_j c_j = R^T u, u = w_j at rho(j).
+
+The windows, the canary-to-row map, the Hadamard factors and the
+permutations are `tff_canary.stats.canaries.orthogonal_canaries`' (the NumPy
+half, for frameworks without TensorFlow, which draws the same sign bits):
+this module is the transform in TensorFlow, graph-safe.
 """
 
 from __future__ import annotations
@@ -27,81 +32,18 @@ import numpy as np
 import tensorflow as tf
 
 from tff_canary.stats import validation
+from tff_canary.stats.canaries import orthogonal_canaries
 
-# Identifies the construction above; stored with every cosine table so that a
-# table is never paired with canaries from another generator.
-GENERATOR = "randomized-hadamard/3-layers/two-windows/float32/v2"
-
-# The number of randomized Hadamard layers L.
-LAYERS = 3
-
-# The largest Hadamard factor of the Kronecker decomposition (2^4 was the
-# fastest of 2^3..2^7 on this project's machine).
-_MAX_FACTOR_LOG2 = 4
-
-# The sign bits of window w of layer l are drawn from the stateless seed
-# (s, _SIGN_TAG - (l * _MAX_WINDOWS + w)) (`_tag`): negative, so it never
-# equals a Gaussian canary's (s, j), j >= 0.
-_SIGN_TAG = -1
-# At most two windows per layer (`windows`): sign vector l * 2 + w.
-_MAX_WINDOWS = 2
-# The canary-to-row map is drawn from NumPy's default_rng([s, _ROW_TAG]).
-_ROW_TAG = 0x0C7A
-
-
-def windows(dim: int) -> list[tuple[int, int]]:
-  """The Hadamard windows (start, size) of one layer, covering [0, dim).
-
-  n is the largest power of two <= dim and t = dim - n. With t = 0, one
-  window [0, n); otherwise also [dim - b, dim), b the smallest power of two
-  >= t. Windows may be disjoint: the permutation before each layer after
-  the first moves every window's coordinates across them
-  (`_transpose_shape`).
-  """
-  dim = validation.as_dim(dim)
-  n = 1 << (dim.bit_length() - 1)
-  t = dim - n
-  if t == 0:
-    return [(0, n)]
-  b = 1 << (t - 1).bit_length()
-  return [(0, n), (dim - b, b)]
-
-
-def rows(seed: int, dim: int, num_canaries: int) -> np.ndarray:
-  """rho(j), the row of R that is canary j, for j < num_canaries (int32).
-
-  The first `num_canaries` entries of a uniformly random permutation of
-  [0, dim) drawn from (seed, _ROW_TAG): a canary is a uniformly random row
-  of R, which makes E[c_jk^2] = 1/dim exactly for every coordinate k.
-  Prefix-consistent: canary j is the same row for any m > j.
-  """
-  dim = validation.as_dim(dim)
-  num_canaries = validation.as_int(num_canaries, "num_canaries", minimum=0)
-  if num_canaries > dim:
-    raise ValueError(f"num_canaries must be at most dim = {dim} (orthogonal "
-                     f"canaries are rows of a dim x dim matrix), got "
-                     f"{num_canaries}.")
-  rng = np.random.default_rng([seed, _ROW_TAG])
-  return rng.permutation(dim)[:num_canaries].astype(np.int32)
-
-
-def _factors(n: int) -> list[int]:
-  """Sizes of the Hadamard factors of H_n, balanced, at most 2^_MAX_FACTOR_LOG2
-  each."""
-  k = n.bit_length() - 1
-  if k == 0:
-    return []
-  count = math.ceil(k / _MAX_FACTOR_LOG2)
-  sizes = [k // count + (1 if i < k % count else 0) for i in range(count)]
-  return [1 << s for s in sizes]
-
-
-def _hadamard(f: int) -> np.ndarray:
-  """The unnormalized Sylvester-Hadamard matrix of size f (a power of two)."""
-  h = np.ones((1, 1), np.float32)
-  while h.shape[0] < f:
-    h = np.block([[h, h], [h, -h]])
-  return h
+# The construction's constants and its NumPy pieces, shared with the NumPy
+# half (module docstring).
+GENERATOR = orthogonal_canaries.GENERATOR
+LAYERS = orthogonal_canaries.LAYERS
+windows = orthogonal_canaries.windows
+rows = orthogonal_canaries.rows
+_factors = orthogonal_canaries.factors
+_hadamard = orthogonal_canaries.hadamard
+_transpose_shape = orthogonal_canaries.transpose_shape
+_tag = orthogonal_canaries.sign_tag
 
 
 def fwht(x: tf.Tensor, n: int) -> tf.Tensor:
@@ -122,22 +64,6 @@ def fwht(x: tf.Tensor, n: int) -> tf.Tensor:
     else:
       x = tf.transpose(tf.matmul(h, tf.reshape(x, [f, n // f])))
   return tf.reshape(x, [-1, n] if batched else [n])
-
-
-def _transpose_shape(dim: int, layer: int) -> tuple[int, int] | None:
-  """(p, q) of layer `layer`'s permutation, or None for no permutation.
-
-  Layer 0 has none; layers 1 and 2 transpose the first p q coordinates read
-  as a p x q matrix, p = 0.618 sqrt(dim) and sqrt(dim)
-  (docs/method/orthogonal-canaries.md, "The matrix").
-  """
-  if layer == 0:
-    return None
-  scale = (math.sqrt(5.0) - 1.0) / 2.0 if layer == 1 else 1.0
-  p = int(round(scale * math.sqrt(dim)))
-  if p < 2 or dim // p < 2:
-    return None
-  return p, dim // p
 
 
 def _permute(x: tf.Tensor, dim: int, layer: int, reverse: bool) -> tf.Tensor:
@@ -174,10 +100,6 @@ def _flip(x: tf.Tensor, seed: Any, tag: int) -> tf.Tensor:
   sign_bits = tf.reshape(sign_bits, [-1])[:size]
   flipped = tf.bitwise.bitwise_xor(tf.bitcast(x, tf.uint32), sign_bits)
   return tf.bitcast(flipped, tf.float32)
-
-
-def _tag(layer: int, window: int) -> int:
-  return _SIGN_TAG - (layer * _MAX_WINDOWS + window)
 
 
 def _layer(x: tf.Tensor, seed: Any, layer: int, dim: int) -> tf.Tensor:
