@@ -35,7 +35,7 @@ SLOWEST_FIRST = (
     "harness/runner/test_resume.py",
     "harness/runner/test_planted_bug_runs.py",
     "mechanisms/matrix/test_end_to_end.py",
-    "federated/insertion/test_tree_factory.py",
+    "mechanisms/tree/test_aggregation.py",
     "mechanisms/tree/test_end_to_end.py",
     "harness/runner/test_client_insertion.py",
     "federated/insertion/test_orthogonal_transform.py",

@@ -245,11 +245,33 @@ def test_the_changelog_lists_the_table():
 @pytest.mark.tff  # imports TensorFlow when it runs
 def test_a_renamed_name_works_for_one_release_and_says_where_it_went():
   # tree_factory.AdaptiveTreeClip is adaptive_clip.AdaptiveClip (both
-  # adaptive clips use it): the old name gives the same class, warning.
+  # adaptive clips use it): the old name gives the same class, warning, on
+  # the old module path too (now mechanisms.tree.aggregation).
   from tff_canary.federated.insertion import adaptive_clip  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated.insertion import tree_factory  # pylint: disable=g-import-not-at-top
+  from tff_canary.mechanisms.tree import aggregation  # pylint: disable=g-import-not-at-top
+  with pytest.warns(DeprecationWarning, match="moved to tff_canary.mechanisms"
+                    r"\.tree\.aggregation"):
+    from tff_canary.federated.insertion import tree_factory  # pylint: disable=g-import-not-at-top
+  assert tree_factory is aggregation
   with pytest.warns(DeprecationWarning, match="adaptive_clip.AdaptiveClip"):
     old = tree_factory.AdaptiveTreeClip
   assert old is adaptive_clip.AdaptiveClip
   with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
     tree_factory.NoSuchName  # pylint: disable=pointless-statement
+
+
+@pytest.mark.tff  # imports TensorFlow when it runs
+def test_the_tree_checks_old_names_give_the_correlated_ones():
+  # federated.audit.tree_noise_check is mechanisms.correlated.noise_check,
+  # its check and result renamed for the family they serve (tree, banded,
+  # BLT): the old names give the same objects, warning.
+  from tff_canary.mechanisms.correlated import noise_check  # pylint: disable=g-import-not-at-top
+  with pytest.warns(DeprecationWarning, match="correlated.noise_check"):
+    from tff_canary.federated.audit import tree_noise_check  # pylint: disable=g-import-not-at-top
+  assert tree_noise_check is noise_check
+  with pytest.warns(DeprecationWarning, match="check_correlated_noise"):
+    assert noise_check.check_tree_noise is noise_check.check_correlated_noise
+  with pytest.warns(DeprecationWarning, match="CorrelatedNoiseCheck"):
+    assert noise_check.TreeNoiseCheck is noise_check.CorrelatedNoiseCheck
+  with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+    noise_check.NoSuchName  # pylint: disable=pointless-statement

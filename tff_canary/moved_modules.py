@@ -216,6 +216,16 @@ MOVED_IN: dict[str, dict[str, str]] = {
             "tff_canary.mechanisms.matrix.query",
         "tff_canary.federated.insertion.ddp_chain":
             "tff_canary.mechanisms.ddp.chain",
+        # DP-FTRL's tree is its package's ('tree' names only the tree): its
+        # query and constructors; the check of correlated noise (tree,
+        # banded, BLT) is the correlated family's, and the canary
+        # aggregator's own self-test, which picks it, a mechanisms module.
+        "tff_canary.federated.insertion.tree_factory":
+            "tff_canary.mechanisms.tree.aggregation",
+        "tff_canary.federated.audit.tree_noise_check":
+            "tff_canary.mechanisms.correlated.noise_check",
+        "tff_canary.federated.audit.canary_noise_check":
+            "tff_canary.mechanisms.canary_noise_check",
     },
 }
 

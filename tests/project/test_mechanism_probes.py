@@ -17,10 +17,10 @@ syntax tree (`ast`) outside `tff_canary/mechanisms/` and flags:
 Not flagged: a check of an argument's type that refuses a wrong one
 (`if not isinstance(config, BugRunConfig): raise TypeError(...)`, argument
 validation, not a probe), and checks of TFF's or tensorflow_privacy's
-structures, which are no mechanism's. The modules of DP-FTRL's tree that still live in the federated
-layer are the tree's own code; `KNOWN` lists the probe they make, so that
-a new one fails here.
-The checker's own tests below show each rule flags what it should.
+structures, which are no mechanism's. `KNOWN` lists the files allowed a
+probe for now (none: DP-FTRL's tree query and its noise check, which made
+the last ones, live in `tff_canary/mechanisms/`), so that a new one fails
+here. The checker's own tests below show each rule flags what it should.
 """
 
 from __future__ import annotations
@@ -35,14 +35,8 @@ ROOT = repo_paths.REPO
 SCANNED = ("tff_canary", "experiments", "bench")
 INSIDE = "tff_canary/mechanisms/"
 WORDS = ("mechanism", "claim", "noise", "section", "half")
-# The tree's own code in the federated layer (its query and constructors,
-# its noise check), to move into tff_canary/mechanisms/tree with the
-# factory's tree constructors: file -> the probes it may make.
-KNOWN = {
-    # TreeNoiseCheck reads the claimed noise's trees if it has any (a
-    # matrix strategy's noise has none).
-    "tff_canary/federated/audit/tree_noise_check.py": 1,
-}
+# Files outside the mechanisms' packages allowed probes: file -> how many.
+KNOWN = {}
 
 
 def _imported_from_mechanisms(tree: ast.AST) -> set[str]:

@@ -20,12 +20,13 @@ import pytest
 import tensorflow_federated as tff
 
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.runtime import sync_context
 from tff_canary.federated.runtime import worker_guard
+from tff_canary.mechanisms.correlated import noise_check as correlated_check
 from tff_canary.mechanisms.ddp import chain as ddp_chain
 from tff_canary.mechanisms.ddp import noise_check as ddp_noise_check
+from tff_canary.mechanisms.tree import aggregation
 from tff_canary.stats.accounting import ddp_parameters
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
@@ -46,10 +47,9 @@ def _gaussian():
 
 
 def _tree():
-  return tree_noise_check.check_tree_noise(
-      factory.CanaryDPFactory.tree_aggregation(1.0, 4, 0.5,
-                                               canaries=_NO_CANARIES,
-                                               noise_seed=3), VALUE,
+  return correlated_check.check_correlated_noise(
+      aggregation.tree_aggregation(1.0, 4, 0.5, canaries=_NO_CANARIES,
+                                   noise_seed=3), VALUE,
       num_rounds=8).check
 
 

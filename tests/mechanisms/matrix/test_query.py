@@ -27,7 +27,7 @@ from tff_canary.stats.matrix import streaming
 from tff_canary.stats.matrix import toeplitz
 import tensorflow_federated as tff  # pylint: disable=g-bad-import-order
 import tensorflow_privacy as tfp  # pylint: disable=g-bad-import-order
-from federated.insertion import test_tree_factory as tree_tests  # pylint: disable=g-bad-import-order
+from mechanisms.tree import test_aggregation as tree_tests  # pylint: disable=g-bad-import-order
 
 VALUE = tff.types.to_type([tff.TensorType(np.float32, [4, 3]),
                            tff.TensorType(np.float32, [5])])
@@ -247,7 +247,7 @@ def test_canary_factory_scores_are_whitened_by_the_strategys_covariance():
   a[events[:, 1], events[:, 0]] = 1.0
   k = aggregation.noise(rounds).covariance
   inserted, held_out = config.inserted_ids, config.held_out_ids
-  # ALPHA = 1e-4 per check (test_tree_factory): fixed seeds, 768 scores.
+  # ALPHA = 1e-4 per check (tree/test_aggregation): fixed seeds, 768 scores.
   assert tree_tests.whitening_failures(u[held_out], k) == {}
   assert tree_tests.whitening_failures(u[inserted] - a[inserted] / z, k) == {}
   # The checks reject rounds taken as independent, and unshifted canaries.

@@ -96,17 +96,17 @@ def test_the_clip_of_every_query_state_tff_builds():
   import tensorflow_privacy as tfp  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import adaptive_clip  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated.insertion import tree_factory  # pylint: disable=g-import-not-at-top
+  from tff_canary.mechanisms.tree import aggregation  # pylint: disable=g-import-not-at-top
   specs = [tf.TensorSpec([3], tf.float32)]
   adaptive = adaptive_clip.AdaptiveClip(0.5, 0.2, 1.0, 5.0)
   queries = {
       # TFF's tree_aggregation, and ours restarted (RestartQuery inside).
       0.3: tfp.NormalizedQuery(tfp.TreeResidualSumQuery.build_l2_gaussian_query(
           0.3, 1.0, specs), denominator=5.0),
-      0.4: tfp.NormalizedQuery(tree_factory.TreeAggregation(
+      0.4: tfp.NormalizedQuery(aggregation.TreeAggregation(
           1.0, 0.4, restart_period=3).sum_query(specs), denominator=5.0),
       # tree_adaptive's: QAdaClipTreeResSumQuery in a RestartQuery.
-      0.7: tree_factory.TreeAggregation(
+      0.7: aggregation.TreeAggregation(
           1.0, 0.7, restart_period=3, adaptive=adaptive).sum_query(specs),
       # The Gaussian ones, fixed and adaptive (its quantile estimator's own
       # GaussianSumQuery state comes after the sum's: not taken).
@@ -163,7 +163,7 @@ def test_a_canary_client_adds_exactly_one_over_z_to_its_rounds_score():
   from tff_canary.federated.insertion import measurement_keys  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import orthogonal_transform  # pylint: disable=g-import-not-at-top
   from tff_canary.federated.insertion import scoring_factory  # pylint: disable=g-import-not-at-top
-  from tff_canary.federated.insertion import tree_factory  # pylint: disable=g-import-not-at-top
+  from tff_canary.mechanisms.tree import aggregation  # pylint: disable=g-import-not-at-top
   from tff_canary.mechanisms.correlated import tff as correlated_tff  # pylint: disable=g-import-not-at-top
   from tff_canary.stats.canaries import canary_config, schedules  # pylint: disable=g-import-not-at-top
   z, clip, n, rounds = 0.5, 0.1, 4.0, 6
@@ -176,8 +176,8 @@ def test_a_canary_client_adds_exactly_one_over_z_to_its_rounds_score():
   specs = [tf.TensorSpec(s, tf.float32) for s in shapes]
   value_type = tff.StructWithPythonType(
       [tff.TensorType(np.float32, s) for s in shapes], list)
-  tree = tree_factory.TreeAggregation(z, clip, restart_period=3,
-                                      noise_seed=11)
+  tree = aggregation.TreeAggregation(z, clip, restart_period=3,
+                                     noise_seed=11)
   rng = np.random.default_rng(0)
   real = [rng.normal(size=(3, dim)).astype(np.float32) for _ in range(rounds)]
 

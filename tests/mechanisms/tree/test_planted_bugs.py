@@ -5,11 +5,11 @@
 `planted_bug_runs.run` runs one `CanaryDPFactory` tree aggregation per
 bug (`tree_planted.TreeBugRunConfig`: 3 epochs x 16 rounds, a restart after
 each epoch, 512 fair-coin orthogonal candidates, d = 1024, z = 1, fixed
-seeds) with
-`tree_noise_check.check_tree_noise` as the self-test and judges it with
-`tree_audit.audit_ftrl` (family-wise level 0.05). Every run and process here
-has a `noise_seed` and seeded canaries and data, so every outcome is fixed;
-the comments say how far each is from its threshold.
+seeds) with `correlated.noise_check.check_correlated_noise` as the
+self-test and judges it with `tree_audit.audit_ftrl` (family-wise level
+0.05). Every run and process here has a `noise_seed` and seeded canaries
+and data, so every outcome is fixed; the comments say how far each is from
+its threshold.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.harness.runner import planted_bug_runs as runs
+from tff_canary.mechanisms.correlated import noise_check as correlated_check
+from tff_canary.mechanisms.tree import aggregation
 from tff_canary.mechanisms.tree import planted as tree_planted
 from tff_canary.mechanisms.tree import planted_bugs as tree_planted_bugs
 from tff_canary.stats.canaries import canary_config
@@ -134,10 +135,12 @@ def test_a_generator_std_set_wrong_fails_against_the_claimed_multiplier():
   aggregator = tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
       0.15, 4.0, 0.5, SPECS, noise_seed=23)
   claimed = tree_noise.tree_noise(16, efficient=True)
-  itself = tree_noise_check.check_tree_noise(aggregator, VALUE, noise=claimed)
+  itself = correlated_check.check_correlated_noise(aggregator, VALUE,
+                                                   noise=claimed)
   assert itself.passed, itself.check.failures
-  against = tree_noise_check.check_tree_noise(aggregator, VALUE, noise=claimed,
-                                              noise_multiplier=1.5)
+  against = correlated_check.check_correlated_noise(aggregator, VALUE,
+                                                    noise=claimed,
+                                                    noise_multiplier=1.5)
   assert not against.passed
   np.testing.assert_allclose(against.node_std, 0.75)
   assert "claimed z = 1.5" in against.check.claim
@@ -150,8 +153,9 @@ def test_tffs_own_tree_aggregation_passes_and_wrong_claims_fail(efficient):
   aggregator = tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
       1.5, 4.0, 0.5, SPECS, noise_seed=21, use_efficient=efficient)
   claimed = tree_noise.tree_noise(16, efficient=efficient)
-  result = tree_noise_check.check_tree_noise(aggregator, VALUE, noise=claimed,
-                                             num_clients=2)
+  result = correlated_check.check_correlated_noise(aggregator, VALUE,
+                                                   noise=claimed,
+                                                   num_clients=2)
   assert result.passed, result.check.failures
   np.testing.assert_allclose(result.node_std, 0.75)  # z C from the state
   assert result.noise.shape == (16, 512)
@@ -167,23 +171,24 @@ def test_tffs_own_tree_aggregation_passes_and_wrong_claims_fail(efficient):
 
 
 def test_default_rounds_span_two_restarts_and_refusals():
-  assert tree_noise_check.default_rounds(None) == 16
-  assert tree_noise_check.default_rounds(16) == 33  # restarts after 15, 31
-  assert tree_noise_check.default_rounds(6, 2) == 16  # after 1, 7: 16 anyway
-  assert tree_noise_check.default_rounds(20, 5) == 26  # after 4, 24
+  assert correlated_check.default_rounds(None) == 16
+  assert correlated_check.default_rounds(16) == 33  # restarts after 15, 31
+  assert correlated_check.default_rounds(6, 2) == 16  # after 1, 7: 16 anyway
+  assert correlated_check.default_rounds(20, 5) == 26  # after 4, 24
   with pytest.raises(TypeError, match="noise"):
-    tree_noise_check.check_tree_noise(tff.aggregators.SumFactory(), VALUE)
+    correlated_check.check_correlated_noise(tff.aggregators.SumFactory(),
+                                            VALUE)
   no_canaries = canary_config.CanaryConfig(
       seed=1, num_inserted=0, num_held_out=0,
       schedule=schedules.FixedPresentations(8, 0))
-  ours = factory.CanaryDPFactory.tree_aggregation(
+  ours = aggregation.tree_aggregation(
       1.0, 4, 0.5, canaries=no_canaries, noise_seed=3, restart_period=4)
   with pytest.raises(ValueError, match="num_rounds=9 differs"):
-    tree_noise_check.check_tree_noise(ours, VALUE, num_rounds=9,
-                                      noise=ours.tree.noise(8))
+    correlated_check.check_correlated_noise(
+        ours, VALUE, num_rounds=9, noise=ours.described_query.noise(8))
   with pytest.raises(noise_check.NoClaimError, match="node_std"):
-    tree_noise_check.check_tree_noise(tff.aggregators.SumFactory(), VALUE,
-                                      noise=tree_noise.tree_noise(4))
+    correlated_check.check_correlated_noise(
+        tff.aggregators.SumFactory(), VALUE, noise=tree_noise.tree_noise(4))
 
 
 # Four tensors, as a small dense model's kernels and biases.
@@ -205,8 +210,8 @@ def test_the_tree_self_test_is_per_tensor_and_finds_cross_tensor_reuse(bug):
       tree_planted_bugs.PlantedTreeAggregation(1.0, 0.5, noise_seed=3,
                                                bug=bug),
       no_canaries, clients_per_round=4)
-  result = tree_noise_check.check_tree_noise(aggregator, LAYERS,
-                                             tensor_names=NAMES)
+  result = correlated_check.check_correlated_noise(aggregator, LAYERS,
+                                                   tensor_names=NAMES)
   check = result.check
   assert check.tensor_names == tuple(NAMES)
   assert check.tensor_sizes == (256, 8, 32, 4)
@@ -270,9 +275,9 @@ def test_the_gaussian_self_test_points_a_tree_to_the_tree_self_test():
   no_canaries = canary_config.CanaryConfig(
       seed=1, num_inserted=0, num_held_out=0,
       schedule=schedules.FixedPresentations(4, 0))
-  ours = factory.CanaryDPFactory.tree_aggregation(
+  ours = aggregation.tree_aggregation(
       1.0, 4, 0.5, canaries=no_canaries, noise_seed=3, restart_period=2)
-  with pytest.raises(noise_check.NoClaimError, match="tree_noise_check"):
+  with pytest.raises(noise_check.NoClaimError, match="check_correlated_noise"):
     noise_check.check_aggregation_noise(ours, VALUE)
 
 
@@ -282,13 +287,13 @@ def test_our_restarted_tree_passes_over_its_default_rounds(adaptive):
       seed=1, num_inserted=0, num_held_out=0,
       schedule=schedules.FixedPresentations(16, 0))
   if adaptive:  # zero values: the clip shrinks at every restart
-    ours = factory.CanaryDPFactory.tree_adaptive(
+    ours = aggregation.tree_adaptive(
         0.8, 10, initial_l2_norm_clip=2.0, restart_warmup=None,
         restart_period=6, canaries=no_canaries, noise_seed=5)
   else:
-    ours = factory.CanaryDPFactory.tree_aggregation(
+    ours = aggregation.tree_aggregation(
         0.7, 3, 2.0, canaries=no_canaries, noise_seed=5, restart_period=6)
-  result = tree_noise_check.check_tree_noise(ours, VALUE)
+  result = correlated_check.check_correlated_noise(ours, VALUE)
   # Restarts after rounds 5 and 11; 16 rounds (DEFAULT_ROUNDS) span both.
   assert result.claimed.num_rounds == 16
   assert "restarts after rounds [5, 11]" in result.check.claim

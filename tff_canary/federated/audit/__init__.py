@@ -1,2 +1,4 @@
-"""Auditing a DP aggregation in TFF: the noise self-tests (Gaussian, DP-FTRL
-tree and distributed DP), and planted DP bugs as a user would write them."""
+"""Auditing a DP aggregation in TFF: the noise self-test of any aggregation process.
+
+A canary aggregator's own self-test and the mechanisms' checks (the
+correlated family's, distributed DP's) are in `tff_canary.mechanisms`."""

@@ -30,9 +30,10 @@ The DP state is found anywhere in the process state (e.g. under TFF's zeroing
 wrapper's `inner_agg`) as the first node with `query_state` and `dp_event`
 fields (TFF's `DPAggregatorState`, `CanaryDPAggregatorState`). For any other
 process, give `claimed_std` (one number, or one per round): it overrides the
-whole derivation. DP-FTRL's tree (noise correlated across rounds) has its own
-self-test, `tree_noise_check`, and TFF's distributed-DP chain (noise added
-after a random rotation) `ddp_noise_check`. Every self-test runs its
+whole derivation. Noise correlated across rounds (DP-FTRL's tree, banded,
+BLT) has its own self-test, `tff_canary.mechanisms.correlated.noise_check`,
+and TFF's distributed-DP chain (noise added after a random rotation)
+`tff_canary.mechanisms.ddp.noise_check`. Every self-test runs its
 computations in a private synchronous context when the user's loop has
 installed a program or asynchronous one (`tff_canary.federated.runtime.
 sync_context`).
@@ -96,8 +97,8 @@ def clip_and_denominator(query_state: Any) -> tuple[float, float]:
       raise NoClaimError(
           "the DP query is a DP-FTRL tree (its state has a tree_state): its "
           "noise is correlated across rounds, which no per-round std "
-          "describes; use tff_canary.federated.audit.tree_noise_check."
-          "check_tree_noise.")
+          "describes; use tff_canary.mechanisms.correlated.noise_check."
+          "check_correlated_noise.")
     raise NoClaimError(
         "the DP query's global state has no l2_norm_clip field (looked in "
         "numerator_state and sum_state) in "

@@ -5,14 +5,19 @@ What adapts the clip norm to a target quantile of the clients' update norms
 with Adaptive Clipping", NeurIPS, the geometric update), in both adaptive
 queries the canary factory builds: `tfp.QuantileAdaptiveClipSumQuery`
 (`CanaryDPFactory.gaussian_adaptive`) and DP-FTRL's
-`tfp.QAdaClipTreeResSumQuery` (`CanaryDPFactory.tree_adaptive`, where the
-estimated clip is adopted at each restart).
+`tfp.QAdaClipTreeResSumQuery` (`tff_canary.mechanisms.tree.aggregation.
+tree_adaptive`, where the estimated clip is adopted at each restart).
+`from_arguments` checks both constructors' arguments and splits the noise.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Optional
 
+import tensorflow_federated as tff
+
+from tff_canary.federated.insertion import construction
 from tff_canary.stats import validation
 
 
@@ -48,4 +53,29 @@ class AdaptiveClip:
       object.__setattr__(self, name, value)
 
 
-__all__ = ["AdaptiveClip"]
+def from_arguments(noise_multiplier: Any, clients_per_round: Any,
+                   initial_l2_norm_clip: Any, target_unclipped_quantile: Any,
+                   learning_rate: Any, clipped_count_stddev: Optional[Any],
+                   learning_rate_name: str
+                   ) -> tuple[float, float, AdaptiveClip]:
+  """(value noise multiplier, initial clip, `AdaptiveClip`): the checked
+  arguments of an adaptive clip, the effective `noise_multiplier` split by
+  TFF's `adaptive_clip_noise_params` (None: TFF's default count std)."""
+  noise_multiplier, clients_per_round = construction.noise_arguments(
+      noise_multiplier, clients_per_round)
+  clip = validation.as_positive(initial_l2_norm_clip, "initial_l2_norm_clip")
+  validation.as_unit_interval(target_unclipped_quantile,
+                              "target_unclipped_quantile")
+  validation.as_nonnegative(learning_rate, learning_rate_name)
+  if clipped_count_stddev is not None:
+    clipped_count_stddev = validation.as_nonnegative(clipped_count_stddev,
+                                                     "clipped_count_stddev")
+  value_noise_multiplier, count_stddev = (
+      tff.aggregators.differential_privacy.adaptive_clip_noise_params(
+          noise_multiplier, clients_per_round, clipped_count_stddev))
+  return value_noise_multiplier, clip, AdaptiveClip(
+      target_unclipped_quantile, learning_rate, count_stddev,
+      clients_per_round)
+
+
+__all__ = ["AdaptiveClip", "from_arguments"]

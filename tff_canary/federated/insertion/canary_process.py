@@ -38,8 +38,9 @@ the round's noised aggregate exactly as the server applies it, as ONE flat
 float32 vector of length d in `tf.nest.flatten` order. Pop it with
 `tff_canary.federated.scores.aggregate_recorder.AggregateRecorder.record` to keep
 metric logs small. With noises correlated across rounds
-(`QueryNoise.correlated`, `tree_factory`) orthogonal canaries get, instead of
-the running statistics in the state, `measurement_keys.TREE_SCORES_KEY`.
+(`QueryNoise.correlated`: DP-FTRL's, `tff_canary.mechanisms.tree.aggregation`)
+orthogonal canaries get, instead of the running statistics in the state,
+`measurement_keys.TREE_SCORES_KEY`.
 """
 
 from __future__ import annotations

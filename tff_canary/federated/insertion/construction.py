@@ -3,8 +3,10 @@
 A `CanaryDPFactory` keeps the record so that it can build itself again with
 other canaries (`CanaryDPFactory.without_canaries`, for the noise
 self-test). `remembered` marks a named constructor (a classmethod) whose
-call is recorded. The checks of the arguments the insertion modules share
-are here too, each with one message.
+call is recorded, `recorded` a plain function that builds the factory (a
+mechanism's own constructor, such as DP-FTRL's
+`tff_canary.mechanisms.tree.aggregation.tree_aggregation`). The checks of the
+arguments the insertion modules share are here too, each with one message.
 """
 
 from __future__ import annotations
@@ -26,44 +28,77 @@ class Construction:
   """A factory's constructor and the arguments it was called with.
 
   Attributes:
-    constructor: The name of the named constructor (a classmethod), or None
-      for the class itself.
+    constructor: The name of the named constructor (a classmethod) or of
+      the plain function (`function`), or None for the class itself.
     arguments: Every argument as given, by name, except `canaries` (read
       only).
+    function: None, or the plain function that built the factory
+      (`recorded`), which `build` calls instead of the class.
   """
 
   constructor: Optional[str]
   arguments: Mapping[str, Any]
+  function: Optional[Callable[..., Any]] = None
 
   def __post_init__(self):
     object.__setattr__(self, "arguments",
                        types.MappingProxyType(dict(self.arguments)))
 
   def build(self, cls: type, canaries: Any, **changed: Any) -> Any:
-    """The factory built again by the same constructor of `cls`, with
-    `canaries` and the `changed` arguments."""
+    """The factory built again by the same constructor of `cls` (or the
+    same `function`), with `canaries` and the `changed` arguments."""
     arguments = dict(self.arguments, **changed)
-    make = cls if self.constructor is None else getattr(cls, self.constructor)
+    if self.function is not None:
+      make = self.function
+    elif self.constructor is None:
+      make = cls
+    else:
+      make = getattr(cls, self.constructor)
     return make(canaries=canaries, **arguments)
+
+
+def _recording(constructor: Callable[..., Any], of_class: bool
+               ) -> Callable[..., Any]:
+  """`constructor` that records its call in the factory it returns; with
+  `of_class`, its first argument (`cls`) is not recorded and `build` finds
+  it again by name on the class, else `build` calls the function itself."""
+  signature = inspect.signature(constructor)
+  skipped = {"canaries"}
+  if of_class:
+    skipped.add(next(iter(signature.parameters)))  # cls
+
+  @functools.wraps(constructor)
+  def build(*args, **kwargs):
+    built = constructor(*args, **kwargs)
+    arguments = signature.bind(*args, **kwargs).arguments
+    built._construction = Construction(  # pylint: disable=protected-access
+        constructor.__name__,
+        {k: v for k, v in arguments.items() if k not in skipped},
+        function=None if of_class else build)
+    return built
+
+  return build
 
 
 def remembered(constructor: Callable[..., Any]) -> classmethod:
   """A named constructor (a function of `cls` and its arguments, returning
   the factory) as a classmethod that records its call in the factory's
   `construction`."""
-  signature = inspect.signature(constructor)
+  return classmethod(_recording(constructor, of_class=True))
 
-  @functools.wraps(constructor)
-  def build(cls, *args, **kwargs):
-    built = constructor(cls, *args, **kwargs)
-    arguments = signature.bind(cls, *args, **kwargs).arguments
-    first = next(iter(signature.parameters))  # cls
-    built._construction = Construction(  # pylint: disable=protected-access
-        constructor.__name__,
-        {k: v for k, v in arguments.items() if k not in (first, "canaries")})
-    return built
 
-  return classmethod(build)
+def recorded(function: Callable[..., Any]) -> Callable[..., Any]:
+  """A plain function that returns a factory (keyword argument `canaries`),
+  recording its call in the factory's `construction`, so that
+  `CanaryDPFactory.without_canaries` builds it again through `function`."""
+  return _recording(function, of_class=False)
+
+
+def noise_arguments(noise_multiplier: Any, clients_per_round: Any
+                    ) -> tuple[float, float]:
+  """(z >= 0, clients_per_round > 0), checked: every constructor's."""
+  return (validation.as_nonnegative(noise_multiplier, "noise_multiplier"),
+          validation.as_positive(clients_per_round, "clients_per_round"))
 
 
 def as_canaries(value: Any, name: str = "canaries"
@@ -99,4 +134,4 @@ def as_unweighted_factory(value: Any, name: str,
 
 
 __all__ = ["Construction", "as_canaries", "as_unweighted_factory",
-           "orthogonal", "remembered"]
+           "noise_arguments", "orthogonal", "recorded", "remembered"]

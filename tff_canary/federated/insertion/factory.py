@@ -11,14 +11,15 @@ same normalization by the fixed `clients_per_round` (canaries do not change
 the denominator). Server-side canaries change nothing a real client sees.
 The process, its state and its measurements are `canary_process`. As in
 TFF, the factory does not know its mechanism: the query is, and what the
-canaries need of it is its `query_noise.QueryNoise`. DP-FTRL's trees are
-`tree_factory`.
+canaries need of it is its `query_noise.QueryNoise`. A mechanism's own
+constructors live in its package (DP-FTRL's trees:
+`tff_canary.mechanisms.tree.aggregation`).
 
 Zeroing (`canary_dp_aggregator(..., zeroing=True)`, like
 `tff.learning.dp_aggregator`) wraps OUTSIDE the DP factory and zeroes client
 values before it; canaries are added inside, at the server, so they are
 never zeroed. The zeroed factory (`ZeroedFactory`) keeps the one inside,
-`inner_factory`. The noise self-test (`tff_canary.federated.audit.canary_noise_check`)
+`inner_factory`. The noise self-test (`tff_canary.mechanisms.canary_noise_check`)
 runs on the factory built again without canaries (`without_canaries`).
 
 Noise. With `noise_seed=None` (the default) the query's unseeded noise, as
@@ -31,8 +32,10 @@ simulation: whoever knows the seed can subtract the noise.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import Any, Optional
+import warnings
 
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
@@ -42,7 +45,6 @@ from tff_canary.federated.insertion import canary_process
 from tff_canary.federated.insertion import construction
 from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import seeded_query
-from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.stats.canaries import canary_config
@@ -50,8 +52,6 @@ from tff_canary.stats.canaries import schedules
 from tff_canary.stats import validation
 
 worker_guard.install()
-
-_tff_dp = tff.aggregators.differential_privacy
 
 # TFF's default adaptive zeroing (`tff.learning.dp_aggregator(...,
 # zeroing=True)`): zero a client value whose norm exceeds 2x the estimated
@@ -70,31 +70,16 @@ _ZEROING_QUANTILE = dict(initial_estimate=10.0, target_quantile=0.98,
 NOISE_CHECK_SEED_TAG = 0xC4EC
 
 
-def _check_noise(noise_multiplier: Any, clients_per_round: Any):
-  return (validation.as_nonnegative(noise_multiplier, "noise_multiplier"),
-          validation.as_positive(clients_per_round, "clients_per_round"))
-
-
-def _adaptive_clip(noise_multiplier, clients_per_round, initial_l2_norm_clip,
-                   target_unclipped_quantile, learning_rate,
-                   clipped_count_stddev, learning_rate_name):
-  """(value noise multiplier, initial clip, `adaptive_clip.AdaptiveClip`): the checked
-  arguments of an adaptive clip, the effective `noise_multiplier` split by
-  TFF's `adaptive_clip_noise_params` (None: TFF's default count std)."""
-  noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
-                                                     clients_per_round)
-  clip = validation.as_positive(initial_l2_norm_clip, "initial_l2_norm_clip")
-  validation.as_unit_interval(target_unclipped_quantile,
-                              "target_unclipped_quantile")
-  validation.as_nonnegative(learning_rate, learning_rate_name)
-  if clipped_count_stddev is not None:
-    clipped_count_stddev = validation.as_nonnegative(clipped_count_stddev,
-                                                     "clipped_count_stddev")
-  value_noise_multiplier, count_stddev = _tff_dp.adaptive_clip_noise_params(
-      noise_multiplier, clients_per_round, clipped_count_stddev)
-  return value_noise_multiplier, clip, adaptive_clip.AdaptiveClip(
-      target_unclipped_quantile, learning_rate, count_stddev,
-      clients_per_round)
+def _moved_to_tree(name: str) -> Any:
+  """`tff_canary.mechanisms.tree.aggregation`'s `name`, warning that the
+  factory's old name moved there (imported here, when called: the federated
+  layer imports no mechanism)."""
+  new = f"tff_canary.mechanisms.tree.aggregation.{name}"
+  warnings.warn(f"CanaryDPFactory.{name} moved to {new}; the old name will "
+                "be removed in the next release", DeprecationWarning,
+                stacklevel=3)
+  return getattr(importlib.import_module("tff_canary.mechanisms.tree."
+                                         "aggregation"), name)
 
 
 class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -102,9 +87,10 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
   Wraps a DP sum query like `tff.aggregators.DifferentiallyPrivateFactory`
   and adds the canaries of a `CanaryConfig` at the server, at the round's
-  clip norm (module docstring). Its named constructors build TFF's queries:
-  `gaussian_fixed` and `gaussian_adaptive` (DP-FedAvg), `tree_aggregation`
-  and `tree_adaptive` (DP-FTRL); `canary_dp_aggregator` is the analogue of
+  clip norm (module docstring). Its named constructors build TFF's queries
+  of DP-FedAvg, `gaussian_fixed` and `gaussian_adaptive` (DP-FTRL's are in
+  the tree's package: `tff_canary.mechanisms.tree.aggregation.
+  tree_aggregation`, `tree_adaptive`); `canary_dp_aggregator` is the analogue of
   `tff.learning.dp_aggregator`. Each takes, besides its own arguments:
 
     noise_multiplier: z >= 0; for the adaptive ones the effective total
@@ -113,7 +99,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     clients_per_round: Expected clients per round (> 0), the denominator.
     canaries: The `CanaryConfig`.
     noise_seed: None (TFF's unseeded noise) or a seed of reproducible
-      simulation noise (module docstring; `tree_factory` for the trees').
+      simulation noise (module docstring).
       Never in deployment.
 
   and returns a `CanaryDPFactory`, raising TypeError or ValueError for a
@@ -145,7 +131,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     Canaries (Andrew et al. 2024, arXiv 2302.03098) are added at each
     round's clip and do not vote in the quantile estimate.
     """
-    value_noise_multiplier, clip, adaptive = _adaptive_clip(
+    value_noise_multiplier, clip, adaptive = adaptive_clip.from_arguments(
         noise_multiplier, clients_per_round, initial_l2_norm_clip,
         target_unclipped_quantile, learning_rate, clipped_count_stddev,
         "learning_rate")
@@ -176,8 +162,8 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     divide by `clients_per_round`. Canaries (Andrew et al. 2024, arXiv
     2302.03098) enter the sum at norm `clip`.
     """
-    noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
-                                                       clients_per_round)
+    noise_multiplier, clients_per_round = construction.noise_arguments(
+        noise_multiplier, clients_per_round)
     clip = validation.as_positive(clip, "clip")
     arguments = dict(l2_norm_clip=clip, stddev=clip * noise_multiplier)
     query = (tfp.GaussianSumQuery(**arguments) if noise_seed is None else
@@ -185,84 +171,17 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
                                                  noise_seed=noise_seed))
     return cls(query, canaries, clients_per_round=clients_per_round)
 
-  @construction.remembered
-  def tree_aggregation(
-      cls,
-      noise_multiplier: float,
-      clients_per_round: float,
-      clip: float,
-      *,
-      canaries: canary_config.CanaryConfig,
-      noise_seed: Optional[int] = None,
-      use_efficient: bool = True,
-      restart_period: Optional[int] = None,
-      restart_warmup: Optional[int] = None,
-  ) -> CanaryDPFactory:
-    """DP-FTRL with a fixed clip and tree-aggregated noise, with canaries.
+  @classmethod
+  def tree_aggregation(cls, *args: Any, **kwargs: Any) -> CanaryDPFactory:
+    """Deprecated: DP-FTRL's `tff_canary.mechanisms.tree.aggregation.
+    tree_aggregation` (the same call), for one release."""
+    return _moved_to_tree("tree_aggregation")(*args, **kwargs)
 
-    The query TFF's `DifferentiallyPrivateFactory.tree_aggregation` builds
-    (Kairouz et al. 2021, arXiv 2103.00039; `use_efficient`, TFF's default:
-    Honaker 2015, "Efficient Use of Differentially Private Binary Trees",
-    else the plain tree): clip each record to L2 norm `clip` (> 0), add the
-    tree's noise residual (node std z * clip) to the sum, divide by
-    `clients_per_round`. With `restart_period` (>= 1; None: one tree, as
-    TFF's) the tree restarts as TFF's `tree_adaptive` does, after each call
-    k with k mod period == `restart_warmup` (None: 0, else in [1, period);
-    `tfp.restart_query.PeriodicRoundRestartIndicator`). Canaries (Andrew et
-    al. 2024, arXiv 2302.03098) enter the sum at norm `clip`.
-    """
-    noise_multiplier, clients_per_round = _check_noise(noise_multiplier,
-                                                       clients_per_round)
-    tree = tree_factory.TreeAggregation(
-        noise_multiplier=noise_multiplier, clip=clip,
-        efficient=validation.as_bool(use_efficient, "use_efficient"),
-        restart_period=restart_period, restart_warmup=restart_warmup,
-        noise_seed=noise_seed)
-    return cls(tree, canaries, clients_per_round=clients_per_round)
-
-  @construction.remembered
-  def tree_adaptive(
-      cls,
-      noise_multiplier: float,
-      clients_per_round: float,
-      initial_l2_norm_clip: float = 0.1,
-      restart_warmup: Optional[int] = 128,
-      restart_period: int = 1024,
-      target_unclipped_quantile: float = 0.5,
-      clip_learning_rate: float = 0.2,
-      clipped_count_stddev: Optional[float] = None,
-      *,
-      canaries: canary_config.CanaryConfig,
-      noise_seed: Optional[int] = None,
-  ) -> CanaryDPFactory:
-    """DP-FTRL with adaptive clipping adopted at restarts, with canaries.
-
-    The query TFF's `DifferentiallyPrivateFactory.tree_adaptive` builds,
-    with its defaults (`restart_period` is TFF's `restart_frequency`):
-    `tfp.QAdaClipTreeResSumQuery` (Kairouz et al. 2021, arXiv 2103.00039;
-    the geometric adaptive clip of Andrew et al. 2021, arXiv 1905.03871, on
-    an efficient tree) in `tfp.RestartQuery`. The clip changes only when the
-    tree restarts (`tree_aggregation`'s restarts). The clip's arguments are
-    `gaussian_adaptive`'s (`clip_learning_rate` its `learning_rate`), but
-    `clipped_count_stddev` None is TFF's default clients_per_round / 20,
-    also without noise; the value tree's node multiplier is
-    `TreeAggregation.noise_multiplier`. Both trees' noise is seeded by
-    `noise_seed` (`seeded_query`).
-    """
-    restart_period = validation.as_int(restart_period, "restart_period",
-                                       minimum=1)
-    if clipped_count_stddev is None:
-      clipped_count_stddev = validation.as_positive(
-          clients_per_round, "clients_per_round") / 20.0
-    value_noise_multiplier, clip, adaptive = _adaptive_clip(
-        noise_multiplier, clients_per_round, initial_l2_norm_clip,
-        target_unclipped_quantile, clip_learning_rate, clipped_count_stddev,
-        "clip_learning_rate")
-    tree = tree_factory.TreeAggregation(
-        noise_multiplier=value_noise_multiplier, clip=clip,
-        restart_period=restart_period, restart_warmup=restart_warmup,
-        noise_seed=noise_seed, adaptive=adaptive)
-    return cls(tree, canaries, clients_per_round=adaptive.expected_num_records)
+  @classmethod
+  def tree_adaptive(cls, *args: Any, **kwargs: Any) -> CanaryDPFactory:
+    """Deprecated: DP-FTRL's `tff_canary.mechanisms.tree.aggregation.
+    tree_adaptive` (the same call), for one release."""
+    return _moved_to_tree("tree_adaptive")(*args, **kwargs)
 
   def __init__(
       self,
@@ -278,7 +197,7 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     Args:
       sum_query: A `tfp.GaussianSumQuery` or `tfp.QuantileAdaptiveClipSumQuery`
         (or a subclass, such as `seeded_query`'s), or a described query
-        (`query_noise`) such as `tree_factory.TreeAggregation`.
+        (`query_noise`) such as DP-FTRL's `TreeAggregation`.
       canaries: The `CanaryConfig`.
       clients_per_round: None (the aggregate is the noised sum) or the fixed
         denominator d > 0: the factory then aggregates with
@@ -327,11 +246,18 @@ class CanaryDPFactory(tff.aggregators.UnweightedAggregationFactory):
     return self._noise
 
   @property
-  def tree(self) -> Optional[tree_factory.TreeAggregation]:
-    """DP-FTRL's tree aggregation, or None (what the tree's noise check
-    reads: `tff_canary.federated.audit.tree_noise_check`)."""
-    tree = self._sum_query
-    return tree if isinstance(tree, tree_factory.TreeAggregation) else None
+  def described_query(self) -> Any:
+    """The sum query as described (`query_noise`): a `query_noise.GivenQuery`
+    around a tensorflow_privacy query, or the mechanism's own description
+    (DP-FTRL's `tff_canary.mechanisms.tree.aggregation.TreeAggregation`, a
+    matrix mechanism's `MatrixAggregation`)."""
+    return self._sum_query
+
+  @property
+  def tree(self) -> Any:
+    """Deprecated: `tff_canary.mechanisms.tree.aggregation.tree_of(factory)`
+    (DP-FTRL's `TreeAggregation`, or None), for one release."""
+    return _moved_to_tree("tree_of")(self)
 
   def without_canaries(self, num_rounds: int) -> CanaryDPFactory:
     """This aggregator without canaries, for the noise self-test.

@@ -2,7 +2,7 @@
 
 `AGGREGATE_KEY`: the round's noised aggregate (`canary_process`, for
 `tff_canary.federated.scores.aggregate_recorder`); `TREE_SCORES_KEY`: every
-canary's score in units of the node noise (`tree_factory`);
+canary's score in units of the node noise (`query_noise.QueryNoise.scores`);
 `DOT_PRODUCTS_KEY`: every canary's <c_j, result> (`scoring_factory`). Plain
 strings, so the recorder can import them without importing TFF.
 """

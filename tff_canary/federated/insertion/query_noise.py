@@ -11,8 +11,12 @@ every canary's score, `QueryNoise.scores`).
 The factory takes a described query: an object with `query_noise`,
 `sum_query(record_specs)` (the `tfp.DPQuery`, built once the value's specs
 are known) and `check_canaries(canaries)` (refuses canaries that its noise
-would draw). `tree_factory.TreeAggregation` is one; `GivenQuery` describes a
-tensorflow_privacy Gaussian query (`describe`).
+would draw). A query of correlated noise also gives, for the correlated
+noise check's default claim, `noise(num_rounds)` (its released noise, a
+`tff_canary.stats.correlated.linear_noise.LinearNoise`) and `check_rounds`
+(the check's default span). DP-FTRL's
+`tff_canary.mechanisms.tree.aggregation.TreeAggregation` is one;
+`GivenQuery` describes a tensorflow_privacy Gaussian query (`describe`).
 """
 
 from __future__ import annotations
@@ -103,8 +107,8 @@ class GivenQuery:
       # value's specs, which the factory learns at create.
       raise TypeError(
           "a tree-aggregation query (DP-FTRL) is given as a tff_canary."
-          "federated.insertion.tree_factory.TreeAggregation (or use "
-          "CanaryDPFactory.tree_aggregation / tree_adaptive), not as a "
+          "mechanisms.tree.aggregation.TreeAggregation (or use its "
+          "tree_aggregation / tree_adaptive), not as a "
           f"tensorflow_privacy query; got {query!r}.")
     if isinstance(query, tfp.NormalizedQuery):
       # tensorflow_privacy gives no public access to a NormalizedQuery's

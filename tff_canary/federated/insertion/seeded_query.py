@@ -45,10 +45,11 @@ value tree (`TreeResidualSumQuery`) but builds the tree of the count below
 the clip estimate (`TreeQuantileEstimatorQuery`) unseeded, so the clip
 adopted at each restart comes from the clock. `SeededQAdaClipTreeResSumQuery`
 seeds that tree from `noise_seed + COUNT_SEED_OFFSET`: its node keys [n, n]
-start far above the value tree's [noise_seed + k L + i] (`tree_factory`),
-so the two trees never share a key in any run that fits in memory. It
-overrides `_construct_below_estimate_query`, the extension point
-tensorflow_privacy's own subclass uses (clip 0.5, noise multiplier 2 x
+start far above the value tree's [noise_seed + k L + i]
+(`tff_canary.mechanisms.tree.aggregation`), so the two trees never share a
+key in any run that fits in memory. It overrides
+`_construct_below_estimate_query`, the extension point tensorflow_privacy's
+own subclass uses (clip 0.5, noise multiplier 2 x
 stddev), and replaces the estimator after the parent's constructor.
 
 All these queries are ordinary `tfp.DPQuery`s: they work in `CanaryDPFactory`

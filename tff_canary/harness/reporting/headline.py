@@ -37,7 +37,7 @@ NOISE_CHECK_DEGENERATE = (
     "which is all a check of zero noise can say")
 # What a headline says when a user's loop ran no noise self-test.
 NOISE_CHECK_NOT_RUN = (
-    "not run (run tff_canary.federated.audit.canary_noise_check.check_noise on your "
+    "not run (run tff_canary.mechanisms.canary_noise_check.check_noise on your "
     "aggregator; docs/guide/drop-in.md)")
 
 

@@ -164,7 +164,7 @@ class RunWriter:
   def record_noise_check(self, result: Any) -> None:
     """Saves a noise self-test's result as the run's noise_check.json.
 
-    `result` is what `tff_canary.federated.audit.canary_noise_check.check_noise`
+    `result` is what `tff_canary.mechanisms.canary_noise_check.check_noise`
     (or `noise_check.check_aggregation_noise`) returns for the loop's
     aggregator; the report's headline then shows its verdict instead of
     "not run".

@@ -1,8 +1,9 @@
-"""What the correlated-noise mechanisms share: NumPy half, TFF half, report section.
+"""What the correlated-noise mechanisms share: both halves, noise check, report section.
 
 Per-round scores under a known linear map of independent noises (DP-FTRL's
 tree, banded and BLT): `spec` (`CorrelatedMechanism`: requirements, round
 records, reach), `tff` (`CorrelatedTff`: a round's scores, the noise
-check's period) and `report`, the report section. The tree and the matrix
+check's period), `noise_check` (the self-test of their noise) and
+`report`, the report section. The tree and the matrix
 mechanisms compose it; neither subclasses the other's halves.
 """

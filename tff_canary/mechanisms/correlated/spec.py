@@ -71,7 +71,7 @@ class CorrelatedMechanism(protocol.Mechanism):
       missing.append(protocol.Requirement(
           "--clip=C (e.g. --clip=0.1)", "clip=C",
           "the experiments run DP-FTRL at a fixed clip; adaptive clipping "
-          "is CanaryDPFactory.tree_adaptive, in your own loop"))
+          "is mechanisms.tree.aggregation.tree_adaptive, in your own loop"))
     if config.assignment != "coin":
       missing.append(protocol.Requirement(
           "--assignment=coin", "assignment='coin'",

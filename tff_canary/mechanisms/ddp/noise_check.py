@@ -14,7 +14,7 @@ clients' noise shares after rotating, scaling and rounding; the released
 noise is R_t^T S_t / s (S_t the integer sum of the shares, R_t round t's
 rotation), where a defect of the shares spreads over every coordinate with
 the claimed variance. Whitening by the claimed structure, as
-`tree_noise_check` does for DP-FTRL's tree, means here applying R_t again.
+`correlated.noise_check` does for DP-FTRL's tree, means here applying R_t again.
 
 The server knows R_t. TFF 0.87's rotation factories keep one seed in their
 state, (timestamp in microseconds, counter), drawn once from the clock at

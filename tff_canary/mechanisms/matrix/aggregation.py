@@ -14,7 +14,8 @@ rows u_j are u_j ~ N(a_j / z, K) with K = C^-1 C^-T (block-diagonal with
 `restart_every`): `noise(T)` is that `LinearNoise`
 (`tff_canary.stats.matrix.strategy_noise`), whose statistics
 (`tff_canary.stats.correlated`) the scores take, as the tree's do
-(`tree_factory`). With z = 0 the unit is C, a canary adds 1.
+(`tff_canary.mechanisms.tree.aggregation`). With z = 0 the unit is C, a
+canary adds 1; `check_rounds` is the correlated noise check's default span.
 
 `tff_factory` is TFF's own `DifferentiallyPrivateFactory` over the same
 query, for canary clients or for BLT / banded DP-FTRL without canaries.
@@ -31,6 +32,7 @@ import tensorflow_privacy as tfp
 
 from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.runtime import worker_guard
+from tff_canary.mechanisms.correlated import noise_check as correlated_check
 from tff_canary.mechanisms.matrix import query as matrix_query
 from tff_canary.stats import validation
 from tff_canary.stats.canaries import schedules
@@ -140,6 +142,12 @@ class MatrixAggregation:
     n = validation.as_int(num_rounds, "num_rounds", minimum=1)
     return strategy_noise.strategy_noise(self.coefficients_of(n), n,
                                          restart_every=self.restart_every)
+
+  @property
+  def check_rounds(self) -> int:
+    """The correlated noise check's default rounds: two restarts
+    (`correlated.noise_check.default_rounds`)."""
+    return correlated_check.default_rounds(restart_period=self.restart_every)
 
 
 __all__ = ["MatrixAggregation"]

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Optional
 
-from tff_canary.federated.audit import tree_noise_check
 from tff_canary.mechanisms import registry
+from tff_canary.mechanisms.correlated import noise_check as correlated_check
 from tff_canary.mechanisms.matrix import planted_bugs as matrix_planted_bugs
 from tff_canary.mechanisms.tree import planted as tree_planted
 from tff_canary.stats import validation
@@ -82,7 +82,7 @@ class MatrixPlanted(tree_planted.TreePlanted):
   def noise_check(self, config, checked, claimed_std):
     """The tree's self-test with the strategy's claimed noise, sigma = z C
     (`matrix_tff`'s)."""
-    return tree_noise_check.check_tree_noise(
+    return correlated_check.check_correlated_noise(
         checked, config.value_type,
         noise=config.aggregation(config.seed).noise(config.num_rounds),
         node_std=config.noise_multiplier * config.l2_clip,

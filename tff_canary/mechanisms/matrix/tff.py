@@ -7,14 +7,14 @@ sampling (`MatrixMechanism.restart_every`): server-side,
 `CanaryDPFactory(MatrixAggregation(...))`; without canaries, TFF's own
 `DifferentiallyPrivateFactory` over the same query
 (`MatrixAggregation.tff_factory`), unseeded, which canary clients join as
-the tree's do (`correlated.tff`). The noise check is the tree's
-(`tree_noise_check.check_tree_noise`) with the strategy's claimed noise
-(`MatrixAggregation.noise`, B = C^-1 per epoch) of the run's C over two
-restarts (restarted sooner for long epochs: `correlated.tff.check_period`; as
-many rounds unrestarted with cyclic sampling) and sigma = z C. A round
-records no DpEvent but its canaries' scores in units of z C
-(tree_scores.npy), as the tree's do. Its planted bugs are
-`matrix_planted`'s.
+the tree's do (`correlated.tff`). The noise check is the correlated
+family's (`correlated.noise_check.check_correlated_noise`) with the
+strategy's claimed noise (`MatrixAggregation.noise`, B = C^-1 per epoch) of
+the run's C over two restarts (restarted sooner for long epochs:
+`correlated.tff.check_period`; as many rounds unrestarted with cyclic
+sampling) and sigma = z C. A round records no DpEvent but its canaries'
+scores in units of z C (tree_scores.npy), as the tree's do. Its planted
+bugs are `matrix_planted`'s.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Optional
 
 import tensorflow_federated as tff
 
-from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.mechanisms import protocol_tff
+from tff_canary.mechanisms.correlated import noise_check as correlated_check
 from tff_canary.mechanisms.correlated import tff as correlated_tff
 from tff_canary.mechanisms import registry
 from tff_canary.mechanisms.matrix import aggregation as matrix_aggregation
@@ -82,9 +82,9 @@ class MatrixTff(correlated_tff.CorrelatedTff):
     else:
       checked = factory.CanaryDPFactory(
           query, inputs.no_canaries, clients_per_round=config.clients_per_round)
-    return tree_noise_check.check_tree_noise(
+    return correlated_check.check_correlated_noise(
         checked, inputs.value_type,
-        noise=query.noise(tree_noise_check.default_rounds(period)),
+        noise=query.noise(correlated_check.default_rounds(period)),
         node_std=config.noise_multiplier * config.clip,
         clients_per_round=config.clients_per_round,
         tensor_names=inputs.tensor_names)

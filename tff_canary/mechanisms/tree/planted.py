@@ -5,7 +5,7 @@ of bench/ftrl_audit.py), through `planted_runs.run`. A run is a
 `TreeBugRunConfig`: no model is trained; the run's tree aggregation
 (`TreeBugRunConfig.aggregation`) in a `CanaryDPFactory` aggregates
 `clients_per_round` clipped Gaussian values of `dim` values a round; the
-run observes every candidate's score u_{j,t} (`tree_factory`: units of the
+run observes every candidate's score u_{j,t} (`aggregation`: units of the
 node noise), [candidates, rounds], and is judged by the DP-FTRL audit
 (`tree_audit.audit_ftrl`) at family-wise level `level`. The whole setup:
 docs/method/dp-ftrl.md, "Planted bugs".
@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.mechanisms import planted_runs
+from tff_canary.mechanisms.correlated import noise_check as correlated_check
 from tff_canary.mechanisms.tree import planted_bugs as tree_planted_bugs
 from tff_canary.mechanisms.tree import spec as tree_mechanism
 from tff_canary.stats import validation
@@ -32,7 +32,7 @@ from tff_canary.stats.correlated import tree_accounting
 from tff_canary.stats.correlated import tree_audit
 from tff_canary.stats.correlated import tree_simulation
 
-# A noise seed's node keys are [s + k L + i] (tree_factory): the self-test's
+# A noise seed's node keys are [s + k L + i] (aggregation): the self-test's
 # process gets keys far from the run's.
 SELF_TEST_SEED_OFFSET = 1_000_003
 
@@ -149,7 +149,7 @@ class TreePlanted(planted_runs.PlantedBugs):
     return np.stack(scores, axis=1)
 
   def noise_check(self, config, checked, claimed_std):
-    return tree_noise_check.check_tree_noise(
+    return correlated_check.check_correlated_noise(
         checked, config.value_type, num_rounds=config.num_rounds,
         num_clients=config.clients_per_round, seed=config.seed)
 

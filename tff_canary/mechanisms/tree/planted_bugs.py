@@ -32,9 +32,9 @@ and one without a counterpart in the one-tensor `tree_simulation`:
   `seeds + i`). Every coordinate has the claimed law, over the rounds too;
   each smaller tensor's noise copies the larger one's first values, which
   the tree self-test's `prefix[a,b]` and exact-reuse tests find
-  (`tree_noise_check`, per tensor).
+  (`correlated.noise_check`, per tensor).
 
-`PlantedTreeAggregation` is `tree_factory.TreeAggregation` with one of the
+`PlantedTreeAggregation` is `aggregation.TreeAggregation` with one of the
 noise bugs planted in the query its `sum_query` builds; its `noise(T)` is the
 CLAIMED (correct) tree. tests/mechanisms/tree/test_planted_bugs.py checks each bug's
 released-noise coefficients against `tree_simulation.planted_noise`.
@@ -50,8 +50,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_privacy as tfp
 
-from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.runtime import worker_guard
+from tff_canary.mechanisms.tree import aggregation
 from tff_canary.stats import validation
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.correlated import tree_simulation
@@ -231,8 +231,8 @@ QUERIES = {"restart_reuse": RestartReuseTreeQuery,
 
 
 @dataclasses.dataclass(frozen=True)
-class PlantedTreeAggregation(tree_factory.TreeAggregation):
-  """`tree_factory.TreeAggregation` (fixed clip) with a noise bug planted.
+class PlantedTreeAggregation(aggregation.TreeAggregation):
+  """`aggregation.TreeAggregation` (fixed clip) with a noise bug planted.
 
   Attributes:
     bug: one of `NOISE_BUGS` or `TENSOR_BUGS`, or "none" (the correct

@@ -2,15 +2,15 @@
 
 DP-FTRL with the fixed clip, its tree restarted after every epoch of
 `rounds_per_epoch` rounds (the client sampler's): server-side,
-`CanaryDPFactory.tree_aggregation`; with canary clients, TFF's own
+`aggregation.tree_aggregation`; with canary clients, TFF's own
 `DifferentiallyPrivateFactory` over the same tree query
-(`tree_factory.TreeAggregation.tff_factory`), unseeded, scored by
+(`aggregation.TreeAggregation.tff_factory`), unseeded, scored by
 `CanaryScoringFactory(..., scores="dot_products")`
 (`correlated.tff.client_scores_of`; docs/method/dp-ftrl.md, "In TFF").
-The noise check is the tree's (`tree_noise_check`) over two restarts
-(`correlated.tff.check_period`). A round records no DpEvent (the tree's
-privacy is per tree) but its canaries' scores in units of the node noise
-(tree_scores.npy): the correlated family's records (`CorrelatedTff`).
+The noise check is the correlated family's (`correlated.noise_check`) over
+two restarts (`correlated.tff.check_period`). A round records no DpEvent
+(the tree's privacy is per tree) but its canaries' scores in units of the
+node noise (tree_scores.npy): the correlated family's records (`CorrelatedTff`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from typing import Optional
 
 import tensorflow_federated as tff
 
-from tff_canary.federated.audit import tree_noise_check
-from tff_canary.federated.insertion import factory
-from tff_canary.federated.insertion import tree_factory
 from tff_canary.mechanisms import protocol_tff
+from tff_canary.mechanisms.correlated import noise_check as correlated_check
 from tff_canary.mechanisms.correlated import tff as correlated_tff
+from tff_canary.mechanisms.tree import aggregation
 
 
 def _period(rounds_per_epoch: Optional[int]) -> int:
@@ -34,10 +33,10 @@ def _period(rounds_per_epoch: Optional[int]) -> int:
 
 
 def tff_tree(config, restart_period: Optional[int]
-             ) -> tree_factory.TreeAggregation:
+             ) -> aggregation.TreeAggregation:
   """DP-FTRL's tree of the run's settings restarted every `restart_period`
   rounds, for TFF's own factory (`TreeAggregation.tff_factory`, no seed)."""
-  return tree_factory.TreeAggregation(
+  return aggregation.TreeAggregation(
       noise_multiplier=config.noise_multiplier, clip=config.clip,
       efficient=True, restart_period=_period(restart_period))
 
@@ -47,7 +46,7 @@ class TreeTff(correlated_tff.CorrelatedTff):
 
   def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):
-    return factory.CanaryDPFactory.tree_aggregation(
+    return aggregation.tree_aggregation(
         config.noise_multiplier, config.clients_per_round, config.clip,
         canaries=canaries, noise_seed=noise_seed,
         restart_period=_period(rounds_per_epoch))
@@ -61,15 +60,15 @@ class TreeTff(correlated_tff.CorrelatedTff):
   def noise_check(self, config, inputs: protocol_tff.NoiseCheckInputs):
     period = correlated_tff.check_period(inputs.rounds_per_epoch)
     if config.insertion == "clients":  # TFF's factory, unseeded
-      return tree_noise_check.check_tree_noise(
+      return correlated_check.check_correlated_noise(
           self.tff_aggregator(config, inputs.value_type, inputs.dim, period),
           inputs.value_type, noise=tff_tree(config, period).noise(
-              tree_noise_check.default_rounds(period)),
+              correlated_check.default_rounds(period)),
           noise_multiplier=config.noise_multiplier,
           tensor_names=inputs.tensor_names)
     aggregator = self.canary_aggregator(config, inputs.no_canaries,
                                         inputs.seed, period)
-    return tree_noise_check.check_tree_noise(
+    return correlated_check.check_correlated_noise(
         aggregator, inputs.value_type, tensor_names=inputs.tensor_names)
 
 

@@ -306,7 +306,7 @@ def audit_ftrl(scores: npt.ArrayLike, schedule: npt.ArrayLike,
     self_test_noise: [rounds, coordinates] the mechanism on zero values in
       units of the node noise, or None to skip the self-test.
     self_test_sizes: the sizes of the value's tensors whose coordinates
-      `self_test_noise` holds side by side (`TreeNoiseCheck.check.
+      `self_test_noise` holds side by side (`CorrelatedNoiseCheck.check.
       tensor_sizes`), so that its tests between tensors run; default one
       tensor.
     level: family-wise false-alarm level in (0, 1).

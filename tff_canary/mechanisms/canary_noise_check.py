@@ -2,14 +2,14 @@
 
 docs/method/noise-self-test.md: `check_noise(aggregator, value_type)`
 rebuilds the `CanaryDPFactory` a loop trains with without canaries
-(`CanaryDPFactory.without_canaries`) and runs `tree_noise_check.
-check_tree_noise` when the query's noise is correlated across rounds
-(`query_noise.QueryNoise.correlated`: DP-FTRL's tree), else
-`noise_check.check_aggregation_noise`; under TFF's zeroing
-(`factory.ZeroedFactory`) the factory inside. The result goes to
-`RunWriter.record_noise_check`. Not a method of the factory: the audit layer
-imports the insertion layer (the planted bugs build canary factories), so
-the factory cannot import the checks without a cycle.
+(`CanaryDPFactory.without_canaries`) and runs the correlated family's
+`correlated.noise_check.check_correlated_noise` when the query's noise is
+correlated across rounds (`query_noise.QueryNoise.correlated`: DP-FTRL's
+tree, banded, BLT), else `noise_check.check_aggregation_noise`; under TFF's
+zeroing (`factory.ZeroedFactory`) the factory inside. The result goes to
+`RunWriter.record_noise_check`. Not a method of the factory: the checks
+import the factory, and the correlated one is a mechanism family's, which
+the federated layer does not import.
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ from __future__ import annotations
 from typing import Any
 
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
+from tff_canary.mechanisms.correlated import noise_check as correlated_check
 from tff_canary.stats import validation
 from tff_canary.stats.noise import noise_stats
 
 
 def check_noise(aggregator: factory.CanaryDPFactory | factory.ZeroedFactory,
                 value_type: Any, **kwargs: Any
-                ) -> noise_stats.NoiseCheck | tree_noise_check.TreeNoiseCheck:
+                ) -> (noise_stats.NoiseCheck
+                      | correlated_check.CorrelatedNoiseCheck):
   """The noise self-test of `aggregator`, built again without canaries.
 
   A zeroed aggregator (`factory.with_zeroing`, as
@@ -35,7 +36,8 @@ def check_noise(aggregator: factory.CanaryDPFactory | factory.ZeroedFactory,
   zeroes a value whose norm exceeds 2 x its norm estimate + 1, at least 1),
   and zeroing adds no noise (its estimate is TFF's noiseless quantile
   process), so the zeroed aggregator's result is the inner's, value for
-  value (tests/federated/audit/test_canary_noise_check.py runs the check both ways and compares).
+  value (tests/mechanisms/test_canary_noise_check.py runs the check both
+  ways and compares).
 
   Args:
     aggregator: The `CanaryDPFactory` of the run (with its canaries), or
@@ -46,7 +48,7 @@ def check_noise(aggregator: factory.CanaryDPFactory | factory.ZeroedFactory,
       `tensor_names`, ...).
 
   Returns:
-    The check's result (a `TreeNoiseCheck` for correlated noise).
+    The check's result (a `CorrelatedNoiseCheck` for correlated noise).
 
   Raises:
     TypeError: if `aggregator` is neither a `CanaryDPFactory` nor a
@@ -63,7 +65,8 @@ def check_noise(aggregator: factory.CanaryDPFactory | factory.ZeroedFactory,
         "noise_check.check_aggregation_noise.")
   without = aggregator.without_canaries(noise_check.DEFAULT_ROUNDS)
   if aggregator.query_noise.correlated:
-    return tree_noise_check.check_tree_noise(without, value_type, **kwargs)
+    return correlated_check.check_correlated_noise(without, value_type,
+                                                   **kwargs)
   return noise_check.check_aggregation_noise(without, value_type, **kwargs)
 
 

@@ -1,14 +1,14 @@
-"""DP-FTRL with canaries: the tree-aggregation query and its scores.
+"""DP-FTRL with canaries: the tree-aggregation query, its constructors, scores.
 
 docs/method/dp-ftrl.md ("In TFF"). DP-FTRL (Kairouz et al. 2021, "Practical
 and Private (Deep) Learning without Sampling or Shuffling", arXiv
 2103.00039, Algorithm 1) noises the prefix sums of the clipped updates
 through a binary tree of independent N(0, (z C)^2 I) node noises. TFF builds
 it with `DifferentiallyPrivateFactory.tree_aggregation` and `tree_adaptive`;
-`CanaryDPFactory`'s constructors of the same names describe the query as a
-`TreeAggregation` (node multiplier z, the tree's shape), built from the
-value's specs at `create`. Canaries go in as with the Gaussian queries
-(`canary_process`), at the tree's `clip_value` C_t.
+this module's functions of the same names return a `CanaryDPFactory` whose
+query is described as a `TreeAggregation` (node multiplier z, the tree's
+shape), built from the value's specs at `create`. Canaries go in as with the
+Gaussian queries (`canary_process`), at the tree's `clip_value` C_t.
 
 Scores. With orthogonal canaries each round reports, under
 `measurement_keys.TREE_SCORES_KEY`,
@@ -49,9 +49,12 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from tff_canary.federated.insertion import adaptive_clip
+from tff_canary.federated.insertion import construction
+from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import query_noise
 from tff_canary.federated.insertion import seeded_query
 from tff_canary.federated.runtime import worker_guard
+from tff_canary.mechanisms.correlated import noise_check as correlated_check
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.correlated import tree_noise
@@ -65,8 +68,8 @@ class TreeAggregation:
   """A DP-FTRL tree-aggregation sum query, before the value's specs are known.
 
   What `CanaryDPFactory` needs of a tree query that tensorflow_privacy keeps
-  private: the node noise multiplier and the tree's shape. Built by the
-  named constructors of `CanaryDPFactory`; the query itself by `sum_query`.
+  private: the node noise multiplier and the tree's shape. Built by
+  `tree_aggregation` and `tree_adaptive`; the query itself by `sum_query`.
 
   Attributes:
     noise_multiplier: z >= 0: the value tree's node noise std is z C.
@@ -199,17 +202,115 @@ class TreeAggregation:
                                  restart_period=self.restart_period,
                                  restart_warmup=self.restart_warmup)
 
+  @property
+  def check_rounds(self) -> int:
+    """The correlated noise check's default rounds: two restarts
+    (`correlated.noise_check.default_rounds`)."""
+    return correlated_check.default_rounds(
+        restart_period=self.restart_period, restart_warmup=self.restart_warmup)
 
-__all__ = ["TreeAggregation"]
+
+@construction.recorded
+def tree_aggregation(
+    noise_multiplier: float,
+    clients_per_round: float,
+    clip: float,
+    *,
+    canaries: canary_config.CanaryConfig,
+    noise_seed: Optional[int] = None,
+    use_efficient: bool = True,
+    restart_period: Optional[int] = None,
+    restart_warmup: Optional[int] = None,
+) -> factory.CanaryDPFactory:
+  """DP-FTRL with a fixed clip and tree-aggregated noise, with canaries.
+
+  The query TFF's `DifferentiallyPrivateFactory.tree_aggregation` builds
+  (Kairouz et al. 2021, arXiv 2103.00039; `use_efficient`, TFF's default:
+  Honaker 2015, "Efficient Use of Differentially Private Binary Trees",
+  else the plain tree): clip each record to L2 norm `clip` (> 0), add the
+  tree's noise residual (node std z * clip) to the sum, divide by
+  `clients_per_round`. With `restart_period` (>= 1; None: one tree, as
+  TFF's) the tree restarts as TFF's `tree_adaptive` does, after each call
+  k with k mod period == `restart_warmup` (None: 0, else in [1, period);
+  `tfp.restart_query.PeriodicRoundRestartIndicator`). Canaries (Andrew et
+  al. 2024, arXiv 2302.03098) enter the sum at norm `clip`. The arguments
+  `noise_multiplier`, `clients_per_round`, `canaries` and `noise_seed` are
+  the `CanaryDPFactory` constructors' (module docstring for the seed);
+  TypeError or ValueError for a bad one, naming it.
+  """
+  noise_multiplier, clients_per_round = construction.noise_arguments(
+      noise_multiplier, clients_per_round)
+  tree = TreeAggregation(
+      noise_multiplier=noise_multiplier, clip=clip,
+      efficient=validation.as_bool(use_efficient, "use_efficient"),
+      restart_period=restart_period, restart_warmup=restart_warmup,
+      noise_seed=noise_seed)
+  return factory.CanaryDPFactory(tree, canaries,
+                                 clients_per_round=clients_per_round)
+
+
+@construction.recorded
+def tree_adaptive(
+    noise_multiplier: float,
+    clients_per_round: float,
+    initial_l2_norm_clip: float = 0.1,
+    restart_warmup: Optional[int] = 128,
+    restart_period: int = 1024,
+    target_unclipped_quantile: float = 0.5,
+    clip_learning_rate: float = 0.2,
+    clipped_count_stddev: Optional[float] = None,
+    *,
+    canaries: canary_config.CanaryConfig,
+    noise_seed: Optional[int] = None,
+) -> factory.CanaryDPFactory:
+  """DP-FTRL with adaptive clipping adopted at restarts, with canaries.
+
+  The query TFF's `DifferentiallyPrivateFactory.tree_adaptive` builds,
+  with its defaults (`restart_period` is TFF's `restart_frequency`):
+  `tfp.QAdaClipTreeResSumQuery` (Kairouz et al. 2021, arXiv 2103.00039;
+  the geometric adaptive clip of Andrew et al. 2021, arXiv 1905.03871, on
+  an efficient tree) in `tfp.RestartQuery`. The clip changes only when the
+  tree restarts (`tree_aggregation`'s restarts). The clip's arguments are
+  `CanaryDPFactory.gaussian_adaptive`'s (`clip_learning_rate` its
+  `learning_rate`; `noise_multiplier` the effective total one), but
+  `clipped_count_stddev` None is TFF's default clients_per_round / 20,
+  also without noise; the value tree's node multiplier is
+  `TreeAggregation.noise_multiplier`. Both trees' noise is seeded by
+  `noise_seed` (`seeded_query`).
+  """
+  restart_period = validation.as_int(restart_period, "restart_period",
+                                     minimum=1)
+  if clipped_count_stddev is None:
+    clipped_count_stddev = validation.as_positive(
+        clients_per_round, "clients_per_round") / 20.0
+  value_noise_multiplier, clip, adaptive = adaptive_clip.from_arguments(
+      noise_multiplier, clients_per_round, initial_l2_norm_clip,
+      target_unclipped_quantile, clip_learning_rate, clipped_count_stddev,
+      "clip_learning_rate")
+  tree = TreeAggregation(
+      noise_multiplier=value_noise_multiplier, clip=clip,
+      restart_period=restart_period, restart_warmup=restart_warmup,
+      noise_seed=noise_seed, adaptive=adaptive)
+  return factory.CanaryDPFactory(
+      tree, canaries, clients_per_round=adaptive.expected_num_records)
+
+
+def tree_of(aggregator: factory.CanaryDPFactory) -> Optional[TreeAggregation]:
+  """The `TreeAggregation` of a `CanaryDPFactory`, or None (its
+  `described_query` is another mechanism's)."""
+  query = aggregator.described_query
+  return query if isinstance(query, TreeAggregation) else None
+
+
+__all__ = ["TreeAggregation", "tree_adaptive", "tree_aggregation", "tree_of"]
 
 
 def __getattr__(name: str):
   """`AdaptiveTreeClip`, renamed `adaptive_clip.AdaptiveClip` (the Gaussian
   adaptive clip uses it too), for one release (docs/changelog.md)."""
   if name == "AdaptiveTreeClip":
-    warnings.warn("tff_canary.federated.insertion.tree_factory."
-                  "AdaptiveTreeClip is tff_canary.federated.insertion."
-                  "adaptive_clip.AdaptiveClip.", DeprecationWarning,
+    warnings.warn("tree_factory.AdaptiveTreeClip is tff_canary.federated."
+                  "insertion.adaptive_clip.AdaptiveClip.", DeprecationWarning,
                   stacklevel=2)
     return adaptive_clip.AdaptiveClip
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""A canary aggregator's own noise self-test (`tff_canary.federated.audit.canary_noise_check`).
+"""A canary aggregator's own noise self-test (`tff_canary.mechanisms.canary_noise_check`).
 
 The factory remembers its constructor and arguments and builds itself again
 without canaries (`CanaryDPFactory.without_canaries`); `check_noise` is then
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from tff_canary.federated.audit import noise_check
-from tff_canary.federated.audit import canary_noise_check
-from tff_canary.federated.audit import tree_noise_check
 from tff_canary.federated.insertion import factory
+from tff_canary.mechanisms import canary_noise_check
+from tff_canary.mechanisms.correlated import noise_check as correlated_check
+from tff_canary.mechanisms.tree import aggregation
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
 
@@ -61,14 +62,14 @@ def test_self_test_is_the_check_of_the_hand_built_aggregator():
 
 
 def test_a_tree_aggregator_runs_the_tree_check():
-  aggregator = DP.tree_aggregation(1.0, 10.0, 0.5, canaries=_canaries(),
-                                   noise_seed=7, restart_period=3)
+  aggregator = aggregation.tree_aggregation(
+      1.0, 10.0, 0.5, canaries=_canaries(), noise_seed=7, restart_period=3)
   result = canary_noise_check.check_noise(aggregator, VALUE_TYPE)
-  assert isinstance(result, tree_noise_check.TreeNoiseCheck)
+  assert isinstance(result, correlated_check.CorrelatedNoiseCheck)
   assert result.passed, result.check.failures
   # Two restarts of the run's tree (restart_period 3), as the harness's.
   assert result.claimed.restart_period == 3
-  assert result.check.num_rounds == tree_noise_check.default_rounds(3)
+  assert result.check.num_rounds == correlated_check.default_rounds(3)
 
 
 @pytest.mark.parametrize("build, constructor", [
@@ -79,8 +80,9 @@ def test_a_tree_aggregator_runs_the_tree_check():
     (lambda c: factory.canary_dp_aggregator(0.7, 10, c, zeroing=False,
                                             noise_seed=3),
      "gaussian_adaptive"),
-    (lambda c: DP.tree_adaptive(0.7, 10, restart_warmup=4, restart_period=8,
-                                canaries=c, noise_seed=3), "tree_adaptive"),
+    (lambda c: aggregation.tree_adaptive(0.7, 10, restart_warmup=4,
+                                         restart_period=8, canaries=c,
+                                         noise_seed=3), "tree_adaptive"),
     (lambda c: DP(_sum_query(), c, clients_per_round=10), None),
 ])
 def test_without_canaries_keeps_the_constructor_and_arguments(build,
@@ -97,7 +99,7 @@ def test_without_canaries_keeps_the_constructor_and_arguments(build,
   assert without.canaries.num_canaries == 0
   assert without.canaries.num_rounds == 4
   assert without.canaries.seed == aggregator.canaries.seed
-  assert (without.tree is None) == (aggregator.tree is None)
+  assert type(without.described_query) is type(aggregator.described_query)
 
 
 def _sum_query():

@@ -1,4 +1,4 @@
-"""Tests of tff_canary.federated.insertion.tree_factory: DP-FTRL's tree
+"""Tests of tff_canary.mechanisms.tree.aggregation: DP-FTRL's tree
 aggregation with canaries, as real TFF aggregation processes (CPU).
 
 The value is two tensors, [32, 8] and [8] (d = 264), the aggregation
@@ -13,6 +13,7 @@ covariance; the reference process is TFF's own
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import dp_accounting
 import numpy as np
@@ -28,10 +29,10 @@ from tff_canary.federated.insertion import factory
 from tff_canary.federated.insertion import measurement_keys
 from tff_canary.federated.insertion import orthogonal_transform
 from tff_canary.federated.insertion import query_noise
-from tff_canary.federated.insertion import tree_factory
 from tff_canary.federated.structures import flat_layout
 from tff_canary.federated.structures import nested_search
 from tff_canary.harness.writing import run_writer
+from tff_canary.mechanisms.tree import aggregation
 from tff_canary.stats.accounting import ledger as ledger_lib
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
@@ -113,22 +114,22 @@ def _restarted_tff_tree(noise_seed, clients_per_round, clip, noise_multiplier):
 
 
 @pytest.mark.parametrize("ours, theirs, rounds, same_state", [
-    (lambda c: factory.CanaryDPFactory.tree_aggregation(
+    (lambda c: aggregation.tree_aggregation(
         0.8, 3, 1.0, canaries=c, noise_seed=7),
      lambda: tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
          0.8, 3.0, 1.0, SPECS, noise_seed=7), 6, True),
-    (lambda c: factory.CanaryDPFactory.tree_aggregation(
+    (lambda c: aggregation.tree_aggregation(
         0.8, 3, 1.0, canaries=c, noise_seed=7, use_efficient=False),
      lambda: tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
          0.8, 3.0, 1.0, SPECS, noise_seed=7, use_efficient=False), 6, True),
-    (lambda c: factory.CanaryDPFactory.tree_aggregation(
+    (lambda c: aggregation.tree_aggregation(
         0.8, 3, 1.0, canaries=c, noise_seed=7, restart_period=3,
         restart_warmup=2),
      lambda: _restarted_tff_tree(7, 3.0, 1.0, 0.8), 6, True),
     # TFF's tree_adaptive: its clipped-count tree is unseeded (ours is
     # seeded), so only the rounds before the first restart (clip = the
     # initial one) are equal; its state is not compared.
-    (lambda c: factory.CanaryDPFactory.tree_adaptive(
+    (lambda c: aggregation.tree_adaptive(
         0.2, 3, initial_l2_norm_clip=1.0, restart_warmup=4, restart_period=8,
         canaries=c, noise_seed=7),
      lambda: tff.aggregators.DifferentiallyPrivateFactory.tree_adaptive(
@@ -170,12 +171,12 @@ def test_no_canaries_scheduled_is_exactly_tffs_process(ours, theirs, rounds,
 
 
 @pytest.mark.parametrize("build, adaptive", [
-    (lambda c: factory.CanaryDPFactory.tree_aggregation(
+    (lambda c: aggregation.tree_aggregation(
         0.0, 4, 0.5, canaries=c, use_efficient=False, restart_period=3,
         restart_warmup=1), False),
     # Zero noise everywhere (the clipped count too): the clip moves at the
     # restarts, deterministically.
-    (lambda c: factory.CanaryDPFactory.tree_adaptive(
+    (lambda c: aggregation.tree_adaptive(
         0.0, 4, initial_l2_norm_clip=0.5, restart_warmup=1, restart_period=3,
         clipped_count_stddev=0.0, canaries=c), True),
 ], ids=["fixed", "adaptive"])
@@ -259,14 +260,14 @@ ROUNDS = 64
 
 
 @pytest.mark.parametrize("build", [
-    lambda c: factory.CanaryDPFactory.tree_aggregation(
+    lambda c: aggregation.tree_aggregation(
         2.0, 10, 0.5, canaries=c, noise_seed=101, restart_period=16),
-    lambda c: factory.CanaryDPFactory.tree_aggregation(
+    lambda c: aggregation.tree_aggregation(
         2.0, 10, 0.5, canaries=c, noise_seed=102, use_efficient=False,
         restart_period=20, restart_warmup=5),
     # The clip follows the (unseeded) quantile estimate at each restart;
     # scores in units of sigma_t = z C_t do not depend on it.
-    lambda c: factory.CanaryDPFactory.tree_adaptive(
+    lambda c: aggregation.tree_adaptive(
         0.8, 10, initial_l2_norm_clip=0.1, restart_warmup=8,
         restart_period=16, canaries=c, noise_seed=103),
 ], ids=["efficient-restart16", "plain-restart20-warmup5", "adaptive-restart16"])
@@ -275,7 +276,7 @@ def test_scores_whitened_by_the_tree_covariance_are_standard_normal(build):
   config = _config(num_inserted=64, num_held_out=128, rounds=ROUNDS,
                    presentations=4, seed=23)
   aggregator = build(config)
-  tree = aggregator.tree
+  tree = aggregator.described_query
   process = aggregator.create(VALUE)
   state = process.initialize()
   scores, clips = [], []
@@ -359,7 +360,7 @@ def test_canary_clients_enter_tffs_own_tree_aggregation_at_its_clip():
 def test_dp_event_is_refused_by_the_ledger_path(tmp_path):
   config = _config(num_inserted=2, num_held_out=2, rounds=2, presentations=1,
                    directions="gaussian")
-  aggregator = factory.CanaryDPFactory.tree_aggregation(
+  aggregator = aggregation.tree_aggregation(
       1.0, 4, 0.5, canaries=config, noise_seed=99, restart_period=2)
   process = aggregator.create(VALUE)
   output = process.next(process.initialize(), [])
@@ -375,16 +376,16 @@ def test_dp_event_is_refused_by_the_ledger_path(tmp_path):
     writer.round(output.measurements, state=output.state)
   # The accounting the factory supports: its trees' sizes, for
   # tree_accounting (each client at most once per tree).
-  assert aggregator.tree.rounds_per_tree(2) == [2]
-  assert factory.CanaryDPFactory.tree_aggregation(
+  assert aggregator.described_query.rounds_per_tree(2) == [2]
+  assert aggregation.tree_aggregation(
       1.0, 4, 0.5, canaries=config, restart_period=20,
-      restart_warmup=5).tree.rounds_per_tree(64) == [5, 20, 20, 19]
-  assert aggregator.tree.rounds_per_tree(5) == [2, 2, 1]
+      restart_warmup=5).described_query.rounds_per_tree(64) == [5, 20, 20, 19]
+  assert aggregator.described_query.rounds_per_tree(5) == [2, 2, 1]
 
 
 def test_a_run_writer_refuses_tree_scores(tmp_path):
   config = _config(num_inserted=2, num_held_out=2, rounds=2, presentations=1)
-  process = factory.CanaryDPFactory.tree_aggregation(
+  process = aggregation.tree_aggregation(
       1.0, 4, 0.5, canaries=config).create(VALUE)
   output = process.next(process.initialize(), [])
   writer = run_writer.RunWriter(tmp_path / "run", config, delta=1e-5)
@@ -413,18 +414,18 @@ def test_a_seed_whose_node_is_a_gaussian_canary_is_refused():
   canary = canary_directions.canary_block(SEED, [11], DIM)[0]
   assert abs(node @ canary) / np.linalg.norm(node) > 1 - 1e-6
   with pytest.raises(ValueError, match="noise_seed=5.*canary 11"):
-    factory.CanaryDPFactory.tree_aggregation(
+    aggregation.tree_aggregation(
         1.0, 4, 0.5, canaries=_collision_config(), noise_seed=5)
   # Seeds above the canary seed, and orthogonal canaries, are fine.
-  factory.CanaryDPFactory.tree_aggregation(
+  aggregation.tree_aggregation(
       1.0, 4, 0.5, canaries=_collision_config(), noise_seed=12)
-  factory.CanaryDPFactory.tree_aggregation(
+  aggregation.tree_aggregation(
       1.0, 4, 0.5, canaries=_config(num_inserted=8, num_held_out=8),
       noise_seed=5)
 
 
-_tree = factory.CanaryDPFactory.tree_aggregation
-_adaptive = factory.CanaryDPFactory.tree_adaptive
+_tree = aggregation.tree_aggregation
+_adaptive = aggregation.tree_adaptive
 
 
 @pytest.mark.parametrize("build, error, match", [
@@ -472,11 +473,11 @@ _adaptive = factory.CanaryDPFactory.tree_adaptive
         tfp.TreeResidualSumQuery.build_l2_gaussian_query(1.0, 0.1, SPECS),
         tfp.restart_query.PeriodicRoundRestartIndicator(4)), c), TypeError,
      "TreeAggregation"),
-    (lambda c: factory.CanaryDPFactory(tree_factory.TreeAggregation(
+    (lambda c: factory.CanaryDPFactory(aggregation.TreeAggregation(
         0.1, 1.0, efficient=False, restart_period=4,
         adaptive=adaptive_clip.AdaptiveClip(0.5, 0.2, 0.1, 4.0)), c),
      ValueError, "efficient must be True with adaptive clipping"),
-    (lambda c: factory.CanaryDPFactory(tree_factory.TreeAggregation(
+    (lambda c: factory.CanaryDPFactory(aggregation.TreeAggregation(
         0.1, 1.0, adaptive="yes"), c), TypeError, "adaptive must be None"),
     (lambda c: _adaptive(0.1, 4, canaries=c, noise_seed=2 ** 63 - 2),
      ValueError, "noise_seed must be at most .* with adaptive clipping"),
@@ -523,7 +524,7 @@ def test_a_seeded_tree_adaptive_is_reproducible_across_restarts():
 
 
 def test_rounds_per_tree_needs_a_run_length():
-  tree = tree_factory.TreeAggregation(0.5, 1.0, restart_period=16)
+  tree = aggregation.TreeAggregation(0.5, 1.0, restart_period=16)
   assert tree.rounds_per_tree(64) == [16, 16, 16, 16]
   assert tree.rounds_per_tree(10) == [10]
   with pytest.raises(ValueError, match="num_rounds must be at least 1"):
@@ -556,7 +557,8 @@ def test_a_new_mechanism_is_a_described_query_and_nothing_else():
   config = _config(num_inserted=4, num_held_out=2, rounds=3, presentations=2)
   aggregator = factory.CanaryDPFactory(_CorrelatedGaussian(0.5, 2.0), config,
                                        clients_per_round=4)
-  assert aggregator.query_noise.denominator == 4.0 and aggregator.tree is None
+  assert aggregator.query_noise.denominator == 4.0
+  assert aggregation.tree_of(aggregator) is None
   process = aggregator.create(VALUE)
   state = process.initialize()
   for r in range(3):
@@ -572,3 +574,45 @@ def test_a_new_mechanism_is_a_described_query_and_nothing_else():
                                expected, atol=1e-5)
     assert int(output.measurements["canaries_inserted"]) == len(
         _round_ids(config, r))
+
+
+# ------------------------------------ the factory's old names, one release
+
+
+def test_the_factorys_tree_constructors_forward_to_the_trees_with_a_warning():
+  config = _config(num_inserted=2, num_held_out=2, rounds=2, presentations=1)
+  new = aggregation.tree_aggregation(0.8, 3, 1.0, canaries=config,
+                                     noise_seed=7, restart_period=4)
+  with pytest.warns(DeprecationWarning, match=r"CanaryDPFactory\.tree_"
+                    r"aggregation moved to tff_canary\.mechanisms\.tree\."
+                    r"aggregation\.tree_aggregation"):
+    old = factory.CanaryDPFactory.tree_aggregation(
+        0.8, 3, 1.0, canaries=config, noise_seed=7, restart_period=4)
+  assert type(old) is factory.CanaryDPFactory
+  assert old.described_query == new.described_query
+  assert old.construction == new.construction
+  assert old.construction.constructor == "tree_aggregation"
+  assert old.construction.function is aggregation.tree_aggregation
+  with pytest.warns(DeprecationWarning, match=r"tree\.aggregation\.tree_"
+                    "adaptive"):
+    adaptive = factory.CanaryDPFactory.tree_adaptive(
+        0.7, 10, restart_warmup=2, restart_period=4, canaries=config,
+        noise_seed=7)
+  assert adaptive.described_query == aggregation.tree_adaptive(
+      0.7, 10, restart_warmup=2, restart_period=4, canaries=config,
+      noise_seed=7).described_query
+  # Rebuilt without canaries by the tree's own function, with no warning.
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", DeprecationWarning)
+    without = old.without_canaries(4)
+  assert without.construction.function is aggregation.tree_aggregation
+  assert without.described_query.noise_seed == 7 + factory.NOISE_CHECK_SEED_TAG
+  # .tree: the factory's TreeAggregation, or None, as tree_of says.
+  with pytest.warns(DeprecationWarning, match=r"tree_of"):
+    assert old.tree is old.described_query
+  gaussian = factory.CanaryDPFactory.gaussian_fixed(0.8, 3, 1.0,
+                                                    canaries=config)
+  with pytest.warns(DeprecationWarning, match=r"tree_of"):
+    assert gaussian.tree is None
+  assert aggregation.tree_of(gaussian) is None
+  assert aggregation.tree_of(old) is old.described_query

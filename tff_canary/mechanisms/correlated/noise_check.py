@@ -1,15 +1,17 @@
-"""A noise self-test for DP-FTRL's tree aggregation (the TFF side).
+"""A noise self-test for noise correlated across rounds (the TFF side).
 
-`check_tree_noise(aggregator, value_type, noise=...)` builds a FRESH tree
-aggregation process (`CanaryDPFactory.tree_aggregation` / `tree_adaptive`
-with no canaries scheduled, TFF's own
+The correlated-noise family's check: DP-FTRL's tree, banded and BLT.
+`check_correlated_noise(aggregator, value_type, noise=...)` builds a FRESH
+aggregation process (a `CanaryDPFactory` of correlated noise with no
+canaries scheduled, such as `tff_canary.mechanisms.tree.aggregation.
+tree_aggregation`'s, TFF's own
 `tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation`, any factory
-over a tensorflow_privacy tree query, or a given unweighted
+over a tensorflow_privacy tree or matrix query, or a given unweighted
 `tff.templates.AggregationProcess`, initialized anew), runs it for
 `num_rounds` rounds on clients whose values are all ZERO, so that each
 round's result is its noise alone, and tests that noise against the claimed
-tree (`tff_canary.stats.correlated.tree_noise.TreeNoise`;
-docs/method/dp-ftrl.md).
+linear noise (`tff_canary.stats.correlated.linear_noise.LinearNoise`, the
+tree's `tree_noise.TreeNoise`; docs/method/dp-ftrl.md).
 
 The claim. Round t's released noise is e_t = sum_k B[t, k] xi_k with xi_k
 iid N(0, sigma^2 I) node noises, so over the rounds each coordinate is
@@ -20,8 +22,8 @@ result (a mean) is turned into units of the node noise,
 
 sigma_t = z C_t the claimed node std of round t's tree: the claimed noise
 multiplier z (`noise_multiplier`, or a `CanaryDPFactory`'s
-`tree.noise_multiplier`) times the clip C_t in the tree query's state before
-the round (`clip_value`; `tree_adaptive` moves it at each restart), or
+`query_noise.noise_multiplier`) times the clip C_t in the tree query's state
+before the round (`clip_value`; `tree_adaptive` moves it at each restart), or
 `node_std` when given. Without a claimed z, the `stddev` of the value tree's
 `GaussianNoiseGenerator` state is used: the implementation's own number, so
 a bug that sets it wrong would be measured against itself (the claim says
@@ -33,7 +35,10 @@ N(0, 1), and `noise_stats.check_noise` tests it at `level`, per tensor of
 the value (whitening mixes rounds, never coordinates).
 
 The tree's shape (efficient or plain, restarts) is not in the process state
-in a usable form: `noise` gives it (`check_tree_noise`'s defaults).
+in a usable form: `noise` gives it, by default a `CanaryDPFactory`'s
+described query's (`described_query.noise(check_rounds)`: a query of
+correlated noise declares both). `check_tree_noise` and `TreeNoiseCheck`
+are the old names, for one release.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from typing import Any, Optional, Sequence
+import warnings
 
 import numpy as np
 
@@ -60,8 +66,8 @@ DEFAULT_ROUNDS = 16
 
 
 @dataclasses.dataclass(frozen=True)
-class TreeNoiseCheck:
-  """The tree self-test's verdict, and the noise it tested.
+class CorrelatedNoiseCheck:
+  """The correlated self-test's verdict, and the noise it tested.
 
   Attributes:
     passed: the whitened noise passed `noise_stats.check_noise`.
@@ -71,7 +77,7 @@ class TreeNoiseCheck:
       order (`check.tensor_names`, `check.tensor_sizes`):
       `tree_audit.audit_ftrl`'s `self_test_noise`.
     node_std: [T] the sigma_t used.
-    claimed: the claimed `TreeNoise`.
+    claimed: the claimed `LinearNoise` (a tree's `TreeNoise`).
   """
 
   passed: bool
@@ -85,12 +91,12 @@ class TreeNoiseCheck:
 
   def as_dict(self) -> dict[str, Any]:
     """noise_check.json: the check's `as_dict` (its verdict, summary and
-    tests) with the tree's rounds and node stds, not the noise itself."""
+    tests) with the rounds, the blocks (a tree's trees, under `num_trees`)
+    and node stds, not the noise itself."""
     out = self.check.as_dict()
     out.update(summary=str(self), kind=self.claimed.kind,
                num_rounds=int(self.claimed.num_rounds),
-               num_trees=int(getattr(self.claimed, "num_trees",
-                                     self.claimed.num_blocks)),
+               num_trees=int(self.claimed.num_blocks),
                node_std=[float(s) for s in self.node_std])
     return out
 
@@ -137,15 +143,19 @@ def _node_std(state: Any) -> float:
 
 
 def _claim(aggregator, noise, num_rounds, noise_multiplier):
-  """(the claimed `TreeNoise`, the claimed z or None) (`check_tree_noise`'s
-  defaults: a `CanaryDPFactory`'s tree)."""
-  tree = (aggregator.tree if isinstance(aggregator, factory.CanaryDPFactory)
-          else None)
+  """(the claimed `LinearNoise`, the claimed z or None)
+  (`check_correlated_noise`'s defaults: a `CanaryDPFactory`'s correlated
+  query's)."""
+  query, claimed_z = None, None
+  if (isinstance(aggregator, factory.CanaryDPFactory)
+      and aggregator.query_noise.correlated):
+    query, claimed_z = (aggregator.described_query,
+                        aggregator.query_noise.noise_multiplier)
   if noise_multiplier is not None:
     z = validation.as_positive(noise_multiplier, "noise_multiplier")
   else:
-    z = (float(tree.noise_multiplier) if tree is not None
-         and tree.noise_multiplier > 0.0 else None)
+    z = (float(claimed_z) if claimed_z is not None and claimed_z > 0.0
+         else None)
   if noise is not None:
     if not isinstance(noise, linear_noise.LinearNoise):
       raise TypeError(f"noise must be a LinearNoise (a tree's TreeNoise), "
@@ -154,13 +164,12 @@ def _claim(aggregator, noise, num_rounds, noise_multiplier):
       raise ValueError(f"num_rounds={num_rounds} differs from the claimed "
                        f"tree's {noise.num_rounds} rounds.")
     return noise, z
-  if tree is None:
-    raise TypeError("noise (the claimed tree_noise.TreeNoise) is required "
-                    "unless aggregator is a CanaryDPFactory with a tree.")
-  if num_rounds is None:
-    num_rounds = default_rounds(restart_period=tree.restart_period,
-                                restart_warmup=tree.restart_warmup)
-  return tree.noise(num_rounds), z
+  if query is None:
+    raise TypeError("noise (the claimed linear_noise.LinearNoise, a tree's "
+                    "TreeNoise) is required unless aggregator is a "
+                    "CanaryDPFactory of correlated noise.")
+  return query.noise(query.check_rounds if num_rounds is None
+                     else num_rounds), z
 
 
 def _shape(claimed: linear_noise.LinearNoise) -> str:
@@ -175,7 +184,7 @@ def _shape(claimed: linear_noise.LinearNoise) -> str:
           f"after rounds {restarts}")
 
 
-def check_tree_noise(
+def check_correlated_noise(
     aggregator: Any,
     value_type: Any = None,
     *,
@@ -188,33 +197,34 @@ def check_tree_noise(
     level: float = noise_stats.DEFAULT_LEVEL,
     seed: int = 0,
     tensor_names: Optional[Sequence[str]] = None,
-) -> TreeNoiseCheck:
-  """Runs a fresh tree aggregation on zero values and tests its noise.
+) -> CorrelatedNoiseCheck:
+  """Runs a fresh correlated aggregation on zero values and tests its noise.
 
   Args:
-    aggregator: an unweighted aggregation factory over a tree query
-      (`create(value_type)` is called) or such an unweighted
+    aggregator: an unweighted aggregation factory over a tree or matrix
+      query (`create(value_type)` is called) or such an unweighted
       `tff.templates.AggregationProcess` (initialized anew). A
       `CanaryDPFactory` must have no canary scheduled in these rounds.
     value_type: the value's TFF type; optional for a process.
     noise: the claimed tree, `tree_noise.tree_noise(T, ...)` (or any
       `LinearNoise`, e.g. a matrix strategy's, with node_std); default the
-      `CanaryDPFactory`'s `tree.noise(num_rounds)`.
-    num_rounds: T; default `noise.num_rounds`, else `default_rounds`.
+      `CanaryDPFactory`'s `described_query.noise(num_rounds)`.
+    num_rounds: T; default `noise.num_rounds`, else the described query's
+      `check_rounds` (`default_rounds` of its restarts).
     num_clients: zero-valued clients per round (>= 1).
     clients_per_round: the denominator; default the query state's.
     node_std: sigma, one number or one per round; default z C_t, or the
       value tree's generator `stddev` without a claimed z (module
       docstring).
     noise_multiplier: the claimed z; default a `CanaryDPFactory`'s
-      `tree.noise_multiplier`, else None (the generator's stddev).
+      `query_noise.noise_multiplier`, else None (the generator's stddev).
     level: family-wise level of `noise_stats.check_noise`.
     seed: its subsample seed.
     tensor_names: names of the value's tensors in `tf.nest.flatten` order
       (default tensor0, ...).
 
   Returns:
-    A `TreeNoiseCheck`.
+    A `CorrelatedNoiseCheck`.
 
   Raises:
     TypeError, ValueError: for bad arguments, naming them.
@@ -270,9 +280,24 @@ def check_tree_noise(
       linear_noise.split_tensors(whitened, sizes), 1.0, level=level,
       seed=seed, claim=claim, tensor_names=tensor_names)
   released.setflags(write=False)
-  return TreeNoiseCheck(passed=check.passed, check=check, noise=released,
-                        node_std=np.array(sigmas), claimed=claimed)
+  return CorrelatedNoiseCheck(passed=check.passed, check=check,
+                              noise=released, node_std=np.array(sigmas),
+                              claimed=claimed)
 
 
-__all__ = ["DEFAULT_ROUNDS", "TreeNoiseCheck", "check_tree_noise",
+__all__ = ["CorrelatedNoiseCheck", "DEFAULT_ROUNDS", "check_correlated_noise",
            "default_rounds"]
+
+# The names this module had as federated.audit.tree_noise_check.
+_OLD_NAMES = {"TreeNoiseCheck": "CorrelatedNoiseCheck",
+              "check_tree_noise": "check_correlated_noise"}
+
+
+def __getattr__(name: str):
+  """`TreeNoiseCheck` and `check_tree_noise`, renamed for the family they
+  serve (tree, banded, BLT), for one release (docs/changelog.md)."""
+  if name in _OLD_NAMES:
+    warnings.warn(f"{name} is tff_canary.mechanisms.correlated.noise_check."
+                  f"{_OLD_NAMES[name]}.", DeprecationWarning, stacklevel=2)
+    return globals()[_OLD_NAMES[name]]
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
