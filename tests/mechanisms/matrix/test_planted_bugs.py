@@ -14,6 +14,8 @@ comments say how far each is from its threshold.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -92,3 +94,21 @@ def test_each_bug_is_caught_by_its_check_and_the_correct_blt_passes(bug):
   else:
     assert audit.contribution_p_value < 1e-6
     assert audit.self_test.passed  # the noise is correct
+
+
+def test_matrix_runs_are_the_correlated_family_s_not_the_tree_s():
+  # Banded and BLT compose the correlated family's runs; neither they nor
+  # their config subclass the tree's (issue 35), so a matrix config cannot
+  # carry a tree run, and has no tree setting (`efficient`).
+  from tff_canary.mechanisms.correlated import planted as correlated_planted  # pylint: disable=g-import-not-at-top
+  from tff_canary.mechanisms.tree import planted as tree_planted  # pylint: disable=g-import-not-at-top
+  assert not issubclass(matrix_planted.MatrixBugRunConfig,
+                        tree_planted.TreeBugRunConfig)
+  assert not isinstance(matrix_planted.PLANTED_BUGS, tree_planted.TreePlanted)
+  assert issubclass(matrix_planted.MatrixBugRunConfig,
+                    correlated_planted.CorrelatedBugRunConfig)
+  assert "efficient" not in {
+      f.name for f in dataclasses.fields(matrix_planted.MatrixBugRunConfig)}
+  with pytest.raises(TypeError, match="runs of aggregator 'tree' take a "
+                     "TreeBugRunConfig"):
+    matrix_planted.MatrixBugRunConfig(aggregator="tree")

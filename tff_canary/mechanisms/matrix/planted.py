@@ -1,14 +1,14 @@
 """Matrix-factorization DP-FTRL's planted-bug runs: banded's and BLT's `PlantedBugs`.
 
 The TFF counterpart of bench/matrix_audit.py, through `planted_bug_runs.run`
-and the tree's run (`tree_planted`: no model trained, a `CanaryDPFactory`
-aggregation on a float32 vector of `dim` values for whole epochs, fair-coin
-orthogonal candidates once per epoch, the self-test on zero values with
-another noise seed, the audit `tree_audit.audit_ftrl` against the CLAIMED
-noise). The aggregation is the run's strategy (`bands` or `blt_buffers`, as
+and the correlated family's runs (`mechanisms.correlated.planted`: no model
+trained, a `CanaryDPFactory` aggregation on a float32 vector of `dim` values
+for whole epochs, fair-coin orthogonal candidates once per epoch, the
+self-test on zero values with another noise seed, the audit
+`tree_audit.audit_ftrl` against the CLAIMED noise). The aggregation is the run's strategy (`bands` or `blt_buffers`, as
 the experiments', `mechanisms.banded` / `mechanisms.blt`) restarted every
 epoch, with a noise bug of `matrix_planted_bugs` planted, or the sampler's
-"double_participation" (`planted_tree_bugs.TwicePerEpoch`). The claim is
+"double_participation" (`correlated.planted.TwicePerEpoch`). The claim is
 the strategy's: exact GDP of the restarted strategy's sensitivity
 (`LinearNoise.claim`).
 """
@@ -20,16 +20,16 @@ from typing import ClassVar, Optional
 
 from tff_canary.mechanisms import registry
 from tff_canary.mechanisms.correlated import noise_check as correlated_check
+from tff_canary.mechanisms.correlated import planted as correlated_planted
 from tff_canary.mechanisms.matrix import planted_bugs as matrix_planted_bugs
-from tff_canary.mechanisms.tree import planted as tree_planted
 from tff_canary.stats import validation
 from tff_canary.stats.matrix import planted_strategies
 
 
 @dataclasses.dataclass(frozen=True)
-class MatrixBugRunConfig(tree_planted.TreeBugRunConfig):
-  """One matrix-mechanism run (module docstring): `TreeBugRunConfig`'s
-  settings (`efficient` unused) and the strategy's and bug's own.
+class MatrixBugRunConfig(correlated_planted.CorrelatedBugRunConfig):
+  """One matrix-mechanism run (module docstring): the family's settings
+  (`CorrelatedBugRunConfig`) and the strategy's and bug's own.
 
   Attributes:
     aggregator: the registered matrix mechanism, banded or BLT.
@@ -73,7 +73,7 @@ class MatrixBugRunConfig(tree_planted.TreeBugRunConfig):
         **mechanism.strategy_kwargs(self, self.rounds_per_epoch))
 
 
-class MatrixPlanted(tree_planted.TreePlanted):
+class MatrixPlanted(correlated_planted.CorrelatedPlanted):
   """Banded's and BLT's planted bugs (module docstring)."""
 
   bugs = planted_strategies.BUGS + ("double_participation",)

@@ -17,7 +17,7 @@ patched:
   t + lag draws round t's fresh noise again (a ring of `lag` seeds).
 
 A client counted twice in an epoch is the sampler's bug
-(`planted_tree_bugs.TwicePerEpoch`), the same for every correlated noise.
+(`correlated.planted.TwicePerEpoch`), the same for every correlated noise.
 
 `PlantedMatrixAggregation` is `matrix_aggregation.MatrixAggregation` whose
 `sum_query` builds the planted query; its `noise(T)` is the CLAIMED noise

@@ -1,4 +1,4 @@
-"""Planted DP-FTRL bugs as a user would write them: tree queries and a sampler.
+"""Planted DP-FTRL bugs as a user would write them: tree queries.
 
 The TFF counterparts of `tff_canary.stats.correlated.tree_simulation`'s four
 bugs (docs/method/dp-ftrl.md, "Planted bugs": what each breaks, what catches
@@ -19,9 +19,9 @@ tensorflow_privacy module is patched:
   internal nodes' own noise is drawn with std sigma / sqrt(2), as if
   `EfficientTreeAggregator`'s variance reduction (its docstring: node std
   "roughly sigma sqrt(2^{d-1} / (2^d - 1))") had to be applied by hand.
-* `TwicePerEpoch` ("double_participation"): the client sampler's bug, a
-  second round per epoch for each canary while the audit is told
-  `schedules.ShuffledEpochs`. The noise is correct.
+* "double_participation", the client sampler's bug (a second round per
+  epoch for each canary while the audit is told `schedules.ShuffledEpochs`),
+  is the correlated family's `mechanisms.correlated.planted.TwicePerEpoch`.
 
 and one without a counterpart in the one-tensor `tree_simulation`:
 
@@ -43,8 +43,10 @@ released-noise coefficients against `tree_simulation.planted_noise`.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import Any, Callable
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -53,7 +55,6 @@ import tensorflow_privacy as tfp
 from tff_canary.federated.runtime import worker_guard
 from tff_canary.mechanisms.tree import aggregation
 from tff_canary.stats import validation
-from tff_canary.stats.canaries import schedules
 from tff_canary.stats.correlated import tree_simulation
 
 worker_guard.install()
@@ -266,38 +267,21 @@ class PlantedTreeAggregation(aggregation.TreeAggregation):
         noise_seed=self.noise_seed, use_efficient=self.efficient))
 
 
-@dataclasses.dataclass(frozen=True)
-class TwicePerEpoch(schedules.ShuffledEpochs):
-  """`ShuffledEpochs`' round of every epoch, plus a second, uniformly drawn
-  other round of the same epoch (module docstring).
-
-  The first rounds are exactly those `ShuffledEpochs(num_rounds,
-  rounds_per_epoch).realize(seed, ids)` draws (the same stream, drawn
-  first), so a `CanaryConfig` of the same seed with `ShuffledEpochs` is the
-  schedule the audit is told. Whole epochs only.
-  """
-
-  def __post_init__(self):
-    super().__post_init__()
-    if self.partial_last_epoch or self.rounds_per_epoch < 2:
-      raise ValueError("TwicePerEpoch needs whole epochs of at least 2 "
-                       "rounds.")
-
-  def expected_participation(self) -> float:
-    return 2.0 * self.num_epochs
-
-  def _draw(self, rng, num_canaries):
-    per, epochs = self.rounds_per_epoch, self.num_epochs
-    first = rng.integers(0, per, size=(num_canaries, epochs))
-    second = (first + rng.integers(1, per, size=(num_canaries, epochs))) % per
-    starts = np.arange(epochs) * per
-    both = np.concatenate([first + starts, second + starts], axis=1)
-    return list(np.sort(both, axis=1))
+def __getattr__(name: str):
+  """`TwicePerEpoch`, which every correlated mechanism's runs plant, through
+  this module (and its 0.1.0 path `federated.audit.planted_tree_bugs`) for
+  one release (docs/changelog.md)."""
+  if name == "TwicePerEpoch":
+    new = "tff_canary.mechanisms.correlated.planted"
+    warnings.warn(f"{__name__}.{name} is {new}.{name}.", DeprecationWarning,
+                  stacklevel=2)
+    return getattr(importlib.import_module(new), name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["CrossTensorReuseTreeQuery", "HalvedVarianceTreeQuery",
            "MissingLevelTreeQuery", "NOISE_BUGS", "PlantedTreeAggregation",
            "LevelScaledNoiseGenerator", "QUERIES", "RestartReuseTreeQuery",
            "ScaledLevelEfficientTreeAggregator", "ScaledLevelTreeAggregator",
-           "SharedSeedNoiseGenerator", "TENSOR_BUGS", "TwicePerEpoch",
+           "SharedSeedNoiseGenerator", "TENSOR_BUGS",
            "halved_variance_scale", "missing_level_scale"]
