@@ -28,6 +28,8 @@ TensorFlow's op itself.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from tff_canary.stats import validation
@@ -42,7 +44,7 @@ _ROUNDS = 10
 _SCRAMBLE_KEY = 0x02461E293EC8F720
 
 
-def philox4x32(counters: np.ndarray, key) -> np.ndarray:
+def philox4x32(counters: np.ndarray, key: Sequence[int]) -> np.ndarray:
   """Philox4x32-10 of each counter under `key`.
 
   Args:
@@ -74,7 +76,7 @@ def _words(value: int) -> list[int]:
   return [value & 0xFFFFFFFF, value >> 32]
 
 
-def stateless_uint32(seed, size: int) -> np.ndarray:
+def stateless_uint32(seed: Sequence[int], size: int) -> np.ndarray:
   """`tf.random.stateless_uniform([size], seed, dtype=tf.uint32,
   minval=None, maxval=None, alg="philox")` for an int64 seed pair.
 
