@@ -9,8 +9,8 @@ resume a run directory with other settings.
 
 The insertion mode (`insertion`, "server" or "clients";
 docs/guide/insertion-modes.md, which lists what client mode refuses) and
-the DP mechanism (`aggregator`, a name of `registry.MECHANISMS`), which
-owns its settings (refused with any other mechanism), says what it needs
+the DP mechanism (`aggregator`, a name of `registry.MECHANISMS`, looked up
+once: `ExperimentConfig.mechanism`), which owns its settings (refused with any other mechanism), says what it needs
 of the others (`preflight.check_requirements`) and resolves its values
 (`protocol.Mechanism.resolve`). `insertion_of(values)` reads the mode of
 any config.json. An experiment's config.json reads back as the same
