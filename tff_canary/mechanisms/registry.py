@@ -42,7 +42,9 @@ def get(name: str, what: str = "aggregator"):
   """The NumPy half (`protocol.Mechanism`) of mechanism `name` (`what`
   names it in the refusal of an unknown name)."""
   name = validation.as_choice(name, what, names())
-  mechanism = _member(name, *SPEC)
+  module, attribute = SPEC
+  mechanism = getattr(importlib.import_module(f"{MECHANISMS[name]}.{module}"),
+                      attribute)
   if mechanism.name != name:
     raise ValueError(f"{_where(name, *SPEC)} is named "
                      f"{mechanism.name!r}, registered as {name!r}.")
@@ -76,12 +78,6 @@ def module_if_any(package: str, module: str):
 
 def _where(name: str, module: str, attribute: str) -> str:
   return f"{MECHANISMS[name]}.{module}.{attribute}"
-
-
-def _member(name: str, module: str, attribute: str):
-  """`attribute` of module `module` of mechanism `name`'s package."""
-  return getattr(importlib.import_module(f"{MECHANISMS[name]}.{module}"),
-                 attribute)
 
 
 def of_config(values: dict[str, Any]):

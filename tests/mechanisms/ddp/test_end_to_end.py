@@ -379,11 +379,13 @@ def test_the_noise_check_runs_the_sum_chain_with_the_factorys_claim(
   from tff_canary.federated.insertion import client_round_state  # pylint: disable=g-import-not-at-top
   from tff_canary.harness.runner import dp_fedavg  # pylint: disable=g-import-not-at-top
   from tff_canary.mechanisms.ddp import tff as ddp_tff  # pylint: disable=g-import-not-at-top
-  from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.config import run_settings  # pylint: disable=g-import-not-at-top
+  from tff_canary.harness.data import datasets  # pylint: disable=g-import-not-at-top
   from tff_canary.harness.data import tasks  # pylint: disable=g-import-not-at-top
   config = _tiny(tmp_path / "run", noise_multiplier=0.7, ddp_bits=18,
                  ddp_mechanism="distributed_dgauss")
-  task = experiment.build_task(config, experiment.load_data(config))
+  data_settings = run_settings.DataSettings.of(config)
+  task = tasks.build(data_settings, datasets.load(data_settings))
   dim = tasks.num_parameters(task)
   seen = {}
 

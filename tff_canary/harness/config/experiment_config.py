@@ -9,8 +9,8 @@ resume a run directory with other settings.
 
 The insertion mode (`insertion`, "server" or "clients";
 docs/guide/insertion-modes.md, which lists what client mode refuses) and
-the DP mechanism (`aggregator`, a name of `registry.MECHANISMS`), which
-owns its settings (refused with any other mechanism), says what it needs
+the DP mechanism (`aggregator`, a name of `registry.MECHANISMS`, looked up
+once: `ExperimentConfig.mechanism`), which owns its settings (refused with any other mechanism), says what it needs
 of the others (`preflight.check_requirements`) and resolves its values
 (`protocol.Mechanism.resolve`). `insertion_of(values)` reads the mode of
 any config.json. An experiment's config.json reads back as the same
@@ -74,6 +74,12 @@ _OPTIONAL = dict(
     canary_seed=_int(0), noise_seed=_int(0), delta=validation.as_open_unit,
     eval_examples=_int(1), canary_norm=validation.as_positive)
 
+
+# The run's `CanaryConfig` fields (but its schedule) by config.json key.
+_CANARY_FIELDS = dict(
+    seed="canary_seed", num_inserted="num_inserted",
+    num_held_out="num_held_out", assignment="assignment",
+    record_aggregates="record_aggregates", directions="directions")
 
 # Keys that may differ between a run and its resumption.
 RESUMABLE_KEYS = ("resume", "eval_every", "checkpoint_every",
@@ -169,6 +175,8 @@ class ExperimentConfig:
     for name, check in optional.items():
       if getattr(self, name) is not None:
         object.__setattr__(self, name, check(getattr(self, name), name=name))
+    # Looked up once: the run's steps ask `self.mechanism`.
+    object.__setattr__(self, "_mechanism", registry.get(self.aggregator))
     for name in ("zeroing", "seeded_noise", "resume",
                  "allow_participation_mismatch"):
       validation.as_bool(getattr(self, name), name)
@@ -207,7 +215,7 @@ class ExperimentConfig:
     """Another mechanism's settings are refused; the run's own are resolved
     by its mechanism (`protocol.Mechanism.resolve`; its requirements were
     checked before, `preflight.check_requirements`)."""
-    mechanism = registry.get(self.aggregator)
+    mechanism = self.mechanism
     for name in registry.names():
       other = registry.get(name)
       if other.name == mechanism.name:
@@ -219,6 +227,12 @@ class ExperimentConfig:
                          f"{other.name!r}; got aggregator={self.aggregator!r}.")
     for name, value in mechanism.resolve(self).items():
       object.__setattr__(self, name, value)
+
+  @property
+  def mechanism(self):
+    """The run's mechanism (`registry.get(aggregator)`, a
+    `protocol.Mechanism`), looked up once at construction."""
+    return self._mechanism
 
   def as_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -274,14 +288,15 @@ def client_sampler(config: ExperimentConfig,
 @dataclasses.dataclass(frozen=True)
 class Resolved:
   """A config with every derived value (`values`, config.json's content),
-  and the run's client `sampler` and `canary_schedule` built once: the
-  inserted canaries take part as the clients do
+  and the run's client `sampler`, `canary_schedule` and `canaries` built
+  once: the inserted canaries take part as the clients do
   (`client_sampling.canary_schedule`), or as `presentations` says when a
   mismatch is allowed."""
 
   values: dict[str, Any]
   sampler: client_sampling.ClientSampler
   canary_schedule: schedules.Schedule
+  canaries: canary_config.CanaryConfig
 
   @property
   def num_rounds(self) -> int:
@@ -307,16 +322,20 @@ def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
   num_rounds = config.num_rounds
   if num_rounds is None:
     num_rounds = config.epochs * sampler.rounds_per_epoch
+  # The mechanism's rounds: whether it can claim them and, for the
+  # worst-case placement (its requirements hold: preflight), where.
+  mechanism = config.mechanism
+  mechanism.check_rounds(config, num_rounds, sampler.rounds_per_epoch)
+  worst_case = (mechanism.round_noise(config, num_rounds,
+                                      sampler.rounds_per_epoch)
+                .worst_case_rounds() if config.placement == "worst_case"
+                else None)
   schedule = client_sampling.canary_schedule(  # refuses a mismatch
       sampler, num_rounds, config.presentations,
       allow_mismatch=config.allow_participation_mismatch)
-  mechanism = registry.get(config.aggregator)
-  mechanism.check_rounds(config, num_rounds, sampler.rounds_per_epoch)
-  if config.placement == "worst_case":  # the requirements hold (preflight)
-    noise = mechanism.round_noise(config, num_rounds,
-                                  sampler.rounds_per_epoch)
-    schedule = schedules.SharedRounds(
-        num_rounds, tuple(noise.worst_case_rounds().tolist()))
+  if worst_case is not None:
+    schedule = schedules.SharedRounds(num_rounds,
+                                      tuple(worst_case.tolist()))
   presentations = config.presentations
   if (presentations is None
       and config.sampling in client_sampling.EPOCH_SAMPLINGS):
@@ -333,27 +352,26 @@ def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
                   else None),
       output_dir=os.path.abspath(config.output_dir),
       versions=dict(versions or {}))
-  return Resolved(values=values, sampler=sampler, canary_schedule=schedule)
+  return Resolved(values=values, sampler=sampler, canary_schedule=schedule,
+                  canaries=canary_config.CanaryConfig(
+                      schedule=schedule, **{field: values[key] for field, key
+                                            in _CANARY_FIELDS.items()}))
 
 
 def run_canaries(values: dict[str, Any],
                  schedule: Optional[schedules.Schedule] = None
                  ) -> canary_config.CanaryConfig:
   """The run's canaries from config.json's `values` (or `resolve`'s): the
-  experiment's and the report's one construction. Without `schedule`, the
-  values and canary schedule `resolve` gives `ExperimentConfig.from_json(
-  values)` (the experiment's sampler and schedule; an older file's missing
-  keys take their defaults)."""
+  experiment's and the report's one construction. Without `schedule`,
+  those `resolve` gives `ExperimentConfig.from_json(values)` (the
+  experiment's sampler and schedule; an older file's missing keys take
+  their defaults)."""
   if schedule is None:
-    resolved = resolve(ExperimentConfig.from_json(values),
-                       values["num_clients"], values["dim"])
-    values, schedule = resolved.values, resolved.canary_schedule
+    return resolve(ExperimentConfig.from_json(values), values["num_clients"],
+                   values["dim"]).canaries
   return canary_config.CanaryConfig(
-      seed=values["canary_seed"], num_inserted=values["num_inserted"],
-      num_held_out=values["num_held_out"], schedule=schedule,
-      assignment=values["assignment"],
-      record_aggregates=values["record_aggregates"],
-      directions=values["directions"])
+      schedule=schedule, **{field: values[key]
+                            for field, key in _CANARY_FIELDS.items()})
 
 
 def check_resumable(saved: dict[str, Any], resolved: dict[str, Any],
@@ -384,7 +402,7 @@ def check_before_tensorflow(config: ExperimentConfig) -> None:
   if config.data != "synthetic":
     return
   resolved = resolve(config, config.num_clients or default_num_clients(config),
-                     model_sizes.task_dim(config.task))
+                     model_sizes.DIMS[config.task])
   preflight.canary_fraction(
       config, preflight.expected_canary_participations(
           config, resolved.canary_schedule), resolved.num_rounds, warn=False)

@@ -38,7 +38,11 @@ def stackoverflow_lstm(vocab_size: int = STACKOVERFLOW_VOCAB) -> int:
           + _EMBEDDING * v + v)
 
 
+# d of each experiment task's model, by task (an `ExperimentConfig`'s task,
+# checked, indexes it).
+DIMS = {"emnist": EMNIST_CNN, "stackoverflow": stackoverflow_lstm()}
+
+
 def task_dim(task: str) -> int:
   """d of an experiment task's model ("emnist" or "stackoverflow")."""
-  task = validation.as_choice(task, "task", ("emnist", "stackoverflow"))
-  return EMNIST_CNN if task == "emnist" else stackoverflow_lstm()
+  return DIMS[validation.as_choice(task, "task", tuple(DIMS))]

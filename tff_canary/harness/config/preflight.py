@@ -63,7 +63,7 @@ def check(config) -> None:
     raise FileExistsError(
         f"{os.path.abspath(run_config)} exists: pass --resume to finish that "
         "run, or choose another --output_dir.")
-  dim = model_sizes.task_dim(config.task)
+  dim = model_sizes.DIMS[config.task]  # config.task is checked
   canaries = config.num_inserted + config.num_held_out
   if canaries > dim:
     raise ValueError(
@@ -72,7 +72,7 @@ def check(config) -> None:
         f"{config.task} model's d = {dim:,} dimensions: canaries are random "
         "directions that must be nearly orthogonal to each other. Use at "
         f"most {dim:,} in all (the paper uses 1,000 or fewer).")
-  registry.get(config.aggregator).check_dim(config, dim)
+  config.mechanism.check_dim(config, dim)
 
 
 def record_aggregates(config) -> bool:
@@ -96,7 +96,7 @@ def check_requirements(config) -> None:
   """What the run's mechanism and insertion mode require of the other
   settings: every one missing is named in one message (flag, Python
   argument, why), by the mechanism (`protocol.Mechanism.requirements`)."""
-  mechanism = registry.get(config.aggregator)
+  mechanism = config.mechanism
   missing = mechanism.requirements(config)
   if config.placement == "worst_case" and not mechanism.round_scores:
     correlated = [name for name in registry.names()
@@ -160,7 +160,7 @@ def audit_reach(config, *, num_rounds: int, rounds_per_epoch: int,
   `BeyondReachWarning` when no bound can exceed the claim, naming the
   candidates that would reach it; None when the mechanism's audit has no
   such limit."""
-  reach = registry.get(config.aggregator).audit_reach(
+  reach = config.mechanism.audit_reach(
       config, num_rounds=num_rounds, rounds_per_epoch=rounds_per_epoch,
       delta=delta, inserted=inserted)
   if reach is None or not reach.beyond:

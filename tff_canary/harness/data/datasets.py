@@ -36,6 +36,10 @@ EMNIST_FILE = "emnist_all.sqlite"
 STACKOVERFLOW_FILE = "stackoverflow.sqlite"
 STACKOVERFLOW_VOCAB_FILE = "stackoverflow.word_count"
 SYNTHETIC_VOCAB_SIZE = 10_000
+# The synthetic sources' test clients and sentence length by default.
+EMNIST_TEST_CLIENTS = 50
+STACKOVERFLOW_TEST_CLIENTS = 20
+SENTENCE_LENGTH = 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +75,7 @@ def _synthetic(num_clients, num_test_clients, dataset_fn, vocab=None):
 
 def synthetic_emnist(num_clients: int = 100_000,
                      examples_per_client: int = 50, seed: int = 0,
-                     num_test_clients: int = 50,
+                     num_test_clients: int = EMNIST_TEST_CLIENTS,
                      model: Optional[synthetic.HandwritingModel] = None
                      ) -> FederatedData:
   """EMNIST-shaped synthetic federated data (pixels [28, 28] float32, label int32).
@@ -89,7 +93,12 @@ def synthetic_emnist(num_clients: int = 100_000,
       num_clients, examples_per_client, "examples_per_client",
       num_test_clients, seed)
   model = synthetic.HandwritingModel() if model is None else model
-  generate = synthetic.emnist_generator(seed, examples, model)
+  return _emnist_data(synthetic.emnist_generator(seed, examples, model),
+                      num_clients, num_test_clients)
+
+
+def _emnist_data(generate, num_clients, num_test_clients):
+  """The EMNIST clients of the compiled generator `generate`."""
 
   def dataset_fn(client_id):
     client = generate(_client_index(client_id))
@@ -106,8 +115,9 @@ def synthetic_vocab(size: int = SYNTHETIC_VOCAB_SIZE) -> tuple[str, ...]:
 
 def synthetic_stackoverflow(num_clients: int = 100_000,
                             sentences_per_client: int = 20,
-                            sentence_length: int = 12, seed: int = 0,
-                            num_test_clients: int = 20,
+                            sentence_length: int = SENTENCE_LENGTH,
+                            seed: int = 0,
+                            num_test_clients: int = STACKOVERFLOW_TEST_CLIENTS,
                             vocab_size: int = SYNTHETIC_VOCAB_SIZE,
                             model: Optional[synthetic.SentenceModel] = None
                             ) -> FederatedData:
@@ -124,9 +134,15 @@ def synthetic_stackoverflow(num_clients: int = 100_000,
   length = validation.as_int(sentence_length, "sentence_length", minimum=2)
   vocab_size = validation.as_int(vocab_size, "vocab_size", minimum=10)
   model = synthetic.SentenceModel() if model is None else model
-  vocab = synthetic_vocab(vocab_size)
-  draw = synthetic.stackoverflow_generator(seed, sentences, length, vocab_size,
-                                           model)
+  return _stackoverflow_data(
+      synthetic.stackoverflow_generator(seed, sentences, length, vocab_size,
+                                        model),
+      synthetic_vocab(vocab_size), num_clients, num_test_clients)
+
+
+def _stackoverflow_data(draw, vocab, num_clients, num_test_clients):
+  """The StackOverflow clients of the compiled sentence generator `draw`
+  over `vocab`."""
 
   @tf.function(input_signature=[tf.TensorSpec([], tf.int64)])
   def generate(index):
@@ -179,7 +195,11 @@ def load_emnist(cache_dir: str) -> FederatedData:
 
 def read_vocab(path: str, vocab_size: int) -> tuple[str, ...]:
   """The first `vocab_size` words of a TFF word-count file ("word count" lines)."""
-  vocab_size = validation.as_int(vocab_size, "vocab_size", minimum=1)
+  return _read_vocab(path, validation.as_int(vocab_size, "vocab_size",
+                                             minimum=1))
+
+
+def _read_vocab(path, vocab_size):
   words = []
   with open(path, encoding="utf-8") as f:
     for number, line in enumerate(f, start=1):
@@ -203,6 +223,12 @@ def load_stackoverflow(cache_dir: str, vocab_size: int = SYNTHETIC_VOCAB_SIZE,
   `tff.simulation.datasets.stackoverflow.load_data` (train and test splits) and
   the vocabulary from `vocab_path` or `<cache_dir>/stackoverflow.word_count`.
   """
+  return _load_stackoverflow(
+      cache_dir, validation.as_int(vocab_size, "vocab_size", minimum=1),
+      vocab_path)
+
+
+def _load_stackoverflow(cache_dir, vocab_size, vocab_path):
   cache_dir = os.path.abspath(os.path.expanduser(os.fspath(cache_dir)))
   database = os.path.join(cache_dir, STACKOVERFLOW_FILE)
   vocab_path = vocab_path or os.path.join(cache_dir, STACKOVERFLOW_VOCAB_FILE)
@@ -216,7 +242,7 @@ def load_stackoverflow(cache_dir: str, vocab_size: int = SYNTHETIC_VOCAB_SIZE,
       f"copy {STACKOVERFLOW_VOCAB_FILE} (extracted from https://storage."
       "googleapis.com/tff-datasets-public/stackoverflow.word_count.tar.bz2) "
       f"to {vocab_path}, or pass --vocab_path.")
-  vocab = read_vocab(vocab_path, vocab_size)
+  vocab = _read_vocab(vocab_path, vocab_size)
   try:
     train, _, test = tff.simulation.datasets.stackoverflow.load_data(
         cache_dir=cache_dir)
@@ -225,3 +251,23 @@ def load_stackoverflow(cache_dir: str, vocab_size: int = SYNTHETIC_VOCAB_SIZE,
                      f"{e}") from None
   return FederatedData(train=train, test=test, source="tff", vocab=vocab)
 
+
+def load(settings) -> FederatedData:
+  """A run's data, of its `run_settings.DataSettings` (checked with the
+  config they were made of): the functions above with their defaults."""
+  if settings.source == "tff":
+    if settings.task == "emnist":
+      return load_emnist(settings.cache_dir)
+    return _load_stackoverflow(settings.cache_dir, SYNTHETIC_VOCAB_SIZE,
+                               settings.vocab_path)
+  if settings.task == "emnist":
+    return _emnist_data(
+        synthetic.emnist_graph(settings.seed, settings.examples_per_client,
+                               synthetic.HandwritingModel()),
+        settings.num_clients, EMNIST_TEST_CLIENTS)
+  return _stackoverflow_data(
+      synthetic.stackoverflow_graph(
+          settings.seed, settings.examples_per_client, SENTENCE_LENGTH,
+          SYNTHETIC_VOCAB_SIZE, synthetic.SentenceModel()),
+      synthetic_vocab(SYNTHETIC_VOCAB_SIZE), settings.num_clients,
+      STACKOVERFLOW_TEST_CLIENTS)

@@ -129,9 +129,14 @@ def emnist_generator(seed: int, examples: int, model: HandwritingModel):
   execution may round differently (by 1 ulp), and eager generation costs
   about 15 times more per client.
   """
-  seed = validation.as_int(seed, "seed", minimum=0)
-  examples = validation.as_int(examples, "examples", minimum=1)
-  model = _check_model(model, HandwritingModel)
+  return emnist_graph(validation.as_int(seed, "seed", minimum=0),
+                      validation.as_int(examples, "examples", minimum=1),
+                      _check_model(model, HandwritingModel))
+
+
+def emnist_graph(seed: int, examples: int, model: HandwritingModel):
+  """`emnist_generator` of arguments checked already (a run's data,
+  `datasets.load`, whose settings its config checked)."""
   return _compiled(_draw_emnist, seed, examples, model)
 
 
@@ -259,11 +264,18 @@ def stackoverflow_generator(seed: int, sentences: int, length: int,
   is `stackoverflow_client(seed, index, sentences, length, vocab_size,
   model)`; shared by every caller, like `emnist_generator`.
   """
-  seed = validation.as_int(seed, "seed", minimum=0)
-  sentences = validation.as_int(sentences, "sentences", minimum=1)
-  length = validation.as_int(length, "length", minimum=2)
-  vocab_size = validation.as_int(vocab_size, "vocab_size", minimum=1)
-  model = _check_model(model, SentenceModel)
+  return stackoverflow_graph(
+      validation.as_int(seed, "seed", minimum=0),
+      validation.as_int(sentences, "sentences", minimum=1),
+      validation.as_int(length, "length", minimum=2),
+      validation.as_int(vocab_size, "vocab_size", minimum=1),
+      _check_model(model, SentenceModel))
+
+
+def stackoverflow_graph(seed: int, sentences: int, length: int,
+                        vocab_size: int, model: SentenceModel):
+  """`stackoverflow_generator` of arguments checked already (like
+  `emnist_graph`)."""
   return _compiled(_draw_sentences, seed, sentences, length, vocab_size,
                    model)
 

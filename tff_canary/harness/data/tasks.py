@@ -224,6 +224,13 @@ def stackoverflow_task(data: datasets.FederatedData, batch_size: int = 16,
   return Task("stackoverflow", baseline, baseline.model_fn, keras_model_fn)
 
 
+def build(settings, data: datasets.FederatedData) -> Task:
+  """A run's task over its `data`, of its `run_settings.DataSettings`."""
+  builder = emnist_task if settings.task == "emnist" else stackoverflow_task
+  return builder(data, batch_size=settings.batch_size,
+                 client_epochs=settings.client_epochs)
+
+
 def num_parameters(task: Task) -> int:
   """Number of trainable parameters, the canaries' dimension d."""
   return int(sum(tf.size(v).numpy() for v in

@@ -246,8 +246,7 @@ def load_records(rd: run_dir_lib.RunDir, config: dict[str, Any],
   resolved = experiment_config.resolve(
       experiment_config.ExperimentConfig.from_json(config),
       config["num_clients"], config["dim"])
-  canaries = experiment_config.run_canaries(resolved.values,
-                                            resolved.canary_schedule)
+  canaries = resolved.canaries
   events = rd.load_participation()
   if not np.array_equal(events, canaries.participation.events):
     raise run_dir_lib.RunDirError(

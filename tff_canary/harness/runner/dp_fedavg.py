@@ -34,11 +34,13 @@ def _optimizer(name, learning_rate, momentum=None):
 
 
 def build_process(config: experiment_config.ExperimentConfig,
-                  task: tasks.Task, canaries: canary_config.CanaryConfig,
+                  task: tasks.Task, dim: int,
+                  canaries: canary_config.CanaryConfig,
                   noise_seed: Optional[int],
                   rounds_per_epoch: Optional[int] = None):
-  """The run's DP-FedAvg learning process (module docstring);
-  `rounds_per_epoch`: the client sampler's epoch (DP-FTRL's restarts)."""
+  """The run's DP-FedAvg learning process (module docstring) of `task`,
+  whose model has `dim` trainable parameters; `rounds_per_epoch`: the
+  client sampler's epoch (DP-FTRL's restarts)."""
   client_optimizer = _optimizer(config.client_optimizer,
                                 config.client_learning_rate)
   server_optimizer = _optimizer(config.server_optimizer,
@@ -49,8 +51,8 @@ def build_process(config: experiment_config.ExperimentConfig,
     return canary_clients.build_canary_client_fedavg(
         task.model_fn, client_optimizer, server_optimizer,
         model_aggregator=mechanism.tff_aggregator(
-            config, protocol_tff.trainable_type(task.model_fn),
-            tasks.num_parameters(task), rounds_per_epoch),
+            config, protocol_tff.trainable_type(task.model_fn), dim,
+            rounds_per_epoch),
         canary_seed=canaries.seed, canary_norm=config.canary_norm,
         canaries=canaries, scores=mechanism.client_scores)
   return tff.learning.algorithms.build_unweighted_fed_avg(

@@ -4,9 +4,10 @@
 `experiments/stackoverflow.py` run (they only turn flags into a config,
 `tff_canary.harness.config.experiment_config`, which is checked without
 TensorFlow); docs/guide/experiments.md ("How a run flows through the
-package") shows its steps: load the data and the task, resolve the config
-(`experiment_config.resolve`: the client sampler and the canaries'
-schedule, checked before training; config.json's `participation` and
+package") shows its steps: load the data and the task (of the config's
+`run_settings.DataSettings`), resolve the config once
+(`experiment_config.resolve`: the client sampler, the canaries' schedule
+and the canaries, checked before training; config.json's `participation` and
 participation.npz's `client_counts` record client and canary participation
 side by side), build the process (`dp_fedavg`) and test its aggregator's
 noise (noise_check.json), start fresh or from the last checkpoint
@@ -30,6 +31,7 @@ from tff_canary.federated.runtime import worker_guard
 from tff_canary.federated.scores import aggregate_recorder
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.config import preflight
+from tff_canary.harness.config import run_settings
 from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.runner import client_insertion
@@ -42,7 +44,6 @@ from tff_canary.harness.writing import run_results
 from tff_canary.harness.data import tasks
 from tff_canary.harness.runner import training
 from tff_canary.mechanisms import protocol_tff
-from tff_canary.mechanisms import registry
 from tff_canary.stats import atomic_files
 from tff_canary.stats.canaries import client_sampling
 
@@ -51,33 +52,6 @@ worker_guard.install()
 
 # Canaries beyond the paper's fraction (`preflight.canary_fraction`).
 CanaryFractionWarning = preflight.CanaryFractionWarning
-
-
-def load_data(config: experiment_config.ExperimentConfig
-              ) -> datasets.FederatedData:
-  """The run's federated data; nothing is written on failure."""
-  cache_dir = config.cache_dir or os.path.join(os.path.expanduser("~"), ".tff")
-  if config.data == "tff":
-    if config.task == "emnist":
-      return datasets.load_emnist(cache_dir)
-    return datasets.load_stackoverflow(cache_dir, vocab_path=config.vocab_path)
-  num_clients = (config.num_clients
-                 or experiment_config.default_num_clients(config))
-  if config.task == "emnist":
-    return datasets.synthetic_emnist(
-        num_clients=num_clients, examples_per_client=config.examples_per_client,
-        seed=config.seed)
-  return datasets.synthetic_stackoverflow(
-      num_clients=num_clients, sentences_per_client=config.examples_per_client,
-      seed=config.seed)
-
-
-def build_task(config: experiment_config.ExperimentConfig,
-               data: datasets.FederatedData) -> tasks.Task:
-  builder = (tasks.emnist_task if config.task == "emnist"
-             else tasks.stackoverflow_task)
-  return builder(data, batch_size=config.batch_size,
-                 client_epochs=config.client_epochs)
 
 
 def run_experiment(config: experiment_config.ExperimentConfig, *,
@@ -91,8 +65,9 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   rd = run_dir_lib.RunDir(config.output_dir)
   started = rd.exists(run_dir_lib.CONFIG)
 
-  data = load_data(config)  # before anything is written
-  task = build_task(config, data)
+  data_settings = run_settings.DataSettings.of(config)
+  data = datasets.load(data_settings)  # before anything is written
+  task = tasks.build(data_settings, data)
   dim = tasks.num_parameters(task)
   resolved = experiment_config.resolve(
       config, len(data.train.client_ids), dim,
@@ -104,7 +79,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   preflight.canary_fraction(config, preflight.expected_canary_participations(
       config, resolved.canary_schedule), num_rounds)
 
-  canaries = experiment_config.run_canaries(values, resolved.canary_schedule)
+  canaries = resolved.canaries
   # What the report's audit can reach with these coins, before training.
   preflight.audit_reach(config, num_rounds=num_rounds,
                         rounds_per_epoch=sampler.rounds_per_epoch,
@@ -118,7 +93,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   if started:
     experiment_config.check_resumable(rd.load_config(), values,
                                       rd.file(run_dir_lib.CONFIG))
-  process = dp_fedavg.build_process(config, task, canaries,
+  process = dp_fedavg.build_process(config, task, dim, canaries,
                                     values["noise_seed"],
                                     sampler.rounds_per_epoch)
 
@@ -139,7 +114,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
   manager = tff.program.FileProgramStateManager(
       rd.file(run_dir_lib.CHECKPOINTS), keep_total=2)
   state, done = resume.start_state(process, manager, task, config.seed, rd)
-  mechanism = registry.get(config.aggregator)
+  mechanism = config.mechanism
   history = resume.load_history(
       rd, done, ledger=mechanism.records_ledger,
       tree_candidates=(canaries.num_canaries if mechanism.round_scores
@@ -186,7 +161,7 @@ def _after_training(run: training.Run, canaries, state, log,
       run.process.get_model_weights(state), finite=False)
   if run.config.insertion == "clients" and canaries.directions == "gaussian":
     state = None  # nothing to check it against
-  if registry.get(run.config.aggregator).round_scores:
+  if run.config.mechanism.round_scores:
     atomic_files.save_npy(rd.file(run_dir_lib.FINAL_WEIGHTS), final)
     report = report_lib.build_report(rd.path)
     report_lib.write_report(report)
