@@ -154,7 +154,10 @@ config = experiment_config.ExperimentConfig(
     examples_per_client=4, num_inserted=4, num_held_out=4, eval_every=0,
     checkpoint_every=1, eval_examples=16, allow_large_canary_fraction=True,
     noise_multiplier=0.5, clip=0.1)
-report = experiment.run_experiment(config, progress=False, log=lambda m: None)
+import small_model  # the tests' small CNN: the claim is what is tested
+with small_model.emnist_cnn():
+  report = experiment.run_experiment(config, progress=False,
+                                     log=lambda m: None)
 print(json.dumps(dict(refused=refused, claim=report.claim,
                       headline=report.terminal_text())))
 """

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import repo_paths
+import small_model
 from tff_canary.harness.runner import experiment
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir
@@ -18,6 +19,15 @@ from tff_canary.harness.runner import training
 pytestmark = [pytest.mark.tff, pytest.mark.slow]
 
 REPO = str(repo_paths.REPO)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _small_model():
+  # This module's in-process runs train tests/small_model.py's CNN (what
+  # they check does not depend on the model); the scripts' runs below
+  # (subprocesses) keep the real one.
+  with small_model.emnist_cnn():
+    yield
 
 
 def tiny(output_dir, **overrides):
@@ -183,7 +193,7 @@ def test_a_run_writes_its_directory_and_refuses_to_overwrite(finished_run):
   # every round.
   assert not os.path.exists(tmp_path / "run" / run_dir.AGGREGATES)
   saved = json.load(open(tmp_path / "run" / run_dir.CONFIG))
-  assert saved["dim"] == 1_206_590 and saved["num_rounds"] == 4
+  assert saved["dim"] == small_model.DIM and saved["num_rounds"] == 4
   assert saved["canary_seed"] == 1 and saved["noise_seed"] is not None
   assert saved["delta"] == pytest.approx(saved["num_clients"] ** -1.1)
   rows = run_dir.RunDir(tmp_path / "run").load_metrics()
@@ -204,7 +214,7 @@ def test_a_run_writes_its_directory_and_refuses_to_overwrite(finished_run):
   # verdict depends on the noise implementation, so only its presence here;
   # tests/federated/audit/test_noise_check.py tests the verdicts).
   checked = json.load(open(tmp_path / "run" / run_dir.NOISE_CHECK))
-  assert checked["dim"] == 1_206_590 and isinstance(checked["passed"], bool)
+  assert checked["dim"] == small_model.DIM and isinstance(checked["passed"], bool)
   assert report.noise_check == checked
   assert checked["summary"] in report.table_text().splitlines()
   with pytest.raises(FileExistsError, match="--resume"):
