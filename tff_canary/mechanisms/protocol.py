@@ -118,7 +118,7 @@ class MechanismSettings:
   sampling: Optional[str] = None
   num_rounds: Optional[int] = None
   epochs: Optional[int] = None
-  own: dict[str, Any] = dataclasses.field(default_factory=dict)
+  own: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
   def __getattr__(self, name: str) -> Any:
     own = self.__dict__.get("own", {})
