@@ -95,14 +95,22 @@ class MechanismSettings:
   `ExperimentConfig.mechanism_settings`), like jax_privacy's execution-plan
   configs, rather than the whole experiment config.
 
+  Every attribute but `aggregator` and `own` is the run's setting of its
+  name (`COMMON_SETTINGS`), None when not given (num_rounds with epochs,
+  clip with adaptive clipping) or when an older config.json lacks it.
+
   Attributes:
     aggregator: The mechanism's name (`registry.MECHANISMS`).
     insertion: Where canaries enter, "server" or "clients".
-    noise_multiplier, clip, initial_clip, target_unclipped_quantile,
-      zeroing, clients_per_round, sampling, num_rounds, epochs: The run's
-      settings of these names (`COMMON_SETTINGS`; None when not given:
-      num_rounds with epochs, clip with adaptive clipping, or a key an
-      older config.json lacks).
+    noise_multiplier: z.
+    clip: The fixed clip, or None (adaptive clipping).
+    initial_clip: Adaptive clipping's initial clip.
+    target_unclipped_quantile: Adaptive clipping's target quantile.
+    zeroing: TFF's zeroing is on.
+    clients_per_round: The cohort, the DP mean's denominator.
+    sampling: The client sampling ("shuffle", "cyclic", ...).
+    num_rounds: The run's rounds (None: from epochs).
+    epochs: The run's epochs, or None.
     own: The mechanism's own settings (its `Mechanism.settings`' keys ->
       their resolved values), read as attributes too (`settings.bands`).
   """
