@@ -14,12 +14,15 @@ To add one, subclass `Mechanism` (a frozen dataclass, like
 (`cosine.spec.CosineMechanism`, `correlated.spec.CorrelatedMechanism`), and
 override what differs from DP-FedAvg's defaults below (a per-round
 `DpEvent` ledger, any insertion, no settings of its own). The harness asks
-the mechanism, never its name."""
+the mechanism, never its name. Its methods receive the run's
+`MechanismSettings` (`Mechanism.settings_of`, built once from the checked
+config), not the experiment's config; only the checks that complete the
+config (`requirements`, `subject`, `resolve`) read the config itself."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import numpy as np
 
@@ -76,6 +79,70 @@ class SweepDefaults:
   noise_multipliers: tuple[str, ...]
   smoke_noise_multipliers: tuple[str, ...]
   clip: Optional[float] = None
+
+
+# What every mechanism's methods may read of a run beside its own settings
+# (`MechanismSettings`), by config.json key.
+COMMON_SETTINGS = ("insertion", "noise_multiplier", "clip", "initial_clip",
+                   "target_unclipped_quantile", "zeroing",
+                   "clients_per_round", "sampling", "num_rounds", "epochs")
+
+
+@dataclasses.dataclass(frozen=True)
+class MechanismSettings:
+  """What a mechanism is given of a run: its frozen settings, built once
+  from the checked config (`Mechanism.settings_of`; the experiments'
+  `ExperimentConfig.mechanism_settings`), like jax_privacy's execution-plan
+  configs, rather than the whole experiment config.
+
+  Every attribute but `aggregator` and `own` is the run's setting of its
+  name (`COMMON_SETTINGS`), None when not given (num_rounds with epochs,
+  clip with adaptive clipping) or when an older config.json lacks it.
+
+  Attributes:
+    aggregator: The mechanism's name (`registry.MECHANISMS`).
+    insertion: Where canaries enter, "server" or "clients".
+    noise_multiplier: z.
+    clip: The fixed clip, or None (adaptive clipping).
+    initial_clip: Adaptive clipping's initial clip.
+    target_unclipped_quantile: Adaptive clipping's target quantile.
+    zeroing: TFF's zeroing is on.
+    clients_per_round: The cohort, the DP mean's denominator.
+    sampling: The client sampling ("shuffle", "cyclic", ...).
+    num_rounds: The run's rounds (None: from epochs).
+    epochs: The run's epochs, or None.
+    own: The mechanism's own settings (its `Mechanism.settings`' keys ->
+      their resolved values), read as attributes too (`settings.bands`).
+  """
+
+  aggregator: str
+  insertion: str = "server"
+  noise_multiplier: Optional[float] = None
+  clip: Optional[float] = None
+  initial_clip: Optional[float] = None
+  target_unclipped_quantile: Optional[float] = None
+  zeroing: Optional[bool] = None
+  clients_per_round: Optional[int] = None
+  sampling: Optional[str] = None
+  num_rounds: Optional[int] = None
+  epochs: Optional[int] = None
+  own: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+
+  def __getattr__(self, name: str) -> Any:
+    own = self.__dict__.get("own", {})
+    if name in own:
+      return own[name]
+    raise AttributeError(
+        f"the settings of aggregator={self.__dict__.get('aggregator')!r} "
+        f"have no {name!r}.")
+
+  def as_dict(self) -> dict[str, Any]:
+    """Its values by config.json key (the mechanism's own beside the
+    others)."""
+    values = {f.name: getattr(self, f.name)
+              for f in dataclasses.fields(self) if f.name != "own"}
+    values.update(self.own)
+    return values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +224,23 @@ class Mechanism:
   def flag(self) -> str:
     return f"aggregator={self.name!r} (--aggregator={self.name})"
 
+  def settings_of(self, config) -> MechanismSettings:
+    """Its frozen settings (`MechanismSettings`) of `config`: a checked
+    `ExperimentConfig` (its own settings resolved), a config.json's values
+    (a key an older file lacks: None; insertion "server"), or anything with
+    those attributes (a planted run's config); settings are returned as
+    they are. The methods below but `subject`, `requirements` and
+    `resolve` (which check and complete the config, before its settings
+    exist) take them."""
+    if isinstance(config, MechanismSettings):
+      return config
+    get = (config.get if isinstance(config, Mapping)
+           else lambda key: getattr(config, key, None))
+    return MechanismSettings(
+        aggregator=self.name, insertion=get("insertion") or "server",
+        **{key: get(key) for key in COMMON_SETTINGS if key != "insertion"},
+        own={key: get(key) for key in self.settings})
+
   def subject(self, config) -> str:
     """What the one refusal message says needs the missing settings."""
     if config.insertion == "clients":
@@ -177,8 +261,8 @@ class Mechanism:
     `requirements` are met."""
     return {}
 
-  def check_dim(self, config, dim: int) -> None:
-    """Refuses, before TensorFlow loads, settings that cannot work for a
+  def check_dim(self, settings: MechanismSettings, dim: int) -> None:
+    """Refuses, before TensorFlow loads, `settings` that cannot work for a
     model of `dim` parameters."""
 
   def claim(self, records, delta: float,
@@ -193,23 +277,24 @@ class Mechanism:
         canary_rate=canary_rate)
     return AnalyticalClaim(values, max_participation)
 
-  def check_rounds(self, config, num_rounds: int,
+  def check_rounds(self, settings: MechanismSettings, num_rounds: int,
                    rounds_per_epoch: int) -> None:
-    """Refuses, before training, settings that cannot work for a run of
+    """Refuses, before training, `settings` that cannot work for a run of
     `num_rounds` rounds in epochs of `rounds_per_epoch` (a claim that
     cannot be computed for them); `experiment_config.resolve` calls it."""
 
-  def audit_reach(self, config, *, num_rounds: int, rounds_per_epoch: int,
-                  delta: float, inserted: np.ndarray) -> Optional[Any]:
+  def audit_reach(self, settings: MechanismSettings, *, num_rounds: int,
+                  rounds_per_epoch: int, delta: float,
+                  inserted: np.ndarray) -> Optional[Any]:
     """What the report's audit can show with the coins `inserted`, known
     before training (`stats.audit.audit_bounds.Reach`: its largest
     epsilon against the claim), or None when the reach is not limited by
     the settings (DP-FedAvg's: epsilon_lo on the exact null reaches any
-    claim). `config` is an `ExperimentConfig`; raises ValueError for
-    settings whose claim cannot be computed."""
+    claim); raises ValueError for `settings` whose claim cannot be
+    computed."""
     return None
 
-  def chain(self, config: dict[str, Any]) -> Optional[str]:
+  def chain(self, settings: MechanismSettings) -> Optional[str]:
     """A description of the aggregation chain canary clients go through,
     for the report, or None (TFF's `DifferentiallyPrivateFactory`)."""
     return None
@@ -241,7 +326,7 @@ def client_requirements(config) -> list[Requirement]:
   return seeded_noise_requirement(config) + aggregate_requirement(config)
 
 
-__all__ = ["AnalyticalClaim", "LEDGER_DETAIL", "Mechanism", "Requirement",
-           "Setting", "SweepDefaults",
+__all__ = ["AnalyticalClaim", "COMMON_SETTINGS", "LEDGER_DETAIL", "Mechanism",
+           "MechanismSettings", "Requirement", "Setting", "SweepDefaults",
            "aggregate_requirement", "client_requirements",
            "seeded_noise_requirement"]

@@ -2,10 +2,13 @@
 
 A mechanism's package (`registry.MECHANISMS`) holds its TFF half in its
 `tff` module, whose `TFF_MECHANISM` is a `TffMechanism` (`registry.half`);
-`of(config)` loads the run's. The runner asks it, never the
+`of(settings)` loads the run's. The runner asks it, never the
 mechanism's name, for what each of `TffMechanism`'s methods says: the
-aggregators with and without canaries, the noise self-test, what a round
-records, what canary-client rounds read and its planted DP bugs. The
+run's aggregator (`aggregator`: with server-side canaries or TFF's own,
+which canary clients go through), the noise self-test, what a round
+records, what canary-client rounds read and its planted DP bugs. Each
+method takes the run's `protocol.MechanismSettings`
+(`ExperimentConfig.mechanism_settings`), not the experiment's config. The
 defaults are DP-FedAvg's (`gaussian_tff`); a mechanism overrides what
 differs.
 """
@@ -57,29 +60,39 @@ class TffMechanism:
   # (`CanaryScoringFactory`'s `scores`).
   client_scores = "cosines"
 
-  def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
+  def aggregator(self, settings, canaries, noise_seed: Optional[int],
+                 value_type, dim: int,
+                 rounds_per_epoch: Optional[int] = None):
+    """The run's aggregator for a model whose trainable weights have TFF
+    type `value_type` and `dim` parameters: with canary clients
+    (`settings.insertion == "clients"`) TFF's own (`tff_aggregator`, which
+    they go through), else this package's with server-side `canaries`
+    (`canary_aggregator`, its noise from `noise_seed`)."""
+    if settings.insertion == "clients":
+      return self.tff_aggregator(settings, value_type, dim, rounds_per_epoch)
+    return self.canary_aggregator(settings, canaries, noise_seed,
+                                  rounds_per_epoch)
+
+  def canary_aggregator(self, settings, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):
     """The run's aggregator with server-side `canaries`."""
     raise NotImplementedError(
-        f"aggregator={config.aggregator!r} has no server-side canaries.")
+        f"aggregator={settings.aggregator!r} has no server-side canaries.")
 
-  def tff_aggregator(self, config, value_type, dim: int,
+  def tff_aggregator(self, settings, value_type, dim: int,
                      rounds_per_epoch: Optional[int] = None):
     """TFF's own aggregator of the run's settings, no canaries, for a model
     whose trainable weights have TFF type `value_type` and `dim`
     parameters."""
     raise NotImplementedError
 
-  def noise_check(self, config, inputs: NoiseCheckInputs):
-    """The noise self-test of the run's aggregator without canaries:
-    server-side, this package's (`canary_aggregator`), with canary clients
-    TFF's own (`tff_aggregator`, unseeded)."""
-    if config.insertion == "clients":
-      aggregator = self.tff_aggregator(config, inputs.value_type, inputs.dim,
-                                       inputs.rounds_per_epoch)
-    else:
-      aggregator = self.canary_aggregator(config, inputs.no_canaries,
-                                          inputs.seed)
+  def noise_check(self, settings, inputs: NoiseCheckInputs):
+    """The noise self-test of the run's aggregator without canaries
+    (`aggregator`: server-side this package's, with canary clients TFF's
+    own, unseeded)."""
+    aggregator = self.aggregator(settings, inputs.no_canaries, inputs.seed,
+                                 inputs.value_type, inputs.dim,
+                                 inputs.rounds_per_epoch)
     return noise_check_lib.check_aggregation_noise(
         aggregator, inputs.value_type, tensor_names=inputs.tensor_names)
 
@@ -91,17 +104,17 @@ class TffMechanism:
     return (tff.aggregators.differential_privacy.extract_dp_event_from_state(
         canary_process.state_in(output.state)), None)
 
-  def client_round(self, config, output, clip: float
+  def client_round(self, settings, output, clip: float
                    ) -> tuple[Any, Optional[np.ndarray]]:
     """The same for a canary-client round through TFF's aggregator, whose
     DP query clipped at `clip`. DP-FedAvg's: TFF's DpEvent."""
     return client_round_state.dp_event(output.state), None
 
-  def client_clip(self, config, state) -> float:
+  def client_clip(self, settings, state) -> float:
     """The clip the DP query applies in the round after `state`."""
     return client_round_state.query_clip(state)
 
-  def client_aggregate(self, config, aggregate: np.ndarray,
+  def client_aggregate(self, settings, aggregate: np.ndarray,
                        participants: int) -> np.ndarray:
     """A canary-client round's recorded aggregate, read from the model
     weights (the query's noised mean), in the units of the report."""
@@ -121,9 +134,11 @@ def named(name: str) -> TffMechanism:
   return registry.half(name, "tff")
 
 
-def of(config) -> TffMechanism:
-  """The TFF half of `config`'s mechanism (`registry.half`)."""
-  return named(config.aggregator)
+def of(settings) -> TffMechanism:
+  """The TFF half of the mechanism of `settings` (`protocol.
+  MechanismSettings`, or an `ExperimentConfig`: its `aggregator`;
+  `registry.half`)."""
+  return named(settings.aggregator)
 
 
 def trainable_type(model_fn):

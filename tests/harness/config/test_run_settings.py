@@ -1,5 +1,6 @@
 """A run's settings by step (harness/config/run_settings.py): the data
-settings are the config's, derived once, frozen."""
+settings are the config's, derived once, frozen; so are the mechanism's
+(`ExperimentConfig.mechanism_settings`, `protocol.MechanismSettings`)."""
 
 import dataclasses
 
@@ -38,3 +39,36 @@ def test_given_clients_and_tff_data_are_kept_as_given(tmp_path):
       _config(tmp_path, data="tff", cache_dir=str(tmp_path / "cache")))
   assert tff_data.source == "tff" and tff_data.num_clients is None
   assert tff_data.cache_dir == str(tmp_path / "cache")
+
+
+def test_the_mechanism_is_given_its_settings_built_once_frozen(tmp_path):
+  config = _config(tmp_path, aggregator="banded", clip=0.1, bands=2,
+                   num_rounds=8, clients_per_round=4)
+  settings = config.mechanism_settings
+  assert settings is config.mechanism_settings  # built once, at construction
+  assert (settings.aggregator, settings.insertion, settings.clip,
+          settings.noise_multiplier, settings.clients_per_round,
+          settings.sampling, settings.num_rounds) == (
+              "banded", "server", 0.1, 0.5, 4, "shuffle", 8)
+  # Its own settings, resolved, read as attributes; another's are not there.
+  assert settings.own == {"bands": 2} and settings.bands == 2
+  with pytest.raises(AttributeError, match="blt_buffers"):
+    settings.blt_buffers  # pylint: disable=pointless-statement
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    settings.clip = 1.0
+  # The same settings from the run's config.json (the report's), and the
+  # mechanism's methods read either alike.
+  mechanism = config.mechanism
+  assert mechanism.settings_of(config.as_dict()) == settings
+  assert mechanism.settings_of(settings) is settings
+  assert settings.as_dict()["bands"] == 2
+  assert (mechanism.section_settings(settings)
+          == mechanism.section_settings(config.as_dict()))
+
+
+def test_an_older_config_json_reads_with_its_defaults(tmp_path):
+  values = _config(tmp_path).as_dict()
+  del values["insertion"]
+  settings = experiment_config.ExperimentConfig().mechanism.settings_of(
+      values)
+  assert settings.insertion == "server" and settings.own == {}

@@ -210,6 +210,9 @@ class ExperimentConfig:
           f"canary_norm = {self.canary_norm} is for insertion='clients'; "
           "server-side canaries enter at the round's clip.")
     self._check_aggregator()
+    # Built once: the mechanism's methods take these, not the config.
+    object.__setattr__(self, "_mechanism_settings",
+                       self.mechanism.settings_of(self))
 
   def _check_aggregator(self) -> None:
     """Another mechanism's settings are refused; the run's own are resolved
@@ -233,6 +236,14 @@ class ExperimentConfig:
     """The run's mechanism (`registry.get(aggregator)`, a
     `protocol.Mechanism`), looked up once at construction."""
     return self._mechanism
+
+  @property
+  def mechanism_settings(self):
+    """The mechanism's frozen settings of this run
+    (`protocol.MechanismSettings`: its own, resolved, and the others it
+    reads), built once at construction; the mechanism's methods and its
+    TFF half take these, not the config."""
+    return self._mechanism_settings
 
   def as_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -324,9 +335,9 @@ def resolve(config: ExperimentConfig, num_clients: int, dim: int, *,
     num_rounds = config.epochs * sampler.rounds_per_epoch
   # The mechanism's rounds: whether it can claim them and, for the
   # worst-case placement (its requirements hold: preflight), where.
-  mechanism = config.mechanism
-  mechanism.check_rounds(config, num_rounds, sampler.rounds_per_epoch)
-  worst_case = (mechanism.round_noise(config, num_rounds,
+  mechanism, settings = config.mechanism, config.mechanism_settings
+  mechanism.check_rounds(settings, num_rounds, sampler.rounds_per_epoch)
+  worst_case = (mechanism.round_noise(settings, num_rounds,
                                       sampler.rounds_per_epoch)
                 .worst_case_rounds() if config.placement == "worst_case"
                 else None)

@@ -72,7 +72,7 @@ def check(config) -> None:
         f"{config.task} model's d = {dim:,} dimensions: canaries are random "
         "directions that must be nearly orthogonal to each other. Use at "
         f"most {dim:,} in all (the paper uses 1,000 or fewer).")
-  config.mechanism.check_dim(config, dim)
+  config.mechanism.check_dim(config.mechanism_settings, dim)
 
 
 def record_aggregates(config) -> bool:
@@ -161,8 +161,8 @@ def audit_reach(config, *, num_rounds: int, rounds_per_epoch: int,
   candidates that would reach it; None when the mechanism's audit has no
   such limit."""
   reach = config.mechanism.audit_reach(
-      config, num_rounds=num_rounds, rounds_per_epoch=rounds_per_epoch,
-      delta=delta, inserted=inserted)
+      config.mechanism_settings, num_rounds=num_rounds,
+      rounds_per_epoch=rounds_per_epoch, delta=delta, inserted=inserted)
   if reach is None or not reach.beyond:
     return reach
   worst = config.placement == "worst_case"

@@ -133,7 +133,8 @@ def load(rd: run_dir_lib.RunDir, config: dict[str, Any]) -> InsertionNotes:
       "clients", canary_norm=float(config["canary_norm"]),
       clients_per_round=float(config["clients_per_round"]),
       outcomes=tuple(outcomes),
-      chain=mechanism.chain(config), aggregator=mechanism.client_aggregator,
+      chain=mechanism.chain(mechanism.settings_of(config)),
+      aggregator=mechanism.client_aggregator,
       accounting=mechanism.client_accounting)
 
 

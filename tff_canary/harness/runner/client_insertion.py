@@ -53,13 +53,14 @@ class ClientRounds:
     self.canaries = canaries
     self.dim = dim
     self.outcomes = list(outcomes or [])
-    self.mechanism = protocol_tff.of(config)
+    self.settings = config.mechanism_settings
+    self.mechanism = protocol_tff.of(self.settings)
 
   def round(self, process, state, round_num: int, client_data: list,
             recorder) -> training.RoundResult:
     """Runs one round (module docstring)."""
     ids = canary_clients.scheduled_canary_ids(self.canaries, round_num)
-    clip = self.mechanism.client_clip(self.config, state)
+    clip = self.mechanism.client_clip(self.settings, state)
     before = round_metrics.flat_trainable(
         process.get_model_weights(state), finite=False)
     output = process.next(state, canary_clients.with_canary_clients(
@@ -75,14 +76,14 @@ class ClientRounds:
           before, round_metrics.flat_trainable(process.get_model_weights(
               output.state), finite=False), self.config.server_learning_rate)
       recorder.write(round_num, self.mechanism.client_aggregate(
-          self.config, aggregate, len(client_data) + ids.size))
+          self.settings, aggregate, len(client_data) + ids.size))
     norm = self.config.canary_norm
     for outcome in canary_client_outcomes.canary_client_outcomes(
         output.metrics, round_num, ids, self.canaries.seed, norm, self.dim,
         canaries=self.canaries):
       self.outcomes.append(dict(outcome.as_dict(), dp_clip=clip,
                                 dp_clipped=bool(norm > clip)))
-    event, scores = self.mechanism.client_round(self.config, output, clip)
+    event, scores = self.mechanism.client_round(self.settings, output, clip)
     return training.RoundResult(output, clip, inserted, event, scores)
 
   def save(self, rd: run_dir_lib.RunDir) -> None:

@@ -4,7 +4,9 @@
 the run's mechanism's aggregator with server-side canaries, or, with
 `insertion="clients"`, `canary_clients.build_canary_client_fedavg` (canary
 clients of norm `canary_norm`, docs/guide/insertion-modes.md) over TFF's
-own aggregator of the same settings, its noise unseeded. `run_noise_check`
+own aggregator of the same settings, its noise unseeded: the mechanism's
+TFF half chooses (`TffMechanism.aggregator`), given its settings
+(`ExperimentConfig.mechanism_settings`). `run_noise_check`
 tests the noise of the same aggregator built afresh without canaries, on
 zero client values, before training. What each builds is the mechanism's
 TFF half's (`protocol_tff.TffMechanism`); this module never asks which
@@ -46,20 +48,21 @@ def build_process(config: experiment_config.ExperimentConfig,
   server_optimizer = _optimizer(config.server_optimizer,
                                 config.server_learning_rate,
                                 config.server_momentum)
-  mechanism = protocol_tff.of(config)
+  settings = config.mechanism_settings
+  mechanism = protocol_tff.of(settings)
+  # The mechanism's half chooses it: TFF's own with canary clients.
+  aggregator = mechanism.aggregator(
+      settings, canaries, noise_seed,
+      protocol_tff.trainable_type(task.model_fn), dim, rounds_per_epoch)
   if config.insertion == "clients":
     return canary_clients.build_canary_client_fedavg(
         task.model_fn, client_optimizer, server_optimizer,
-        model_aggregator=mechanism.tff_aggregator(
-            config, protocol_tff.trainable_type(task.model_fn), dim,
-            rounds_per_epoch),
+        model_aggregator=aggregator,
         canary_seed=canaries.seed, canary_norm=config.canary_norm,
         canaries=canaries, scores=mechanism.client_scores)
   return tff.learning.algorithms.build_unweighted_fed_avg(
       task.model_fn, client_optimizer_fn=client_optimizer,
-      server_optimizer_fn=server_optimizer,
-      model_aggregator=mechanism.canary_aggregator(
-          config, canaries, noise_seed, rounds_per_epoch))
+      server_optimizer_fn=server_optimizer, model_aggregator=aggregator)
 
 
 def run_noise_check(config: experiment_config.ExperimentConfig,
@@ -83,8 +86,9 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
            for w in task.keras_model_fn().trainable_weights]
   if len(set(names)) != len(names) or len(names) != len(value_type):
     names = None
-  return protocol_tff.of(config).noise_check(
-      config, protocol_tff.NoiseCheckInputs(
+  settings = config.mechanism_settings
+  return protocol_tff.of(settings).noise_check(
+      settings, protocol_tff.NoiseCheckInputs(
           value_type=value_type, dim=tasks.num_parameters(task),
           tensor_names=names,
           no_canaries=no_canaries,

@@ -123,7 +123,7 @@ def run_experiment(config: experiment_config.ExperimentConfig, *,
     rounds = client_insertion.ClientRounds(
         config, canaries, dim, client_insertion.load_outcomes(rd, done))
   else:
-    rounds = training.ServerRounds(protocol_tff.of(config))
+    rounds = training.ServerRounds(protocol_tff.of(config.mechanism_settings))
   run = training.Run(config, resolved, task, process, rounds,
                      _recorder(canaries, rd, dim, num_rounds, done), rd,
                      manager)

@@ -35,12 +35,13 @@ class BandedMechanism(matrix.MatrixMechanism):
   settings = SETTINGS
   strategy_name = "banded square-root strategy"
 
-  def coefficients(self, config, rounds_per_epoch: int) -> np.ndarray:
-    return toeplitz.square_root_coefficients(matrix.value_of(config, "bands"))
+  def coefficients(self, settings, rounds_per_epoch: int) -> np.ndarray:
+    return toeplitz.square_root_coefficients(self.settings_of(settings).bands)
 
-  def section_settings(self, config) -> list[str]:
-    return [f"{self.strategy_name} of {matrix.value_of(config, 'bands')} "
-            f"bands, {self.restarts_text(config)}"]
+  def section_settings(self, settings) -> list[str]:
+    settings = self.settings_of(settings)
+    return [f"{self.strategy_name} of {settings.bands} "
+            f"bands, {self.restarts_text(settings)}"]
 
 
 MECHANISM = BandedMechanism()

@@ -108,34 +108,35 @@ class BltMechanism(matrix.MatrixMechanism):
       values["blt_buffers"] = given.num_buffers
     return values
 
-  def strategy(self, config, rounds_per_epoch: int):
-    given = _given(config)
+  def strategy(self, settings, rounds_per_epoch: int):
+    settings = self.settings_of(settings)
+    given = _given(settings)
     if given is not None:
       return given
-    buffers = matrix.value_of(config, "blt_buffers")
-    rule = matrix.participation_rule(config, rounds_per_epoch)
+    buffers = settings.blt_buffers
+    rule = matrix.participation_rule(settings, rounds_per_epoch)
     if rule is None:
       return fitted(rounds_per_epoch, buffers)
     return fitted(rule.rounds, buffers, rule.participations, rule.separation)
 
-  def coefficients(self, config, rounds_per_epoch: int) -> np.ndarray:
-    return self.strategy(config, rounds_per_epoch).coefficients(
-        self.horizon(config, rounds_per_epoch))
+  def coefficients(self, settings, rounds_per_epoch: int) -> np.ndarray:
+    return self.strategy(settings, rounds_per_epoch).coefficients(
+        self.horizon(settings, rounds_per_epoch))
 
-  def strategy_kwargs(self, config, rounds_per_epoch: int) -> dict[str, Any]:
-    return dict(strategy=self.strategy(config, rounds_per_epoch))
+  def strategy_kwargs(self, settings, rounds_per_epoch: int
+                      ) -> dict[str, Any]:
+    return dict(strategy=self.strategy(settings, rounds_per_epoch))
 
-  def section_settings(self, config) -> list[str]:
-    if _given(config) is not None:
-      scale = matrix.value_of(config, "blt_output_scale")
-      decay = matrix.value_of(config, "blt_buf_decay")
-      return [f"BLT of output scales {scale} and buffer decays {decay} "
-              f"(given), {self.restarts_text(config)}"]
-    fit = ("one participation per epoch"
-           if matrix.value_of(config, "sampling") != "cyclic"
+  def section_settings(self, settings) -> list[str]:
+    settings = self.settings_of(settings)
+    if _given(settings) is not None:
+      return [f"BLT of output scales {settings.blt_output_scale} and buffer "
+              f"decays {settings.blt_buf_decay} (given), "
+              f"{self.restarts_text(settings)}"]
+    fit = ("one participation per epoch" if settings.sampling != "cyclic"
            else "the run's participation")
-    return [f"BLT of {matrix.value_of(config, 'blt_buffers')} buffers fitted "
-            f"to {fit}, {self.restarts_text(config)}"]
+    return [f"BLT of {settings.blt_buffers} buffers fitted "
+            f"to {fit}, {self.restarts_text(settings)}"]
 
 
 MECHANISM = BltMechanism()

@@ -280,10 +280,12 @@ def build(records: records_lib.RunRecords, *, delta: float,
   config, canaries = records.config, records.canaries
   num_rounds = config["num_rounds"]
   mechanism = registry.of_config(config)
-  noise = mechanism.round_noise(config, num_rounds, records.rounds_per_epoch)
+  settings = mechanism.settings_of(config)  # config.json's, frozen
+  noise = mechanism.round_noise(settings, num_rounds,
+                                records.rounds_per_epoch)
   # The noise's blocks: epochs, or the whole run without restarts (its
   # participation rule, `separation.SeparatedNoise`, is then checked).
-  per_epoch = (mechanism.restart_every(config, records.rounds_per_epoch)
+  per_epoch = (mechanism.restart_every(settings, records.rounds_per_epoch)
                or num_rounds)
   z = config["noise_multiplier"]
   u, a = records.scores, canaries.schedule_matrix()
@@ -312,4 +314,4 @@ def build(records: records_lib.RunRecords, *, delta: float,
       estimates=estimates, audit=audit, targets=targets,
       num_inserted=int(canaries.inserted.sum()),
       num_held_out=int((~canaries.inserted).sum()),
-      noise_settings=tuple(mechanism.section_settings(config)))
+      noise_settings=tuple(mechanism.section_settings(settings)))

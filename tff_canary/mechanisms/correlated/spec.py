@@ -93,32 +93,33 @@ class CorrelatedMechanism(protocol.Mechanism):
           "zeroing is not validated with the tree's scores"))
     return missing
 
-  def restart_every(self, config, rounds_per_epoch: int):
+  def restart_every(self, settings, rounds_per_epoch: int):
     """The rounds between the noise's restarts (None: never restarted)."""
     return rounds_per_epoch
 
-  def check_rounds(self, config, num_rounds: int,
+  def check_rounds(self, settings, num_rounds: int,
                    rounds_per_epoch: int) -> None:
     """The run's claimed noise (`round_noise`) exists for these rounds."""
-    self.round_noise(config, num_rounds, rounds_per_epoch)
+    self.round_noise(settings, num_rounds, rounds_per_epoch)
 
-  def audit_reach(self, config, *, num_rounds: int, rounds_per_epoch: int,
+  def audit_reach(self, settings, *, num_rounds: int, rounds_per_epoch: int,
                   delta: float, inserted: np.ndarray):
     """The reach of the DP-FTRL report's bounds (`tree_audit.bounds_reach`,
     at the report's default 95%, no self-test noise) against the claim of
     the run's noise (`round_noise`)."""
-    claim = self.round_noise(config, num_rounds, rounds_per_epoch).claim(
-        config.noise_multiplier, delta=delta)
+    claim = self.round_noise(settings, num_rounds, rounds_per_epoch).claim(
+        settings.noise_multiplier, delta=delta)
     return tree_audit.bounds_reach(inserted, claimed_epsilon=claim.epsilon,
                                    delta=delta, level=0.05)
 
 
-  def round_noise(self, config, num_rounds: int, rounds_per_epoch: int):
-    """The claimed released noise of the run's rounds (a `LinearNoise`),
+  def round_noise(self, settings, num_rounds: int, rounds_per_epoch: int):
+    """The claimed released noise of the run's rounds (a `LinearNoise`) for
+    `settings` (`protocol.MechanismSettings`, or what `settings_of` reads),
     which the report's section audits against."""
     raise NotImplementedError
 
-  def section_settings(self, config) -> list[str]:
+  def section_settings(self, settings) -> list[str]:
     """The report's settings lines for this mechanism's noise."""
     raise NotImplementedError
 

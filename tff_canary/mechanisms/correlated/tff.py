@@ -68,10 +68,10 @@ class CorrelatedTff(protocol_tff.TffMechanism):
     return None, np.asarray(measurements[measurement_keys.TREE_SCORES_KEY],
                             np.float64)
 
-  def client_round(self, config, output, clip: float):
+  def client_round(self, settings, output, clip: float):
     return None, client_scores_of(
-        output.metrics, config.clients_per_round, config.noise_multiplier,
-        clip)
+        output.metrics, settings.clients_per_round,
+        settings.noise_multiplier, clip)
 
 
 __all__ = ["CorrelatedTff", "MAX_CHECK_ROUNDS", "check_period",

@@ -104,31 +104,32 @@ class DdpMechanism(cosine_spec.CosineMechanism):
                        f"{e}") from None
     return values
 
-  def check_dim(self, config, dim: int) -> None:
+  def check_dim(self, settings, dim: int) -> None:
     """Skellam noise: each client's integer L1 norm bound fits int32."""
-    if config.ddp_mechanism != "distributed_skellam":
+    if settings.ddp_mechanism != "distributed_skellam":
       return  # DistributedDiscreteGaussianSumQuery checks the L2 norm only
-    params = ddp_claim.parameters_of(config, dim)
+    params = ddp_claim.parameters_of(settings, dim)
     if params.l1_sensitivity <= INT32_MAX:
       return
-    fits = [b for b in range(1, config.ddp_bits) if _l1_fits(config, dim, b)]
+    fits = [b for b in range(1, settings.ddp_bits)
+            if _l1_fits(settings, dim, b)]
     advice = [f"use --ddp_bits={fits[-1]} or fewer" if fits
               else "no bit width fits this model"]
     # While TFF's scale is at its cap (1e6), the bound grows with the clip:
     # the largest clip that fits, by bisection, rounded down to 3 digits.
-    low, high = 0.0, config.clip
+    low, high = 0.0, settings.clip
     for _ in range(60):
       middle = (low + high) / 2
-      low, high = ((middle, high) if _l1_fits(config, dim, clip=middle)
+      low, high = ((middle, high) if _l1_fits(settings, dim, clip=middle)
                    else (low, middle))
     clip = float(f"{low:.3g}")
-    if clip > 0 and _l1_fits(config, dim, clip=clip):
+    if clip > 0 and _l1_fits(settings, dim, clip=clip):
       advice.append(f"--clip={clip:g} or less")
     advice.append("--ddp_mechanism=distributed_dgauss (its query checks no "
                   "L1 norm)")
     raise ValueError(
-        f"aggregator='ddp' with --ddp_bits={config.ddp_bits}, --clip="
-        f"{config.clip} and d = {dim:,}: each client's integer L1 norm bound "
+        f"aggregator='ddp' with --ddp_bits={settings.ddp_bits}, --clip="
+        f"{settings.clip} and d = {dim:,}: each client's integer L1 norm bound "
         f"would be {params.l1_sensitivity:,}, above the int32 limit "
         f"{INT32_MAX:,} that TFF's Skellam query checks it in (it wraps to a "
         "negative bound, so every client fails the check and every round "
@@ -145,15 +146,15 @@ class DdpMechanism(cosine_spec.CosineMechanism):
                                     label="analytical DDP bound",
                                     gaussian=False, detail=detail)
 
-  def chain(self, config: dict[str, Any]) -> Optional[str]:
-    return ddp_claim.describe_chain(config)
+  def chain(self, settings) -> Optional[str]:
+    return ddp_claim.describe_chain(self.settings_of(settings).as_dict())
 
 
-def _l1_fits(config, dim: int, bits=None, clip=None) -> bool:
+def _l1_fits(settings, dim: int, bits=None, clip=None) -> bool:
   if clip is not None and clip <= 0:
     return False
   try:
-    params = ddp_claim.parameters_of(config, dim, bits=bits, clip=clip)
+    params = ddp_claim.parameters_of(settings, dim, bits=bits, clip=clip)
   except ValueError:  # too few bits for the cohort
     return False
   return params.l1_sensitivity <= INT32_MAX

@@ -1,7 +1,7 @@
 """TFF's distributed DP in TFF: the TFF half of `mechanisms.ddp`.
 
 Canary clients go through TFF's distributed-DP chain
-(`ddp_chain.ddp_mean_factory`) for `ddp_claim.parameters_of(config, dim)`,
+(`ddp_chain.ddp_mean_factory`) for `ddp_claim.parameters_of(settings, dim)`,
 the parameters the report's bound is of (docs/guide/distributed-dp.md: the
 factory is told the real clients; canary clients come on top). There are
 no server-side canaries, and no DpEvent (TFF's distributed queries emit
@@ -13,7 +13,7 @@ Its noise self-test runs the SUM chain as configured on zero values from
 summed noise is under `ddp_noise_check.MIN_INTEGER_STD` integer units is
 too coarse for that check; its noise is tested as released against the
 std the factory claims (`ddp_chain.claimed_std`). The DP query clips at the
-config's clip; a recorded aggregate is rescaled to sum / clients_per_round
+settings' clip; a recorded aggregate is rescaled to sum / clients_per_round
 (`DdpTff.client_aggregate`).
 """
 
@@ -33,32 +33,32 @@ from tff_canary.mechanisms.ddp import noise_check as ddp_noise_check
 class DdpTff(protocol_tff.TffMechanism):
   """TFF's distributed-DP chain (module docstring)."""
 
-  def tff_aggregator(self, config, value_type, dim: int,
+  def tff_aggregator(self, settings, value_type, dim: int,
                      rounds_per_epoch: Optional[int] = None):
-    return ddp_chain.ddp_mean_factory(ddp_claim.parameters_of(config, dim))
+    return ddp_chain.ddp_mean_factory(ddp_claim.parameters_of(settings, dim))
 
-  def noise_check(self, config, inputs: protocol_tff.NoiseCheckInputs):
-    params = ddp_claim.parameters_of(config, inputs.dim)
+  def noise_check(self, settings, inputs: protocol_tff.NoiseCheckInputs):
+    params = ddp_claim.parameters_of(settings, inputs.dim)
     chain = ddp_chain.ddp_sum_factory(params)
     if params.total_noise_std() >= ddp_noise_check.MIN_INTEGER_STD:
       return ddp_noise_check.check_ddp_noise(
-          chain, params, num_clients=config.clients_per_round)
+          chain, params, num_clients=settings.clients_per_round)
     return noise_check_lib.check_aggregation_noise(
         chain, inputs.value_type, tensor_names=inputs.tensor_names,
-        num_clients=config.clients_per_round,
+        num_clients=settings.clients_per_round,
         claimed_std=ddp_chain.claimed_std(params))
 
-  def client_round(self, config, output, clip: float):
+  def client_round(self, settings, output, clip: float):
     return None, None  # no DpEvent (module docstring)
 
-  def client_clip(self, config, state) -> float:
-    return float(config.clip)
+  def client_clip(self, settings, state) -> float:
+    return float(settings.clip)
 
-  def client_aggregate(self, config, aggregate: np.ndarray,
+  def client_aggregate(self, settings, aggregate: np.ndarray,
                        participants: int) -> np.ndarray:
     # The chain's mean divides by every participant, canary clients
     # included -> sum / clients_per_round, as the Gaussian runs record.
-    return aggregate * np.float32(participants / config.clients_per_round)
+    return aggregate * np.float32(participants / settings.clients_per_round)
 
 
 TFF_MECHANISM = DdpTff()

@@ -41,24 +41,28 @@ from tff_canary.stats.matrix import strategy_noise
 
 
 def value_of(config, key: str) -> Any:
-  """`key` of an `ExperimentConfig` or of a config.json's values."""
+  """`key` of an `ExperimentConfig` or of a config.json's values (the
+  mechanisms read their `protocol.MechanismSettings` instead:
+  `Mechanism.settings_of`)."""
   return config[key] if isinstance(config, dict) else getattr(config, key)
 
 
-def run_rounds(config, rounds_per_epoch: int) -> int:
+def run_rounds(settings: protocol.MechanismSettings,
+               rounds_per_epoch: int) -> int:
   """The run's rounds: num_rounds, or epochs x rounds_per_epoch."""
-  rounds = value_of(config, "num_rounds")
+  rounds = settings.num_rounds
   return int(rounds if rounds is not None
-             else value_of(config, "epochs") * rounds_per_epoch)
+             else settings.epochs * rounds_per_epoch)
 
 
-def participation_rule(config, rounds_per_epoch: int
+def participation_rule(settings: protocol.MechanismSettings,
+                       rounds_per_epoch: int
                        ) -> Optional[separation.MinSeparation]:
   """With cyclic sampling, the clients' rule: at most ceil(n / E) rounds,
   E = rounds_per_epoch apart, in the run's n rounds; else None."""
-  if value_of(config, "sampling") != "cyclic":
+  if settings.sampling != "cyclic":
     return None
-  n = run_rounds(config, rounds_per_epoch)
+  n = run_rounds(settings, rounds_per_epoch)
   return separation.MinSeparation(
       rounds=n, participations=math.ceil(n / rounds_per_epoch),
       separation=rounds_per_epoch)
@@ -90,31 +94,35 @@ class MatrixMechanism(correlated_spec.CorrelatedMechanism):
                   else setting.check(getattr(config, key), key))
             for key, setting in self.settings.items()}
 
-  def restart_every(self, config, rounds_per_epoch: int) -> Optional[int]:
+  def restart_every(self, settings, rounds_per_epoch: int) -> Optional[int]:
     """The epoch with shuffled epochs; None (never) with cyclic sampling."""
-    if participation_rule(config, rounds_per_epoch) is None:
+    settings = self.settings_of(settings)
+    if participation_rule(settings, rounds_per_epoch) is None:
       return rounds_per_epoch
     return None
 
-  def horizon(self, config, rounds_per_epoch: int) -> int:
+  def horizon(self, settings, rounds_per_epoch: int) -> int:
     """The rounds one C serves: the epoch, or the run without restarts."""
-    rule = participation_rule(config, rounds_per_epoch)
+    rule = participation_rule(self.settings_of(settings), rounds_per_epoch)
     return rounds_per_epoch if rule is None else rule.rounds
 
-  def coefficients(self, config, rounds_per_epoch: int) -> np.ndarray:
-    """C's c_0, c_1, ... for `config` (an `ExperimentConfig` or config.json
-    values) and epochs of `rounds_per_epoch` rounds."""
+  def coefficients(self, settings, rounds_per_epoch: int) -> np.ndarray:
+    """C's c_0, c_1, ... for `settings` (`protocol.MechanismSettings`, or
+    what `settings_of` reads: an `ExperimentConfig`, config.json's values)
+    and epochs of `rounds_per_epoch` rounds."""
     raise NotImplementedError
 
-  def strategy_kwargs(self, config, rounds_per_epoch: int) -> dict[str, Any]:
+  def strategy_kwargs(self, settings, rounds_per_epoch: int
+                      ) -> dict[str, Any]:
     """The arguments of `MatrixAggregation` that give its C."""
-    return dict(coefficients=self.coefficients(config, rounds_per_epoch))
+    return dict(coefficients=self.coefficients(settings, rounds_per_epoch))
 
-  def round_noise(self, config, num_rounds: int, rounds_per_epoch: int
+  def round_noise(self, settings, num_rounds: int, rounds_per_epoch: int
                   ) -> linear_noise.LinearNoise:
     """The claimed released noise of the run's rounds (module docstring)."""
-    coefficients = self.coefficients(config, rounds_per_epoch)
-    rule = participation_rule(config, rounds_per_epoch)
+    settings = self.settings_of(settings)
+    coefficients = self.coefficients(settings, rounds_per_epoch)
+    rule = participation_rule(settings, rounds_per_epoch)
     if rule is None:
       return strategy_noise.strategy_noise(coefficients, num_rounds,
                                            restart_every=rounds_per_epoch)
@@ -132,16 +140,16 @@ class MatrixMechanism(correlated_spec.CorrelatedMechanism):
           "for any strategy).") from None
     return noise
 
-  def restarts_text(self, config) -> str:
+  def restarts_text(self, settings) -> str:
     """How the noise restarts, for the report's settings line."""
-    if value_of(config, "sampling") != "cyclic":
+    if self.settings_of(settings).sampling != "cyclic":
       return "restarted every epoch"
     return ("never restarted (cyclic sampling: each client exactly one "
             "epoch apart)")
 
-  def section_settings(self, config) -> list[str]:
+  def section_settings(self, settings) -> list[str]:
     """The report's settings lines for this mechanism's strategy."""
-    return [f"{self.strategy_name} {self.restarts_text(config)}"]
+    return [f"{self.strategy_name} {self.restarts_text(settings)}"]
 
 
 __all__ = ["MatrixMechanism", "participation_rule", "run_rounds",

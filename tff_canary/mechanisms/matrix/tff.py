@@ -31,62 +31,63 @@ from tff_canary.mechanisms import registry
 from tff_canary.mechanisms.matrix import aggregation as matrix_aggregation
 
 
-def aggregation(config, rounds_per_epoch: Optional[int],
+def aggregation(settings, rounds_per_epoch: Optional[int],
                 noise_seed: Optional[int] = None, check: bool = False
                 ) -> matrix_aggregation.MatrixAggregation:
   """The run's `MatrixAggregation` (its C for epochs of `rounds_per_epoch`
   rounds, restarted as `MatrixMechanism.restart_every` says); `check`: the
   noise check's, restarted sooner for long epochs."""
   if rounds_per_epoch is None:
-    raise ValueError(f"aggregator={config.aggregator!r} needs "
+    raise ValueError(f"aggregator={settings.aggregator!r} needs "
                      "rounds_per_epoch, its epoch; got None.")
-  mechanism = registry.get(config.aggregator)
-  restart = mechanism.restart_every(config, int(rounds_per_epoch))
+  mechanism = registry.get(settings.aggregator)
+  restart = mechanism.restart_every(settings, int(rounds_per_epoch))
   if check and restart is not None:
     restart = correlated_tff.check_period(restart)
   return matrix_aggregation.MatrixAggregation(
-      noise_multiplier=config.noise_multiplier, clip=config.clip,
+      noise_multiplier=settings.noise_multiplier, clip=settings.clip,
       restart_every=restart, noise_seed=noise_seed,
-      **mechanism.strategy_kwargs(config, int(rounds_per_epoch)))
+      **mechanism.strategy_kwargs(settings, int(rounds_per_epoch)))
 
 
 class MatrixTff(correlated_tff.CorrelatedTff):
   """The matrix mechanisms' aggregators (module docstring); a round's
   records are the correlated family's."""
 
-  def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
+  def canary_aggregator(self, settings, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):
     return factory.CanaryDPFactory(
-        aggregation(config, rounds_per_epoch, noise_seed), canaries,
-        clients_per_round=config.clients_per_round)
+        aggregation(settings, rounds_per_epoch, noise_seed), canaries,
+        clients_per_round=settings.clients_per_round)
 
-  def tff_aggregator(self, config, value_type, dim: int,
+  def tff_aggregator(self, settings, value_type, dim: int,
                      rounds_per_epoch: Optional[int] = None):
     specs = tff.types.type_to_tf_tensor_specs(value_type)
-    return aggregation(config, rounds_per_epoch).tff_factory(
-        specs, config.clients_per_round)
+    return aggregation(settings, rounds_per_epoch).tff_factory(
+        specs, settings.clients_per_round)
 
-  def noise_check(self, config, inputs: protocol_tff.NoiseCheckInputs):
+  def noise_check(self, settings, inputs: protocol_tff.NoiseCheckInputs):
     # The run's C (a BLT fitted to the run's participation), restarted sooner
     # when two epochs do not fit in the check (`correlated_tff.check_period`;
     # unrestarted, as many rounds); with canary clients TFF's own factory,
     # unseeded, as the run's.
-    clients = config.insertion == "clients"
-    query = aggregation(config, inputs.rounds_per_epoch,
+    clients = settings.insertion == "clients"
+    query = aggregation(settings, inputs.rounds_per_epoch,
                         None if clients else inputs.seed, check=True)
     period = correlated_tff.check_period(inputs.rounds_per_epoch)
     if clients:
       checked = query.tff_factory(
           tff.types.type_to_tf_tensor_specs(inputs.value_type),
-          config.clients_per_round)
+          settings.clients_per_round)
     else:
       checked = factory.CanaryDPFactory(
-          query, inputs.no_canaries, clients_per_round=config.clients_per_round)
+          query, inputs.no_canaries,
+          clients_per_round=settings.clients_per_round)
     return correlated_check.check_correlated_noise(
         checked, inputs.value_type,
         noise=query.noise(correlated_check.default_rounds(period)),
-        node_std=config.noise_multiplier * config.clip,
-        clients_per_round=config.clients_per_round,
+        node_std=settings.noise_multiplier * settings.clip,
+        clients_per_round=settings.clients_per_round,
         tensor_names=inputs.tensor_names)
 
 

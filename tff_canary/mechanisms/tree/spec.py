@@ -49,13 +49,13 @@ class TreeMechanism(correlated_spec.CorrelatedMechanism):
                        "noise_multiplier=0.0.")
     return {}
 
-  def round_noise(self, config, num_rounds: int, rounds_per_epoch: int):
+  def round_noise(self, settings, num_rounds: int, rounds_per_epoch: int):
     """The claimed released noise of the run's rounds (the report's
     section): the efficient tree restarted every epoch."""
     return tree_noise.tree_noise(num_rounds, efficient=True,
                                  restart_period=rounds_per_epoch)
 
-  def section_settings(self, config) -> list[str]:
+  def section_settings(self, settings) -> list[str]:
     """The report's settings lines for this mechanism's noise."""
     return ["tree aggregation restarted every epoch"]
 

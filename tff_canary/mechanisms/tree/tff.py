@@ -32,41 +32,42 @@ def _period(rounds_per_epoch: Optional[int]) -> int:
   return int(rounds_per_epoch)
 
 
-def tff_tree(config, restart_period: Optional[int]
+def tff_tree(settings, restart_period: Optional[int]
              ) -> aggregation.TreeAggregation:
   """DP-FTRL's tree of the run's settings restarted every `restart_period`
   rounds, for TFF's own factory (`TreeAggregation.tff_factory`, no seed)."""
   return aggregation.TreeAggregation(
-      noise_multiplier=config.noise_multiplier, clip=config.clip,
+      noise_multiplier=settings.noise_multiplier, clip=settings.clip,
       efficient=True, restart_period=_period(restart_period))
 
 
 class TreeTff(correlated_tff.CorrelatedTff):
   """DP-FTRL's aggregators (module docstring)."""
 
-  def canary_aggregator(self, config, canaries, noise_seed: Optional[int],
+  def canary_aggregator(self, settings, canaries, noise_seed: Optional[int],
                         rounds_per_epoch: Optional[int] = None):
     return aggregation.tree_aggregation(
-        config.noise_multiplier, config.clients_per_round, config.clip,
+        settings.noise_multiplier, settings.clients_per_round, settings.clip,
         canaries=canaries, noise_seed=noise_seed,
         restart_period=_period(rounds_per_epoch))
 
-  def tff_aggregator(self, config, value_type, dim: int,
+  def tff_aggregator(self, settings, value_type, dim: int,
                      rounds_per_epoch: Optional[int] = None):
     specs = tff.types.type_to_tf_tensor_specs(value_type)
-    return tff_tree(config, rounds_per_epoch).tff_factory(
-        specs, config.clients_per_round)
+    return tff_tree(settings, rounds_per_epoch).tff_factory(
+        specs, settings.clients_per_round)
 
-  def noise_check(self, config, inputs: protocol_tff.NoiseCheckInputs):
+  def noise_check(self, settings, inputs: protocol_tff.NoiseCheckInputs):
     period = correlated_tff.check_period(inputs.rounds_per_epoch)
-    if config.insertion == "clients":  # TFF's factory, unseeded
+    if settings.insertion == "clients":  # TFF's factory, unseeded
       return correlated_check.check_correlated_noise(
-          self.tff_aggregator(config, inputs.value_type, inputs.dim, period),
-          inputs.value_type, noise=tff_tree(config, period).noise(
+          self.tff_aggregator(settings, inputs.value_type, inputs.dim,
+                              period),
+          inputs.value_type, noise=tff_tree(settings, period).noise(
               correlated_check.default_rounds(period)),
-          noise_multiplier=config.noise_multiplier,
+          noise_multiplier=settings.noise_multiplier,
           tensor_names=inputs.tensor_names)
-    aggregator = self.canary_aggregator(config, inputs.no_canaries,
+    aggregator = self.canary_aggregator(settings, inputs.no_canaries,
                                         inputs.seed, period)
     return correlated_check.check_correlated_noise(
         aggregator, inputs.value_type, tensor_names=inputs.tensor_names)
