@@ -105,3 +105,16 @@ def _no_worker_outlives_the_session():
   leaked = worker_guard.live_workers()
   if leaked:
     pytest.fail(f"TFF worker_binary still running after stop: {leaked}")
+
+
+@pytest.fixture(scope="module")
+def small_emnist_model():
+  """A module's in-process runs train tests/small_model.py's 9,030-parameter
+  CNN in place of TFF's 1.2M-parameter one (what they check does not depend
+  on the model; a module asks with
+  `pytestmark = pytest.mark.usefixtures("small_emnist_model")`, which pytest
+  sets up before the module's own run fixtures). Subprocesses are not
+  affected: the scripts' runs keep the real CNN."""
+  import small_model  # pylint: disable=g-import-not-at-top
+  with small_model.emnist_cnn():
+    yield

@@ -11,9 +11,11 @@ reproducibility runs, the sweep) still train the real CNN end to end, and
 tests/harness/data/test_tasks.py pins its layers and size.
 
 `emnist_cnn()` swaps `tff_canary.harness.data.tasks.emnist_cnn` for
-`small_cnn` while it is open (pytest's public `MonkeyPatch`), so a module's
-run fixture trains the small model through the harness's own task code:
-the same data, preprocessing, deterministic dropout and seeded weights.
+`small_cnn` while it is open (pytest's public `MonkeyPatch`), so the runs
+started inside train the small model through the harness's own task code:
+the same data, preprocessing, deterministic dropout and seeded weights. A
+test module asks for it for all its runs with tests/conftest.py's fixture,
+`pytestmark = pytest.mark.usefixtures("small_emnist_model")`.
 """
 
 import contextlib

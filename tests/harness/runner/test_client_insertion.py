@@ -9,19 +9,14 @@ import numpy as np
 import pytest
 
 import repo_paths
-import small_model
 import run_files
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir
 from tff_canary.stats.canaries import canary_config
 
+# The in-process runs train tests/small_model.py's CNN (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("small_emnist_model")
 
-@pytest.fixture(scope="module", autouse=True)
-def _small_model():
-  # This module's in-process runs train tests/small_model.py's CNN (what
-  # they check does not depend on the model).
-  with small_model.emnist_cnn():
-    yield
 
 REPO = str(repo_paths.REPO)
 # The paper's canaries, whose all-iterates aggregates come from the weights
@@ -293,7 +288,6 @@ def _run(config):
   from tff_canary.harness.runner import experiment  # pylint: disable=g-import-not-at-top
   return experiment.run_experiment(config, progress=False,
                                    log=lambda *a: None)
-
 
 
 # The client-mode run of the tests below (noise 0, fixed clip 1 below the

@@ -16,18 +16,11 @@ from tff_canary.harness.recording import run_dir
 from tff_canary.harness.reporting import report as report_lib
 from tff_canary.harness.runner import training
 
-pytestmark = [pytest.mark.tff, pytest.mark.slow]
+# The in-process runs train tests/small_model.py's CNN (tests/conftest.py).
+pytestmark = [pytest.mark.tff, pytest.mark.slow,
+              pytest.mark.usefixtures("small_emnist_model")]
 
 REPO = str(repo_paths.REPO)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _small_model():
-  # This module's in-process runs train tests/small_model.py's CNN (what
-  # they check does not depend on the model); the scripts' runs below
-  # (subprocesses) keep the real one.
-  with small_model.emnist_cnn():
-    yield
 
 
 def tiny(output_dir, **overrides):

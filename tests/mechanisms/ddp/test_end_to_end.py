@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import repo_paths
-import small_model
 import run_files
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir
@@ -28,13 +27,9 @@ from tff_canary.stats import atomic_files
 from tff_canary.stats.accounting import ddp_accounting
 from tff_canary.stats.accounting import ddp_parameters
 
+# The in-process runs train tests/small_model.py's CNN (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("small_emnist_model")
 
-@pytest.fixture(scope="module", autouse=True)
-def _small_model():
-  # This module's in-process runs train tests/small_model.py's CNN (what
-  # they check does not depend on the model); its subprocess runs keep the real one.
-  with small_model.emnist_cnn():
-    yield
 
 REPO = str(repo_paths.REPO)
 CLIENTS = dict(insertion="clients", seeded_noise=False, server_momentum=0.0,

@@ -19,15 +19,9 @@ from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.canaries import schedules
 from tff_canary.stats.matrix import toeplitz
 import fake_runs
-import small_model
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _small_model():
-  # This module's in-process runs train tests/small_model.py's CNN (what
-  # they check does not depend on the model).
-  with small_model.emnist_cnn():
-    yield
+# The in-process runs train tests/small_model.py's CNN (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("small_emnist_model")
 
 
 def test_each_matrix_mechanism_fills_its_setting_and_refuses_the_other():

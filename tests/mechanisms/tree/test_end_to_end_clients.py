@@ -15,17 +15,12 @@ import numpy as np
 import pytest
 
 import repo_paths
-import small_model
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir
 
+# The in-process runs train tests/small_model.py's CNN (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("small_emnist_model")
 
-@pytest.fixture(scope="module", autouse=True)
-def _small_model():
-  # This module's in-process runs train tests/small_model.py's CNN (what
-  # they check does not depend on the model); its subprocess runs keep the real one.
-  with small_model.emnist_cnn():
-    yield
 
 REPO = str(repo_paths.REPO)
 TREE_CLIENTS = dict(aggregator="tree", clip=0.1, insertion="clients",
