@@ -158,7 +158,8 @@ class ServerSideCanaries(Strategy):
     TypeError, ValueError: for an argument it cannot audit, naming it.
   """
 
-  def __init__(self, strategy, canaries: canary_config.CanaryConfig):
+  def __init__(self, strategy: Strategy,
+               canaries: canary_config.CanaryConfig):
     super().__init__()
     self._dp = check_strategy(strategy)
     if not isinstance(canaries, canary_config.CanaryConfig):
