@@ -68,8 +68,9 @@ final-model statistic is then cos(c_j, w_T - w_0)). One forward transform
 gives every canary's s_j = <c_j, a_t>, inserted and held out, and
 `protocol_flower.round_cosines` the cosines with the round's other inserted
 canaries removed, exactly the TFF aggregator's. They stay in memory
-(`rounds`, `statistics()`); writing them as a TFF run's files is not done
-yet (docs/guide/flower.md).
+(`rounds`, `statistics()`); `tff_canary.harness.writing.flower_run.
+write_run` writes them, after the run, as a TFF run's directory and report
+(docs/guide/flower.md).
 
 Canaries: orthogonal (the default of `CanaryConfig`, coin assignment
 too), the NumPy construction `stats.canaries.orthogonal_canaries`: the same
@@ -83,8 +84,8 @@ from __future__ import annotations
 from logging import INFO
 from typing import Optional
 
+import dp_accounting
 import numpy as np
-from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import DifferentialPrivacyClientSideAdaptiveClipping
 from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
@@ -216,6 +217,39 @@ class ServerSideCanaries(Strategy):
     """The all-iterates max and the schedule sums of every canary, as the
     TFF aggregator's state holds them."""
     return self._rounds.statistics()
+
+  def flat(self, arrays) -> np.ndarray:
+    """A model's `ArrayRecord` as the canaries' flat float64 vector [d]
+    (the layout of the first model sent)."""
+    if self._layout is None:
+      raise ValueError("no round has been configured yet: the layout of the "
+                       "model is that of the first model sent.")
+    return self._layout.flatten(arrays)
+
+  def final_cosines(self, initial_arrays, final_arrays) -> np.ndarray:
+    """cos(c_j, w_T - w_0) for every canary, every inserted canary's
+    projection removed but its own (the final-model statistic; w_T - w_0:
+    the canaries enter along +c_j, module docstring), float64 [m]."""
+    delta = self.flat(final_arrays) - self.flat(initial_arrays)
+    return protocol_flower.score(self._canaries.seed, delta, self._rows,
+                                 self._canaries.inserted_ids)[1]
+
+  def dp_event(self):
+    """The `dp_accounting` event of one release as Flower claims it: a
+    Gaussian of the noise multiplier with fixed clipping; with adaptive
+    clipping the composition of Flower's split (its values' multiplier and
+    the clipped count's, 2 x clipped_count_stddev, the sensitivity-1/2
+    count of Andrew et al. 2021 that `compute_adaptive_noise_params`
+    assumes), whose effective multiplier is the one the user gave."""
+    z = float(self._dp.noise_multiplier)
+    value = dp_accounting.GaussianDpEvent(z)
+    if not isinstance(self._dp, DifferentialPrivacyServerSideAdaptiveClipping):
+      return value
+    count = 2.0 * float(self._dp.clipped_count_stddev)
+    if z == 0.0 or count == 0.0:
+      return dp_accounting.GaussianDpEvent(0.0)
+    return dp_accounting.ComposedDpEvent(
+        [value, dp_accounting.GaussianDpEvent(count)])
 
   def privacy_spent(self):
     """The DP strategy's own `privacy_spent()` (Flower's accountant, fixed
