@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.differential_privacy import add_gaussian_noise_inplace
@@ -42,8 +43,14 @@ class NoiseOverNSquared(DifferentialPrivacyServerSideFixedClipping):
                                                     arrays)})
 
 
-def run(dp_class=DifferentialPrivacyServerSideFixedClipping, z=1.0):
-  """(wrapper, w_0, Flower's Result) of one seeded run (module docstring)."""
+def fixed(inner, z):
+  return DifferentialPrivacyServerSideFixedClipping(
+      inner, noise_multiplier=z, clipping_norm=1.0, num_sampled_clients=NODES)
+
+
+def run(make_dp=fixed, z=1.0):
+  """(wrapper, w_0, Flower's Result) of one seeded run (module docstring);
+  `make_dp(FedAvg, z)` makes the DP strategy."""
   config = canary_config.CanaryConfig(
       seed=2, num_inserted=100, num_held_out=100,
       schedule=schedules.ShuffledEpochs(num_rounds=ROUNDS,
@@ -51,10 +58,9 @@ def run(dp_class=DifferentialPrivacyServerSideFixedClipping, z=1.0):
   initial = ArrayRecord({"w": Array(np.zeros(SHAPE, np.float32))})
   state = np.random.get_state()
   with flower_grid.server_identity():
-    wrapper = flower.ServerSideCanaries(dp_class(
+    wrapper = flower.ServerSideCanaries(make_dp(
         FedAvg(fraction_evaluate=0.0, min_train_nodes=NODES,
-               min_available_nodes=NODES), noise_multiplier=z,
-        clipping_norm=1.0, num_sampled_clients=NODES), config)
+               min_available_nodes=NODES), z), config)
     np.random.seed(0)  # Flower's noise, seeded as a user's script would
     result = wrapper.start(flower_grid.LocalGrid(
         NODES, flower_grid.noisy_trainer(0.01)), initial, num_rounds=ROUNDS)
@@ -112,7 +118,9 @@ def test_the_audit_refutes_noise_scaled_by_n_squared(written):
   # verdicts are these runs', measured 1.16 and 26.5 against 6.57.
   _, report, _ = written
   assert report.headline().audit_verdict == "consistent"
-  wrapper, initial, result = run(NoiseOverNSquared)
+  wrapper, initial, result = run(lambda inner, z: NoiseOverNSquared(
+      inner, noise_multiplier=z, clipping_norm=1.0,
+      num_sampled_clients=NODES))
   buggy = flower_run.write_run(written[0].parent / "bug", wrapper, initial,
                                result.arrays, delta=1e-5, plots=False)
   headline = buggy.headline()
@@ -130,6 +138,26 @@ def test_inserted_canaries_move_the_final_model_along_themselves():
   inserted = wrapper.canaries.inserted
   assert final[inserted].min() > 0.05
   assert np.abs(final[~inserted]).max() < 0.05
+
+
+def test_an_adaptive_runs_claim_is_flowers_split_of_the_multiplier(tmp_path):
+  # Flower splits z = 1 into the values' z_v = (1 - (2 * 2)^-2)^-1/2 and
+  # the clipped count's 2 x 2 (clipped_count_stddev = 2): the ledger holds
+  # both, and its effective multiplier is the z the user gave.
+  wrapper, initial, result = run(
+      lambda inner, z: DifferentialPrivacyServerSideAdaptiveClipping(
+          inner, noise_multiplier=z, num_sampled_clients=NODES,
+          initial_clipping_norm=1.0, clipped_count_stddev=2.0))
+  report = flower_run.write_run(tmp_path, wrapper, initial, result.arrays,
+                                delta=1e-5, plots=False)
+  rd = run_dir_lib.RunDir(tmp_path)
+  ledger = rd.load_ledger()
+  np.testing.assert_allclose(ledger.noise_multipliers, 1.0, rtol=1e-12)
+  assert rd.load_config()["noise_multiplier"] == 1.0
+  clips = [r["clip"] for r in rd.load_metrics()]
+  assert clips[0] == 1.0 and len(set(clips)) == ROUNDS  # the clip moved
+  assert report.headline().analytical_epsilon == pytest.approx(6.573,
+                                                               abs=1e-3)
 
 
 def test_a_run_it_cannot_write_is_refused(tmp_path):
