@@ -20,6 +20,9 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClippin
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flwr.serverapp.strategy import FedAdam
 from flwr.serverapp.strategy import FedAvg
+from flwr.server import strategy as legacy
+from flwr.supercore import privacy_accounting as pa
+from flwr.supercore.privacy_accounting import rdp_accountant as rdp
 
 import flower_grid
 from tff_canary.mechanisms.gaussian import flower
@@ -298,8 +301,6 @@ def test_adaptive_clippings_noise_is_scaled_by_the_next_rounds_clip():
 
 
 def rdp_accountant(population=NODES):
-  from flwr.supercore import privacy_accounting as pa  # pylint: disable=g-import-not-at-top
-  from flwr.supercore.privacy_accounting import rdp_accountant as rdp  # pylint: disable=g-import-not-at-top
   return rdp.RdpAccountant(pa.PrivacyConfig(
       target_delta=1e-5, population_size=population,
       neighboring_relation=pa.NeighboringRelation.ADD_OR_REMOVE_ONE,
@@ -317,7 +318,6 @@ def test_flowers_accountant_still_accounts_when_wrapped():
   assert spent.num_releases == reference.num_releases == ROUNDS
   assert spent.epsilon == reference.epsilon
   # ... and it is the accountant's figure for three Gaussian releases.
-  from flwr.supercore import privacy_accounting as pa  # pylint: disable=g-import-not-at-top
   alone = rdp_accountant()
   alone.compose(pa.GaussianPrivacyEvent(0.8, NODES, NODES), count=ROUNDS)
   assert spent.epsilon == alone.get_privacy_spent().epsilon
@@ -374,7 +374,6 @@ def test_unequal_weights_are_recorded():
 
 
 def _legacy_dp():
-  from flwr.server import strategy as legacy  # pylint: disable=g-import-not-at-top
   return legacy.DifferentialPrivacyServerSideFixedClipping(
       legacy.FedAvg(), noise_multiplier=1.0, clipping_norm=1.0,
       num_sampled_clients=NODES)

@@ -89,7 +89,8 @@ def _versions() -> dict[str, str]:
 
 
 def write_run(output_dir: str | os.PathLike, strategy: Any,
-              initial_arrays: Any, final_arrays: Any, *, delta: Optional[float] = None,
+              initial_arrays: Any, final_arrays: Any, *,
+              delta: Optional[float] = None,
               num_clients: Optional[int] = None, task: str = "flower",
               seed: Optional[int] = None,
               plots: bool = True) -> report_lib.RunReport:

@@ -119,9 +119,10 @@ def check_strategy(strategy) -> Strategy:
   if isinstance(strategy, CLIENT_SIDE):
     raise ValueError(
         f"strategy must clip on the server, got {shown} of type "
-        f"{type(strategy).__name__}: with client-side clipping the clients' mod clips, and "
-        "an audit must send canaries through it (canary clients, not done "
-        "yet); use DifferentialPrivacyServerSideFixedClipping or "
+        f"{type(strategy).__name__}: with client-side clipping the "
+        "clients' mod clips, and an audit must send canaries through it "
+        "(canary clients, not done yet); use "
+        "DifferentialPrivacyServerSideFixedClipping or "
         "DifferentialPrivacyServerSideAdaptiveClipping.")
   if not isinstance(strategy, SERVER_SIDE):
     legacy = type(strategy).__module__.startswith("flwr.server.")
