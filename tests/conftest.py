@@ -52,17 +52,24 @@ SLOWEST_FIRST = (
 )
 
 
-# Without TensorFlow (the core install, noxfile.py's `stats` session), the
-# test files that cannot import without it are left out; run that session
-# with -m "not tff" for the tests that need it at run time.
+# Without TensorFlow (the core install, noxfile.py's `stats` session, and
+# the Flower environment), the test files that cannot import without it are
+# left out; run that session with -m "not tff" for the tests that need it at
+# run time. Without Flower (the TFF environment), the Flower half's test
+# files are left out the same way (tests/stack_selection.py).
 _WITHOUT_TENSORFLOW = importlib.util.find_spec("tensorflow") is None
+_WITHOUT_FLOWER = importlib.util.find_spec("flwr") is None
 
 
 def pytest_ignore_collect(collection_path, config):
   del config  # unused
-  if (_WITHOUT_TENSORFLOW and collection_path.suffix == ".py"
-      and collection_path.name.startswith("test_")):
-    return stack_selection.needs_tensorflow(collection_path) or None
+  if collection_path.suffix != ".py" or not collection_path.name.startswith(
+      "test_"):
+    return None
+  if _WITHOUT_TENSORFLOW and stack_selection.needs_tensorflow(collection_path):
+    return True
+  if _WITHOUT_FLOWER and stack_selection.needs_flower(collection_path):
+    return True
   return None
 
 

@@ -9,6 +9,12 @@ report path may load TensorFlow on demand, and needs none to import); a
 test that needs TensorFlow at run time without importing it at module level
 carries the `tff` marker instead, which that session deselects.
 
+`needs_flower`: the same for Flower (flwr, and Ray, which its simulation
+engine runs on): the TFF environment (TFF 0.87 pins NumPy 1.25, Flower
+needs 1.26 or later) leaves out the Flower half's test files, and the
+Flower environment (requirements/lock-flower.txt) has no TensorFlow, so
+`needs_tensorflow` leaves the TFF ones out there.
+
 `statistics_files`: the statistics layer's tests (their only tff_canary
 imports are tff_canary.stats and the top-level estimators) and the report
 command's, which the `stats` session runs by default: each stack's own
@@ -24,6 +30,7 @@ TESTS = pathlib.Path(__file__).resolve().parent
 REPO = TESTS.parent
 TF_PACKAGES = ("tensorflow", "tensorflow_federated", "tensorflow_privacy",
                "keras", "jax")
+FLOWER_PACKAGES = ("flwr", "ray")
 
 
 def _module_level_imports(path: pathlib.Path) -> list[str]:
@@ -56,29 +63,35 @@ def _source(module: str) -> pathlib.Path | None:
   return path if path.is_file() else None
 
 
-_KNOWN: dict[pathlib.Path, bool] = {}
+_KNOWN: dict[tuple[pathlib.Path, tuple[str, ...]], bool] = {}
 
 
-def _reaches_tensorflow(path: pathlib.Path) -> bool:
-  if path not in _KNOWN:
-    _KNOWN[path] = False  # while it is being read: an import cycle ends here
-    _KNOWN[path] = any(_import_reaches_tensorflow(module)
-                       for module in _module_level_imports(path))
-  return _KNOWN[path]
+def _reaches(path: pathlib.Path, packages: tuple[str, ...]) -> bool:
+  key = (path, packages)
+  if key not in _KNOWN:
+    _KNOWN[key] = False  # while it is being read: an import cycle ends here
+    _KNOWN[key] = any(_import_reaches(module, packages)
+                      for module in _module_level_imports(path))
+  return _KNOWN[key]
 
 
-def _import_reaches_tensorflow(module: str) -> bool:
+def _import_reaches(module: str, packages: tuple[str, ...]) -> bool:
   parts = module.split(".")
-  if parts[0] in TF_PACKAGES:
+  if parts[0] in packages:
     return True
   # a.b.c imports the packages a and a.b first.
   sources = (_source(".".join(parts[:i])) for i in range(1, len(parts) + 1))
-  return any(s is not None and _reaches_tensorflow(s) for s in sources)
+  return any(s is not None and _reaches(s, packages) for s in sources)
 
 
 def needs_tensorflow(path: str | pathlib.Path) -> bool:
   """Whether importing the test file `path` imports a TensorFlow package."""
-  return _reaches_tensorflow(pathlib.Path(path).resolve())
+  return _reaches(pathlib.Path(path).resolve(), TF_PACKAGES)
+
+
+def needs_flower(path: str | pathlib.Path) -> bool:
+  """Whether importing the test file `path` imports Flower (or Ray)."""
+  return _reaches(pathlib.Path(path).resolve(), FLOWER_PACKAGES)
 
 
 # The report command (`python -m tff_canary report`), the install itself
