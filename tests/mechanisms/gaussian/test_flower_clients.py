@@ -50,14 +50,15 @@ def _flower_server_process():
   np.random.set_state(state)
 
 
-def client_app(mods, scale=0.03) -> ClientApp:
+def client_app(mods, scale=0.03, metrics=None) -> ClientApp:
   """A user's ClientApp: `mods`, and a train function (the model plus
-  `scale` N(0, I), drawn from node and round) with canary clients."""
+  `scale` N(0, I), drawn from node and round, weight 1) with canary
+  clients (replying with `metrics`)."""
   app = ClientApp(mods=list(mods))
   trainer = flower_grid.noisy_trainer(scale)
 
   @app.train()
-  @flower_clients.canary_train
+  @flower_clients.canary_train(metrics=metrics)
   def train(message, context):
     del context  # unused
     return Message(trainer(message), reply_to=message)
@@ -142,6 +143,35 @@ def test_without_noise_a_canary_clients_score_is_its_clip_over_n(name):
                                rtol=0, atol=1e-5)
   if "adaptive" in name:  # every canary above the clip: it moved
     assert len({r.clip for r in wrapper.rounds}) == 3
+
+
+def test_a_heavier_canary_weighs_its_share_and_is_logged(caplog):
+  # A canary that reports num-examples 3 against the clients' 1 weighs
+  # 3 / (3 k + n - k) of the mean, not 1/n: at z = 0 it scores C times
+  # that share (to the transform's 1e-5), and the round logs the
+  # unequal weights.
+  make, mods = STRATEGIES["client_fixed"]
+  config = small_canaries()
+  grid = app_grid(20, client_app(mods, metrics={"num-examples": 3}))
+  wrapper = flower_clients.CanaryClients(make(0.0, 10, 20), config)
+  wrapper.start(grid, model(), num_rounds=3)
+  vectors = orthogonal_canaries.canary_block(
+      config.seed, np.arange(config.num_canaries), DIM).astype(np.float64)
+  for r in wrapper.rounds:
+    k = r.inserted_ids.size
+    share = 3 / (3 * k + 10 - k)
+    mine = [o for o in wrapper.outcomes if o["round_num"] == r.schedule_round]
+    assert [o["weight"] for o in mine] == pytest.approx([share] * k)
+    assert r.max_weight == pytest.approx(share)
+    sent = grid.sent[r.server_round]
+    nodes = {o["node_id"] for o in mine}
+    real = sum(flower_grid.flat(m.content["arrays"]) - sent
+               for m in grid.replies[r.server_round]
+               if m.metadata.src_node_id not in nodes) / (3 * k + 10 - k)
+    np.testing.assert_allclose(
+        r.scores[r.inserted_ids] - vectors[r.inserted_ids] @ real,
+        CLIP * share, rtol=0, atol=1e-5)
+  assert "replies weigh unequally" in caplog.text
 
 
 def test_the_decorator_leaves_real_clients_and_the_rngs_alone():

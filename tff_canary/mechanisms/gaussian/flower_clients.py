@@ -106,7 +106,7 @@ ADAPTIVE = (DifferentialPrivacyServerSideAdaptiveClipping,
 NODE_TAG = 0x6E6F6465
 
 
-def _single(content: RecordDict, records: dict, kind: str, name: str):
+def _single(records, kind: str, name: str):
   if len(records) != 1:
     raise ValueError(f"{name} must hold exactly one {kind}, got "
                      f"{len(records)}: {sorted(records)}.")
@@ -119,16 +119,16 @@ def canary_reply(message: Message,
   message names no canary (module docstring): the arrays received plus
   norm * c_j, and the MetricRecord `metrics` (default `DEFAULT_METRICS`)."""
   content = message.content
-  _, config = _single(content, content.config_records, "ConfigRecord",
-                      "message.content")
-  if CANARY_ID_KEY not in config:
+  if not any(CANARY_ID_KEY in c for c in content.config_records.values()):
     return None
+  _, config = _single(content.config_records, "ConfigRecord",
+                      "a canary client's message.content")
   canary_id = validation.as_int(config[CANARY_ID_KEY], CANARY_ID_KEY,
                                 minimum=0)
   seed = validation.as_int(config[CANARY_SEED_KEY], CANARY_SEED_KEY,
                            minimum=0)
   norm = validation.as_positive(config[CANARY_NORM_KEY], CANARY_NORM_KEY)
-  key, arrays = _single(content, content.array_records, "ArrayRecord",
+  key, arrays = _single(content.array_records, "ArrayRecord",
                         "message.content")
   layout = protocol_flower.ArrayLayout.of(arrays, "the model received")
   c = orthogonal_canaries.canary_block(seed, [canary_id], layout.dim)[0]
@@ -322,7 +322,7 @@ class CanaryClients(Strategy):
     for canary_id, slot in zip(ids.tolist(), picked.tolist()):
       message = messages[nodes[slot]]
       content = message.content
-      key, record = _single(content, content.config_records, "ConfigRecord",
+      key, record = _single(content.config_records, "ConfigRecord",
                             "the DP strategy's training message")
       mine = ConfigRecord(dict(record))
       mine[CANARY_ID_KEY] = int(canary_id)
@@ -358,11 +358,12 @@ class CanaryClients(Strategy):
     schedule_round = server_round - 1
     ids = self._rounds.inserted_in(schedule_round)
     canary_shares = [share_of.get(node, float("nan")) for node in assigned]
-    if canary_shares and not np.allclose(canary_shares, shares.max()):
-      log(WARNING, "Canary clients: round %d's canary replies weigh %s of "
-          "the mean, the largest reply %.4g: the canaries' weight is not "
-          "the others' (give canary_train the metrics your clients report).",
-          server_round, np.round(canary_shares, 6).tolist(), shares.max())
+    if canary_shares and not np.allclose(shares, 1.0 / shares.size):
+      log(WARNING, "Canary clients: round %d's replies weigh unequally "
+          "(shares %.4g to %.4g; the canaries' %s): Flower's noise assumes "
+          "1/n each (give canary_train the metrics your clients report).",
+          server_round, shares.min(), shares.max(),
+          np.round(canary_shares, 6).tolist())
     update = self._layout.flatten(arrays, "the released arrays") - sent
     scores, cosines = protocol_flower.score(self._canaries.seed, update,
                                             self._rows, ids)
