@@ -215,6 +215,11 @@ def test_more_canaries_than_sampled_nodes_is_refused():
     wrapper.start(app_grid(6, client_app(mods)), model(), num_rounds=3)
   with pytest.raises(TypeError, match=r"strategy must be one of Flower's DP"):
     flower_clients.CanaryClients(FedAvg(), small_canaries())
+  with pytest.raises(TypeError, match=r"metrics must be a dict of the "
+                     r"metrics the canary reports .* got 'loss'"):
+    flower_clients.canary_train(metrics="loss")
+  with pytest.raises(TypeError, match=r"got \{'loss': 'low'\}"):
+    flower_clients.canary_train(metrics={"loss": "low"})
 
 
 NODES, ROUNDS = 50, 10

@@ -151,10 +151,13 @@ def canary_train(train: Optional[Callable] = None, *,
       def train(msg, context): ...
   """
   if metrics is not None:
-    if not isinstance(metrics, dict):
+    try:
+      MetricRecord(dict(metrics))  # refused here, not in a round
+    except (TypeError, ValueError) as error:
       raise TypeError(f"metrics must be a dict of the metrics the canary "
-                      f"reports, got {validation.show(metrics)}.")
-    MetricRecord(dict(metrics))  # refused here, not in a round
+                      f"reports (a MetricRecord's: str -> int, float or "
+                      f"their lists), got {validation.show(metrics)}: "
+                      f"{error}") from None
 
   def decorate(fn: Callable) -> Callable:
     if not callable(fn):
