@@ -27,6 +27,8 @@ from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flwr.serverapp.strategy import FedAvg
+from flwr.supercore import privacy_accounting as pa
+from flwr.supercore.privacy_accounting import rdp_accountant as rdp
 
 import flower_grid
 import repo_paths
@@ -202,6 +204,31 @@ def test_the_decorator_leaves_real_clients_and_the_rngs_alone():
                                     flower_grid.flat(expected))
   np.testing.assert_array_equal(states[0][0], states[1][0])
   assert states[0][1:] == states[1][1:]
+
+
+def test_flowers_accountant_accepts_canary_clients_and_counts_as_before():
+  # Flower's accounted mode is strict: exactly n replies of equal weight
+  # (it raises otherwise). Canary clients replace sampled clients with
+  # the clients' weight, so it accepts them, and its figure is that of
+  # the same strategy without canaries (3 releases at z = 0.8, n = 10).
+  def accounted():
+    return DifferentialPrivacyClientSideFixedClipping(
+        inner(10, 20), 0.8, CLIP, 10, accountant=rdp.RdpAccountant(
+            pa.PrivacyConfig(
+                target_delta=1e-5, population_size=20,
+                neighboring_relation=pa.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                sampling_method=pa.SamplingMethod.NO_AMPLIFICATION)))
+
+  wrapper = flower_clients.CanaryClients(accounted(), small_canaries())
+  plain = accounted()
+  for strategy in (wrapper, plain):
+    np.random.seed(1)
+    strategy.start(app_grid(20, client_app([fixedclipping_mod])), model(),
+                   num_rounds=3)
+  spent, reference = wrapper.privacy_spent(), plain.privacy_spent()
+  assert len(wrapper.rounds) == 3 and spent.num_releases == 3
+  assert spent.epsilon == reference.epsilon and 1 < spent.epsilon < 100
+  assert len(wrapper.outcomes) == len(wrapper.canaries.participation.events)
 
 
 def test_more_canaries_than_sampled_nodes_is_refused():

@@ -65,9 +65,10 @@ canary replies' weight shares; unequal ones are logged as a warning.
 Scores: as `ServerSideCanaries`, s_j = <c_j, a_t> for every canary, a_t =
 w_{t+1} - w_t the released update, and the round cosines with the round's
 inserted canaries removed (`protocol_flower.score`). A canary clipped to
-C_t with weight 1/n scores C_t / n plus noise of std z C / n (in units of
-z C: 1/z per canary, the TFF half's units); held-out canaries score
-N(0, (z C / n)^2) plus the clients' tiny projection. Nothing is added to
+C_t with weight 1/n scores C_t / n plus noise of std z C / n, so in units
+of that std (the sum's z C, over n) 1/z plus N(0, 1); held-out canaries
+score N(0, 1) in those units, plus the clients' tiny projection (the tests
+measure both). Nothing is added to
 the release. `outcomes` holds each canary client's round, node, weight
 share and whether its norm exceeded the round's clip, as
 canary_outcomes.json (`harness.writing.flower_run.write_run`).
