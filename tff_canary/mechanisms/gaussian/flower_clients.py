@@ -150,6 +150,11 @@ def canary_train(train: Optional[Callable] = None, *,
       @app.train()
       @canary_train(metrics={"num-examples": 600})
       def train(msg, context): ...
+
+  The reply's ArrayRecord has the received one's name and its MetricRecord
+  is named "metrics" (Flower's templates): FedAvg refuses replies whose
+  record names or metric keys differ, so `metrics` should have every key
+  your clients report.
   """
   if metrics is not None:
     try:
