@@ -48,6 +48,7 @@ class InsertionNotes:
   chain: Optional[str] = None
   aggregator: str = ""
   accounting: str = protocol.Mechanism.client_accounting
+  writer: str = "tff"
 
   @property
   def zeroed(self) -> list[dict[str, Any]]:
@@ -78,6 +79,16 @@ class InsertionNotes:
           "mean divides by every participant (the recorded aggregate is "
           "rescaled to sum / clients_per_round); SecAgg's sums are plain "
           "sums in this simulation (the same sum, without its secrecy)")
+    if self.writer == "flower":  # mechanisms.gaussian.flower_clients
+      return (
+          f"insertion: canary clients of norm {self.canary_norm:g} through "
+          f"the ClientApp's mods and Flower's DP strategy; "
+          f"{len(self.outcomes)} canary-client participations: {dp_clipped} "
+          "above the round's clip; canary clients replace sampled clients "
+          f"(up to {max(by_round.values(), default=0)} a round): Flower's "
+          f"noise divides by num_sampled_clients = "
+          f"{self.clients_per_round:g} and the ledger's DpEvents are "
+          "Flower's claim for them")
     return (f"insertion: canary clients of norm {self.canary_norm:g} through "
             f"{through}; {len(self.outcomes)} canary-client participations: "
             f"{dp_clipped} {clipped}; canary clients are extra members of the "
@@ -135,7 +146,8 @@ def load(rd: run_dir_lib.RunDir, config: dict[str, Any]) -> InsertionNotes:
       outcomes=tuple(outcomes),
       chain=mechanism.chain(mechanism.settings_of(config)),
       aggregator=mechanism.client_aggregator,
-      accounting=mechanism.client_accounting)
+      accounting=mechanism.client_accounting,
+      writer=str(config.get("writer", "tff")))
 
 
 __all__ = ["InsertionNotes", "load"]

@@ -18,7 +18,10 @@ build_report` read it as they read a TFF run's:
     takes them from the aggregator's state, and the final model's cosines,
     of w_T - w_0 (Flower's sign: the canaries enter along +c_j);
   * metrics.csv (each round's clip, canaries and replies), then report.json,
-    report.md and the plots.
+    report.md and the plots;
+  * for canary clients (`flower_clients.CanaryClients`, whose `insertion`
+    is "clients"), config.json's `insertion` and `canary_norm` and
+    canary_outcomes.json (its `outcomes`), as a TFF client-mode run's.
 
 NumPy only: it asks the wrapper (its `canaries`, `rounds`, `statistics`,
 `flat`, `final_cosines`, `dp_event`), so importing it needs neither
@@ -98,7 +101,7 @@ def write_run(output_dir: str | os.PathLike, strategy: Any,
 
   Args:
     output_dir: The run directory (created; files in it are replaced).
-    strategy: The `ServerSideCanaries` after the run.
+    strategy: The `ServerSideCanaries` or `CanaryClients` after the run.
     initial_arrays: w_0, the `ArrayRecord` the run started from.
     final_arrays: w_T, the run's final `ArrayRecord` (`Result.arrays`).
     delta: Delta of every epsilon; default num_clients^-1.1.
@@ -133,11 +136,14 @@ def write_run(output_dir: str | os.PathLike, strategy: Any,
       scheduled_rounds=stats.scheduled_rounds.astype(np.int64))
   multipliers = sorted({float(f"{z:.7g}") for z in ledger.noise_multipliers})
   clients = {int(strategy.strategy.num_sampled_clients)}
+  insertion = getattr(strategy, "insertion", "server")
+  mode = ({} if insertion == "server" else
+          dict(canary_norm=float(strategy.canary_norm)))
   rd = run_dir_lib.RunDir(output_dir)
   os.makedirs(rd.path, exist_ok=True)
   rd.save_config(dict(
       settings, data="user", writer="flower", aggregator="gaussian",
-      insertion="server", canary_seed=canaries.seed, dim=dim,
+      insertion=insertion, **mode, canary_seed=canaries.seed, dim=dim,
       noise_multiplier=(multipliers[0] if len(multipliers) == 1
                         else multipliers),
       clients_per_round=clients.pop(), num_rounds=canaries.num_rounds,
@@ -146,6 +152,12 @@ def write_run(output_dir: str | os.PathLike, strategy: Any,
       directions=canaries.directions, schedule=repr(canaries.schedule),
       record_aggregates=False, output_dir=rd.path, versions=_versions()))
   rd.save_ledger(ledger.events)
+  if mode:
+    scheduled = {r.schedule_round for r in rounds}
+    atomic_files.write_json(rd.file(run_dir_lib.CANARY_OUTCOMES), dict(
+        canary_norm=mode["canary_norm"],
+        outcomes=[o for o in strategy.outcomes
+                  if o["round_num"] in scheduled]))
   atomic_files.save_npz(rd.file(run_dir_lib.PARTICIPATION),
                         events=canaries.participation.events)
   atomic_files.save_npy(rd.file(run_dir_lib.INITIAL_WEIGHTS), initial)

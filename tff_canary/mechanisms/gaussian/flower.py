@@ -121,7 +121,7 @@ def check_strategy(strategy) -> Strategy:
         f"strategy must clip on the server, got {shown} of type "
         f"{type(strategy).__name__}: with client-side clipping the "
         "clients' mod clips, and an audit must send canaries through it "
-        "(canary clients, not done yet); use "
+        "(flower_clients.CanaryClients does); for server-side canaries use "
         "DifferentialPrivacyServerSideFixedClipping or "
         "DifferentialPrivacyServerSideAdaptiveClipping.")
   if not isinstance(strategy, SERVER_SIDE):
