@@ -110,6 +110,18 @@ def test_the_report_command_reads_a_flower_run(written):
   # of 5), 6.573 at delta 1e-5 (dp-accounting's exact Gaussian).
   assert headline.analytical_name == "2 participations"
   assert headline.analytical_epsilon == pytest.approx(6.573, abs=1e-3)
+  # The noise self-test of Flower's noise ran (write_run's default) and
+  # passed, with what NumPy's global RNG means; Flower's accountant was not
+  # given, and the report says so, in report.md and report.json too.
+  assert headline.noise_check_verdict == "passed"
+  assert "np.random.seed(s) gives no DP against anyone" in proc.stdout
+  line = ("Flower's accountant does not apply: no accountant: the DP "
+          "strategy was built without one (accountant=None); the exact "
+          "analytical ε of a client in every round is")
+  assert line in (path / "report.md").read_text()
+  assert line in report.table_text()  # the terminal's --details
+  saved = run_dir_lib.RunDir(path).load_report()["flower_accountant"]
+  assert saved["applies"] is False and saved["epsilon_all_rounds"] > 6.573
 
 
 def test_the_audit_refutes_noise_scaled_by_n_squared(written):
@@ -126,6 +138,7 @@ def test_the_audit_refutes_noise_scaled_by_n_squared(written):
                                result.arrays, delta=1e-5, plots=False)
   headline = buggy.headline()
   assert headline.audit_verdict == "refuted"
+  assert headline.noise_check_verdict == "failed"  # its variance is 1/n^2
   assert headline.strongest_bound > 2 * headline.analytical_epsilon
 
 

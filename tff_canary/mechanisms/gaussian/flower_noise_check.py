@@ -21,8 +21,8 @@ The noiseless aggregate is FedAvg's own mean of the replies as Flower
 clipped them in place (`aggregate_arrayrecords`), so the noise is exact up
 to the float rounding of one addition. The model's arrays are zeros of the
 user's model's names, shapes and dtypes (Flower casts its noise to each
-array's dtype). A copy's accountant is removed (`accountant = None`): it
-needs `configure_train`'s pending event and does not touch the noise.
+array's dtype). The copy has no accountant (None): it needs
+`configure_train`'s pending event and does not touch the noise.
 
 What the statistics cannot see: Flower draws its noise with NumPy's
 global `np.random.normal`, so its noise is a known function of that RNG's
@@ -221,10 +221,13 @@ def check_flower_noise(strategy: Any, arrays: Any, *,
 
 
 def _copy(strategy: Any) -> Any:
-  dp = copy.deepcopy(strategy)
-  if hasattr(dp, "accountant"):
-    dp.accountant = None  # module docstring: needs configure_train's event
-  return dp
+  """A deep copy of `strategy` whose accountant is None (module docstring:
+  it needs configure_train's event; and it holds modules, which do not
+  copy): the memo maps the accountant to None, so the user's is not
+  touched."""
+  accountant = getattr(strategy, "accountant", None)
+  memo = {} if accountant is None else {id(accountant): None}
+  return copy.deepcopy(strategy, memo)
 
 
 def _split(layout: protocol_flower.ArrayLayout, flat: np.ndarray
