@@ -129,11 +129,13 @@ def write_run(output_dir: str | os.PathLike, strategy: Any,
   settings = _settings(delta, num_clients, task, seed)
   plots = validation.as_bool(plots, "plots")
   rounds = _check_rounds(strategy)
-  if not (isinstance(noise_check, bool) or hasattr(noise_check,
-                                                   "with_run_states")):
-    raise TypeError("noise_check must be True, False or a FlowerNoiseCheck "
-                    f"(check_flower_noise's), got "
-                    f"{validation.show(noise_check)}.")
+  if not isinstance(noise_check, bool):
+    # Imported here: it needs Flower (module docstring).
+    from tff_canary.mechanisms.gaussian import flower_noise_check  # pylint: disable=import-outside-toplevel
+    if not isinstance(noise_check, flower_noise_check.FlowerNoiseCheck):
+      raise TypeError("noise_check must be True, False or a FlowerNoiseCheck "
+                      f"(check_flower_noise's), got "
+                      f"{validation.show(noise_check)}.")
   canaries, dim = strategy.canaries, strategy.dim
   initial = strategy.flat(initial_arrays).astype(np.float32)
   final = strategy.flat(final_arrays).astype(np.float32)

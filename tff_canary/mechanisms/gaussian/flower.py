@@ -70,7 +70,11 @@ gives every canary's s_j = <c_j, a_t>, inserted and held out, and
 canaries removed, exactly the TFF aggregator's. They stay in memory
 (`rounds`, `statistics()`); `tff_canary.harness.writing.flower_run.
 write_run` writes them, after the run, as a TFF run's directory and report
-(docs/guide/flower.md).
+(docs/guide/flower.md). Each round also keeps the z and C of Flower's noise
+and a fingerprint of `np.random`'s state before it (read, never drawn):
+the run's claim is computed from what was added (`release_event`,
+`flower_claim`), and two equal fingerprints mean the same noise twice
+(`flower_noise_check`).
 
 Canaries: orthogonal (the default of `CanaryConfig`, coin assignment
 too), the NumPy construction `stats.canaries.orthogonal_canaries`: the same
