@@ -48,7 +48,7 @@ def accountant():
       sampling_method=pa.SamplingMethod.NO_AMPLIFICATION))
 
 
-def run(dp, train=None):
+def run(dp, train=None, nodes=NODES):
   """The wrapper of `dp` after ROUNDS seeded rounds on NODES clients."""
   config = canary_config.CanaryConfig(
       seed=3, num_inserted=10, num_held_out=10,
@@ -57,7 +57,7 @@ def run(dp, train=None):
   wrapper = flower.ServerSideCanaries(dp, config)
   np.random.seed(4)
   wrapper.start(flower_grid.LocalGrid(
-      NODES, train or flower_grid.noisy_trainer(0.2)),
+      nodes, train or flower_grid.noisy_trainer(0.2)),
       ArrayRecord({"w": Array(np.zeros((30, 20)))}), num_rounds=ROUNDS)
   return wrapper
 
@@ -157,6 +157,16 @@ def test_unequal_weights_count_the_heaviest_client():
       "one reply's share reached 0.4 > 1/n = 0.25 (round 1; 6 of 6 rounds")
 
 
+def test_a_short_cohort_weighs_each_reply_more():
+  # 3 replies where the noise is calibrated to n = 4: each weighs 1/3 in
+  # FedAvg's mean, so the release's multiplier is z / (4/3); the weights
+  # are equal, so only the replies are named.
+  ledger, record = claim(run(fixed(1.0), nodes=3))
+  np.testing.assert_allclose(ledger.noise_multipliers, 0.75, rtol=1e-12)
+  assert [r.split(":")[0] for r in record["reasons"]] == ["no accountant",
+                                                          "replies"]
+
+
 def test_adaptive_clipping_has_no_accountant_and_its_own_events():
   dp = DifferentialPrivacyServerSideAdaptiveClipping(
       FedAvg(fraction_evaluate=0.0), noise_multiplier=1.0,
@@ -173,6 +183,16 @@ def test_adaptive_clipping_has_no_accountant_and_its_own_events():
     assert value.noise_multiplier == pytest.approx(
         r.noise_std * NODES / r.clip, rel=1e-12)
     assert r.noise_clip != r.clip  # the clip moved before the noise
+  # Flower's parameters claim the z given, 1 (its split's effective
+  # multiplier): the epsilon the user would be told, beside the real one.
+  nominal = ledger_lib.Ledger([wrapper.dp_event()] * ROUNDS)
+  assert nominal.noise_multipliers == pytest.approx((1.0,) * ROUNDS,
+                                                    rel=1e-12)
+  # (rel 1e-9: the same mu by two sums of precisions, to rounding)
+  assert record["epsilon_nominal"] == pytest.approx(
+      nominal.epsilon_for_rounds(range(ROUNDS), DELTA), rel=1e-9)
+  assert record["epsilon_nominal"] != pytest.approx(
+      record["epsilon_all_rounds"], rel=0.01)
 
 
 def test_no_noise_is_no_privacy_and_unrecorded_noise_is_refused():

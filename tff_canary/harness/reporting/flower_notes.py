@@ -62,8 +62,12 @@ def line(record: dict[str, Any]) -> str:
             f"to (ε, δ) is looser than exact accounting); {exact}{notes}")
   reasons = "; ".join(record.get("reasons") or ["unknown"])
   figure = f" (its figure: {figure})" if figure else ""
+  nominal = record.get("epsilon_nominal")
+  nominal = ("" if nominal is None or results.format_number(nominal) == ours
+             else f" ({results.format_number(nominal)} for the noise "
+             "multiplier as given)")
   return (f"Flower's accountant does not apply{figure}: {reasons}; {exact}, "
-          f"of the noise each round really had{notes}")
+          f"of the noise each round really had{nominal}{notes}")
 
 
 __all__ = ["FLOWER_ACCOUNTANT", "NOISE_CHECK_NOT_RUN", "WRITER", "line",

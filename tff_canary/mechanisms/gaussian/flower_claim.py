@@ -48,6 +48,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClippin
 
 from tff_canary.mechanisms import protocol_flower
 from tff_canary.stats import validation
+from tff_canary.stats.accounting import gaussian_accounting
 
 # A ratio within this of 1 is 1 (rounding of C / n and of the weight shares):
 # far below any effect on an epsilon, far above float64 rounding (1e-16).
@@ -114,8 +115,15 @@ def _reasons(dp_strategy: Any, rounds: Sequence[protocol_flower.RoundScores],
   elif accountant is None:
     reasons.append("no accountant: the DP strategy was built without one "
                    "(accountant=None)")
+  short = [r.server_round for r in rounds if r.num_replies != n]
+  if short:
+    reasons.append(
+        f"replies: {len(short)} rounds aggregated a number of replies other "
+        f"than num_sampled_clients = {n} (round {short[0]} first; each of k "
+        "replies weighs 1/k), which Flower's accountant refuses")
   heavy = [(r.server_round, r.max_weight) for r in rounds
-           if weight_factor(r, n) != 1.0]
+           if math.isfinite(r.max_weight)
+           and _ratio(r.max_weight * r.num_replies) != 1.0]
   if heavy:
     t, share = max(heavy, key=lambda item: item[1])
     reasons.append(
@@ -128,6 +136,20 @@ def _reasons(dp_strategy: Any, rounds: Sequence[protocol_flower.RoundScores],
         f"releases: the accountant composed {accountant.num_releases} "
         f"releases, the run released {len(rounds)} rounds")
   return reasons
+
+
+def _nominal(dp_strategy: Any, num_rounds: int, delta: float) -> float:
+  """The exact ε of a client in every round as Flower's parameters claim
+  it: the user's z (adaptive: composed from Flower's split, whose
+  effective multiplier is the z given), each round."""
+  z = float(dp_strategy.noise_multiplier)
+  if isinstance(dp_strategy, DifferentialPrivacyServerSideAdaptiveClipping):
+    count = 2.0 * float(dp_strategy.clipped_count_stddev)
+    z = 0.0 if z == 0.0 or count == 0.0 else (z**-2 + count**-2) ** -0.5
+  if z == 0.0:
+    return math.inf
+  return gaussian_accounting.gaussian_epsilon_of_mu(
+      math.sqrt(num_rounds) / z, delta)
 
 
 def accountant_record(dp_strategy: Any,
@@ -151,7 +173,9 @@ def accountant_record(dp_strategy: Any,
     {"applies", "reasons", "notes", "epsilon" (None without an accountant),
     "delta", "accounting_method", "num_releases", "privacy_spent" (the
     accountant's own figure at its target δ, or None),
-    "epsilon_all_rounds"}.
+    "epsilon_all_rounds", "epsilon_nominal" (`_nominal`: the same, exact,
+    for the z the user gave: where it differs from epsilon_all_rounds the
+    rounds did not release what the parameters say)}.
   """
   delta = validation.as_open_unit(delta, "delta")
   accountant = getattr(dp_strategy, "accountant", None)
@@ -166,7 +190,8 @@ def accountant_record(dp_strategy: Any,
   record = dict(applies=False, reasons=reasons, notes=notes, epsilon=None,
                 delta=delta, accounting_method=None, num_releases=None,
                 privacy_spent=None,
-                epsilon_all_rounds=float(epsilon_all_rounds))
+                epsilon_all_rounds=float(epsilon_all_rounds),
+                epsilon_nominal=_nominal(dp_strategy, len(rounds), delta))
   if accountant is None:
     return record
   spent = accountant.get_privacy_spent()
