@@ -154,6 +154,14 @@ def test_the_planted_seed_reset_repeats_every_round_and_correct_noise_none():
   assert nc.check_flower_noise(fixed(), model()).repeated_rounds == ()
 
 
+def test_no_noise_is_the_degenerate_end_not_a_repeat():
+  # z = 0: every round's noise is exactly zero, which repeats whatever the
+  # RNG does; the check is noise_stats' degenerate pass, nothing more.
+  check = nc.check_flower_noise(fixed(0.0), model())
+  assert check.passed and check.noise.degenerate
+  assert check.repeated_rounds == () and not check.reproducible
+
+
 def test_noise_from_another_rng_is_not_reproducible_from_np_random():
   check = nc.check_flower_noise(fixed(cls=OwnGenerator), model())
   assert check.passed and not check.reproducible

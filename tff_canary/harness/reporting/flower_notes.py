@@ -14,11 +14,11 @@ Flower check (`NOISE_CHECK_NOT_RUN`), not at the TFF one.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Optional
 
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.stats import atomic_files
 from tff_canary.stats import results
 
 FLOWER_ACCOUNTANT = "flower_accountant.json"
@@ -36,8 +36,7 @@ def load(rd: run_dir_lib.RunDir) -> Optional[dict[str, Any]]:
   if not os.path.exists(path):
     return None
   try:
-    with open(path, encoding="utf-8") as f:
-      record = json.load(f)
+    record = atomic_files.read_json(path)  # restores an infinite epsilon
   except (OSError, ValueError) as error:
     raise run_dir_lib.RunDirError(f"{path} cannot be read: {error}") from None
   if not isinstance(record, dict) or "applies" not in record:

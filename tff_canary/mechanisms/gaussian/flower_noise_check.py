@@ -73,7 +73,7 @@ class FlowerNoiseCheck:
   Attributes:
     noise: The statistical check of the noise (`noise_stats.NoiseCheck`).
     reproducible: The first round's noise, drawn again from the same
-      `np.random` state, was bit for bit the same.
+      `np.random` state, was bit for bit the same (and not all zero).
     repeated_rounds: (earlier, later) Flower rounds of the check whose
       noise was bit for bit the same (each later round with the first
       round it repeats).
@@ -121,8 +121,10 @@ class FlowerNoiseCheck:
   def with_run_states(self, rounds: Sequence[protocol_flower.RoundScores]
                       ) -> FlowerNoiseCheck:
     """This check with the run's repeated RNG states added (module
-    docstring), from the rounds' recorded `rng_state`."""
-    pairs = protocol_flower.repeated_states([r.rng_state for r in rounds])
+    docstring), from the rounds' recorded `rng_state` (of rounds with
+    noise: no noise is the same whatever the state)."""
+    pairs = protocol_flower.repeated_states(
+        [r.rng_state if r.noise_std > 0.0 else "" for r in rounds])
     repeats = tuple((rounds[a].server_round, rounds[b].server_round)
                     for a, b in pairs)
     return dataclasses.replace(self, run_repeats=repeats)
@@ -212,11 +214,15 @@ def check_flower_noise(strategy: Any, arrays: Any, *,
       tensor_names=layout.keys,
       claim="z_t x C_t / num_sampled_clients of the Flower strategy "
             "(flower_claim.value_multiplier)")
-  digests = [hashlib.sha256(r[0].tobytes()).hexdigest() for r in rounds]
+  # Zero noise (none claimed, `noise_stats`' degenerate end) repeats
+  # without meaning anything: only nonzero noise is compared.
+  digests = [hashlib.sha256(r[0].tobytes()).hexdigest()
+             if np.any(r[0] != 0.0) else "" for r in rounds]
   repeated = tuple((a + 1, b + 1)
                    for a, b in protocol_flower.repeated_states(digests))
   return FlowerNoiseCheck(
-      noise=result, reproducible=bool(np.array_equal(again, rounds[0][0])),
+      noise=result, reproducible=bool(np.any(again != 0.0) and np.array_equal(
+          again, rounds[0][0])),
       repeated_rounds=repeated, strategy=type(strategy).__name__)
 
 
