@@ -111,13 +111,18 @@ def test_flowers_fixed_clipping_passes_and_its_rng_is_reported(dtype):
 
 
 def test_adaptive_clipping_is_tested_against_the_noise_after_its_clip_moves():
-  dp = DifferentialPrivacyServerSideAdaptiveClipping(
-      FedAvg(fraction_evaluate=0.0), noise_multiplier=1.0,
-      num_sampled_clients=N, initial_clipping_norm=0.5,
-      clipped_count_stddev=2.0)
+  dp = adaptive()
   np.random.seed(6)
+  state = np.random.get_state()
   check = nc.check_flower_noise(dp, model())
   assert check.passed, str(check)
+  # The count's noise, read back from the clip's update, is Flower's first
+  # draw of each round: np.random.normal(0, 2) from the same state, to
+  # the rounding of a log and an exp (1e-9 absolute).
+  np.random.set_state(state)
+  first = np.random.normal(0.0, 2.0)
+  assert check.count_noise[0] == pytest.approx(first, abs=1e-9)
+  assert len(check.count_noise) == nc.DEFAULT_ROUNDS and check.count_std == 2
   # No reply is clipped (norm C_t / 2): C_{t+1} = C_t exp(-0.2 (f - 0.5)),
   # f the noisy clipped fraction N(0, 2^2) / 10, so the clip moves and the
   # claimed std z_v C_{t+1} / n with it, round by round.
@@ -131,7 +136,23 @@ def test_adaptive_clipping_is_tested_against_the_noise_after_its_clip_moves():
   assert dp.clipping_norm == 0.5  # the copy's clip moved, not the user's
 
 
+class CountWithoutNoise(DifferentialPrivacyServerSideAdaptiveClipping):
+  """Planted: adaptive clipping's clipped count released without its
+  noise (issue 36's fourth planted Flower bug)."""
+
+  def _noisy_fraction(self, count, total):
+    return count / total
+
+
+def adaptive(cls=DifferentialPrivacyServerSideAdaptiveClipping):
+  return cls(FedAvg(fraction_evaluate=0.0), noise_multiplier=1.0,
+             num_sampled_clients=N, initial_clipping_norm=0.5,
+             clipped_count_stddev=2.0)
+
+
 @pytest.mark.parametrize("make, failure", [
+    (lambda: adaptive(CountWithoutNoise), r"adaptive clipping's clipped "
+     r"count was released without its noise: .* 0 in all 4 rounds"),
     # 1/n^2 of the variance claimed: 0.01, measured 0.0098 (the variance's
     # relative SE over 12,000 values is sqrt(2 / 12,000) = 1.3%).
     (lambda: fixed(cls=NoiseOverNSquared), r"variance\[kernel\]: "

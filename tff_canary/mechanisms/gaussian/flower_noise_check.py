@@ -35,7 +35,13 @@ depends on the script), and fails when two of its rounds drew bit-identical
 noise (`repeated_rounds`: a seed reset every round). `with_run_states`
 adds what the run itself recorded: equal fingerprints of the RNG state
 before two rounds' noise (`protocol_flower.rng_fingerprint`) mean those
-rounds drew the same noise, a failure. The check puts `np.random`'s state
+rounds drew the same noise, a failure.
+
+Adaptive clipping's other release, the clipped count noised with
+`np.random.normal(count, clipped_count_stddev)`, is read back from the
+clip's update (no reply of the check is clipped: count 0); a count noise
+of exactly 0 in every round (to 1e-6 of its std) fails: the count was
+released without its noise. Its std is not tested (one value a round). The check puts `np.random`'s state
 back as it found it, so a run's noise is the same with or without it.
 """
 
@@ -44,10 +50,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import math
 from typing import Any, Optional, Sequence
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from tff_canary.mechanisms import protocol_flower
@@ -80,6 +88,11 @@ class FlowerNoiseCheck:
     run_repeats: (earlier, later) Flower rounds of the run whose
       `np.random` state before the noise was the same (`with_run_states`).
     strategy: The DP strategy's class name.
+    count_noise: Adaptive clipping: each round's noise of the clipped
+      count, read back from the clip's update (`_count_noise`); () for
+      fixed clipping.
+    count_std: The count's claimed std (`clipped_count_stddev`; 0 for
+      fixed clipping).
   """
 
   noise: noise_stats.NoiseCheck
@@ -87,6 +100,8 @@ class FlowerNoiseCheck:
   repeated_rounds: tuple[tuple[int, int], ...]
   run_repeats: tuple[tuple[int, int], ...] = ()
   strategy: str = ""
+  count_noise: tuple[float, ...] = ()
+  count_std: float = 0.0
 
   @property
   def failures(self) -> tuple[str, ...]:
@@ -95,6 +110,15 @@ class FlowerNoiseCheck:
     own += [f"rounds {a} and {b} of the run started their noise from the "
             "same np.random state: their noise was the same draw"
             for a, b in self.run_repeats]
+    # A Gaussian of std s is within 1e-6 s of 0 with probability 8e-7:
+    # zero in every round means no noise, not chance.
+    if self.count_noise and self.count_std > 0.0 and all(
+        abs(x) <= 1e-6 * self.count_std for x in self.count_noise):
+      own.append(
+          f"adaptive clipping's clipped count was released without its "
+          f"noise: read back from the clip's updates, its noise was 0 in "
+          f"all {len(self.count_noise)} rounds, claimed std "
+          f"{self.count_std:.4g}")
     return tuple(own) + self.noise.failures
 
   @property
@@ -142,13 +166,27 @@ class FlowerNoiseCheck:
                            reproducible=self.reproducible,
                            repeated_rounds=[list(p) for p in
                                             self.repeated_rounds],
-                           run_repeats=[list(p) for p in self.run_repeats]))
+                           run_repeats=[list(p) for p in self.run_repeats],
+                           count_noise=list(self.count_noise),
+                           count_std=self.count_std))
     return out
 
 
+def _count_noise(dp: Any, clip: float, n: int) -> float:
+  """The clipped count's noise of an adaptive round, read back from the
+  clip's update (module docstring): no reply was clipped (count 0), and
+  C_{t+1} = C_t exp(-lr (noisy count / n - target)), so the noisy count is
+  n (target - log(C_{t+1} / C_t) / lr); NaN for fixed clipping."""
+  if not isinstance(dp, DifferentialPrivacyServerSideAdaptiveClipping):
+    return float("nan")
+  fraction = (dp.target_clipped_quantile
+              - math.log(float(dp.clipping_norm) / clip) / dp.clip_norm_lr)
+  return n * fraction
+
+
 def _round(dp: Any, layout: protocol_flower.ArrayLayout, zeros, server_round):
-  """(noise [d] float64, claimed std) of one round of `dp` (module
-  docstring)."""
+  """(noise [d] float64, claimed std, the count's noise) of one round of
+  `dp` (module docstring)."""
   n = int(dp.num_sampled_clients)
   clip = float(dp.clipping_norm)
   step = np.full(layout.dim, 0.5 * clip / np.sqrt(layout.dim))
@@ -171,7 +209,8 @@ def _round(dp: Any, layout: protocol_flower.ArrayLayout, zeros, server_round):
       scores=np.zeros(0), cosines=np.zeros(0),
       noise_multiplier=float(dp.noise_multiplier),
       noise_clip=float(dp.clipping_norm))
-  return noise, flower_claim.value_multiplier(scores, n) * clip / n
+  return (noise, flower_claim.value_multiplier(scores, n) * clip / n,
+          _count_noise(dp, clip, n))
 
 
 def check_flower_noise(strategy: Any, arrays: Any, *,
@@ -205,7 +244,7 @@ def check_flower_noise(strategy: Any, arrays: Any, *,
     dp = _copy(strategy)
     rounds = [_round(dp, layout, zeros, t + 1) for t in range(num_rounds)]
     np.random.set_state(state)
-    again, _ = _round(_copy(strategy), layout, zeros, 1)
+    again = _round(_copy(strategy), layout, zeros, 1)[0]
   finally:
     np.random.set_state(state)
   noise = [[piece for piece in _split(layout, r[0])] for r in rounds]
@@ -223,7 +262,10 @@ def check_flower_noise(strategy: Any, arrays: Any, *,
   return FlowerNoiseCheck(
       noise=result, reproducible=bool(np.any(again != 0.0) and np.array_equal(
           again, rounds[0][0])),
-      repeated_rounds=repeated, strategy=type(strategy).__name__)
+      repeated_rounds=repeated, strategy=type(strategy).__name__,
+      count_noise=tuple(r[2] for r in rounds if math.isfinite(r[2])),
+      count_std=(float(strategy.clipped_count_stddev) if isinstance(
+          strategy, DifferentialPrivacyServerSideAdaptiveClipping) else 0.0))
 
 
 def _copy(strategy: Any) -> Any:
