@@ -126,3 +126,39 @@ def test_weight_shares_leave_out_replies_with_an_error():
     replies.append(Message(Error(code=0, reason="x"), reply_to=instruction))
   np.testing.assert_allclose(protocol_flower.weight_shares(
       replies, flower_grid.WEIGHT_KEY), [0.25, 0.75])
+
+
+def test_the_rng_fingerprint_is_the_state_and_reading_it_draws_nothing():
+  state = np.random.get_state()
+  try:
+    np.random.seed(9)
+    seeded = protocol_flower.rng_fingerprint()
+    assert protocol_flower.rng_fingerprint() == seeded  # read, not drawn
+    first = np.random.normal(size=3)
+    moved = protocol_flower.rng_fingerprint()
+    np.random.seed(9)
+    # The same fingerprint, the same draws; the cached Gaussian counts.
+    assert protocol_flower.rng_fingerprint() == seeded != moved
+    np.testing.assert_array_equal(np.random.normal(size=3), first)
+    np.random.seed(9)
+    np.random.standard_normal()  # leaves a cached Gaussian behind
+    cached = protocol_flower.rng_fingerprint()
+    np.random.set_state(np.random.get_state()[:3] + (0, 0.0))
+    # The same key and position without it: the next draw differs.
+    assert protocol_flower.rng_fingerprint() != cached
+  finally:
+    np.random.set_state(state)
+  assert protocol_flower.repeated_states(["a", "b", "", "a", "", "b", "a"]) == [
+      (0, 3), (1, 5), (0, 6)]
+
+
+def test_a_hand_built_reply_is_aggregated_as_a_clients():
+  reply = protocol_flower.reply(record(w=np.ones(3)), node_id=7,
+                                server_round=2, weight=5.0)
+  assert not reply.has_error() and reply.metadata.src_node_id == 7
+  assert reply.metadata.message_type == "train"
+  assert reply.content["metrics"]["num-examples"] == 5.0
+  np.testing.assert_array_equal(
+      reply.content["arrays"].to_numpy_ndarrays()[0], np.ones(3))
+  assert protocol_flower.weight_shares([reply, reply], "num-examples"
+                                       ).tolist() == [0.5, 0.5]

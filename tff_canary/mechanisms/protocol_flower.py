@@ -18,7 +18,15 @@ order. This module holds what they share, as `protocol_tff` does for TFF:
   * `RoundScores` (one round's scores, kept in memory) and `CanaryRounds`
     (every round's, and the running statistics the TFF aggregator keeps in
     its state: `round_scores.CanaryScores`' max over rounds and sums over
-    each canary's schedule).
+    each canary's schedule);
+  * `rng_fingerprint` and `repeated_states`: Flower draws its DP noise
+    from NumPy's global RNG (`np.random.normal`), so the noise of a round
+    is a function of that RNG's state before it: a fingerprint of the
+    state read (never drawn from) before each round's noise shows rounds
+    whose noise was the same draw;
+  * `reply` and `MODEL_SENDER`: a hand-built training reply, for the
+    self-tests that drive a user's strategy in-process (no Grid, no
+    TaskIdentity).
 
 NumPy only beside `flwr.app`'s records; the orthogonal transform is
 `tff_canary.stats.canaries.orthogonal_canaries` (float32, as TFF's).
@@ -27,10 +35,12 @@ NumPy only beside `flwr.app`'s records; the orthogonal transform is
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import NamedTuple, Optional
 
 import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import Array, ArrayRecord, DEFAULT_TTL, Message, MessageType
+from flwr.app import Metadata, MetricRecord, RecordDict
 
 from tff_canary.stats import validation
 from tff_canary.stats.canaries import canary_config
@@ -157,6 +167,12 @@ class RoundScores:
       held out, a_t the released model minus the model sent.
     cosines: float64 [m], x_j = cos(c_j, a_t) with the round's other
       inserted canaries removed (`round_cosines`).
+    noise_multiplier: The z Flower's noise used that round (adaptive
+      clipping: the values' share of the user's z); NaN if not recorded.
+    noise_clip: The C Flower's noise used that round (adaptive: C_{t+1});
+      NaN if not recorded. noise_std = noise_multiplier x noise_clip / n.
+    rng_state: `rng_fingerprint()` of NumPy's global RNG before the DP
+      strategy's aggregation ("" if not recorded).
   """
 
   server_round: int
@@ -169,6 +185,9 @@ class RoundScores:
   max_weight: float
   scores: np.ndarray
   cosines: np.ndarray
+  noise_multiplier: float = float("nan")
+  noise_clip: float = float("nan")
+  rng_state: str = ""
 
 
 class CanaryStatistics(NamedTuple):
@@ -282,5 +301,54 @@ def weight_shares(replies, weighted_by_key: Optional[str]) -> np.ndarray:
   return weights / weights.sum() if weights.size else weights
 
 
-__all__ = ["ArrayLayout", "CanaryRounds", "CanaryStatistics", "NO_MAX",
-           "RoundScores", "round_cosines", "score", "weight_shares"]
+def rng_fingerprint() -> str:
+  """A SHA-256 of NumPy's global RNG state (`np.random.get_state()`: the
+  generator's name, key, position and cached Gaussian), read without drawing
+  from it: two equal fingerprints mean the next draws are the same numbers."""
+  name, key, pos, has_gauss, cached = np.random.get_state(legacy=True)
+  digest = hashlib.sha256(name.encode())
+  digest.update(np.ascontiguousarray(key, np.uint32).tobytes())
+  digest.update(np.asarray([pos, has_gauss], np.int64).tobytes())
+  digest.update(np.asarray([cached], np.float64).tobytes())
+  return digest.hexdigest()
+
+
+def repeated_states(fingerprints) -> list[tuple[int, int]]:
+  """(earlier, later) index pairs of equal non-empty fingerprints, each
+  later index paired with the first index that had its fingerprint."""
+  first: dict[str, int] = {}
+  pairs = []
+  for i, fingerprint in enumerate(fingerprints):
+    if not fingerprint:
+      continue
+    if fingerprint in first:
+      pairs.append((first[fingerprint], i))
+    else:
+      first[fingerprint] = i
+  return pairs
+
+
+# The node id a hand-built reply is addressed to (the server's, as Flower's
+# ServerApp process has it: TaskIdentity.node_id 0).
+MODEL_SENDER = 0
+
+
+def reply(arrays: ArrayRecord, node_id: int, server_round: int,
+          weight: float = 1.0, arrays_key: str = "arrays",
+          weighted_by_key: str = "num-examples") -> Message:
+  """A training reply from node `node_id`, as a ClientApp's would arrive:
+  `arrays` under `arrays_key` and FedAvg's weight in one MetricRecord. Built
+  with its `Metadata` (flwr.app's), so it needs no Grid or TaskIdentity."""
+  content = RecordDict({arrays_key: arrays,
+                        "metrics": MetricRecord({weighted_by_key: weight})})
+  metadata = Metadata(
+      run_id=0, message_id=f"{server_round}-{node_id}",
+      src_node_id=int(node_id), dst_node_id=MODEL_SENDER,
+      reply_to_message_id="", group_id=str(server_round), created_at=0.0,
+      ttl=DEFAULT_TTL, message_type=MessageType.TRAIN)
+  return Message(content, metadata=metadata)
+
+
+__all__ = ["ArrayLayout", "CanaryRounds", "CanaryStatistics", "MODEL_SENDER",
+           "NO_MAX", "RoundScores", "repeated_states", "reply",
+           "rng_fingerprint", "round_cosines", "score", "weight_shares"]

@@ -22,6 +22,7 @@ from flwr.supercore.differential_privacy import add_gaussian_noise_inplace
 import flower_grid
 import repo_paths
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.reporting import flower_notes
 from tff_canary.harness.writing import flower_run
 from tff_canary.mechanisms.gaussian import flower
 from tff_canary.stats.canaries import canary_config
@@ -109,6 +110,18 @@ def test_the_report_command_reads_a_flower_run(written):
   # of 5), 6.573 at delta 1e-5 (dp-accounting's exact Gaussian).
   assert headline.analytical_name == "2 participations"
   assert headline.analytical_epsilon == pytest.approx(6.573, abs=1e-3)
+  # The noise self-test of Flower's noise ran (write_run's default) and
+  # passed, with what NumPy's global RNG means; Flower's accountant was not
+  # given, and the report says so, in report.md and report.json too.
+  assert headline.noise_check_verdict == "passed"
+  assert "np.random.seed(s) gives no DP against anyone" in proc.stdout
+  line = ("Flower's accountant does not apply: no accountant: the DP "
+          "strategy was built without one (accountant=None); the exact "
+          "analytical ε of a client in every round is")
+  assert line in (path / "report.md").read_text()
+  assert line in report.table_text()  # the terminal's --details
+  saved = run_dir_lib.RunDir(path).load_report()["flower_accountant"]
+  assert saved["applies"] is False and saved["epsilon_all_rounds"] > 6.573
 
 
 def test_the_audit_refutes_noise_scaled_by_n_squared(written):
@@ -125,6 +138,7 @@ def test_the_audit_refutes_noise_scaled_by_n_squared(written):
                                result.arrays, delta=1e-5, plots=False)
   headline = buggy.headline()
   assert headline.audit_verdict == "refuted"
+  assert headline.noise_check_verdict == "failed"  # its variance is 1/n^2
   assert headline.strongest_bound > 2 * headline.analytical_epsilon
 
 
@@ -140,24 +154,36 @@ def test_inserted_canaries_move_the_final_model_along_themselves():
   assert np.abs(final[~inserted]).max() < 0.05
 
 
-def test_an_adaptive_runs_claim_is_flowers_split_of_the_multiplier(tmp_path):
+def test_an_adaptive_runs_claim_is_the_noise_it_really_added(tmp_path):
   # Flower splits z = 1 into the values' z_v = (1 - (2 * 2)^-2)^-1/2 and
-  # the clipped count's 2 x 2 (clipped_count_stddev = 2): the ledger holds
-  # both, and its effective multiplier is the z the user gave.
+  # the clipped count's 2 x 2 (clipped_count_stddev = 2), but adds the
+  # values' noise at C_{t+1} against a clip of C_t, and its 0/1 count has
+  # sensitivity 1 (flower_claim's module docstring): each round's ledger
+  # event composes z_v C_{t+1} / C_t and 2, computed here from the clips
+  # metrics.csv recorded (C_{t+1}: the next round's, the strategy's last).
   wrapper, initial, result = run(
       lambda inner, z: DifferentialPrivacyServerSideAdaptiveClipping(
           inner, noise_multiplier=z, num_sampled_clients=NODES,
           initial_clipping_norm=1.0, clipped_count_stddev=2.0))
   report = flower_run.write_run(tmp_path, wrapper, initial, result.arrays,
-                                delta=1e-5, plots=False)
+                                delta=1e-5, plots=False, noise_check=False)
   rd = run_dir_lib.RunDir(tmp_path)
-  ledger = rd.load_ledger()
-  np.testing.assert_allclose(ledger.noise_multipliers, 1.0, rtol=1e-12)
-  assert rd.load_config()["noise_multiplier"] == 1.0
-  clips = [r["clip"] for r in rd.load_metrics()]
-  assert clips[0] == 1.0 and len(set(clips)) == ROUNDS  # the clip moved
-  assert report.headline().analytical_epsilon == pytest.approx(6.573,
-                                                               abs=1e-3)
+  clips = np.array([r["clip"] for r in rd.load_metrics()]
+                   + [wrapper.strategy.clipping_norm])
+  assert clips[0] == 1.0 and len(set(clips)) == ROUNDS + 1  # it moved
+  z_v = (1 - 4.0 ** -2) ** -0.5
+  expected = ((z_v * clips[1:] / clips[:-1]) ** -2 + 2.0 ** -2) ** -0.5
+  np.testing.assert_allclose(rd.load_ledger().noise_multipliers, expected,
+                             rtol=1e-12)
+  # Not Flower's nominal z = 1 (its ε for these canaries would be 6.573).
+  assert np.abs(expected - 1.0).min() > 0.05
+  assert report.headline().analytical_epsilon != pytest.approx(6.573,
+                                                               abs=0.1)
+  line = flower_notes.line(report.flower_accountant)
+  assert line.startswith("Flower's accountant does not apply: adaptive "
+                         "clipping: Flower's accountant accounts fixed "
+                         "clipping only")
+  assert report.headline().noise_check_text == flower_notes.NOISE_CHECK_NOT_RUN
 
 
 def test_a_run_it_cannot_write_is_refused(tmp_path):

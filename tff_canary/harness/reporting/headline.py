@@ -160,16 +160,18 @@ class Headline:
         lines=self.lines())
 
 
-def noise_check_verdict(noise_check: Optional[dict[str, Any]]
-                        ) -> tuple[str, str]:
+def noise_check_verdict(noise_check: Optional[dict[str, Any]],
+                        not_run: str = NOISE_CHECK_NOT_RUN) -> tuple[str, str]:
   """(verdict, text) of a run's noise_check.json: verdict "passed",
   "failed", "degenerate" or "not run"; the text says what the test found (its
   first note, if any). "degenerate": no noise was claimed (noise_check.json's
   `degenerate`) and the output was exactly zero (`NOISE_CHECK_DEGENERATE`),
   no pass of a noise test; with a nonzero output it stays "failed".
+  `not_run`: the text when no check was run (a Flower run's points at
+  the Flower check).
   """
   if noise_check is None:
-    return "not run", NOISE_CHECK_NOT_RUN
+    return "not run", not_run
   verdict = noise_check.get("verdict") or (
       "passed" if noise_check.get("passed") else "failed")
   if noise_check.get("degenerate") and verdict == "passed":

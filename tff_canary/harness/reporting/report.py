@@ -33,6 +33,7 @@ import numpy as np
 
 from tff_canary.harness.config import experiment_config
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.reporting import flower_notes
 from tff_canary.harness.reporting import headline as headline_lib
 from tff_canary.harness.reporting import insertion_notes
 from tff_canary.mechanisms import analytical_epsilons
@@ -62,6 +63,8 @@ class RunReport:
   delta_source: str = "given"  # where delta came from (`delta_line`)
   insertion: insertion_notes.InsertionNotes = insertion_notes.InsertionNotes(
       "server")
+  # A Flower run's flower_accountant.json (`flower_notes`); None otherwise.
+  flower_accountant: Optional[dict[str, Any]] = None
 
   def __getattr__(self, name: str) -> Any:
     if name.startswith("__") or name == "section":  # copy, pickle
@@ -102,7 +105,9 @@ class RunReport:
   def headline(self) -> headline_lib.Headline:
     """The answer in at most 8 lines (`headline` module docstring)."""
     noise_verdict, noise_text = headline_lib.noise_check_verdict(
-        self.noise_check)
+        self.noise_check, **(
+            dict(not_run=flower_notes.NOISE_CHECK_NOT_RUN)
+            if self.config.get("writer") == flower_notes.WRITER else {}))
     return headline_lib.Headline(
         delta=self.delta, confidence=self.confidence,
         noise_check_verdict=noise_verdict, noise_check_text=noise_text,
@@ -126,6 +131,8 @@ class RunReport:
       lines.append(f"participation: {self.participation_line()}")
     if self.noise_check is not None:
       lines.append(self.noise_check_line())
+    if self.flower_accountant is not None:
+      lines.append(flower_notes.line(self.flower_accountant))
     if self.accuracy is not None:
       lines.append(f"final model accuracy: {self.accuracy:.4f}")
     return lines
@@ -146,6 +153,8 @@ class RunReport:
     return "\n".join(lines + self.notes())
 
   def as_dict(self) -> dict[str, Any]:
+    flower = ({} if self.flower_accountant is None
+              else dict(flower_accountant=self.flower_accountant))
     return dict(
         run_dir=self.run_dir, delta=self.delta,
         delta_source=self.delta_source, confidence=self.confidence,
@@ -153,7 +162,7 @@ class RunReport:
         claim=self.claim, accuracy=self.accuracy, loss=self.loss,
         headline=self.headline().as_dict(), participation=self.participation,
         noise_check=self.noise_check, insertion=self.insertion.as_dict(),
-        **self.section.as_dict(self),
+        **self.section.as_dict(self), **flower,
         config={k: self.config[k] for k in sorted(self.config)})
 
   def to_markdown(self, plots: bool = True) -> str:
@@ -178,6 +187,8 @@ class RunReport:
     lines += [f"| {name} | {kind} | {results.format_number(value)} | "
               f"{detail} |" for name, kind, value, detail in self.rows()]
     lines += after
+    if self.flower_accountant is not None:
+      lines += ["", flower_notes.line(self.flower_accountant) + "."]
     if plots and self.section.plot_files:
       lines += [""] + [f"![{alt}](plots/{name})"
                        for name, alt in self.section.plot_files.items()]
@@ -220,7 +231,8 @@ def build_report(path: str | os.PathLike, *, delta: Optional[float] = None,
       section=section, accuracy=accuracy, loss=loss,
       noise_check=rd.load_noise_check(),
       participation=config.get("participation"), delta_source=source,
-      insertion=insertion_notes.load(rd, config))
+      insertion=insertion_notes.load(rd, config),
+      flower_accountant=flower_notes.load(rd))
 
 
 def load_records(rd: run_dir_lib.RunDir, config: dict[str, Any],

@@ -9,8 +9,16 @@ build_report` read it as they read a TFF run's:
 
   * config.json: the keys `run_writer.RunWriter` writes for a user's loop
     (`run_dir.REQUIRED_CONFIG`), `writer` "flower", Flower's version;
-  * ledger.json: one DpEvent per round as Flower claims it
-    (`ServerSideCanaries.dp_event`);
+  * ledger.json: one DpEvent per round as the round really was
+    (`ServerSideCanaries.release_event`: the noise Flower added against the
+    clip and the weight share it used, `gaussian.flower_claim`; with
+    adaptive clipping not the z the user gave);
+  * flower_accountant.json: Flower's own accountant's ε beside it, or why
+    it does not apply (`flower_claim.accountant_record`;
+    `harness.reporting.flower_notes` shows it);
+  * noise_check.json: the noise self-test of the run's DP strategy
+    (`gaussian.flower_noise_check`, run here unless given or turned off),
+    with the rounds whose `np.random` state before the noise repeated;
   * participation.npz, initial_weights.npy and final_weights.npy (flat,
     in the canaries' coordinates);
   * the cosine table (cosines.npz, cosines.csv): the round cosines' max and
@@ -23,10 +31,10 @@ build_report` read it as they read a TFF run's:
     is "clients"), config.json's `insertion` and `canary_norm` and
     canary_outcomes.json (its `outcomes`), as a TFF client-mode run's.
 
-NumPy only: it asks the wrapper (its `canaries`, `rounds`, `statistics`,
-`flat`, `final_cosines`, `dp_event`), so importing it needs neither
-TensorFlow nor Flower. No noise self-test is run (none exists yet for
-Flower's noise): the report says so.
+It asks the wrapper (its `canaries`, `rounds`, `statistics`, `flat`,
+`final_cosines`, `release_event`); importing it needs no TensorFlow, and
+Flower only when the noise self-test or the accountant's record is asked
+for (both are, by default: a Flower run's directory needs Flower).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import numpy as np
 
 import tff_canary
 from tff_canary.harness.recording import run_dir as run_dir_lib
+from tff_canary.harness.reporting import flower_notes
 from tff_canary.harness.reporting import report as report_lib
 from tff_canary.stats import atomic_files
 from tff_canary.stats import validation
@@ -96,7 +105,8 @@ def write_run(output_dir: str | os.PathLike, strategy: Any,
               delta: Optional[float] = None,
               num_clients: Optional[int] = None, task: str = "flower",
               seed: Optional[int] = None,
-              plots: bool = True) -> report_lib.RunReport:
+              plots: bool = True,
+              noise_check: Any = True) -> report_lib.RunReport:
   """Writes the run directory of a finished Flower run; returns its report.
 
   Args:
@@ -109,6 +119,11 @@ def write_run(output_dir: str | os.PathLike, strategy: Any,
     task: A name for the report's title.
     seed: The loop's own seed, if any (config.json only).
     plots: Draw plots/ too.
+    noise_check: True: run the noise self-test of the run's DP strategy
+      now (`flower_noise_check.check_flower_noise`, on a copy, np.random's
+      state put back); a `FlowerNoiseCheck` the user ran before training;
+      False: none (the report says "not run"). Either way with the run's
+      repeated RNG states (`FlowerNoiseCheck.with_run_states`).
 
   Raises:
     ValueError, TypeError: for a bad argument (naming it), or a run whose
@@ -117,10 +132,17 @@ def write_run(output_dir: str | os.PathLike, strategy: Any,
   settings = _settings(delta, num_clients, task, seed)
   plots = validation.as_bool(plots, "plots")
   rounds = _check_rounds(strategy)
+  if not isinstance(noise_check, bool):
+    # Imported here: it needs Flower (module docstring).
+    from tff_canary.mechanisms.gaussian import flower_noise_check  # pylint: disable=import-outside-toplevel
+    if not isinstance(noise_check, flower_noise_check.FlowerNoiseCheck):
+      raise TypeError("noise_check must be True, False or a FlowerNoiseCheck "
+                      f"(check_flower_noise's), got "
+                      f"{validation.show(noise_check)}.")
   canaries, dim = strategy.canaries, strategy.dim
   initial = strategy.flat(initial_arrays).astype(np.float32)
   final = strategy.flat(final_arrays).astype(np.float32)
-  ledger = ledger_lib.Ledger([strategy.dp_event() for _ in rounds])
+  ledger = ledger_lib.Ledger([strategy.release_event(r) for r in rounds])
   stats = strategy.statistics()
   table = cosine_table.of_canaries(
       canaries,
@@ -167,9 +189,32 @@ def write_run(output_dir: str | os.PathLike, strategy: Any,
                         clients=r.num_replies) for r in rounds])
   table.save_npz(rd.file(run_dir_lib.COSINES_NPZ))
   table.save_csv(rd.file(run_dir_lib.COSINES_CSV))
+  _write_flower_files(rd, strategy, initial_arrays, rounds, ledger,
+                      settings, noise_check)
   report = report_lib.build_report(rd.path)
   report_lib.write_report(report, plots=plots)
   return report
+
+
+def _write_flower_files(rd, strategy, initial_arrays, rounds, ledger,
+                        settings, noise_check) -> None:
+  """flower_accountant.json and noise_check.json (module docstring)."""
+  # Imported here: both need Flower (module docstring).
+  from tff_canary.mechanisms.gaussian import flower_claim  # pylint: disable=import-outside-toplevel
+  from tff_canary.mechanisms.gaussian import flower_noise_check  # pylint: disable=import-outside-toplevel
+  record = flower_claim.accountant_record(
+      strategy.strategy, rounds, settings["delta"],
+      ledger.epsilon_for_rounds(range(len(rounds)), settings["delta"]),
+      settings["num_clients"])
+  atomic_files.write_json(rd.file(flower_notes.FLOWER_ACCOUNTANT), record)
+  noise_path = rd.file(run_dir_lib.NOISE_CHECK)
+  if noise_check is False:
+    if os.path.exists(noise_path):
+      os.remove(noise_path)  # a previous write's check is not this one's
+    return
+  check = flower_noise_check.check_run(
+      strategy, initial_arrays, None if noise_check is True else noise_check)
+  atomic_files.write_json(noise_path, check.as_dict())
 
 
 __all__ = ["write_run"]

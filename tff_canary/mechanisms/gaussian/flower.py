@@ -70,7 +70,11 @@ gives every canary's s_j = <c_j, a_t>, inserted and held out, and
 canaries removed, exactly the TFF aggregator's. They stay in memory
 (`rounds`, `statistics()`); `tff_canary.harness.writing.flower_run.
 write_run` writes them, after the run, as a TFF run's directory and report
-(docs/guide/flower.md).
+(docs/guide/flower.md). Each round also keeps the z and C of Flower's noise
+and a fingerprint of `np.random`'s state before it (read, never drawn):
+the run's claim is computed from what was added (`release_event`,
+`flower_claim`), and two equal fingerprints mean the same noise twice
+(`flower_noise_check`).
 
 Canaries: orthogonal (the default of `CanaryConfig`, coin assignment
 too), the NumPy construction `stats.canaries.orthogonal_canaries`: the same
@@ -96,6 +100,7 @@ from flwr.supercore import log
 from flwr.supercore.differential_privacy import compute_stdv
 
 from tff_canary.mechanisms import protocol_flower
+from tff_canary.mechanisms.gaussian import flower_claim
 from tff_canary.stats import validation
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import orthogonal_canaries
@@ -235,6 +240,12 @@ class ServerSideCanaries(Strategy):
     return protocol_flower.score(self._canaries.seed, delta, self._rows,
                                  self._canaries.inserted_ids)[1]
 
+  def release_event(self, scores: protocol_flower.RoundScores):
+    """The `dp_accounting` event of one released round as it was: the
+    noise Flower added against the clip and the weight share the round
+    really had (`flower_claim.release_event`); `dp_event` is Flower's."""
+    return flower_claim.release_event(self._dp, scores)
+
   def dp_event(self):
     """The `dp_accounting` event of one release as Flower claims it: a
     Gaussian of the noise multiplier with fixed clipping; with adaptive
@@ -310,6 +321,7 @@ class ServerSideCanaries(Strategy):
     n = int(self._dp.num_sampled_clients)
     shares = protocol_flower.weight_shares(replies,
                                            self._dp.strategy.weighted_by_key)
+    rng_state = protocol_flower.rng_fingerprint()  # read, not drawn
     arrays, metrics = self._dp.aggregate_train(server_round, replies)
     if arrays is None:
       self._rounds.skip(server_round)
@@ -324,14 +336,17 @@ class ServerSideCanaries(Strategy):
     update = self._layout.flatten(arrays, "the released arrays") - sent
     scores, cosines = protocol_flower.score(self._canaries.seed, update,
                                             self._rows, ids)
-    noise_std = compute_stdv(float(self._dp.noise_multiplier),
-                             float(self._dp.clipping_norm), n)
+    # The z and C Flower's noise step used (adaptive: the clip after its
+    # update, module docstring).
+    noise_z = float(self._dp.noise_multiplier)
+    noise_clip = float(self._dp.clipping_norm)
     self._rounds.append(protocol_flower.RoundScores(
         server_round=server_round, schedule_round=schedule_round, clip=clip,
-        scale=clip / n, noise_std=float(noise_std), inserted_ids=ids,
-        num_replies=int(shares.size),
+        scale=clip / n, noise_std=float(compute_stdv(noise_z, noise_clip, n)),
+        inserted_ids=ids, num_replies=int(shares.size),
         max_weight=float(shares.max()) if shares.size else float("nan"),
-        scores=scores, cosines=cosines))
+        scores=scores, cosines=cosines, noise_multiplier=noise_z,
+        noise_clip=noise_clip, rng_state=rng_state))
     return arrays, metrics
 
   def configure_evaluate(self, server_round, arrays, config, grid):
