@@ -17,6 +17,8 @@ import re
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
+from flwr.serverapp.strategy import DifferentialPrivacyClientSideAdaptiveClipping
+from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flwr.serverapp.strategy import FedAvg
@@ -168,6 +170,24 @@ def test_planted_noise_bugs_fail(make, failure):
   assert check.as_dict()["notes"] == []  # the report's line shows the failure
 
 
+@pytest.mark.parametrize("make", [
+    lambda: fixed(cls=DifferentialPrivacyClientSideFixedClipping),
+    lambda: adaptive(DifferentialPrivacyClientSideAdaptiveClipping)],
+    ids=["fixed", "adaptive"])
+def test_client_side_strategies_are_checked_as_canary_clients_runs_need(make):
+  # The DP strategies CanaryClients wraps: their noise passes at the claimed
+  # std and repeats under a repeated np.random state; the adaptive one's
+  # count noise is read back as for the server side (its replies carry the
+  # mod's norm bit). At the same family-wise level as the planted bugs'
+  # checks above, a correct strategy fails with probability <= 5%; seed 7
+  # fixes the draw.
+  np.random.seed(7)
+  check = nc.check_flower_noise(make(), model())
+  assert check.passed, check.failures
+  assert check.reproducible and check.repeated_rounds == ()
+  assert check.strategy.startswith("DifferentialPrivacyClientSide")
+
+
 def test_the_planted_seed_reset_repeats_every_round_and_correct_noise_none():
   assert nc.check_flower_noise(fixed(cls=SeedEveryRound),
                                model()).repeated_rounds == ((1, 2), (1, 3),
@@ -259,7 +279,7 @@ def test_the_report_shows_the_flower_check_or_points_at_it(tmp_path):
 
 def test_what_it_cannot_check_is_refused_by_name():
   with pytest.raises(TypeError, match=r"strategy must be one of Flower's "
-                     r"server-side DP strategies"):
+                     r"DP strategies"):
     nc.check_flower_noise(FedAvg(), model())
   with pytest.raises(ValueError, match=r"num_rounds must be .*2"):
     nc.check_flower_noise(fixed(), model(), num_rounds=1)

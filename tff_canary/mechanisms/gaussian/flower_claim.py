@@ -44,11 +44,18 @@ import math
 from typing import Any, Optional, Sequence
 
 import dp_accounting
+from flwr.serverapp.strategy import DifferentialPrivacyClientSideAdaptiveClipping
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 
 from tff_canary.mechanisms import protocol_flower
 from tff_canary.stats import validation
 from tff_canary.stats.accounting import gaussian_accounting
+
+# Flower's adaptive-clipping strategies, server- and client-side: both move
+# the clip (from the noised count of clipped replies) before adding the
+# values' noise (flwr/serverapp/strategy/dp_adaptive_clipping.py).
+ADAPTIVE = (DifferentialPrivacyServerSideAdaptiveClipping,
+            DifferentialPrivacyClientSideAdaptiveClipping)
 
 # A ratio within this of 1 is 1 (rounding of C / n and of the weight shares):
 # far below any effect on an epsilon, far above float64 rounding (1e-16).
@@ -91,7 +98,7 @@ def release_event(dp_strategy: Any,
   either is `GaussianDpEvent(0)` (no privacy)."""
   n = int(dp_strategy.num_sampled_clients)
   value = value_multiplier(scores, n)
-  if not isinstance(dp_strategy, DifferentialPrivacyServerSideAdaptiveClipping):
+  if not isinstance(dp_strategy, ADAPTIVE):
     return dp_accounting.GaussianDpEvent(value)
   count = float(dp_strategy.clipped_count_stddev)
   if value == 0.0 or count == 0.0:
@@ -107,7 +114,7 @@ def _reasons(dp_strategy: Any, rounds: Sequence[protocol_flower.RoundScores],
   does)."""
   reasons = []
   n = int(dp_strategy.num_sampled_clients)
-  if isinstance(dp_strategy, DifferentialPrivacyServerSideAdaptiveClipping):
+  if isinstance(dp_strategy, ADAPTIVE):
     reasons.append(
         "adaptive clipping: Flower's accountant accounts fixed clipping only "
         f"({type(dp_strategy).__name__} takes no accountant), and the noise "
@@ -143,7 +150,7 @@ def _nominal(dp_strategy: Any, num_rounds: int, delta: float) -> float:
   it: the user's z (adaptive: composed from Flower's split, whose
   effective multiplier is the z given), each round."""
   z = float(dp_strategy.noise_multiplier)
-  if isinstance(dp_strategy, DifferentialPrivacyServerSideAdaptiveClipping):
+  if isinstance(dp_strategy, ADAPTIVE):
     count = 2.0 * float(dp_strategy.clipped_count_stddev)
     z = 0.0 if z == 0.0 or count == 0.0 else (z**-2 + count**-2) ** -0.5
   if z == 0.0:

@@ -266,6 +266,7 @@ class CanaryClients(Strategy):
   flat = flower.ServerSideCanaries.flat
   final_cosines = flower.ServerSideCanaries.final_cosines
   privacy_spent = flower.ServerSideCanaries.privacy_spent
+  release_event = flower.ServerSideCanaries.release_event
   configure_evaluate = flower.ServerSideCanaries.configure_evaluate
   aggregate_evaluate = flower.ServerSideCanaries.aggregate_evaluate
 
@@ -360,6 +361,7 @@ class CanaryClients(Strategy):
                                            self._dp.strategy.weighted_by_key)
     share_of = {int(r.metadata.src_node_id): float(s)
                 for r, s in zip(answered, shares)}
+    rng_state = protocol_flower.rng_fingerprint()  # read, not drawn
     arrays, metrics = self._dp.aggregate_train(server_round, replies)
     if arrays is None:
       self._rounds.skip(server_round)
@@ -376,14 +378,17 @@ class CanaryClients(Strategy):
     update = self._layout.flatten(arrays, "the released arrays") - sent
     scores, cosines = protocol_flower.score(self._canaries.seed, update,
                                             self._rows, ids)
-    noise_std = compute_stdv(float(self._dp.noise_multiplier),
-                             float(self._dp.clipping_norm), n)
+    # The z and C Flower's noise step used (adaptive: the clip after its
+    # update, as for server-side canaries).
+    noise_z = float(self._dp.noise_multiplier)
+    noise_clip = float(self._dp.clipping_norm)
     self._rounds.append(protocol_flower.RoundScores(
         server_round=server_round, schedule_round=schedule_round, clip=clip,
-        scale=clip / n, noise_std=float(noise_std), inserted_ids=ids,
-        num_replies=int(shares.size),
+        scale=clip / n, noise_std=float(compute_stdv(noise_z, noise_clip, n)),
+        inserted_ids=ids, num_replies=int(shares.size),
         max_weight=float(shares.max()) if shares.size else float("nan"),
-        scores=scores, cosines=cosines))
+        scores=scores, cosines=cosines, noise_multiplier=noise_z,
+        noise_clip=noise_clip, rng_state=rng_state))
     for (node, canary_id), share in zip(assigned.items(), canary_shares):
       self._outcomes.append(dict(
           round_num=schedule_round, canary_id=canary_id, node_id=node,

@@ -55,12 +55,14 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
-from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
+from flwr.supercore.differential_privacy import KEY_NORM_BIT
+from flwr.serverapp.strategy import DifferentialPrivacyClientSideAdaptiveClipping
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from tff_canary.mechanisms import protocol_flower
 from tff_canary.mechanisms.gaussian import flower
 from tff_canary.mechanisms.gaussian import flower_claim
+from tff_canary.mechanisms.gaussian import flower_clients
 from tff_canary.stats import validation
 from tff_canary.stats.noise import noise_stats
 
@@ -177,7 +179,7 @@ def _count_noise(dp: Any, clip: float, n: int) -> float:
   clip's update (module docstring): no reply was clipped (count 0), and
   C_{t+1} = C_t exp(-lr (noisy count / n - target)), so the noisy count is
   n (target - log(C_{t+1} / C_t) / lr); NaN for fixed clipping."""
-  if not isinstance(dp, DifferentialPrivacyServerSideAdaptiveClipping):
+  if not isinstance(dp, flower_claim.ADAPTIVE):
     return float("nan")
   fraction = (dp.target_clipped_quantile
               - math.log(float(dp.clipping_norm) / clip) / dp.clip_norm_lr)
@@ -195,6 +197,9 @@ def _round(dp: Any, layout: protocol_flower.ArrayLayout, zeros, server_round):
   replies = [protocol_flower.reply(layout.add(zeros, step), node, server_round,
                                    arrays_key=key, weighted_by_key=weight_key)
              for node in range(1, n + 1)]
+  if isinstance(dp, DifferentialPrivacyClientSideAdaptiveClipping):
+    for message in replies:  # what adaptiveclipping_mod adds: not clipped
+      message.content["metrics"][KEY_NORM_BIT] = 0
   dp.current_arrays = sent  # what its configure_train keeps
   released, _ = dp.aggregate_train(server_round, replies)
   if released is None:
@@ -232,9 +237,10 @@ def check_flower_noise(strategy: Any, arrays: Any, *,
   Raises:
     TypeError, ValueError: for an argument it cannot check, naming it.
   """
-  if isinstance(strategy, flower.ServerSideCanaries):
+  if isinstance(strategy, (flower.ServerSideCanaries,
+                           flower_clients.CanaryClients)):
     strategy = strategy.strategy
-  strategy = flower.check_strategy(strategy)
+  strategy = flower_clients.check_strategy(strategy)  # any of the four
   layout = protocol_flower.ArrayLayout.of(arrays)
   num_rounds = validation.as_int(num_rounds, "num_rounds", minimum=2)
   zeros = ArrayRecord({k: Array(np.zeros(s, d)) for k, s, d in
@@ -265,7 +271,7 @@ def check_flower_noise(strategy: Any, arrays: Any, *,
       repeated_rounds=repeated, strategy=type(strategy).__name__,
       count_noise=tuple(r[2] for r in rounds if math.isfinite(r[2])),
       count_std=(float(strategy.clipped_count_stddev) if isinstance(
-          strategy, DifferentialPrivacyServerSideAdaptiveClipping) else 0.0))
+          strategy, flower_claim.ADAPTIVE) else 0.0))
 
 
 def _copy(strategy: Any) -> Any:
@@ -294,8 +300,10 @@ def check_run(strategy: Any, arrays: Any,
   """The check of a finished run's `ServerSideCanaries`: `check` (one the
   user ran before training) or a new `check_flower_noise` of its DP
   strategy, with the run's repeated RNG states (`with_run_states`)."""
-  if not isinstance(strategy, flower.ServerSideCanaries):
-    raise TypeError("strategy must be the run's ServerSideCanaries, got "
+  if not isinstance(strategy, (flower.ServerSideCanaries,
+                               flower_clients.CanaryClients)):
+    raise TypeError("strategy must be the run's ServerSideCanaries or "
+                    "CanaryClients, got "
                     f"{validation.show(strategy)}.")
   if check is None:
     check = check_flower_noise(strategy, arrays, **kwargs)
