@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for tff-canary: a virtual environment in .venv with
-# TF 2.14 / TFF 0.87 / tensorflow-privacy 0.9 / dp-accounting 0.4.3 and this
-# package in editable mode, from nothing but Python 3.11 and pip.
+# Sets up a fresh machine for tff-canary, from nothing but Python 3.11 and pip:
+# both environments the tests run on (noxfile.py), with this package editable.
+#   .venv         TF 2.14 / TFF 0.87 / tensorflow-privacy 0.9 / dp-accounting
+#                 0.4.3 / NumPy 1.25, the test tools, nox and uv
+#   .nox/flower   Flower 1.42 / NumPy 2.4 / dp-accounting 0.6, no TensorFlow
+#                 (requirements/lock-flower.txt), made by .venv's nox with uv
 #
 # TFF 0.87 pins jaxlib==0.4.14, which has no wheel here, so plain pip cannot
 # install it. uv can, with requirements/overrides.txt (jaxlib==0.4.13). Every
@@ -51,8 +54,17 @@ sys.exit(not os.path.exists(u.cache_from_source(spec.origin)))'; then
 fi
 .venv/bin/python - <<'PY'
 import importlib.metadata as md
-for name in ("tensorflow", "tensorflow-federated", "tensorflow-privacy",
+for name in ("nox", "tensorflow", "tensorflow-federated", "tensorflow-privacy",
              "dp-accounting", "numpy", "scipy"):
-    print(f"install.sh: {name} {md.version(name)}")
+    print(f"install.sh: .venv: {name} {md.version(name)}")
 PY
-echo "install.sh: done. Run the tests with: .venv/bin/python -m pytest"
+# The other environment, by the session that tests it (--install-only: make
+# it, run nothing; -r: a second ./install.sh updates it in place).
+echo "install.sh: making .nox/flower (Flower 1.42, NumPy 2) with nox and uv"
+.venv/bin/nox --reuse-existing-virtualenvs --install-only --sessions flower
+.nox/flower/bin/python - <<'PY'
+import importlib.metadata as md
+for name in ("flwr", "ray", "dp-accounting", "numpy", "scipy"):
+    print(f"install.sh: .nox/flower: {name} {md.version(name)}")
+PY
+echo "install.sh: done. Run the tests with: .venv/bin/nox -R"

@@ -52,10 +52,10 @@ SLOWEST_FIRST = (
 )
 
 
-# Without TensorFlow (the core install, noxfile.py's `stats` session, and
-# the Flower environment), the test files that cannot import without it are
-# left out; run that session with -m "not tff" for the tests that need it at
-# run time. Without Flower (the TFF environment), the Flower half's test
+# Without TensorFlow (the core install, and the Flower environment:
+# noxfile.py's `flower` session), the test files that cannot import without
+# it are left out; that session runs -m "not tff", leaving out the tests that
+# need it at run time. Without Flower (the TFF environment), the Flower half's test
 # files are left out the same way (tests/stack_selection.py).
 _WITHOUT_TENSORFLOW = importlib.util.find_spec("tensorflow") is None
 _WITHOUT_FLOWER = importlib.util.find_spec("flwr") is None

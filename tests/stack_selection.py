@@ -1,7 +1,7 @@
 """Which test files run on which stack, read from their import lines.
 
-`needs_tensorflow`: in an environment without TensorFlow (the core install
-on NumPy 2, noxfile.py's `stats` session) tests/conftest.py leaves out the
+`needs_tensorflow`: in an environment without TensorFlow (the core install,
+noxfile.py's `flower` session) tests/conftest.py leaves out the
 test files whose module-level imports reach a TensorFlow package: directly,
 or through the tests' helper modules (tests/*.py) and tff_canary's own
 modules, followed to the end. Imports inside functions are not followed (a
@@ -17,7 +17,7 @@ Flower environment (requirements/lock-flower.txt) has no TensorFlow, so
 
 `statistics_files`: the statistics layer's tests (their only tff_canary
 imports are tff_canary.stats and the top-level estimators) and the report
-command's, which the `stats` session runs by default: each stack's own
+command's, which the `flower` session runs by default: each stack's own
 numbers, not the experiments' scripts again.
 """
 

@@ -4,7 +4,10 @@ The test installs the package (not editable: a wheel built from a copy of
 this checkout's sources)
 into a fresh virtual environment with `uv`, pinned to the versions installed
 in the environment that runs the test (requirements/lock.txt's in the TFF
-one, the newest NumPy 2 stack in noxfile.py's stats session), and checks there that TensorFlow (and matplotlib) are absent, that the
+one, requirements/lock-flower.txt's NumPy 2 stack in noxfile.py's flower
+session: so both stacks' core installs are checked, the Flower one without
+Flower, which install_requires does not name), and checks there that
+TensorFlow, Flower (and matplotlib) are absent, that the
 top-level estimators import and run, and that `python -m tff_canary report
 --no_plots` recomputes a run directory's every estimate from its saved cosines
 to the same report.json as this environment computes (a TF-free import path
@@ -35,7 +38,8 @@ import importlib.util, json, sys
 import numpy as np
 import tff_canary
 absent = {m: importlib.util.find_spec(m) is None
-          for m in ("tensorflow", "tensorflow_federated", "matplotlib")}
+          for m in ("tensorflow", "tensorflow_federated", "matplotlib",
+                    "flwr", "ray")}
 rng = np.random.default_rng(0)
 dim = 10_000
 inserted = (3 + rng.standard_normal(200)) / np.sqrt(dim)

@@ -60,7 +60,7 @@ def test_site_packages_have_bytecode():
                "jax", "numpy", "scipy"):
     spec = importlib.util.find_spec(name)
     if spec is None and name not in ("numpy", "scipy"):
-      continue  # the core install (noxfile.py's stats session): no TF
+      continue  # noxfile.py's flower session: no TF
     origin = spec.origin
     if not os.path.exists(importlib.util.cache_from_source(origin)):
       missing.append(name)

@@ -138,3 +138,21 @@ def test_readme_canary_clients_block_runs(capsys):
   assert all([s.kind for s in o.stages] == ["zeroing"] for o in outcomes)
   printed = capsys.readouterr().out
   assert printed.count("ZEROED") == sum(o.zeroed for o in outcomes)
+
+
+def _commands(lines):
+  return [line.strip() for line in lines
+          if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_ci_runs_the_readme_commands():
+  # .ci/run is the README's set-up command, then its test command under a
+  # timeout (which changes nothing but the time limit), and nothing else.
+  text = open(README, encoding="utf-8").read()
+  section = text.split("\n## Set up and test\n", 1)[1].split("\n## ", 1)[0]
+  readme = re.findall(r"^    (\S.*)$", section, flags=re.M)
+  assert len(readme) == 2, readme
+  ci = _commands(open(os.path.join(ROOT, ".ci", "run"),
+                      encoding="utf-8").read().splitlines())
+  assert ci[:2] == ["set -euo pipefail", 'cd "$(dirname "$0")/.."'], ci
+  assert [re.sub(r"^timeout( --\S+)* \d+ ", "", c) for c in ci[2:]] == readme

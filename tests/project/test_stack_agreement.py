@@ -4,11 +4,11 @@ tests/stack_outputs.py computes a fixed set of seeded outputs (simulated
 cosines, estimates, bounds, audit verdicts, analytical epsilons, a synthetic
 run's report.json and cosines.csv); this test runs it with this interpreter
 and with the other stack's (the TFF env, NumPy 1.25 / SciPy 1.9 /
-dp-accounting 0.4.3, and noxfile.py's `stats` env, NumPy 2 / the newest SciPy
-/ dp-accounting 0.6) and compares the two.
+dp-accounting 0.4.3, and noxfile.py's `flower` env, NumPy 2 / the newest
+SciPy / dp-accounting 0.6) and compares the two.
 
 The other stack's Python: $TFF_CANARY_OTHER_PYTHON (noxfile.py sets it),
-else .venv/bin/python or .nox/stats/bin/python, whichever runs the other
+else .venv/bin/python or .nox/flower/bin/python, whichever runs the other
 NumPy major. Without one the test is skipped, saying how to make it.
 """
 
@@ -28,7 +28,7 @@ import stack_selection
 REPO = repo_paths.REPO
 SCRIPT = REPO / "tests" / "stack_outputs.py"
 CANDIDATES = (REPO / ".venv" / "bin" / "python",
-              REPO / ".nox" / "stats" / "bin" / "python")
+              REPO / ".nox" / "flower" / "bin" / "python")
 
 # Relative tolerance of every float. Measured (2026-12-02, NumPy 1.25.2 /
 # SciPy 1.9.3 / dp-accounting 0.4.3 against NumPy 2.4.6 / SciPy 1.17.1 /
@@ -113,8 +113,8 @@ def test_the_comparison_can_fail():
 def test_the_two_stacks_agree(tmp_path):
   other = _other_python()
   if other is None:
-    pytest.skip("no Python of the other stack: make it with `nox -s stats` "
-                "(noxfile.py) or set TFF_CANARY_OTHER_PYTHON")
+    pytest.skip("no Python of the other stack: make both with ./install.sh "
+                "or set TFF_CANARY_OTHER_PYTHON")
   mine = _outputs(sys.executable, tmp_path, "mine")
   theirs = _outputs(other, tmp_path, "theirs")
   assert mine["csv_loads_back"] and theirs["csv_loads_back"]
