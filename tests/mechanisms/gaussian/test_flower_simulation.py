@@ -73,9 +73,10 @@ def main(grid: Grid, context: Context) -> None:
   RESULTS["strategy"] = strategy
 
 
-def _processes() -> dict[int, tuple[str, int, str]]:
-  """pid -> (name, session id, command line) of every live process, from
-  /proc (zombies left out: they are gone, only not yet reaped)."""
+def _processes() -> dict[int, tuple[str, int, str, int]]:
+  """pid -> (name, session id, command line, parent pid) of every live
+  process, from /proc (zombies left out: they are gone, only not yet
+  reaped)."""
   found = {}
   for entry in os.listdir("/proc"):
     if not entry.isdigit():
@@ -90,19 +91,35 @@ def _processes() -> dict[int, tuple[str, int, str]]:
     fields = stat[stat.rindex(")") + 2:].split()
     if fields[0] != "Z":
       found[int(entry)] = (stat[stat.index("(") + 1:stat.rindex(")")],
-                           int(fields[3]), cmdline)
+                           int(fields[3]), cmdline, int(fields[1]))
   return found
 
 
 def _started_since(before, session: int) -> list[tuple[int, str]]:
   """The live processes that were not in `before` and are this test's:
-  in its session, or Ray's (whose actors outlive their raylet for a
-  moment, orphaned to init, and may leave the session)."""
-  return [(pid, cmdline[:80]) for pid, (name, sid, cmdline)
-          in _processes().items()
-          if pid not in before and (sid == session or "ray" in name.lower()
-                                    or "ray::" in cmdline or "raylet"
-                                    in cmdline or "gcs_server" in cmdline)]
+  this process's descendants, and orphans (parent init) of its session or
+  of Ray (whose actors outlive their raylet for a moment, orphaned to init,
+  and may leave the session). Not the other xdist worker's children, which
+  share the session (a `python -m tff_canary report` of
+  test_install_without_tf was once taken for this test's)."""
+  live = _processes()
+
+  def ours(pid):
+    while pid > 1 and pid in live:
+      if pid == os.getpid():
+        return True
+      pid = live[pid][3]
+    return False
+
+  def ray(name, cmdline):
+    return ("ray" in name.lower() or "ray::" in cmdline or "raylet" in cmdline
+            or "gcs_server" in cmdline)
+
+  return [(pid, cmdline[:80]) for pid, (name, sid, cmdline, parent)
+          in live.items()
+          if pid not in before and pid != os.getpid()
+          and (ours(pid) or (parent == 1 and (sid == session
+                                              or ray(name, cmdline))))]
 
 
 def test_a_simulation_on_ray_inserts_scores_and_leaves_no_ray_process():
@@ -145,13 +162,32 @@ def test_a_simulation_on_ray_inserts_scores_and_leaves_no_ray_process():
 
 
 def test_the_leftover_check_sees_a_process_the_test_started():
-  # The check above must be able to fail: a child left running is seen.
+  # The check above must be able to fail: a child left running is seen,
+  # and so is a process orphaned to init (as Ray's actors are); a process
+  # whose live parent is another's (the other xdist worker's children) is
+  # not: here the orphan's own child.
   before = set(_processes())
   child = subprocess.Popen(["sleep", "30"])
+  orphan = int(subprocess.run(
+      ["sh", "-c", "(sleep 30 & wait) >/dev/null 2>&1 & echo $!"],
+      capture_output=True, text=True, check=True).stdout)
   try:
-    assert child.pid in {p for p, _ in _started_since(before, os.getsid(0))}
+    deadline = time.monotonic() + 10
+    while not (grandchild := [p for p, v in _processes().items()
+                              if v[3] == orphan]):
+      assert time.monotonic() < deadline, "the orphan's sleep never started"
+      time.sleep(0.05)
+    left = {p for p, _ in _started_since(before, os.getsid(0))}
+    assert child.pid in left and orphan in left
+    assert grandchild[0] not in left
   finally:
     child.kill()
     child.wait()
-  assert child.pid not in {p for p, _ in _started_since(before,
-                                                          os.getsid(0))}
+    for pid in (*grandchild, orphan):
+      try:
+        os.kill(pid, 9)
+      except ProcessLookupError:
+        pass
+  time.sleep(0.2)
+  left = {p for p, _ in _started_since(before, os.getsid(0))}
+  assert child.pid not in left and orphan not in left
