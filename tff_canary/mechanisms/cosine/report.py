@@ -219,7 +219,8 @@ class CosineSection:
                                                            verdict.strongest)
     audit_text = (
         f"{verdict.verdict} with the {self.claim} = "
-        f"{self.claimed_epsilon:.4g} ({len(verdict.bounds)} bounds, "
+        f"{self.claimed_epsilon:.4g} ({len(verdict.bounds)} "
+        f"bound{'' if len(verdict.bounds) == 1 else 's'}, "
         f"{results.format_confidence(self.confidence)} together)")
     if verdict.beyond_reach:
       audit_text = section_lib.beyond_reach_text(verdict, self.claim)
