@@ -1,9 +1,10 @@
 """Planted Flower DP bugs: caught in one run, how often? (issue 36, item 4)
 
-  /work/flower-venv/bin/python bench/flower_audit.py [--trials 60]
+  .nox/flower/bin/python bench/flower_audit.py [--trials 60]
       [--workers 1] [--smoke]
 
-Flower's environment (flwr 1.42). Each cell runs `--trials` seeded runs of
+Flower's environment (requirements/lock-flower.txt, flwr 1.42; `nox
+--install-only -s flower` makes it). Each cell runs `--trials` seeded runs of
 one strategy as a user would: Flower's DP strategy (or a planted bug of
 `tff_canary.mechanisms.gaussian.flower_planted_bugs`) wrapped in
 `ServerSideCanaries` (server-side clipping) or `CanaryClients` (client-side,
@@ -30,7 +31,11 @@ limit of 4.9% on the false alarm ("lo" / "hi" columns).
 
 The last line: `Flower audit: worst detection D, worst false alarm F`, D the
 lowest "tool" rate over the bugs, F the highest over the correct cells.
-Measured: docs/benchmarks.md, "Flower".
+Measured (commit 3bbaa0b, `--trials 60 --workers 2`, nice'd, 621 s on the
+shared 2-core machine; docs/benchmarks.md, "Flower"): every bug caught in
+60/60 runs (n2 and nomod by the audit, n2, seed and count by the
+self-test), no correct run flagged in 60 of each:
+`Flower audit: worst detection 1.000, worst false alarm 0.000`.
 """
 
 from __future__ import annotations

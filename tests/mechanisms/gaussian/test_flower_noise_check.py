@@ -1,9 +1,10 @@
 """The noise self-test of a Flower DP strategy (gaussian/flower_noise_check.py).
 
-Flower's server-side DP strategies, correct and with planted bugs written
-as a library's subclass would (issue 36: noise scaled by n^2, the noise
-seed reset every round), driven in-process by the check on a model of two
-float32 arrays (d = 3,017); and runs whose ClientApp seeds NumPy's global
+Flower's server-side DP strategies, correct and with the planted bugs of
+gaussian/flower_planted_bugs.py (issue 36: noise scaled by n^2, the noise
+seed reset every round, adaptive clipping's count without its noise),
+driven in-process by the check on a model of two float32 arrays
+(d = 3,017); and runs whose ClientApp seeds NumPy's global
 RNG every round, in-process as Flower's simulation runs its ClientApps.
 Every check is at the default family level 0.001 (`noise_stats`), so a
 correct strategy's pass fails with probability at most 0.001 (fixed
@@ -124,14 +125,14 @@ def adaptive(cls=DifferentialPrivacyServerSideAdaptiveClipping):
 
 
 @pytest.mark.parametrize("make, failure", [
-    (lambda: adaptive(planted.CountWithoutNoise), r"adaptive clipping's clipped "
-     r"count was released without its noise: .* 0 in all 4 rounds"),
+    (lambda: adaptive(planted.CountWithoutNoise), r"adaptive clipping's "
+     r"clipped count was released without its noise: .* 0 in all 4 rounds"),
     # 1/n^2 of the variance claimed: 0.01, measured 0.0098 (the variance's
     # relative SE over 12,000 values is sqrt(2 / 12,000) = 1.3%).
     (lambda: fixed(cls=planted.NoiseOverNSquared), r"variance\[kernel\]: "
      r"empirical/claimed variance 0\.0(09|10)"),
-    (lambda: fixed(cls=planted.SeedEveryRound), r"rounds 1 and 2 of the check drew "
-     r"bit-identical noise"),
+    (lambda: fixed(cls=planted.SeedEveryRound), r"rounds 1 and 2 of the "
+     r"check drew bit-identical noise"),
 ])
 def test_planted_noise_bugs_fail(make, failure):
   np.random.seed(7)

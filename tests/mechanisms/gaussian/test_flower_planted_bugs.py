@@ -115,10 +115,10 @@ def test_a_clientapp_without_its_clipping_mod_is_refuted(tmp_path):
   # nothing wrong (the noise is right), the audit refutes the claim.
   correct = ClientApp(mods=[fixedclipping_mod])
   correct.train()(flower_clients.canary_train()(train))
-  fine = headline(tmp_path / "correct", DifferentialPrivacyClientSideFixedClipping,
-                  correct)
+  client_side = DifferentialPrivacyClientSideFixedClipping
+  fine = headline(tmp_path / "correct", client_side, correct)
   assert fine.audit_verdict == "consistent"
-  buggy = headline(tmp_path / "bug", DifferentialPrivacyClientSideFixedClipping,
+  buggy = headline(tmp_path / "bug", client_side,
                    planted.client_app_without_clipping_mod(train))
   assert buggy.noise_check_verdict == "passed"
   assert buggy.audit_verdict == "refuted"
@@ -126,11 +126,12 @@ def test_a_clientapp_without_its_clipping_mod_is_refuted(tmp_path):
 
 
 def test_the_seed_reset_is_the_named_seed():
+  # pylint: disable=protected-access
   dp = strategy(planted.SeedEveryRound)
   record = ArrayRecord({"w": Array(np.zeros(5, np.float32))})
   np.random.seed(0)
-  first = dp._add_noise_to_aggregated_arrays(record)  # pylint: disable=protected-access
-  second = dp._add_noise_to_aggregated_arrays(record)  # pylint: disable=protected-access
+  first = dp._add_noise_to_aggregated_arrays(record)
+  second = dp._add_noise_to_aggregated_arrays(record)
   np.random.seed(planted.RESET_SEED)
   expected = np.random.normal(0, 1.0 * CLIP / NODES, 5)
   for got in (first, second):
