@@ -57,6 +57,8 @@ LAST_LINES = {
         r"faster than the numerical-integration loop, relative difference .+",
     "bench/ftrl_audit.py":
         r"DP-FTRL audit: worst detection [\d.]+, worst false alarm [\d.]+",
+    "bench/flower_audit.py":
+        r"Flower audit: worst detection [\d.]+, worst false alarm [\d.]+",
     "bench/ftrl_sweep.py":
         r"efficient tree, 4 epochs of 64 rounds, \d+ candidates, 1 trials, "
         r"δ = 1e-05; \d+ s",
@@ -102,6 +104,13 @@ RUN_ELSEWHERE = {
 }
 
 
+# The scripts that run Flower (flwr): they cannot run in the TFF
+# environment; their `--smoke` runs in the Flower one, in
+# tests/project/test_smoke_flower.py (with the same rules), not here.
+FLOWER_SCRIPTS = {"bench/flower_audit.py"}
+FLOWER_TEST = "tests/project/test_smoke_flower.py::test_flower_smoke"
+
+
 # The scripts that train with TensorFlow Federated (the rest are NumPy/SciPy
 # and must not load TensorFlow: checked with python -X importtime).
 TFF_SCRIPTS = {"bench/client_mode_cost.py", "bench/matrix_overhead.py",
@@ -139,7 +148,11 @@ def test_scripts_and_modules_are_what_the_lists_say():
     assert name in LAST_LINES, (
         f"{name}: give it --smoke and its last line in LAST_LINES")
   assert set(LAST_LINES) <= set(SCRIPTS) and set(RUN_ELSEWHERE) <= set(SCRIPTS)
-  assert TFF_SCRIPTS <= set(SCRIPTS)
+  assert TFF_SCRIPTS <= set(SCRIPTS) and FLOWER_SCRIPTS <= set(SCRIPTS)
+  assert not FLOWER_SCRIPTS & (TFF_SCRIPTS | set(RUN_ELSEWHERE))
+  test_file, test_name = FLOWER_TEST.split("::")
+  with open(os.path.join(REPO, test_file), encoding="utf-8") as f:
+    assert re.search(rf"^def {test_name}\(", f.read(), re.M), FLOWER_TEST
 
 
 @pytest.mark.parametrize("name", _PARAMS)
@@ -161,15 +174,25 @@ def test_smoke(name, tmp_path):
       assert needed in body, (test_file, test_name, needed)
     assert f'"{stem}.py"' in body or f'"{stem}"' in body, (test_name, stem)
     pytest.skip(f"its --smoke command runs in {test_file}::{test_name}")
+  if name in FLOWER_SCRIPTS:
+    pytest.skip(f"a Flower script: its --smoke runs in {FLOWER_TEST} "
+                "(the Flower environment)")
+  run_smoke(name, tmp_path, sys.executable, numpy_only=name not in TFF_SCRIPTS)
+
+
+def run_smoke(name, tmp_path, python, *, numpy_only):
+  """Runs `python <name> --smoke` in an empty directory, TMPDIR in
+  tmp_path: exit 0, the last line `LAST_LINES[name]`, nothing written into
+  the working directory, a file the last line names in TMPDIR; with
+  `numpy_only`, no TensorFlow loaded."""
   cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
   cwd.mkdir()
   tmp.mkdir()
   env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=REPO + os.pathsep
              + os.environ.get("PYTHONPATH", ""))
-  numpy_only = name not in TFF_SCRIPTS
   options = ["-X", "importtime"] if numpy_only else []
   proc = subprocess.run(
-      [sys.executable, *options, os.path.join(REPO, name), "--smoke"],
+      [python, *options, os.path.join(REPO, name), "--smoke"],
       cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   if numpy_only:

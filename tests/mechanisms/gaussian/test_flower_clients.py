@@ -34,6 +34,7 @@ import flower_grid
 import repo_paths
 from tff_canary.harness.writing import flower_run
 from tff_canary.mechanisms.gaussian import flower_clients
+from tff_canary.mechanisms.gaussian import flower_planted_bugs as planted
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import orthogonal_canaries
 from tff_canary.stats.canaries import schedules
@@ -252,9 +253,16 @@ def test_more_canaries_than_sampled_nodes_is_refused():
 NODES, ROUNDS = 50, 10
 
 
-def audited_run(tmp_path, mods, z=1.0):
-  """A run of 10 rounds of client-side fixed clipping over 50 ClientApps
-  (all sampled), d = 10,000, 200 coin candidates each inserted in 2
+def user_train(message, context):
+  """The user's train function of `audited_run` (the model plus 0.01
+  N(0, I), drawn from node and round)."""
+  del context  # unused
+  return Message(flower_grid.noisy_trainer(0.01)(message), reply_to=message)
+
+
+def audited_run(tmp_path, app, z=1.0):
+  """A run of 10 rounds of client-side fixed clipping over 50 nodes
+  running the ClientApp `app` (all sampled), d = 10,000, 200 coin candidates each inserted in 2
   rounds (20 canary clients a round), written as a run directory."""
   config = canary_config.CanaryConfig(
       seed=2, num_inserted=100, num_held_out=100,
@@ -266,7 +274,7 @@ def audited_run(tmp_path, mods, z=1.0):
           FedAvg(fraction_evaluate=0.0, min_train_nodes=NODES,
                  min_available_nodes=NODES), z, CLIP, NODES), config)
   np.random.seed(0)
-  result = wrapper.start(app_grid(NODES, client_app(mods, scale=0.01)),
+  result = wrapper.start(app_grid(NODES, app),
                          initial, num_rounds=ROUNDS)
   report = flower_run.write_run(tmp_path, wrapper, initial, result.arrays,
                                 delta=1e-5, plots=False)
@@ -278,7 +286,7 @@ def correct_run(tmp_path_factory):
   with flower_grid.server_identity():
     state = np.random.get_state()
     out = audited_run(tmp_path_factory.mktemp("clients") / "run",
-                      [fixedclipping_mod])
+                      client_app([fixedclipping_mod], scale=0.01))
     np.random.set_state(state)
   return out
 
@@ -330,7 +338,8 @@ def test_a_clientapp_without_its_clipping_mod_is_refuted(correct_run,
   # correct 1.62, bug 29.9 (the 95% bound's ceiling at 200 candidates).
   _, correct, _ = correct_run
   assert correct.headline().audit_verdict == "consistent"
-  wrapper, buggy, _ = audited_run(tmp_path, [])
+  wrapper, buggy, _ = audited_run(
+      tmp_path, planted.client_app_without_clipping_mod(user_train))
   inserted = np.concatenate([r.scores[r.inserted_ids] / r.noise_std
                              for r in wrapper.rounds])
   assert inserted.mean() > 8  # 10 expected, SE 0.07

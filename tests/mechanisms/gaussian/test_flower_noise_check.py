@@ -1,9 +1,10 @@
 """The noise self-test of a Flower DP strategy (gaussian/flower_noise_check.py).
 
-Flower's server-side DP strategies, correct and with planted bugs written
-as a library's subclass would (issue 36: noise scaled by n^2, the noise
-seed reset every round), driven in-process by the check on a model of two
-float32 arrays (d = 3,017); and runs whose ClientApp seeds NumPy's global
+Flower's server-side DP strategies, correct and with the planted bugs of
+gaussian/flower_planted_bugs.py (issue 36: noise scaled by n^2, the noise
+seed reset every round, adaptive clipping's count without its noise),
+driven in-process by the check on a model of two float32 arrays
+(d = 3,017); and runs whose ClientApp seeds NumPy's global
 RNG every round, in-process as Flower's simulation runs its ClientApps.
 Every check is at the default family level 0.001 (`noise_stats`), so a
 correct strategy's pass fails with probability at most 0.001 (fixed
@@ -23,7 +24,6 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClippin
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import privacy_accounting as pa
-from flwr.supercore.differential_privacy import add_gaussian_noise_inplace
 from flwr.supercore.privacy_accounting import rdp_accountant
 
 import flower_grid
@@ -31,6 +31,7 @@ from tff_canary.harness.reporting import flower_notes
 from tff_canary.harness.writing import flower_run
 from tff_canary.mechanisms.gaussian import flower
 from tff_canary.mechanisms.gaussian import flower_noise_check as nc
+from tff_canary.mechanisms.gaussian import flower_planted_bugs as planted
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
 
@@ -54,27 +55,6 @@ def model(dtype=np.float32):
 def fixed(z=1.0, cls=DifferentialPrivacyServerSideFixedClipping, **kwargs):
   return cls(FedAvg(fraction_evaluate=0.0), noise_multiplier=z,
              clipping_norm=0.5, num_sampled_clients=N, **kwargs)
-
-
-class NoiseOverNSquared(DifferentialPrivacyServerSideFixedClipping):
-  """Planted: the noise std z C / n^2 instead of z C / n."""
-
-  def _add_noise_to_aggregated_arrays(self, aggregated):
-    arrays = aggregated.to_numpy_ndarrays()
-    add_gaussian_noise_inplace(arrays, self.noise_multiplier
-                               * self.clipping_norm
-                               / self.num_sampled_clients**2)
-    return ArrayRecord({k: Array(v) for k, v in zip(aggregated.keys(),
-                                                    arrays)})
-
-
-class SeedEveryRound(DifferentialPrivacyServerSideFixedClipping):
-  """Planted: the noise seed reset every round (np.random.seed(s) before
-  each noise draw, as a library "for reproducibility" would)."""
-
-  def _add_noise_to_aggregated_arrays(self, aggregated):
-    np.random.seed(1234)
-    return super()._add_noise_to_aggregated_arrays(aggregated)
 
 
 class OwnGenerator(DifferentialPrivacyServerSideFixedClipping):
@@ -138,14 +118,6 @@ def test_adaptive_clipping_is_tested_against_the_noise_after_its_clip_moves():
   assert dp.clipping_norm == 0.5  # the copy's clip moved, not the user's
 
 
-class CountWithoutNoise(DifferentialPrivacyServerSideAdaptiveClipping):
-  """Planted: adaptive clipping's clipped count released without its
-  noise (issue 36's fourth planted Flower bug)."""
-
-  def _noisy_fraction(self, count, total):
-    return count / total
-
-
 def adaptive(cls=DifferentialPrivacyServerSideAdaptiveClipping):
   return cls(FedAvg(fraction_evaluate=0.0), noise_multiplier=1.0,
              num_sampled_clients=N, initial_clipping_norm=0.5,
@@ -153,14 +125,14 @@ def adaptive(cls=DifferentialPrivacyServerSideAdaptiveClipping):
 
 
 @pytest.mark.parametrize("make, failure", [
-    (lambda: adaptive(CountWithoutNoise), r"adaptive clipping's clipped "
-     r"count was released without its noise: .* 0 in all 4 rounds"),
+    (lambda: adaptive(planted.CountWithoutNoise), r"adaptive clipping's "
+     r"clipped count was released without its noise: .* 0 in all 4 rounds"),
     # 1/n^2 of the variance claimed: 0.01, measured 0.0098 (the variance's
     # relative SE over 12,000 values is sqrt(2 / 12,000) = 1.3%).
-    (lambda: fixed(cls=NoiseOverNSquared), r"variance\[kernel\]: "
+    (lambda: fixed(cls=planted.NoiseOverNSquared), r"variance\[kernel\]: "
      r"empirical/claimed variance 0\.0(09|10)"),
-    (lambda: fixed(cls=SeedEveryRound), r"rounds 1 and 2 of the check drew "
-     r"bit-identical noise"),
+    (lambda: fixed(cls=planted.SeedEveryRound), r"rounds 1 and 2 of the "
+     r"check drew bit-identical noise"),
 ])
 def test_planted_noise_bugs_fail(make, failure):
   np.random.seed(7)
@@ -189,7 +161,7 @@ def test_client_side_strategies_are_checked_as_canary_clients_runs_need(make):
 
 
 def test_the_planted_seed_reset_repeats_every_round_and_correct_noise_none():
-  assert nc.check_flower_noise(fixed(cls=SeedEveryRound),
+  assert nc.check_flower_noise(fixed(cls=planted.SeedEveryRound),
                                model()).repeated_rounds == ((1, 2), (1, 3),
                                                             (1, 4))
   assert nc.check_flower_noise(fixed(), model()).repeated_rounds == ()
