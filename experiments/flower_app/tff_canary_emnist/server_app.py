@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import time
 import tomllib
 
 import numpy as np
@@ -126,10 +127,28 @@ def test_data(s: dict, num_nodes: int) -> dict:
           ("pixels", "label")}
 
 
+def wait_for_nodes(grid: Grid, minimum: int, timeout: float = 120.0,
+                   poll: float = 0.5) -> int:
+  """The federation's number of nodes, once at least `minimum` have
+  registered and the count held for one poll (`run_simulation` starts the
+  ServerApp while its nodes register); TimeoutError after `timeout` s."""
+  deadline = time.monotonic() + timeout
+  before = -1
+  while True:
+    count = len(list(grid.get_node_ids()))
+    if count >= minimum and count == before:
+      return count
+    if time.monotonic() > deadline:
+      raise TimeoutError(f"clients-per-round is {minimum}, but only {count} "
+                         f"nodes registered in {timeout:g} s.")
+    before = count
+    time.sleep(poll)
+
+
 def run(grid: Grid, s: dict) -> dict:
   """Trains, writes the run directory, prints the headline; returns what
   it kept (strategy, result, report)."""
-  num_nodes = len(list(grid.get_node_ids()))
+  num_nodes = wait_for_nodes(grid, s["clients-per-round"])
   canaries = canary_config.CanaryConfig(
       seed=s["seed"], num_inserted=s["num-inserted"],
       num_held_out=s["num-held-out"],
@@ -183,4 +202,4 @@ def make_app(overrides: dict | None = None) -> ServerApp:
 app = make_app()
 
 __all__ = ["CLIENT_KEYS", "app", "defaults", "dp_strategy", "make_app", "run",
-           "settings", "test_data"]
+           "settings", "test_data", "wait_for_nodes"]
