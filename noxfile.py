@@ -49,10 +49,13 @@ def flower_session_files():
   """The statistics layer's and the report command's test files
   (tests/stack_selection.py) and the Flower half's: those that import Flower
   or are named for it (`flower.py` in each mechanism package, and their
-  tests), relative to the repository."""
+  tests), relative to the repository; not those that import TensorFlow
+  (tests/experiments/test_flower_app_data.py compares the app's data with
+  the TFF generator's: the tff session runs it)."""
   flower = [str(path.relative_to(REPO))
             for path in sorted(pathlib.Path(REPO, "tests").rglob("test_*.py"))
-            if "flower" in path.stem or stack_selection.needs_flower(path)]
+            if ("flower" in path.stem or stack_selection.needs_flower(path))
+            and not stack_selection.needs_tensorflow(path)]
   return list(dict.fromkeys(stack_selection.statistics_files() + flower))
 
 
