@@ -151,6 +151,30 @@ def check_strategy(strategy) -> Strategy:
   return strategy
 
 
+def released_round(dp, seed: int, rows: np.ndarray,
+                   layout: protocol_flower.ArrayLayout, server_round: int,
+                   sent: np.ndarray, arrays, ids: np.ndarray, clip: float,
+                   shares: np.ndarray, rng_state: str
+                   ) -> protocol_flower.RoundScores:
+  """The `RoundScores` of a released round (server-side canaries' and
+  canary clients'): every canary scored against a_t = `arrays` - `sent`,
+  with the z and C Flower's noise step used (adaptive: the clip after its
+  update, module docstring), read from `dp` after its `aggregate_train`;
+  `clip`: C_t, read before it."""
+  n = int(dp.num_sampled_clients)
+  update = layout.flatten(arrays, "the released arrays") - sent
+  scores, cosines = protocol_flower.score(seed, update, rows, ids)
+  noise_z = float(dp.noise_multiplier)
+  noise_clip = float(dp.clipping_norm)
+  return protocol_flower.RoundScores(
+      server_round=server_round, schedule_round=server_round - 1, clip=clip,
+      scale=clip / n, noise_std=float(compute_stdv(noise_z, noise_clip, n)),
+      inserted_ids=ids, num_replies=int(shares.size),
+      max_weight=float(shares.max()) if shares.size else float("nan"),
+      scores=scores, cosines=cosines, noise_multiplier=noise_z,
+      noise_clip=noise_clip, rng_state=rng_state)
+
+
 class ServerSideCanaries(Strategy):
   """Flower's server-side DP strategy with canaries (module docstring).
 
@@ -333,20 +357,9 @@ class ServerSideCanaries(Strategy):
           self._canaries.seed, ids, self._layout.dim, self._rows)
       arrays = self._layout.add(arrays, total.astype(np.float64) * (clip / n),
                                 "the DP strategy's aggregate")
-    update = self._layout.flatten(arrays, "the released arrays") - sent
-    scores, cosines = protocol_flower.score(self._canaries.seed, update,
-                                            self._rows, ids)
-    # The z and C Flower's noise step used (adaptive: the clip after its
-    # update, module docstring).
-    noise_z = float(self._dp.noise_multiplier)
-    noise_clip = float(self._dp.clipping_norm)
-    self._rounds.append(protocol_flower.RoundScores(
-        server_round=server_round, schedule_round=schedule_round, clip=clip,
-        scale=clip / n, noise_std=float(compute_stdv(noise_z, noise_clip, n)),
-        inserted_ids=ids, num_replies=int(shares.size),
-        max_weight=float(shares.max()) if shares.size else float("nan"),
-        scores=scores, cosines=cosines, noise_multiplier=noise_z,
-        noise_clip=noise_clip, rng_state=rng_state))
+    self._rounds.append(released_round(
+        self._dp, self._canaries.seed, self._rows, self._layout, server_round,
+        sent, arrays, ids, clip, shares, rng_state))
     return arrays, metrics
 
   def configure_evaluate(self, server_round, arrays, config, grid):

@@ -88,7 +88,6 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClippin
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore import log
-from flwr.supercore.differential_privacy import compute_stdv
 
 from tff_canary.mechanisms import protocol_flower
 from tff_canary.mechanisms.gaussian import flower
@@ -355,7 +354,6 @@ class CanaryClients(Strategy):
     sent, assigned = self._sent.pop(server_round)
     replies = list(replies)
     clip = float(self._dp.clipping_norm)  # C_t: before Flower updates it
-    n = int(self._dp.num_sampled_clients)
     answered = [r for r in replies if not r.has_error()]
     shares = protocol_flower.weight_shares(answered,
                                            self._dp.strategy.weighted_by_key)
@@ -375,20 +373,9 @@ class CanaryClients(Strategy):
           "1/n each (give canary_train the metrics your clients report).",
           server_round, shares.min(), shares.max(),
           np.round(canary_shares, 6).tolist())
-    update = self._layout.flatten(arrays, "the released arrays") - sent
-    scores, cosines = protocol_flower.score(self._canaries.seed, update,
-                                            self._rows, ids)
-    # The z and C Flower's noise step used (adaptive: the clip after its
-    # update, as for server-side canaries).
-    noise_z = float(self._dp.noise_multiplier)
-    noise_clip = float(self._dp.clipping_norm)
-    self._rounds.append(protocol_flower.RoundScores(
-        server_round=server_round, schedule_round=schedule_round, clip=clip,
-        scale=clip / n, noise_std=float(compute_stdv(noise_z, noise_clip, n)),
-        inserted_ids=ids, num_replies=int(shares.size),
-        max_weight=float(shares.max()) if shares.size else float("nan"),
-        scores=scores, cosines=cosines, noise_multiplier=noise_z,
-        noise_clip=noise_clip, rng_state=rng_state))
+    self._rounds.append(flower.released_round(
+        self._dp, self._canaries.seed, self._rows, self._layout, server_round,
+        sent, arrays, ids, clip, shares, rng_state))
     for (node, canary_id), share in zip(assigned.items(), canary_shares):
       self._outcomes.append(dict(
           round_num=schedule_round, canary_id=canary_id, node_id=node,
