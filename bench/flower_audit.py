@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import math
 import multiprocessing
 import os
 import tempfile
@@ -60,8 +59,8 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClippin
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.task_identity import TaskIdentity
-from scipy import stats
 
+import detection_rates
 import smoke_mode
 from tff_canary.harness.writing import flower_run
 from tff_canary.mechanisms.gaussian import flower
@@ -211,19 +210,6 @@ def one_run(task):
           headline.analytical_epsilon)
 
 
-def _rate(hits):
-  p = float(np.mean(hits))
-  return p, math.sqrt(p * (1 - p) / len(hits))
-
-
-def _limits(hits):
-  """One-sided 95% Clopper-Pearson lower and upper limits on the rate."""
-  k, n = int(np.sum(hits)), len(hits)
-  lo = 0.0 if k == 0 else float(stats.beta.ppf(0.05, k, n - k + 1))
-  hi = 1.0 if k == n else float(stats.beta.ppf(0.95, k + 1, n - k))
-  return lo, hi
-
-
 def _pct(rate):
   return f"{rate[0]:6.1%} ±{rate[1]:4.1%}"
 
@@ -239,9 +225,9 @@ def table(trials, seed, pool, sizes):
     out = np.array(pool.map(one_run, [(cell, seed + i, sizes)
                                       for i in range(trials)]), dtype=float)
     tool = out[:, 0].astype(bool)
-    row = dict(cell=cell, bug=CELLS[cell][3], tool=_rate(tool),
-               limits=_limits(tool), audit=_rate(out[:, 1]),
-               selftest=_rate(out[:, 2]), bound=float(np.median(out[:, 3])),
+    row = dict(cell=cell, bug=CELLS[cell][3], tool=detection_rates.rate(tool),
+               limits=detection_rates.limits(tool), audit=detection_rates.rate(out[:, 1]),
+               selftest=detection_rates.rate(out[:, 2]), bound=float(np.median(out[:, 3])),
                claim=out[0, 4], seconds=(time.time() - start) / trials)
     rows.append(row)
     print(f"{cell:24} {row['claim']:7.3f}  {_pct(row['tool'])} "

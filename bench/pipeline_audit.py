@@ -57,8 +57,8 @@ import multiprocessing
 import time
 
 import numpy as np
-from scipy import stats
 
+import detection_rates
 import smoke_mode
 from tff_canary.stats.accounting import gaussian_accounting
 from tff_canary.stats.simulation import pipeline_simulator as sim
@@ -70,19 +70,6 @@ CELLS = ([("none", 1.0)] + [("clip", 10.0)]
 
 def _stated(bug, mode):
   return bug in ("shortfall", "reuse") or (bug == "clip" and mode == "client")
-
-
-def _rate(hits):
-  p = float(np.mean(hits))
-  return p, math.sqrt(p * (1 - p) / len(hits))
-
-
-def _limits(hits):
-  """One-sided 95% Clopper-Pearson lower and upper limits on the rate."""
-  k, n = int(np.sum(hits)), len(hits)
-  lo = 0.0 if k == 0 else float(stats.beta.ppf(0.05, k, n - k + 1))
-  hi = 1.0 if k == n else float(stats.beta.ppf(0.95, k + 1, n - k))
-  return lo, hi
 
 
 def _summary(task):
@@ -106,10 +93,10 @@ def detection_table(trials, seed, pool, sizes=None):
       tool = out[:, 0].astype(bool)
       rows.append(dict(
           bug=bug, size=size, mode=mode, stated=_stated(bug, mode),
-          claimed=out[0, 7], tool=_rate(tool), limits=_limits(tool),
-          audit=_rate(out[:, 1]), flag=_rate(out[:, 2]),
-          point=_rate(out[:, 8]),
-          selftest=_rate(out[:, 3]), final=out[:, 4].mean(),
+          claimed=out[0, 7], tool=detection_rates.rate(tool), limits=detection_rates.limits(tool),
+          audit=detection_rates.rate(out[:, 1]), flag=detection_rates.rate(out[:, 2]),
+          point=detection_rates.rate(out[:, 8]),
+          selftest=detection_rates.rate(out[:, 3]), final=out[:, 4].mean(),
           all=out[:, 5].mean(), wrapped=out[:, 6].mean()))
       print(_row_text(rows[-1]), flush=True)
   return rows

@@ -36,6 +36,8 @@ REPO = str(repo_paths.REPO)
 # not commands (no `__main__`).
 MODULES = {
     "bench/gaussian_bounds.py": "the bounds power.py and validity.py compare",
+    "bench/detection_rates.py": "pipeline_audit.py's and flower_audit.py's "
+                                "rates and Clopper-Pearson limits",
     "bench/ftrl_validity.py": "validity.py --mechanism tree's trials",
     "bench/smoke_mode.py": "the benches' --smoke flag",
     "experiments/experiment_cli.py": "emnist.py's and stackoverflow.py's "
