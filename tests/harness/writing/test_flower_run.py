@@ -17,7 +17,6 @@ from flwr.app import Array, ArrayRecord
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flwr.serverapp.strategy import FedAvg
-from flwr.supercore.differential_privacy import add_gaussian_noise_inplace
 
 import flower_grid
 import repo_paths
@@ -25,23 +24,11 @@ from tff_canary.harness.recording import run_dir as run_dir_lib
 from tff_canary.harness.reporting import flower_notes
 from tff_canary.harness.writing import flower_run
 from tff_canary.mechanisms.gaussian import flower
+from tff_canary.mechanisms.gaussian import flower_planted_bugs as planted
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
 
 NODES, ROUNDS, SHAPE = 10, 10, (100, 100)
-
-
-class NoiseOverNSquared(DifferentialPrivacyServerSideFixedClipping):
-  """A planted bug as a library's subclass would write it: the noise std
-  z C / n^2 instead of z C / n (issue 36's first planted Flower bug)."""
-
-  def _add_noise_to_aggregated_arrays(self, aggregated):
-    arrays = aggregated.to_numpy_ndarrays()
-    add_gaussian_noise_inplace(arrays, self.noise_multiplier
-                               * self.clipping_norm
-                               / self.num_sampled_clients**2)
-    return ArrayRecord({k: Array(v) for k, v in zip(aggregated.keys(),
-                                                    arrays)})
 
 
 def fixed(inner, z):
@@ -131,7 +118,7 @@ def test_the_audit_refutes_noise_scaled_by_n_squared(written):
   # verdicts are these runs', measured 1.16 and 26.5 against 6.57.
   _, report, _ = written
   assert report.headline().audit_verdict == "consistent"
-  wrapper, initial, result = run(lambda inner, z: NoiseOverNSquared(
+  wrapper, initial, result = run(lambda inner, z: planted.NoiseOverNSquared(
       inner, noise_multiplier=z, clipping_norm=1.0,
       num_sampled_clients=NODES))
   buggy = flower_run.write_run(written[0].parent / "bug", wrapper, initial,
