@@ -125,3 +125,19 @@ def small_emnist_model():
   import small_model  # pylint: disable=g-import-not-at-top
   with small_model.emnist_cnn():
     yield
+
+
+@pytest.fixture
+def flower_server_process():
+  """A test of the Flower half runs in a ServerApp process's identity
+  (tests/flower_grid.py's `server_identity`: FedAvg's `configure_train`
+  needs it), and NumPy's global RNG, which Flower's noise draws from, is
+  put back as it was after the test. A module asks with
+  `pytestmark = pytest.mark.usefixtures("flower_server_process")`; Flower
+  is imported only then (the TFF environment has none)."""
+  import flower_grid  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  state = np.random.get_state()
+  with flower_grid.server_identity():
+    yield
+  np.random.set_state(state)

@@ -17,10 +17,9 @@ from tff_canary.harness.recording import run_dir
 README = os.path.join(str(repo_paths.REPO), "README.md")
 
 
-@pytest.fixture(autouse=True)
-def _flower_server_process():
-  with flower_grid.server_identity():
-    yield
+# Each test in a ServerApp process's identity, NumPy's global RNG put back
+# after (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("flower_server_process")
 
 
 def test_readme_flower_block_runs(tmp_path, monkeypatch, capsys):

@@ -37,14 +37,9 @@ CLIP = 1.0
 ROUNDS = 3
 
 
-@pytest.fixture(autouse=True)
-def _flower_server_process():
-  """A ServerApp process's identity (flower_grid.server_identity), and
-  NumPy's global RNG put back as it was after the test."""
-  state = np.random.get_state()
-  with flower_grid.server_identity():
-    yield
-  np.random.set_state(state)
+# Each test in a ServerApp process's identity, NumPy's global RNG put back
+# after (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("flower_server_process")
 
 
 def model(dtype=np.float64, shapes=None) -> ArrayRecord:

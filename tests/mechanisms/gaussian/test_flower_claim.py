@@ -32,13 +32,9 @@ from tff_canary.stats.canaries import schedules
 NODES, ROUNDS, DELTA = 4, 6, 1e-5
 
 
-@pytest.fixture(autouse=True)
-def _flower_server_process():
-  """A ServerApp process's identity, NumPy's global RNG put back after."""
-  state = np.random.get_state()
-  with flower_grid.server_identity():
-    yield
-  np.random.set_state(state)
+# Each test in a ServerApp process's identity, NumPy's global RNG put back
+# after (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("flower_server_process")
 
 
 def accountant():

@@ -44,13 +44,9 @@ DIM = sum(math.prod(s) for s in SHAPES.values())
 CLIP = 1.0
 
 
-@pytest.fixture(autouse=True)
-def _flower_server_process():
-  """A ServerApp process's identity, NumPy's global RNG put back after."""
-  state = np.random.get_state()
-  with flower_grid.server_identity():
-    yield
-  np.random.set_state(state)
+# Each test in a ServerApp process's identity, NumPy's global RNG put back
+# after (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("flower_server_process")
 
 
 def client_app(mods, scale=0.03, metrics=None) -> ClientApp:

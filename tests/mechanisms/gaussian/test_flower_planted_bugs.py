@@ -33,13 +33,9 @@ from tff_canary.stats.canaries import schedules
 NODES, ROUNDS, CLIP = 10, 4, 1.0
 
 
-@pytest.fixture(autouse=True)
-def _flower_server_process():
-  """A ServerApp process's identity, NumPy's global RNG put back after."""
-  state = np.random.get_state()
-  with flower_grid.server_identity():
-    yield
-  np.random.set_state(state)
+# Each test in a ServerApp process's identity, NumPy's global RNG put back
+# after (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("flower_server_process")
 
 
 def train(message, context):
