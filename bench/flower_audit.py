@@ -111,7 +111,9 @@ class AppGrid(Grid):
   """An in-process Grid of `num_nodes` nodes, each answering with
   `app(message, context)` (Flower's call of a ClientApp, its mods
   included), replies in node order (FedAvg sums them in the same order in
-  every run)."""
+  every run). Node k's `node_config` has `partition-id` k - 1, as Flower's
+  simulation numbers its nodes (experiments/flower_app's ClientApp reads
+  it)."""
 
   def __init__(self, num_nodes: int, app: ClientApp):
     self._nodes, self._app, self._run = list(range(1, num_nodes + 1)), app, None
@@ -140,7 +142,9 @@ class AppGrid(Grid):
     replies = []
     for m in sorted(messages, key=lambda m: m.metadata.dst_node_id):
       context = Context(run_id=1, node_id=m.metadata.dst_node_id,
-                        node_config={}, state=RecordDict(), run_config={})
+                        node_config={"partition-id":
+                                     m.metadata.dst_node_id - 1},
+                        state=RecordDict(), run_config={})
       reply = self._app(m, context)
       replies.append(Message(reply.error if reply.has_error()
                              else reply.content, reply_to=m))

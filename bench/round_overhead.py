@@ -48,7 +48,6 @@ import dataclasses
 import os
 import subprocess
 import sys
-import threading
 import time
 from typing import Any, Callable
 
@@ -59,6 +58,7 @@ quiet_start.quiet_tensorflow()  # before TensorFlow loads (and its subprocess)
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+import peak_rss  # pylint: disable=g-import-not-at-top
 import smoke_mode  # pylint: disable=g-import-not-at-top
 from tff_canary.federated.insertion import factory  # pylint: disable=g-import-not-at-top
 from tff_canary.federated.insertion import orthogonal_transform  # pylint: disable=g-import-not-at-top
@@ -83,47 +83,10 @@ def log(message: str) -> None:
 # ---------------------------------------------------------------- memory
 
 
-def _rss_bytes(pid: int) -> int:
-  try:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-      for line in f:
-        if line.startswith("VmRSS:"):
-          return int(line.split()[1]) * 1024
-  except (FileNotFoundError, ProcessLookupError):
-    pass
-  return 0
-
-
-class MemorySampler:
-  """Samples RSS of this process + TFF workers; keeps the peak per phase."""
-
-  def __init__(self, interval: float = 0.02):
-    self._interval = interval
-    self._phase = None
-    self.peaks: dict[str, int] = {}
-    self._stop = threading.Event()
-    self._thread = threading.Thread(target=self._run, daemon=True)
-
-  def start(self):
-    self._thread.start()
-    return self
-
-  def phase(self, name: str | None) -> None:
-    self._phase = name
-
-  def _run(self):
-    pid = os.getpid()
-    while not self._stop.is_set():
-      phase = self._phase
-      if phase is not None:
-        total = _rss_bytes(pid) + sum(
-            _rss_bytes(w) for w in worker_guard.live_workers())
-        self.peaks[phase] = max(self.peaks.get(phase, 0), total)
-      time.sleep(self._interval)
-
-  def stop(self):
-    self._stop.set()
-    self._thread.join()
+def memory_sampler() -> peak_rss.PeakSampler:
+  """The peak RSS of this process + TFF's workers (every 20 ms)."""
+  return peak_rss.PeakSampler(
+      lambda: [os.getpid(), *worker_guard.live_workers()])
 
 
 # ---------------------------------------------------------------- setup
@@ -239,7 +202,7 @@ def rss_only(args, kit: Aggregators = GAUSSIAN) -> int:
   The last line is `peak RSS bytes: N` (python + worker_binary, sampled
   from before the process is built to after its last round).
   """
-  sampler = MemorySampler().start()
+  sampler = memory_sampler().start()
   sampler.phase("alone")
   try:
     clients = synthetic_clients(args.clients_per_round, args.examples,
