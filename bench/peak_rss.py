@@ -7,9 +7,22 @@ seconds and keeps the peak of their sum per phase.
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
 from typing import Callable, Iterable, Optional
+
+
+def add_flags(parser: argparse.ArgumentParser, unit: str,
+              choices: str) -> None:
+  """A bench's `--rss_rounds` and `--rss_only` flags: the rounds each
+  `unit` runs alone for its peak RSS, and the internal flag of the
+  subprocess that runs one (`choices`: which ones it takes)."""
+  parser.add_argument("--rss_rounds", type=int, default=4,
+                      help=f"rounds of each {unit} alone for its peak RSS")
+  parser.add_argument("--rss_only", default=None,
+                      help=f"internal: run only this {unit} ({choices}) "
+                      "and print its peak RSS")
 
 
 def rss_bytes(pid: int) -> int:

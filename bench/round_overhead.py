@@ -344,11 +344,8 @@ def main(argv=None, kit: Aggregators = GAUSSIAN) -> int:
   parser.add_argument("--batch", type=int, default=16)
   parser.add_argument("--noise_multiplier", type=float, default=1.0)
   parser.add_argument("--clip", type=float, default=0.1)
-  parser.add_argument("--rss_rounds", type=int, default=4,
-                      help="rounds of each process alone for its peak RSS")
-  parser.add_argument("--rss_only", default=None,
-                      help="internal: build only this process (plain, reference or a "
-                           "number of canaries) and print its peak RSS")
+  peak_rss.add_flags(parser, "process",
+                     "plain, reference or a number of canaries")
   args = smoke_mode.parse_args(
       parser, argv, SMOKE,
       "a one-layer model, the sizes of SMOKE, 20 and 40 canaries, no "

@@ -40,6 +40,8 @@ MODULES = {
                                 "rates and Clopper-Pearson limits",
     "bench/ftrl_validity.py": "validity.py --mechanism tree's trials",
     "bench/smoke_mode.py": "the benches' --smoke flag",
+    "bench/peak_rss.py": "round_overhead.py's and flower_overhead.py's "
+                         "peak RSS sampler",
     "experiments/experiment_cli.py": "emnist.py's and stackoverflow.py's "
                                      "command line",
     "experiments/experiment_flags.py": "emnist.py's and stackoverflow.py's "
@@ -61,6 +63,9 @@ LAST_LINES = {
         r"DP-FTRL audit: worst detection [\d.]+, worst false alarm [\d.]+",
     "bench/flower_audit.py":
         r"Flower audit: worst detection [\d.]+, worst false alarm [\d.]+",
+    "bench/flower_overhead.py":
+        r"Flower: orthogonal canaries, per-round ratio [\d.]+ ± [\d.]+ at "
+        r"\d+; peak RSS [+-][\d.]+ GiB",
     "bench/ftrl_sweep.py":
         r"efficient tree, 4 epochs of 64 rounds, \d+ candidates, 1 trials, "
         r"δ = 1e-05; \d+ s",
@@ -109,7 +114,7 @@ RUN_ELSEWHERE = {
 # The scripts that run Flower (flwr): they cannot run in the TFF
 # environment; their `--smoke` runs in the Flower one, in
 # tests/project/test_smoke_flower.py (with the same rules), not here.
-FLOWER_SCRIPTS = {"bench/flower_audit.py"}
+FLOWER_SCRIPTS = {"bench/flower_audit.py", "bench/flower_overhead.py"}
 FLOWER_TEST = "tests/project/test_smoke_flower.py::test_flower_smoke"
 
 
