@@ -66,6 +66,9 @@ LAST_LINES = {
     "bench/flower_overhead.py":
         r"Flower: orthogonal canaries, per-round ratio [\d.]+ ± [\d.]+ at "
         r"\d+; peak RSS [+-][\d.]+ GiB",
+    "bench/flower_validity.py":
+        r"Flower validity: worst exceedance [\d.]+ \(limit [\d.]+\); "
+        r"strongest bound [\d.]+ / [\d.]+ / [\d.]+ at epsilon 1 / 3 / 10",
     "bench/ftrl_sweep.py":
         r"efficient tree, 4 epochs of 64 rounds, \d+ candidates, 1 trials, "
         r"δ = 1e-05; \d+ s",
@@ -114,7 +117,8 @@ RUN_ELSEWHERE = {
 # The scripts that run Flower (flwr): they cannot run in the TFF
 # environment; their `--smoke` runs in the Flower one, in
 # tests/project/test_smoke_flower.py (with the same rules), not here.
-FLOWER_SCRIPTS = {"bench/flower_audit.py", "bench/flower_overhead.py"}
+FLOWER_SCRIPTS = {"bench/flower_audit.py", "bench/flower_overhead.py",
+                  "bench/flower_validity.py"}
 FLOWER_TEST = "tests/project/test_smoke_flower.py::test_flower_smoke"
 
 
