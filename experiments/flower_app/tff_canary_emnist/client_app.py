@@ -9,7 +9,9 @@ trained arrays and FedAvg's weight `dp-weight` = 1 (DP-FedAvg's equal
 weights, McMahan et al., "Learning Differentially Private Recurrent
 Language Models", ICLR 2018, Algorithm 1 with w_k = 1: Flower's noise is
 calibrated to 1/n per client, and its accountant assumes equal weights),
-with the example count beside it.
+with the example count beside it, and the writer (`WRITER_KEY`, a
+ConfigRecord: FedAvg averages only the MetricRecord) by which the ServerApp
+orders the replies (server_app.InWriterOrder).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import functools
 import os
 
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from tff_canary_emnist import emnist_files
@@ -25,6 +27,7 @@ from tff_canary_emnist import synthetic
 from tff_canary_emnist import task
 
 WEIGHT_KEY = "dp-weight"
+WRITER_KEY = "writer"
 
 app = ClientApp()
 
@@ -58,8 +61,18 @@ def train(msg: Message, context: Context) -> Message:
   content = RecordDict({
       "arrays": task.to_record(trained),
       "metrics": MetricRecord({WEIGHT_KEY: 1,
-                               "num-examples": int(data["label"].shape[0])})})
+                               "num-examples": int(data["label"].shape[0])}),
+      WRITER_KEY: ConfigRecord({"partition-id": index})})
   return Message(content, reply_to=msg)
 
 
-__all__ = ["WEIGHT_KEY", "app", "train", "writer_data"]
+def writer_of(reply: Message) -> tuple[int, int]:
+  """The sort key of a reply: (0, its writer), or (1, 0) for a reply
+  without one (an error), after the writers."""
+  if reply.has_error() or WRITER_KEY not in reply.content:
+    return (1, 0)
+  return (0, int(reply.content[WRITER_KEY]["partition-id"]))
+
+
+__all__ = ["WEIGHT_KEY", "WRITER_KEY", "app", "train", "writer_data",
+           "writer_of"]

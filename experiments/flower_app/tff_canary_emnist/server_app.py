@@ -16,13 +16,24 @@ config lacks from pyproject.toml's defaults (`flwr.simulation.
 run_simulation` passes none). The population is the federation's nodes
 (`options.num-supernodes`), delta = population^-1.1 as in the TFF runs.
 
-Flower draws its DP noise from NumPy's global RNG; the app does not seed
-it (seeding it would make the noise known to anyone who knows the seed,
-issue 36), so two runs differ in their noise.
+Flower draws its DP noise from NumPy's global RNG; by default the app does
+not seed it (seeding it makes the noise known to anyone who knows the seed,
+issue 36), so two runs differ in their noise. `noise-seed = s` (s >= 0,
+for simulations only: it gives no DP against anyone who knows s) calls
+`np.random.seed(s)` before the first round and puts NumPy's global state
+back after the run, and the report's noise self-test says the run was
+seeded (`flower_noise_check.seeded_note`). With it, and every node sampled
+each round (`clients-per-round` = the federation's nodes: FedAvg samples
+with Python's `random` over node IDs that Flower draws afresh per run), a
+simulation's report is the same on any number of Ray workers: a writer's
+update depends only on (seed, round, partition-id) (client_app.py), and
+the replies are aggregated in writer order (`InWriterOrder`), not in the
+order the workers return them (float sums depend on the order).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import time
@@ -39,6 +50,7 @@ from flwr.serverapp.strategy import FedAvg
 from tff_canary.harness.recording import run_dir
 from tff_canary.harness.writing import flower_run
 from tff_canary.mechanisms.gaussian import flower
+from tff_canary.mechanisms.gaussian import flower_noise_check
 from tff_canary.stats import validation
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
@@ -78,6 +90,8 @@ def settings(run_config) -> dict:
     values[key] = v.as_int(values[key], key, minimum=1)
   for key in ("num-inserted", "num-held-out", "seed", "eval-every"):
     values[key] = v.as_int(values[key], key, minimum=0)
+  values["noise-seed"] = v.as_int(values["noise-seed"], "noise-seed",
+                                  minimum=-1)
   values["noise-multiplier"] = v.as_nonnegative(values["noise-multiplier"],
                                                 "noise-multiplier")
   for key in ("clip", "client-learning-rate", "clip-learning-rate"):
@@ -110,6 +124,17 @@ def dp_strategy(s: dict, num_nodes: int):
       initial_clipping_norm=s["clip"],
       target_clipped_quantile=s["target-clipped-quantile"],
       clip_norm_lr=s["clip-learning-rate"])
+
+
+class InWriterOrder(flower.ServerSideCanaries):
+  """`ServerSideCanaries` that hands Flower the round's replies sorted by
+  the writer (the reply's `client_app.WRITER_KEY` record) instead of in
+  the order the ClientApps finished: FedAvg sums them in the order given,
+  and float sums depend on it (module docstring)."""
+
+  def aggregate_train(self, server_round, replies):
+    return super().aggregate_train(server_round,
+                                   sorted(replies, key=client_app.writer_of))
 
 
 def test_data(s: dict, num_nodes: int) -> dict:
@@ -154,7 +179,7 @@ def run(grid: Grid, s: dict) -> dict:
       num_held_out=s["num-held-out"],
       schedule=schedules.ShuffledEpochs(s["num-server-rounds"],
                                         s["num-server-rounds"]))
-  strategy = flower.ServerSideCanaries(dp_strategy(s, num_nodes), canaries)
+  strategy = InWriterOrder(dp_strategy(s, num_nodes), canaries)
   initial = task.to_record(task.initial_params(s["seed"], s["model-size"]))
   held_out = test_data(s, num_nodes)
   accuracy = {}
@@ -168,12 +193,22 @@ def run(grid: Grid, s: dict) -> dict:
     return MetricRecord(accuracy[server_round])
 
   config = ConfigRecord({k: s[k] for k in CLIENT_KEYS})
-  result = strategy.start(grid, initial, num_rounds=s["num-server-rounds"],
-                          train_config=config, evaluate_fn=evaluate)
+  noise_seed = s["noise-seed"] if s["noise-seed"] >= 0 else None
+  state = np.random.get_state()
+  try:
+    if noise_seed is not None:
+      np.random.seed(noise_seed)  # module docstring: simulations only
+    result = strategy.start(grid, initial, num_rounds=s["num-server-rounds"],
+                            train_config=config, evaluate_fn=evaluate)
+  finally:
+    if noise_seed is not None:  # the process's RNG is not left known
+      np.random.set_state(state)
+  check = flower_noise_check.check_flower_noise(strategy, initial)
   output_dir = os.path.abspath(s["output-dir"])
   report = flower_run.write_run(
       output_dir, strategy, initial, result.arrays, num_clients=num_nodes,
-      task="emnist", seed=s["seed"], plots=s["plots"])
+      task="emnist", seed=s["seed"], plots=s["plots"],
+      noise_check=dataclasses.replace(check, noise_seed=noise_seed))
   final = accuracy.get(s["num-server-rounds"])
   print()
   print(report.terminal_text())
@@ -201,5 +236,5 @@ def make_app(overrides: dict | None = None) -> ServerApp:
 
 app = make_app()
 
-__all__ = ["CLIENT_KEYS", "app", "defaults", "dp_strategy", "make_app", "run",
+__all__ = ["CLIENT_KEYS", "InWriterOrder", "app", "defaults", "dp_strategy", "make_app", "run",
            "settings", "test_data", "wait_for_nodes"]

@@ -24,6 +24,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flwr.serverapp.strategy import FedAvg
 from flwr.simulation import run_simulation
 
+import live_processes
 from tff_canary.mechanisms.gaussian import flower
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import orthogonal_canaries
@@ -73,57 +74,8 @@ def main(grid: Grid, context: Context) -> None:
   RESULTS["strategy"] = strategy
 
 
-def _processes() -> dict[int, tuple[str, int, str, int]]:
-  """pid -> (name, session id, command line, parent pid) of every live
-  process, from /proc (zombies left out: they are gone, only not yet
-  reaped)."""
-  found = {}
-  for entry in os.listdir("/proc"):
-    if not entry.isdigit():
-      continue
-    try:
-      with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
-        stat = f.read()
-      with open(f"/proc/{entry}/cmdline", "rb") as f:
-        cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-      continue
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] != "Z":
-      found[int(entry)] = (stat[stat.index("(") + 1:stat.rindex(")")],
-                           int(fields[3]), cmdline, int(fields[1]))
-  return found
-
-
-def _started_since(before, session: int) -> list[tuple[int, str]]:
-  """The live processes that were not in `before` and are this test's:
-  this process's descendants, and orphans (parent init) of its session or
-  of Ray (whose actors outlive their raylet for a moment, orphaned to init,
-  and may leave the session). Not the other xdist worker's children, which
-  share the session (a `python -m tff_canary report` of
-  test_install_without_tf was once taken for this test's)."""
-  live = _processes()
-
-  def ours(pid):
-    while pid > 1 and pid in live:
-      if pid == os.getpid():
-        return True
-      pid = live[pid][3]
-    return False
-
-  def ray(name, cmdline):
-    return ("ray" in name.lower() or "ray::" in cmdline or "raylet" in cmdline
-            or "gcs_server" in cmdline)
-
-  return [(pid, cmdline[:80]) for pid, (name, sid, cmdline, parent)
-          in live.items()
-          if pid not in before and pid != os.getpid()
-          and (ours(pid) or (parent == 1 and (sid == session
-                                              or ray(name, cmdline))))]
-
-
 def test_a_simulation_on_ray_inserts_scores_and_leaves_no_ray_process():
-  before = set(_processes())
+  before = set(live_processes.processes())
   session = os.getsid(0)
   started = time.monotonic()
   run_simulation(server_app=server_app, client_app=client_app,
@@ -154,7 +106,7 @@ def test_a_simulation_on_ray_inserts_scores_and_leaves_no_ray_process():
   # for Ray's actors to exit (they outlive ray.shutdown() by a few
   # seconds, orphaned).
   deadline = time.monotonic() + 30
-  while (left := _started_since(before, session)) and (
+  while (left := live_processes.started_since(before, session)) and (
       time.monotonic() < deadline):
     time.sleep(0.5)
   assert not left, left
@@ -166,18 +118,18 @@ def test_the_leftover_check_sees_a_process_the_test_started():
   # and so is a process orphaned to init (as Ray's actors are); a process
   # whose live parent is another's (the other xdist worker's children) is
   # not: here the orphan's own child.
-  before = set(_processes())
+  before = set(live_processes.processes())
   child = subprocess.Popen(["sleep", "30"])
   orphan = int(subprocess.run(
       ["sh", "-c", "(sleep 30 & wait) >/dev/null 2>&1 & echo $!"],
       capture_output=True, text=True, check=True).stdout)
   try:
     deadline = time.monotonic() + 10
-    while not (grandchild := [p for p, v in _processes().items()
+    while not (grandchild := [p for p, v in live_processes.processes().items()
                               if v[3] == orphan]):
       assert time.monotonic() < deadline, "the orphan's sleep never started"
       time.sleep(0.05)
-    left = {p for p, _ in _started_since(before, os.getsid(0))}
+    left = {p for p, _ in live_processes.started_since(before, os.getsid(0))}
     assert child.pid in left and orphan in left
     assert grandchild[0] not in left
   finally:
@@ -189,5 +141,5 @@ def test_the_leftover_check_sees_a_process_the_test_started():
       except ProcessLookupError:
         pass
   time.sleep(0.2)
-  left = {p for p, _ in _started_since(before, os.getsid(0))}
+  left = {p for p, _ in live_processes.started_since(before, os.getsid(0))}
   assert child.pid not in left and orphan not in left

@@ -35,7 +35,10 @@ depends on the script), and fails when two of its rounds drew bit-identical
 noise (`repeated_rounds`: a seed reset every round). `with_run_states`
 adds what the run itself recorded: equal fingerprints of the RNG state
 before two rounds' noise (`protocol_flower.rng_fingerprint`) mean those
-rounds drew the same noise, a failure.
+rounds drew the same noise, a failure. A run that seeded `np.random`
+itself (experiments/flower_app's `noise-seed`, for a reproducible
+simulation) says so in its check (`noise_seed`): its note comes first, as
+the headline shows the first note.
 
 Adaptive clipping's other release, the clipped count noised with
 `np.random.normal(count, clipped_count_stddev)`, is read back from the
@@ -76,6 +79,13 @@ GLOBAL_RNG_NOTE = (
     "knows or guesses s")
 
 
+def seeded_note(noise_seed: int) -> str:
+  """What the report says of a run that seeded np.random with `noise_seed`."""
+  return (f"this run seeded np.random with noise_seed={noise_seed} (a "
+          "reproducible simulation): its noise is known to anyone who knows "
+          "the seed, and gives no DP against them")
+
+
 @dataclasses.dataclass(frozen=True)
 class FlowerNoiseCheck:
   """The verdict of `check_flower_noise` (module docstring).
@@ -95,6 +105,8 @@ class FlowerNoiseCheck:
       fixed clipping.
     count_std: The count's claimed std (`clipped_count_stddev`; 0 for
       fixed clipping).
+    noise_seed: The seed the run gave `np.random.seed` (None: the run
+      did not seed it).
   """
 
   noise: noise_stats.NoiseCheck
@@ -104,6 +116,7 @@ class FlowerNoiseCheck:
   strategy: str = ""
   count_noise: tuple[float, ...] = ()
   count_std: float = 0.0
+  noise_seed: Optional[int] = None
 
   @property
   def failures(self) -> tuple[str, ...]:
@@ -133,16 +146,23 @@ class FlowerNoiseCheck:
 
   @property
   def notes(self) -> tuple[str, ...]:
-    return ((GLOBAL_RNG_NOTE,) if self.reproducible else ()) + self.noise.notes
+    return self._rng_notes + self.noise.notes
+
+  @property
+  def _rng_notes(self) -> tuple[str, ...]:
+    seeded = (() if self.noise_seed is None
+              else (seeded_note(self.noise_seed),))
+    return seeded + ((GLOBAL_RNG_NOTE,) if self.reproducible else ())
 
   def __str__(self) -> str:
     text = str(self.noise)
+    rng = "".join("; " + note for note in self._rng_notes)
     if self.passed:
-      return text + ("; " + GLOBAL_RNG_NOTE if self.reproducible else "")
+      return text + rng
     more = len(self.failures) - 1
     return (f"noise check FAILED on Flower's noise ({self.strategy}): "
             f"{self.failures[0]}" + (f" (and {more} more)" if more else "")
-            + ("; " + GLOBAL_RNG_NOTE if self.reproducible else ""))
+            + rng)
 
   def with_run_states(self, rounds: Sequence[protocol_flower.RoundScores]
                       ) -> FlowerNoiseCheck:
@@ -170,7 +190,8 @@ class FlowerNoiseCheck:
                                             self.repeated_rounds],
                            run_repeats=[list(p) for p in self.run_repeats],
                            count_noise=list(self.count_noise),
-                           count_std=self.count_std))
+                           count_std=self.count_std,
+                           noise_seed=self.noise_seed))
     return out
 
 
@@ -315,4 +336,4 @@ def check_run(strategy: Any, arrays: Any,
 
 
 __all__ = ["DEFAULT_ROUNDS", "FlowerNoiseCheck", "GLOBAL_RNG_NOTE",
-           "check_flower_noise", "check_run"]
+           "check_flower_noise", "check_run", "seeded_note"]
