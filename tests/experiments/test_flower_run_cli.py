@@ -22,6 +22,9 @@ import subprocess
 import sys
 import time
 
+# flwr is imported only so that tests/stack_selection.py sees this file as
+# the Flower environment's: the TFF environment has no `flwr` command.
+import flwr  # pylint: disable=unused-import
 import pytest
 
 import live_processes
