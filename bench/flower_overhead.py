@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import subprocess
 import sys
 import time
 
@@ -168,17 +167,8 @@ def rss_only(args) -> int:
         run.next()
   finally:
     sampler.stop()
-  log(f"peak RSS bytes: {sampler.peaks['alone']}")
+  peak_rss.print_peak(sampler.peaks["alone"])
   return 0
-
-
-def _rss_alone(side: str, args) -> int:
-  command = [sys.executable, os.path.abspath(__file__), "--rss_only", side]
-  command += [f"--{flag}={getattr(args, flag)}" for flag in
-              ("rss_rounds", "clients_per_round", "examples", "batch",
-               "canaries", "model_size")]
-  out = subprocess.run(command, capture_output=True, text=True, check=True)
-  return int(out.stdout.strip().splitlines()[-1].split(":")[1])
 
 
 def run(args) -> int:
@@ -223,7 +213,10 @@ def run(args) -> int:
       f"{(np.mean(server['canaries']) - np.mean(server['plain'])) * 1e3:.0f}"
       " ms)")
   gib = 2**30
-  alone = {name: _rss_alone(name, args) for name in SIDES}
+  alone = {name: peak_rss.alone(
+      os.path.abspath(__file__), name, args,
+      ("clients_per_round", "examples", "batch", "canaries", "model_size"))
+           for name in SIDES}
   excess = (alone["canaries"] - alone["plain"]) / gib
   log(f"peak RSS, each side alone ({args.rss_rounds} rounds): plain "
       f"{alone['plain'] / gib:.2f} GiB, canaries {alone['canaries'] / gib:.2f}"

@@ -2,12 +2,15 @@
 
 round_overhead.py's and flower_overhead.py's `--rss_only` subprocesses: a
 thread reads VmRSS of every process `pids()` names every `interval`
-seconds and keeps the peak of their sum per phase.
+seconds and keeps the peak of their sum per phase; the subprocess prints
+it as its last line (`print_peak`), which `alone` reads back.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import threading
 import time
 from typing import Callable, Iterable, Optional
@@ -23,6 +26,29 @@ def add_flags(parser: argparse.ArgumentParser, unit: str,
   parser.add_argument("--rss_only", default=None,
                       help=f"internal: run only this {unit} ({choices}) "
                       "and print its peak RSS")
+
+
+LAST_LINE = "peak RSS bytes: "
+
+
+def print_peak(peak: int) -> None:
+  """The `--rss_only` subprocess's last line: its peak RSS in bytes."""
+  print(f"{LAST_LINE}{peak}", flush=True)
+
+
+def alone(script: str, name: str, args: argparse.Namespace,
+          flags: Iterable[str]) -> int:
+  """The peak RSS in bytes of `script --rss_only name` run alone in a
+  subprocess, given `args`' `--rss_rounds` and its values of `flags`."""
+  command = [sys.executable, script, "--rss_only", name]
+  command += [f"--{flag}={getattr(args, flag)}"
+              for flag in ("rss_rounds", *flags)]
+  out = subprocess.run(command, capture_output=True, text=True, check=True)
+  last = out.stdout.strip().splitlines()[-1]
+  if not last.startswith(LAST_LINE):
+    raise RuntimeError(f"{script} --rss_only {name}: its last line is "
+                       f"{last!r}, not {LAST_LINE!r}N")
+  return int(last[len(LAST_LINE):])
 
 
 def rss_bytes(pid: int) -> int:

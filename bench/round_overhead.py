@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import subprocess
 import sys
 import time
 from typing import Any, Callable
@@ -221,18 +220,14 @@ def rss_only(args, kit: Aggregators = GAUSSIAN) -> int:
   finally:
     sampler.stop()
     worker_guard.stop_workers()
-  log(f"peak RSS bytes: {sampler.peaks['alone']}")
+  peak_rss.print_peak(sampler.peaks["alone"])
   return 0
 
 
 def _rss_alone(name: str, args, kit: Aggregators) -> int:
   """Peak RSS of learning process `name` alone, from a subprocess."""
-  command = [sys.executable, kit.script, "--rss_only", name,
-             "--rss_rounds", str(args.rss_rounds)]
-  command += [f"--{flag}={getattr(args, flag)}" for flag in
-              ("clients_per_round", "examples", "batch")]
-  out = subprocess.run(command, capture_output=True, text=True, check=True)
-  return int(out.stdout.strip().splitlines()[-1].split(":")[1])
+  return peak_rss.alone(kit.script, name, args,
+                        ("clients_per_round", "examples", "batch"))
 
 
 def run(args, kit: Aggregators = GAUSSIAN) -> int:
