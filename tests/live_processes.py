@@ -9,6 +9,7 @@ check can fail). Read from /proc (Linux).
 from __future__ import annotations
 
 import os
+import time
 
 
 def processes() -> dict[int, tuple[str, int, str, int]]:
@@ -60,4 +61,16 @@ def started_since(before, session: int) -> list[tuple[int, str]]:
                                               or ray(name, cmdline))))]
 
 
-__all__ = ["processes", "started_since"]
+def left_after(before, session: int, seconds: float = 30.0
+               ) -> list[tuple[int, str]]:
+  """`started_since(before, session)` once it is empty or `seconds` have
+  passed: Ray's actors outlive ray.shutdown() by a few seconds, orphaned,
+  so a Ray test waits for them before it counts its leftovers."""
+  deadline = time.monotonic() + seconds
+  while (left := started_since(before, session)) and (
+      time.monotonic() < deadline):
+    time.sleep(0.5)
+  return left
+
+
+__all__ = ["left_after", "processes", "started_since"]

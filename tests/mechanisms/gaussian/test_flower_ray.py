@@ -110,12 +110,7 @@ def test_one_and_two_ray_workers_give_the_same_report(tmp_path):
     np.testing.assert_array_equal(a[key], b[key], err_msg=key)
   assert ((tmp_path / "one" / "cosines.csv").read_bytes()
           == (tmp_path / "two" / "cosines.csv").read_bytes())
-  # Ray's actors outlive ray.shutdown() by a few seconds (orphaned):
-  # test_flower_simulation.py's wait.
-  deadline = time.monotonic() + 30
-  while (left := live_processes.started_since(before, os.getsid(0))) and (
-      time.monotonic() < deadline):
-    time.sleep(0.5)
+  left = live_processes.left_after(before, os.getsid(0))  # Ray's actors
   assert not left, left
 
 

@@ -105,10 +105,7 @@ def test_a_simulation_on_ray_inserts_scores_and_leaves_no_ray_process():
   # Ray is stopped: no process this test started is left, after a moment
   # for Ray's actors to exit (they outlive ray.shutdown() by a few
   # seconds, orphaned).
-  deadline = time.monotonic() + 30
-  while (left := live_processes.started_since(before, session)) and (
-      time.monotonic() < deadline):
-    time.sleep(0.5)
+  left = live_processes.left_after(before, session)
   assert not left, left
   print(f"run_simulation: {elapsed:.1f} s")
 
