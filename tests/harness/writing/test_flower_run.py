@@ -25,6 +25,7 @@ from tff_canary.harness.reporting import flower_notes
 from tff_canary.harness.writing import flower_run
 from tff_canary.mechanisms.gaussian import flower
 from tff_canary.mechanisms.gaussian import flower_planted_bugs as planted
+from tff_canary.stats.audit import audit
 from tff_canary.stats.canaries import canary_config
 from tff_canary.stats.canaries import schedules
 
@@ -36,13 +37,13 @@ def fixed(inner, z):
       inner, noise_multiplier=z, clipping_norm=1.0, num_sampled_clients=NODES)
 
 
-def run(make_dp=fixed, z=1.0):
+def run(make_dp=fixed, z=1.0, rounds=ROUNDS):
   """(wrapper, w_0, Flower's Result) of one seeded run (module docstring);
   `make_dp(FedAvg, z)` makes the DP strategy."""
   config = canary_config.CanaryConfig(
       seed=2, num_inserted=100, num_held_out=100,
-      schedule=schedules.ShuffledEpochs(num_rounds=ROUNDS,
-                                        rounds_per_epoch=5))
+      schedule=schedules.ShuffledEpochs(num_rounds=rounds,
+                                        rounds_per_epoch=min(rounds, 5)))
   initial = ArrayRecord({"w": Array(np.zeros(SHAPE, np.float32))})
   state = np.random.get_state()
   with flower_grid.server_identity():
@@ -51,7 +52,7 @@ def run(make_dp=fixed, z=1.0):
                min_available_nodes=NODES), z), config)
     np.random.seed(0)  # Flower's noise, seeded as a user's script would
     result = wrapper.start(flower_grid.LocalGrid(
-        NODES, flower_grid.noisy_trainer(0.01)), initial, num_rounds=ROUNDS)
+        NODES, flower_grid.noisy_trainer(0.01)), initial, num_rounds=rounds)
   np.random.set_state(state)
   return wrapper, initial, result
 
@@ -127,6 +128,28 @@ def test_the_audit_refutes_noise_scaled_by_n_squared(written):
   assert headline.audit_verdict == "refuted"
   assert headline.noise_check_verdict == "failed"  # its variance is 1/n^2
   assert headline.strongest_bound > 2 * headline.analytical_epsilon
+
+
+def test_one_release_audits_the_final_statistic_once(written, tmp_path):
+  # One round of Flower's strategy: each canary's all-iterates statistic is
+  # its final-model cosine bit for bit (the final model is w_0 plus the one
+  # release), so the audit leaves the "all" bounds out and its two bounds
+  # each get 97.5% (docs/method/audit.md, "Why Bonferroni"); the report's
+  # table says why those rows are not in the audit.
+  wrapper, initial, result = run(rounds=1)
+  report = flower_run.write_run(tmp_path, wrapper, initial, result.arrays,
+                                delta=1e-5, plots=False, noise_check=False)
+  table = run_dir_lib.RunDir(tmp_path).load_table()
+  assert audit.repeats_final(table)
+  assert sorted(report.verdict.bounds) == ["epsilon_lo final",
+                                            "tight one-run bound final"]
+  assert report.headline().strongest_bound_confidence == pytest.approx(0.975)
+  assert report.table_text().count(audit.REPEATS_FINAL_DETAIL) == 2
+  # Ten rounds: the statistics differ, and the audit has its four bounds.
+  ten = written[1]
+  assert len(ten.verdict.bounds) == 4
+  assert ten.headline().strongest_bound_confidence == pytest.approx(0.9875)
+  assert audit.REPEATS_FINAL_DETAIL not in ten.table_text()
 
 
 def test_inserted_canaries_move_the_final_model_along_themselves():

@@ -146,6 +146,47 @@ def test_a_claim_that_is_not_gaussian_gets_bounds_valid_for_any_claim():
     audit.table_bounds(table, 1e-5, gaussian_claim="no")
 
 
+def test_one_release_audits_the_final_statistic_once():
+  # With one recorded round whose statistics are the final cosines (one
+  # release of FedAvg), the "all" bounds would repeat the final ones: the
+  # audit leaves them out and each of the two bounds gets 97.5%, not 98.75%.
+  # A round whose statistics differ (here by one ulp, as a server optimizer
+  # that is not a scaling would make them) keeps all four, in their order.
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tff_canary.stats.canaries.cosine_table import CosineTable  # pylint: disable=g-import-not-at-top
+  coin = gaussian_mechanism.simulate_coin(
+      dim=100_000, num_candidates=400, noise_std=0.3, seed=3)
+  mask = np.asarray(coin.inserted_mask)
+  n = mask.size
+  stats = np.asarray(coin.statistics, np.float64)
+  table = CosineTable(
+      id=np.arange(n), group=np.where(mask, "inserted", "held_out"),
+      participation=mask.astype(int), final_cosine=stats,
+      max_cosine=stats.copy(), max_round=np.zeros(n, int), seed=1,
+      dim=100_000, num_rounds=1, rounds_recorded=1, assignment="coin")
+  assert audit.repeats_final(table)
+  assert list(audit.table_bounds(table, 1e-5)) == [
+      "epsilon_lo final", "f-DP one-run bound final"]
+  verdict = audit.audit_table(table, claimed_epsilon=1.0, delta=1e-5)
+  assert verdict.per_bound_confidence == pytest.approx(0.975)
+  nudged = stats.copy()
+  nudged[0] = np.nextafter(nudged[0], 2.0)
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  other = dataclasses.replace(table, max_cosine=nudged)
+  assert not audit.repeats_final(other)
+  assert list(audit.table_bounds(other, 1e-5)) == [
+      "epsilon_lo final", "epsilon_lo all", "f-DP one-run bound final",
+      "f-DP one-run bound all"]
+  assert audit.audit_table(other, claimed_epsilon=1.0, delta=1e-5
+                           ).per_bound_confidence == pytest.approx(0.9875)
+  # The bounds left out are the final ones again: the same one-run bound.
+  both = audit.statistic_bounds(table, 1e-5, "all")
+  assert both["f-DP one-run bound all"](0.95).epsilon == audit.table_bounds(
+      table, 1e-5)["f-DP one-run bound final"](0.95).epsilon
+  with pytest.raises(ValueError, match="statistic"):
+    audit.statistic_bounds(table, 1e-5, "last")
+
+
 def _removal_table(cosines, dim):
   """The table of a run whose inserted canaries' projections were removed
   from the final model (orthogonal canaries; inserted canaries only)."""

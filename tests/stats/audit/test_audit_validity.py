@@ -9,8 +9,9 @@ uniform canaries, whose table keeps the plain cosines;
 `orthogonal_mechanism.simulate_coin` for orthogonal ones, whose table holds
 the removal cosines, as `orthogonal_table` writes them). With one round the
 all-iterates statistic is the final cosine, so the table carries both and
-every bound of the audit is computed, from the audit's own `table_bounds`,
-on the table a run would write. The noise is calibrated so that the
+every bound of the audit is computed, from the audit's own
+`statistic_bounds` of both statistics, on the table a run would write (whose
+audit, `table_bounds`, keeps only the final ones: `repeats_final`). The noise is calibrated so that the
 mechanism's epsilon at delta is known; a valid bound exceeds it in at most
 5% of runs at confidence 95% (the audit then computes each at 1 - 5%/m, m
 bounds, Bonferroni).
@@ -65,8 +66,15 @@ def _rates(*, dim, candidates, epsilon, orthogonal, seed):
     table = _table(run, dim, orthogonal)
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
-      fns = audit.table_bounds(table, DELTA)
+      # Every bound the audit can use: those of both statistics (with one
+      # round the audit itself keeps only the final ones, `repeats_final`;
+      # with more rounds it uses both, so both are measured).
+      fns = {**audit.statistic_bounds(table, DELTA, "final"),
+             **audit.statistic_bounds(table, DELTA, "all")}
       if names is None:
+        assert audit.repeats_final(table)
+        assert set(audit.table_bounds(table, DELTA)) == {
+            n for n in fns if n.endswith(" final")}
         names = sorted(fns)
         exceeded = dict.fromkeys(names, 0)
       values = {}

@@ -54,6 +54,13 @@ AUDITED_AS = {
     f"{_A}: tight one-run bound": "tight one-run bound all",
 }
 
+ALL_ITERATE_ROWS = frozenset(k for k in AUDITED_AS if k.startswith(_A))
+
+
+def _as_final(bound: str) -> str:
+  """"tight one-run bound all" -> "tight one-run bound final"."""
+  return bound.removesuffix(" all") + " final"
+
 
 @dataclasses.dataclass(frozen=True)
 class CosineSection:
@@ -161,6 +168,9 @@ class CosineSection:
     if AUDITED_AS.get(name) in self.verdict.powerless:
       return audit.POWERLESS_DETAIL
     if audited is None:
+      if (name in ALL_ITERATE_ROWS and audit.repeats_final(self.table)
+          and _as_final(AUDITED_AS[name]) in self.verdict.bounds):
+        return audit.REPEATS_FINAL_DETAIL
       return "; not in the audit"
     level = self.verdict.per_bound_confidence
     if math.isclose(level, self.confidence):

@@ -281,41 +281,87 @@ def final_dim(table: CosineTable) -> int:
   return int(table.dim) - int(table.mask("inserted").sum()) + 1
 
 
-def table_bounds(table: CosineTable, delta: float, *,
-                 gaussian_claim: bool = True) -> dict[str, AuditBound]:
-  """The valid bounds a cosine table supports (module docstring).
+def repeats_final(table: CosineTable) -> bool:
+  """True when the all-iterates statistics are the final model's again.
+
+  With one recorded round whose every canary's statistic equals its
+  final-model cosine bit for bit (one release, the final model being the
+  initial one plus it, scaled: FedAvg, Flower's DP strategies, a one-round
+  TFF run with SGD), a bound on "all iterates" is a bound on the same
+  statistic as on "final", with a weaker null (held out, not exact): it
+  would take half of the audit's level and add no power. The test is on the
+  table's structure and its recorded values, before any bound is computed;
+  `table_bounds` then leaves the "all" bounds out (docs/method/audit.md).
+  """
+  return (table.has_max_cosines and table.rounds_recorded == 1
+          and np.array_equal(table.max_cosine, table.final_cosine))
+
+
+# The report's row of an all-iterates bound that `repeats_final` leaves out.
+REPEATS_FINAL_DETAIL = ("; not in the audit: with one recorded release the "
+                        "all-iterates statistic is the final model's, so its "
+                        "bound would repeat the final one's")
+
+
+STATISTICS = ("final", "all")
+
+
+def statistic_bounds(table: CosineTable, delta: float, statistic: str, *,
+                     gaussian_claim: bool = True) -> dict[str, AuditBound]:
+  """The valid bounds on one statistic of a cosine table (module docstring).
 
   Args:
     table: The cosine table.
     delta: The claim's delta.
+    statistic: "final" (the final model's cosines: epsilon_lo with the
+      exact null in `final_dim` dimensions) or "all" (the all-iterates
+      statistics, which need `has_max_cosines`: epsilon_lo with the held-out
+      null); with coin assignment, each also gets its one-run bound.
     gaussian_claim: Whether the claim is a Gaussian mechanism without
-      amplification: then the one-run bounds are the f-DP ones (named
-      "f-DP one-run bound final/all"); else Steinke et al.'s, valid for any
+      amplification: then the one-run bound is the f-DP one ("f-DP one-run
+      bound final/all"), or with orthogonal canaries the tight one ("tight
+      one-run bound final/all"); else Steinke et al.'s, valid for any
       (epsilon, delta) claim ("one-run bound final/all").
   """
   validation.as_bool(gaussian_claim, "gaussian_claim")
+  statistic = validation.as_choice(statistic, "statistic", STATISTICS)
   fns: dict[str, AuditBound] = {}
-  fns["epsilon_lo final"] = audit_bounds.epsilon_lo_bound(
-      table.final_cosines("inserted"), dim=final_dim(table), delta=delta)
-  recorded = table.has_max_cosines
-  if recorded:
+  if statistic == "final":
+    fns["epsilon_lo final"] = audit_bounds.epsilon_lo_bound(
+        table.final_cosines("inserted"), dim=final_dim(table), delta=delta)
+  else:
     fns["epsilon_lo all"] = audit_bounds.epsilon_lo_bound(
         table.max_cosines("inserted"), held_out=table.max_cosines("held_out"),
         delta=delta)
   if table.assignment == "coin":
-    mask = table.mask("inserted")
     if not gaussian_claim:
       bound, prefix = lower_bounds.one_run_bound, "one-run bound"
     elif table.orthogonal:
       bound, prefix = tight_bound, "tight one-run bound"
     else:
       bound, prefix = one_run_bound, "f-DP one-run bound"
-    fns[f"{prefix} final"] = audit_bounds.coin_bound(bound, table.final_cosine, mask,
-                                        delta=delta)
-    if recorded:
-      fns[f"{prefix} all"] = audit_bounds.coin_bound(bound, table.max_cosine, mask,
-                                        delta=delta)
+    values = table.final_cosine if statistic == "final" else table.max_cosine
+    fns[f"{prefix} {statistic}"] = audit_bounds.coin_bound(
+        bound, values, table.mask("inserted"), delta=delta)
   return fns
+
+
+def table_bounds(table: CosineTable, delta: float, *,
+                 gaussian_claim: bool = True) -> dict[str, AuditBound]:
+  """The valid bounds the audit of a cosine table uses (module docstring).
+
+  Those of the final model (`statistic_bounds`), and of all iterates when
+  the table has their statistics (`has_max_cosines`) and they are not the
+  final model's again (`repeats_final`), in the order epsilon_lo final,
+  epsilon_lo all, one-run final, one-run all. Args as `statistic_bounds`.
+  """
+  final = statistic_bounds(table, delta, "final",
+                           gaussian_claim=gaussian_claim)
+  if not table.has_max_cosines or repeats_final(table):
+    return final
+  every = statistic_bounds(table, delta, "all", gaussian_claim=gaussian_claim)
+  return dict(pair for pairs in zip(final.items(), every.items())
+              for pair in pairs)
 
 
 # The one-run bound the audit uses (module docstring): the f-DP one.
