@@ -37,13 +37,13 @@ medians with orthogonal canaries at 95%: 0.415 / 2.379 / 8.757).
 The last line: `Flower validity: worst exceedance X (limit Y); strongest
 bound a / b / c at epsilon 1 / 3 / 10`, X the largest rate over the bounds
 (95% each) and the settings, a / b / c the median strongest bounds.
-Measured (commit 409c6f5, `--trials 300 --workers 2`, nice'd, 521 s on the
-shared 2-core machine; docs/benchmarks.md, "Flower"): every bound valid
-(worst 0.040, the tight one-run bound at epsilon 1; limit 0.075), the
-strongest bound 0.279 / 2.143 / 8.558 (the bar met at epsilon 10 only).
-Each bound's line also gives its median at 95% alone: rerun at e39942a
-(quiet, 345 s, the same rates), the tight one-run bound's 0.401 / 2.355 /
-8.850, bench/power.py's measure of the bars, is above every bar.
+Measured (commit 9f6771e, `--trials 300 --workers 2`, quiet machine, 201 s;
+docs/benchmarks.md, "Flower"): every bound valid (worst 0.040, the tight
+one-run bound at epsilon 1; limit 0.075), the strongest bound 0.339 /
+2.241 / 8.697 (the bars met at epsilon 3 and 10; at epsilon 1 missed by
+0.011), each at the audit's 97.5% share of its two bounds; the tight
+one-run bound's median at 95% alone, bench/power.py's measure of the bars,
+is 0.401 / 2.355 / 8.850, above every bar.
 """
 
 from __future__ import annotations
