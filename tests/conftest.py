@@ -32,7 +32,6 @@ SLOWEST_FIRST = (
     "federated/insertion/test_factory.py",
     "harness/runner/test_experiment.py",
     "harness/runner/test_reproducible.py",
-    "harness/runner/test_resume.py",
     "harness/runner/test_planted_bug_runs.py",
     "mechanisms/matrix/test_end_to_end.py",
     "mechanisms/tree/test_aggregation.py",

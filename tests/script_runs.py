@@ -1,5 +1,5 @@
 """experiments/emnist.py in a subprocess, for the crash-resume and
-reproducibility tests: run to completion, or SIGKILLed at an output line."""
+reproducibility test: run to completion, or SIGKILLed at an output line."""
 
 import codecs
 import json
@@ -17,40 +17,22 @@ ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep
            + os.environ.get("PYTHONPATH", ""))
 
 
-TESTS = os.path.join(REPO, "tests")
-# The script run as `python -c SMALL_MODEL_RUN TESTS SCRIPT ARGS...`: the
-# same process, command line (absl reads sys.argv) and sys.path (the
-# script's folder first, as `python SCRIPT` has it), with the EMNIST task
-# training tests/small_model.py's CNN (`small_model=True` below).
-SMALL_MODEL_RUN = """
-import os, runpy, sys
-sys.argv = sys.argv[1:]  # [TESTS, SCRIPT, ARGS...]
-sys.path[:0] = [os.path.dirname(os.path.abspath(sys.argv[1])), sys.argv.pop(0)]
-import small_model
-with small_model.emnist_cnn():
-  runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+def command(out, flags, *extra):
+  """The script's command line."""
+  return [sys.executable, SCRIPT, f"--output_dir={out}", *flags, *extra]
 
 
-def command(out, flags, *extra, small_model=False):
-  """The script's command line; with `small_model`, the same run training
-  tests/small_model.py's CNN in place of the 1.2M-parameter one."""
-  launcher = ["-c", SMALL_MODEL_RUN, TESTS] if small_model else []
-  return [sys.executable, *launcher, SCRIPT, f"--output_dir={out}", *flags,
-          *extra]
-
-
-def start(out, flags, *extra, small_model=False):
+def start(out, flags, *extra):
   """The script running in the background, its stderr (the progress bar)
   merged into its stdout, a pipe of bytes for `kill_when`."""
-  return subprocess.Popen(command(out, flags, *extra, small_model=small_model),
+  return subprocess.Popen(command(out, flags, *extra),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           bufsize=0, env=ENV)
 
 
-def finish(out, flags, *extra, small_model=False):
+def finish(out, flags, *extra):
   """Runs the script to completion; it must succeed."""
-  proc = subprocess.run(command(out, flags, *extra, small_model=small_model),
+  proc = subprocess.run(command(out, flags, *extra),
                         capture_output=True, text=True, timeout=600, env=ENV)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

@@ -6,11 +6,9 @@ self-test), none of which depends on the model's architecture; training
 TFF's 1,206,590-parameter `cnn_dropout` made most of each run's cost (a
 4-round run of 6 clients: about 20 CPU-s warm with it, 10-14 with this model,
 measured for tff-canary issue 35 on the project's 2-core machine). The
-scripts' runs (experiments/emnist.py --smoke, the crash-resume run, the
-sweep) still train the real CNN end to end, and
-tests/harness/data/test_tasks.py pins its layers and size; the
-reproducibility runs train this one through tests/script_runs.py's
-launcher (`small_model=True`).
+scripts' runs (experiments/emnist.py --smoke, the reproducibility and
+crash-resume pair, the sweep) still train the real CNN end to end, and
+tests/harness/data/test_tasks.py pins its layers and size.
 
 `emnist_cnn()` swaps `tff_canary.harness.data.tasks.emnist_cnn` for
 `small_cnn` while it is open (pytest's public `MonkeyPatch`), so the runs

@@ -5,8 +5,9 @@ the first round in which some client's local batches came out of TFF's
 EMNIST preprocessing in the other order (a parallel `map` with
 `deterministic=False`), and in the evaluation loss (TFF's centralized test set
 joins the test clients in an unseeded random order). `tff_canary.harness.data.tasks` fixes
-both; these tests pin each cause and the end-to-end result, and a run of the
-same command killed in training and resumed gives the same bits too.
+both; these tests pin each cause and the end-to-end result. The second of
+the two runs is SIGKILLed in training and again in the cosine work, and
+resumed each time: a resumed run gives the same bits as an uninterrupted one.
 """
 
 import json
@@ -18,28 +19,44 @@ import pytest
 
 from run_files import metrics_without_timing
 import script_runs
-import small_model
 from tff_canary.stats.canaries.cosine_table import CosineTable
 
 pytestmark = pytest.mark.tff
 
-# The command of the new-user trial that found the bug (32 examples per
-# client, batch 16: two local batches, so their order matters; evaluation
-# after the last round). Checked by reverting the fix in tff_canary.harness.data.tasks
-# once: this test then failed at round 0 (and two runs of the command by hand
-# differed from round 3 on, the trial's from round 1). The two runs go side
-# by side. 8 rounds: the hand-run pair differed from round 3 on, and the
-# 8 rounds carry 4 checkpoints.
-FLAGS = ["--num_rounds=8", "--clients_per_round=10", "--num_inserted=4",
-         "--num_held_out=4", "--checkpoint_every=2",
-         "--allow_large_canary_fraction"]
-# The runs train tests/small_model.py's CNN (script_runs' `small_model`):
-# what differed between two runs was the data's order, not the model, and
-# the small CNN has the same seeded weights and deterministic dropout (the
-# two causes are pinned in-process below, on the task's own code).
-# Orthogonal canaries (the default) are scored in every round, so the
-# table's per-round statistics (max and schedule-aware sums) carry every
-# round's aggregate into the comparison.
+# Two runs of one command side by side, bit for bit: the first to the end,
+# the second SIGKILLed twice, each time resumed with --resume (below). The
+# command is the one of the new-user trial that found the order bugs, at a
+# test's size: 32 examples per client, batch 16 (two local batches, so their
+# order matters), evaluation every 2 rounds on the first 64 test examples.
+# Checked by reverting the fix in tff_canary.harness.data.tasks once: the
+# 8-round, 10-client version of this test then failed at round 0 (two runs of
+# the command by hand differed from round 3 on, the trial's from round 1).
+# Here 4 rounds of 10 clients: under the batch-order bug a client's two
+# batches came out swapped in 18 of 400 iterations, so the two runs' 80
+# client iterations hold a swap with probability 1 - (382/400)^80 = 0.975,
+# and the evaluation order bug moves the first evaluation's loss whenever
+# the test clients are joined in another order (the in-process pins below
+# catch each cause alone).
+#
+# The paper's Gaussian canaries with every round's aggregate recorded: the
+# run has a cosine pass after training, so the second kill can come in it,
+# and aggregates.npy (every round's noised aggregate) is compared bitwise.
+# 100 canaries in blocks of 5 (the 0.045 GB budget keeps the 4 aggregates in
+# memory beside 5 canaries of 1.2M floats) make the cosine pass 20 blocks of
+# a fraction of a second each, so the progress bar shows the work started
+# and far from done. TFF's 1,206,590-parameter CNN, as the script trains it.
+# (Orthogonal canaries, whose running statistics are checkpointed in the
+# aggregator state, are resumed in process by
+# tests/mechanisms/tree/test_end_to_end.py and
+# tests/harness/runner/test_client_insertion.py.)
+NUM_ROUNDS = 4
+NUM_CANARIES = 100
+FLAGS = [f"--num_rounds={NUM_ROUNDS}", "--checkpoint_every=2",
+         "--clients_per_round=10", "--examples_per_client=32",
+         "--num_inserted=20", f"--num_held_out={NUM_CANARIES - 20}",
+         "--assignment=fixed", "--noise_multiplier=0.3", "--eval_every=2",
+         "--eval_examples=64", "--memory_budget_gb=0.045",
+         "--allow_large_canary_fraction", "--directions=gaussian"]
 
 
 @pytest.fixture(scope="module")
@@ -102,22 +119,31 @@ def test_metrics_rows_read_back_keep_their_text(tmp_path):
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-  """Two runs of FLAGS side by side: the first to the end, the second
-  killed in training (after a checkpoint) and finished with --resume; and
-  the number of metrics.csv rows the kill left."""
+  """Two runs of FLAGS side by side: the first to the end; the second
+  SIGKILLed in training and resumed, SIGKILLed in the cosine pass and
+  resumed to the end. Also what each kill left."""
   outs = [str(tmp_path_factory.mktemp(name) / "run") for name in "ab"]
   log_path = os.path.join(os.path.dirname(outs[0]), "output.txt")
+  left = {}
   with open(log_path, "w") as log:
-    straight = subprocess.Popen(
-        script_runs.command(outs[0], FLAGS, small_model=True), stdout=log,
-        stderr=subprocess.STDOUT, env=script_runs.ENV)
+    straight = subprocess.Popen(script_runs.command(outs[0], FLAGS),
+                                stdout=log, stderr=subprocess.STDOUT,
+                                env=script_runs.ENV)
   try:
-    killed = script_runs.start(outs[1], FLAGS, small_model=True)
-    script_runs.kill_when(killed, lambda line: "3/8" in line or "4/8" in line)
-    # metrics.csv is written with each checkpoint: killed in training.
-    rows_at_kill = len(metrics_without_timing(outs[1]))
-    assert not os.path.exists(os.path.join(outs[1], "report.json"))
-    script_runs.finish(outs[1], FLAGS, "--resume", small_model=True)
+    killed = outs[1]
+    # Killed in round 4, once "3/4" shows: after the checkpoint of round 2,
+    # so the resumed run must redo round 3 (its aggregate already written)
+    # past the checkpoint.
+    proc = script_runs.start(killed, FLAGS)
+    script_runs.kill_when(proc, lambda line: f"3/{NUM_ROUNDS}" in line)
+    left["training"] = _what_a_kill_left(killed)
+    # Resumed, then killed once the cosine pass after training has started.
+    proc = script_runs.start(killed, FLAGS, "--resume")
+    script_runs.kill_when(proc, lambda line: "canary cosines:" in line
+                          and f"/{NUM_CANARIES}" in line
+                          and f" 0/{NUM_CANARIES}" not in line)
+    left["cosines"] = _what_a_kill_left(killed)
+    script_runs.finish(killed, FLAGS, "--resume")
     straight.wait(timeout=900)
   finally:
     if straight.poll() is None:
@@ -125,7 +151,13 @@ def two_runs(tmp_path_factory):
       straight.wait()
   with open(log_path) as f:
     assert straight.returncode == 0, f.read()[-3000:]
-  return outs[0], outs[1], rows_at_kill
+  return outs[0], outs[1], left
+
+
+def _what_a_kill_left(out):
+  return dict(metrics_rows=len(metrics_without_timing(out)),
+              cosines=os.path.exists(os.path.join(out, "cosines.npz")),
+              report=os.path.exists(os.path.join(out, "report.json")))
 
 
 def _bits(path):
@@ -141,37 +173,34 @@ def _report_numbers(out):
   return report
 
 
-# The second run of the command is killed in training and resumed (the
-# orthogonal canaries' kill; tests/harness/runner/test_resume.py kills runs of the
-# paper's canaries): every one of its rounds is still trained by a process
-# of its own, beside the first run, so the comparison below finds any
-# difference between two runs of the command, from round 0 on, and a
-# resumed run that differs from an uninterrupted one. (Before, a third run
-# did the kill; one run fewer saves a TFF training run.) Orthogonal
-# canaries are scored inside each round: their running statistics are in
-# the aggregator state, so they are checkpointed with it. No aggregates,
-# no cosine pass; a kill in training loses the rounds since the last
-# checkpoint and the resumed run must redo them to the same bits
-# (checkpoints every 2 rounds: the kill comes after the checkpoint of
-# round 2).
+# Every round of the second run is trained by a process of its own, beside
+# the first run, so the comparison below finds any difference between two
+# runs of the command, from round 0 on, and a resumed run that differs from
+# an uninterrupted one: every random choice of a run derives from its seeds
+# (data, initial weights, dropout masks, client sampling, canaries, and the
+# simulated DP noise), and every file is written atomically, so a kill can
+# only lose work since the last checkpoint, never corrupt it. (Before, a
+# third and a fourth run did the kills in a file of their own; sharing the
+# pair saves two TFF training runs.)
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # two runs side by side; a busy machine is slower
 def test_two_runs_of_the_same_command_are_bitwise_identical(two_runs):
-  a, b, rows_at_kill = two_runs
-  assert rows_at_kill in (2, 4)
-  for out in (a, b):  # the launcher's model trained
+  a, b, _ = two_runs
+  for out in (a, b):
     with open(os.path.join(out, "config.json")) as f:
-      assert json.load(f)["dim"] == small_model.DIM
+      assert json.load(f)["dim"] == 1_206_590  # the script's CNN trained
   rows_a = metrics_without_timing(a)
-  assert len(rows_a) == 8 and rows_a[-1]["eval_loss"]
+  assert len(rows_a) == NUM_ROUNDS and rows_a[-1]["eval_loss"]
   for row_a, row_b in zip(rows_a, metrics_without_timing(b), strict=True):
     assert row_a == row_b, f"round {row_a['round']} differs"
   for out in (a, b):
     table = CosineTable.load(os.path.join(out, "cosines.npz"))
-    assert table.orthogonal and table.has_scheduled_sums
-    assert table.has_max_cosines and table.rounds_recorded == 8
-    assert not os.path.exists(os.path.join(out, "aggregates.npy"))
-  for name in ("initial_weights.npy", "final_weights.npy"):
+    assert not table.orthogonal
+    assert table.rounds_recorded == NUM_ROUNDS  # every round
+    leftovers = [os.path.join(d, n) for d, _, names in os.walk(out)
+                 for n in names if n.startswith(".tmp-") or "_temp" in d]
+    assert not leftovers
+  for name in ("initial_weights.npy", "final_weights.npy", "aggregates.npy"):
     assert _bits(os.path.join(a, name)) == _bits(os.path.join(b, name)), name
   assert (CosineTable.load(os.path.join(a, "cosines.npz"))
           == CosineTable.load(os.path.join(b, "cosines.npz")))
@@ -182,3 +211,15 @@ def test_two_runs_of_the_same_command_are_bitwise_identical(two_runs):
       assert za[key].tobytes() == zb[key].tobytes(), key
   assert script_runs.estimates(a) == script_runs.estimates(b)
   assert _report_numbers(a) == _report_numbers(b)
+
+
+@pytest.mark.slow
+def test_each_kill_came_where_it_was_meant_to(two_runs):
+  # The first kill came in training past the checkpoint of round 2:
+  # metrics.csv, written with each checkpoint, has that checkpoint's 2 rows.
+  # The second came in the cosine pass: training done (all 4 rows), no
+  # cosines or report yet.
+  _, _, left = two_runs
+  assert left["training"] == dict(metrics_rows=2, cosines=False, report=False)
+  assert left["cosines"] == dict(metrics_rows=NUM_ROUNDS, cosines=False,
+                                 report=False)
