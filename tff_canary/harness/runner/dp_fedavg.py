@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import tensorflow_federated as tff
 
 from tff_canary.federated.audit import noise_check
@@ -82,14 +83,15 @@ def run_noise_check(config: experiment_config.ExperimentConfig,
           num_rounds=noise_check.DEFAULT_ROUNDS, presentations=0),
       assignment="fixed", directions="gaussian", record_aggregates=False)
   value_type = protocol_tff.trainable_type(task.model_fn)
-  names = [w.name.split(":")[0]
-           for w in task.keras_model_fn().trainable_weights]
+  weights = task.keras_model_fn().trainable_weights  # one model, not two
+  names = [w.name.split(":")[0] for w in weights]
   if len(set(names)) != len(names) or len(names) != len(value_type):
     names = None
+  dim = sum(int(np.prod(w.shape)) for w in weights)  # tasks.num_parameters
   settings = config.mechanism_settings
   return protocol_tff.of(settings).noise_check(
       settings, protocol_tff.NoiseCheckInputs(
-          value_type=value_type, dim=tasks.num_parameters(task),
+          value_type=value_type, dim=dim,
           tensor_names=names,
           no_canaries=no_canaries,
           seed=(None if noise_seed is None
