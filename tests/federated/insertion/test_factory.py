@@ -125,6 +125,25 @@ def _run(process, state, clients, rounds, recorder=None):
   return state, metrics
 
 
+# Built once for two tests each (a TFF build and its first call cost 1-2
+# CPU-s): a process is immutable; each test starts from its initialize().
+@pytest.fixture(scope="module", name="zero_canary_process")
+def fixture_zero_canary_process():
+  """No canaries, z = 0, n = 5: test_paper_ratio's and a TFF twin's."""
+  return _process(factory.CanaryDPFactory.gaussian_fixed(
+      0.0, 5, CLIP, canaries=_config(num_inserted=0, num_held_out=0,
+                                     rounds=20, presentations=1)))
+
+
+@pytest.fixture(scope="module", name="noisy_fixed")
+def fixture_noisy_fixed():
+  """z = 0.7 (!= CLIP: a DpEvent with the clip as z shows) on _config():
+  (aggregator, process) of the fixed configuration and of resume with noise."""
+  aggregator = factory.CanaryDPFactory.gaussian_fixed(0.7, 4, CLIP,
+                                                      canaries=_config())
+  return aggregator, _process(aggregator)
+
+
 # ------------------------------------------------------- zero noise, exact
 
 
@@ -239,28 +258,28 @@ def test_short_training_run_separates_inserted_from_held_out(tmp_path):
   np.testing.assert_array_equal(per_round, config.participation.per_round())
 
 
-def test_paper_ratio_canaries_do_not_change_accuracy():
+def test_paper_ratio_canaries_do_not_change_accuracy(zero_canary_process):
   """<= 1% canaries change a small model's accuracy by < 2 points.
 
-  20 rounds x 10 clients = 200 client participations; 2 inserted canaries
-  once each = 1%. Noise 0 isolates the canaries' effect (deterministic). The
-  tolerance, 2 percentage points, is about twice the sampling sd of an
-  accuracy measured on 2000 test examples (sqrt(.25 / 2000) = 1.1 points):
-  a change below it is invisible to that evaluation.
+  20 rounds x 5 clients = 100 client participations; 1 inserted canary once
+  = 1%, in round 17, so it shows in the final model: one planted 30 (100)
+  times too large moves accuracy 1.35 (13.5) points, as with the 10 clients
+  and 2 canaries used before at 1.7 times the CPU (1.25, 14.1). Noise 0
+  isolates the canaries' effect (deterministic). The tolerance, 2 points, is
+  about twice the sampling sd of an accuracy measured on 2000 test examples
+  (sqrt(.25 / 2000) = 1.1 points): a change below it is invisible to that
+  evaluation.
   """
-  clients = _clients(10, seed=3)
+  clients = _clients(5, seed=3)
   x_test, y_test = _examples(np.random.default_rng(99), 2000)
-  with_canaries = _config(num_inserted=2, num_held_out=0, rounds=20,
+  with_canaries = _config(num_inserted=1, num_held_out=0, rounds=20,
                           presentations=1)
-  without = _config(num_inserted=0, num_held_out=0, rounds=20,
-                    presentations=1)
+  assert with_canaries.participation.events.tolist() == [[17, 0]]
   accuracies, weights = [], []
-  state0 = None
-  for config in (without, with_canaries):
-    process = _process(factory.CanaryDPFactory.gaussian_fixed(
-        0.0, 10, CLIP, canaries=config))
-    if state0 is None:
-      state0 = process.initialize()
+  state0 = zero_canary_process.initialize()
+  for process in (zero_canary_process, _process(
+      factory.CanaryDPFactory.gaussian_fixed(0.0, 5, CLIP,
+                                             canaries=with_canaries))):
     state = _with_weights_of(process, state0)
     state, _ = _run(process, state, clients, 20)
     weights.append(process.get_model_weights(state))
@@ -283,6 +302,42 @@ def _save_and_load(state, process, directory):
   return loaded
 
 
+def _straight_and_resumed(config, new_process, directory):
+  """6 rounds, and 3 + checkpoint + 3 in a new build, on _clients(4, seed=1).
+
+  Rounds 0-2 (one process, one state) run once, written to both files.
+  Asserts the final models equal; returns each run's metrics, the loaded
+  state and both cosine tables.
+  """
+  clients = _clients(4, seed=1)
+  process = new_process()
+  state = state0 = process.initialize()
+  straight, resumed = (aggregate_recorder.AggregateRecorder(
+      directory / f"{run}.npy", DIM, 6) for run in "ab")
+  metrics = []
+  for _ in range(3):
+    output = process.next(state, clients)
+    state = output.state
+    round_num, aggregate = aggregate_recorder.pop_aggregate(output.metrics)
+    straight.write(round_num, aggregate)
+    resumed.write(round_num, aggregate)
+    metrics.append(output.metrics)
+  resumed.close()
+  fresh = new_process()
+  loaded = _save_and_load(state, fresh, str(directory / "ckpt"))
+  state_a, more_a = _run(process, state, clients, 3, straight)
+  state_b, more_b = _run(
+      fresh, loaded, clients, 3,
+      aggregate_recorder.AggregateRecorder.open(directory / "b.npy"))
+  np.testing.assert_array_equal(_flat(process.get_model_weights(state_a)),
+                                _flat(fresh.get_model_weights(state_b)))
+  tables = [cosine_pass.compute_cosine_table(
+      config, process.get_model_weights(state0), p.get_model_weights(s),
+      directory / f"{run}.npy", progress=False)
+            for p, s, run in ((process, state_a, "a"), (fresh, state_b, "b"))]
+  return metrics + more_a, metrics + more_b, loaded, tables
+
+
 def test_resume_gives_identical_cosine_tables(tmp_path):
   """Noise 0, clipping active: interrupted and uninterrupted runs agree.
 
@@ -290,54 +345,24 @@ def test_resume_gives_identical_cosine_tables(tmp_path):
   in round 0 with these clients), so clipping acts in every round.
   """
   config = _config(num_inserted=5, num_held_out=5, rounds=6, presentations=2)
-  clients = _clients(4, seed=1)
-
-  def new_process():
-    return _process(factory.CanaryDPFactory.gaussian_fixed(
-        0.0, 4, 0.05, canaries=config))
-
-  process = new_process()
-  state0 = process.initialize()
-  theta0 = process.get_model_weights(state0)
-
-  straight = aggregate_recorder.AggregateRecorder(tmp_path / "a.npy", DIM, 6)
-  state_a, _ = _run(process, state0, clients, 6, straight)
-
-  resumed = aggregate_recorder.AggregateRecorder(tmp_path / "b.npy", DIM, 6)
-  state_b, _ = _run(process, state0, clients, 3, resumed)
-  resumed.close()
-  fresh = new_process()
-  state_b = _save_and_load(state_b, fresh, str(tmp_path / "ckpt"))
-  assert isinstance(state_b.aggregator, canary_process.CanaryDPAggregatorState)
-  assert state_b.aggregator.round_num == 3
-  state_b, metrics_b = _run(
-      fresh, state_b, clients, 3,
-      aggregate_recorder.AggregateRecorder.open(tmp_path / "b.npy"))
-
-  np.testing.assert_array_equal(_flat(process.get_model_weights(state_a)),
-                                _flat(fresh.get_model_weights(state_b)))
-  table_a = cosine_pass.compute_cosine_table(
-      config, theta0, process.get_model_weights(state_a), tmp_path / "a.npy",
-      progress=False)
-  table_b = cosine_pass.compute_cosine_table(
-      config, theta0, fresh.get_model_weights(state_b), tmp_path / "b.npy",
-      progress=False)
+  _, metrics_b, loaded, (table_a, table_b) = _straight_and_resumed(
+      config, lambda: _process(factory.CanaryDPFactory.gaussian_fixed(
+          0.0, 4, 0.05, canaries=config)), tmp_path)
+  assert isinstance(loaded.aggregator, canary_process.CanaryDPAggregatorState)
+  assert loaded.aggregator.round_num == 3
   assert table_a == table_b
-  assert [m["aggregator"]["round_num"] for m in metrics_b] == [3, 4, 5]
+  assert [m["aggregator"]["round_num"] for m in metrics_b[3:]] == [3, 4, 5]
 
 
-def test_resume_with_noise_keeps_schedule_and_canaries(tmp_path):
+def test_resume_with_noise_keeps_schedule_and_canaries(tmp_path, noisy_fixed):
   """Noise > 0 is unseeded: the schedule and the canaries must still match."""
-  config = _config(num_inserted=5, num_held_out=5, rounds=6, presentations=2)
+  config = _config()  # noisy_fixed's: 5 + 5 canaries, 6 rounds, 2 each
   clients = _clients(4, seed=1)
-
-  def new_process():
-    return _process(factory.CanaryDPFactory.gaussian_fixed(
-        0.5, 4, CLIP, canaries=config))
-
-  process = new_process()
+  _, process = noisy_fixed
   state, metrics = _run(process, process.initialize(), clients, 3)
-  fresh = new_process()
+  # Resumed in a process of its own build, as after a restart.
+  fresh = _process(factory.CanaryDPFactory.gaussian_fixed(
+      0.7, 4, CLIP, canaries=config))
   state = _save_and_load(state, fresh, str(tmp_path / "ckpt"))
   state, more = _run(fresh, state, clients, 3)
   metrics += more
@@ -355,42 +380,19 @@ def test_resume_with_noise_keeps_schedule_and_canaries(tmp_path):
 def test_seeded_noise_makes_a_noisy_resume_identical(tmp_path, adaptive):
   """With noise_seed, a resumed noisy run equals the uninterrupted one."""
   config = _config(num_inserted=5, num_held_out=5, rounds=6, presentations=2)
-  clients = _clients(4, seed=1)
 
   def new_process():
     if adaptive:
-      aggregator = factory.CanaryDPFactory.gaussian_adaptive(
+      return _process(factory.CanaryDPFactory.gaussian_adaptive(
           0.5, 4, initial_l2_norm_clip=CLIP, clipped_count_stddev=1.0,
-          canaries=config, noise_seed=11)
-    else:
-      aggregator = factory.CanaryDPFactory.gaussian_fixed(
-          0.5, 4, CLIP, canaries=config, noise_seed=11)
-    return _process(aggregator)
+          canaries=config, noise_seed=11))
+    return _process(factory.CanaryDPFactory.gaussian_fixed(
+        0.5, 4, CLIP, canaries=config, noise_seed=11))
 
-  process = new_process()
-  state0 = process.initialize()
-  theta0 = process.get_model_weights(state0)
-  state_a, metrics_a = _run(
-      process, state0, clients, 6,
-      aggregate_recorder.AggregateRecorder(tmp_path / "a.npy", DIM, 6))
-  recorder = aggregate_recorder.AggregateRecorder(tmp_path / "b.npy", DIM, 6)
-  state_b, metrics_b = _run(process, state0, clients, 3, recorder)
-  recorder.close()
-  fresh = new_process()
-  state_b = _save_and_load(state_b, fresh, str(tmp_path / "ckpt"))
-  state_b, more = _run(
-      fresh, state_b, clients, 3,
-      aggregate_recorder.AggregateRecorder.open(tmp_path / "b.npy"))
-  np.testing.assert_array_equal(_flat(process.get_model_weights(state_a)),
-                                _flat(fresh.get_model_weights(state_b)))
+  metrics_a, metrics_b, _, (table_a, table_b) = _straight_and_resumed(
+      config, new_process, tmp_path)
   assert ([m["aggregator"]["clip"] for m in metrics_a]
-          == [m["aggregator"]["clip"] for m in metrics_b + more])
-  table_a = cosine_pass.compute_cosine_table(
-      config, theta0, process.get_model_weights(state_a), tmp_path / "a.npy",
-      progress=False)
-  table_b = cosine_pass.compute_cosine_table(
-      config, theta0, fresh.get_model_weights(state_b), tmp_path / "b.npy",
-      progress=False)
+          == [m["aggregator"]["clip"] for m in metrics_b])
   assert table_a == table_b
 
 
@@ -484,12 +486,11 @@ def test_seeded_noise_is_independent_reproducible_and_resumable(tmp_path,
   for key, value in draws.items():
     np.testing.assert_array_equal(repeated[key], value)
 
-  # Resume: the state after round 0, checkpointed and loaded into a fresh
-  # process, continues the same streams.
-  fresh = _seeded_factory(adaptive, 7, config).create(_mlp_type())
+  # Resume: round 0's state, checkpointed and loaded into `again` (not the
+  # saver; a TFF process keeps no state between calls), continues the streams.
   _, _, state0 = _no_client_rounds(process, process.initialize(), 1)
-  loaded = _save_and_load_state(state0, fresh, str(tmp_path / "ckpt"))
-  resumed, _, _ = _no_client_rounds(fresh, loaded, 2, first=1)
+  loaded = _save_and_load_state(state0, again, str(tmp_path / "ckpt"))
+  resumed, _, _ = _no_client_rounds(again, loaded, 2, first=1)
   for key, value in resumed.items():
     np.testing.assert_array_equal(value, draws[key])
 
@@ -554,11 +555,9 @@ def _state_types_match(process):
   return init_type.is_identical_to(next_type)
 
 
-def test_fixed_configuration_measurements_and_dp_event():
+def test_fixed_configuration_measurements_and_dp_event(noisy_fixed):
   config = _config()
-  aggregator = factory.CanaryDPFactory.gaussian_fixed(0.7, 4, CLIP,
-                                                      canaries=config)
-  process = _process(aggregator)
+  aggregator, process = noisy_fixed  # z = 0.7
   assert _state_types_match(aggregator.create(
       process.initialize.type_signature.result.member.global_model_weights
       .trainable))
@@ -588,8 +587,8 @@ def test_adaptive_configuration_uses_this_rounds_clip():
   config = _config()
   aggregator = factory.CanaryDPFactory.gaussian_adaptive(
       0.0, 4, initial_l2_norm_clip=0.05, canaries=config)
-  _, metrics = _run(_process(aggregator), _process(aggregator).initialize(),
-                    _clients(4), 3)
+  process = _process(aggregator)
+  _, metrics = _run(process, process.initialize(), _clients(4), 3)
   clips = [m["aggregator"]["clip"] for m in metrics]
   next_clips = [m["aggregator"]["dp_query_metrics"]["clip"] for m in metrics]
   assert clips[0] == np.float32(0.05)
@@ -619,8 +618,8 @@ def test_zeroing_and_weighted_configurations_run():
   config = _config()
   # TFF refuses z >= 2 * 0.05 * clients_per_round (= 0.4 here).
   zeroing = factory.canary_dp_aggregator(0.1, 4, config, zeroing=True)
-  state, metrics = _run(_process(zeroing), _process(zeroing).initialize(),
-                        _clients(4), 2)
+  process = _process(zeroing)
+  state, metrics = _run(process, process.initialize(), _clients(4), 2)
   inner = metrics[-1]["aggregator"]["zeroing"]
   assert inner["canaries_inserted"] == config.participation.per_round()[1]
   assert metrics[-1]["aggregator"]["zeroed_count"] == 0
@@ -640,17 +639,18 @@ def test_zeroing_and_weighted_configurations_run():
 
 
 @pytest.mark.parametrize("ours, theirs", [
-    (lambda c: factory.CanaryDPFactory.gaussian_fixed(0.0, 4, CLIP,
-                                                      canaries=c),
+    # test_paper_ratio's process without canaries, n = 5. Only 4 clients
+    # come, so a mean over the clients present instead of n also shows.
+    (lambda request: request.getfixturevalue("zero_canary_process"),
      lambda: tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-         0.0, 4.0, CLIP)),
-    (lambda c: factory.canary_dp_aggregator(0.0, 4, c, zeroing=True),
+         0.0, 5.0, CLIP)),
+    (lambda request: _process(factory.canary_dp_aggregator(
+        0.0, 4, _config(num_inserted=0, num_held_out=0), zeroing=True)),
      lambda: tff.learning.dp_aggregator(0.0, 4.0, zeroing=True)),
 ], ids=["fixed", "adaptive_zeroing"])
-def test_zero_canaries_behave_exactly_like_tff(ours, theirs):
-  config = _config(num_inserted=0, num_held_out=0)
+def test_zero_canaries_behave_exactly_like_tff(request, ours, theirs):
   clients = _clients(4, seed=2)
-  process_ours = _process(ours(config))
+  process_ours = ours(request)
   process_theirs = _process(theirs())
   state0 = process_theirs.initialize()
   state_t, metrics_t = _run(process_theirs, state0, clients, 3)

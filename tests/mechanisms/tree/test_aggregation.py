@@ -129,18 +129,17 @@ def _restarted_tff_tree(noise_seed, clients_per_round, clip, noise_multiplier):
     # TFF's tree_adaptive: its clipped-count tree is unseeded (ours is
     # seeded), so only the rounds before the first restart (clip = the
     # initial one) are equal; its state is not compared.
-    (lambda c: aggregation.tree_adaptive(
-        0.2, 3, initial_l2_norm_clip=1.0, restart_warmup=4, restart_period=8,
-        canaries=c, noise_seed=7),
+    ("adaptive_process",
      lambda: tff.aggregators.DifferentiallyPrivateFactory.tree_adaptive(
          0.2, 3.0, SPECS, initial_l2_norm_clip=1.0, restart_warmup=4,
          restart_frequency=8, noise_seed=7), 4, False),
 ], ids=["efficient", "plain", "restarted", "adaptive"])
 def test_no_canaries_scheduled_is_exactly_tffs_process(ours, theirs, rounds,
-                                                       same_state):
+                                                       same_state, request):
   # Held-out orthogonal canaries only: scored every round, never inserted.
   config = _config(num_inserted=0, num_held_out=4)
-  process_o = ours(config).create(VALUE)
+  process_o = (request.getfixturevalue(ours) if isinstance(ours, str)
+               else ours(config).create(VALUE))
   process_t = theirs().create(VALUE)
   state_o, state_t = process_o.initialize(), process_t.initialize()
   rng = np.random.default_rng(3)
@@ -243,8 +242,7 @@ def whitening_failures(u, covariance):
   mean 0 and variance 1 exactly, normal by the CLT over m (T - 1) terms).
   """
   m, t = u.shape
-  w = linalg.solve_triangular(np.linalg.cholesky(covariance), u.T,
-                              lower=True).T
+  w = linalg.solve_triangular(np.linalg.cholesky(covariance), u.T, lower=True).T
   n = w.size
   p = {"mean": 2 * stats.norm.sf(abs(w.sum()) / np.sqrt(n))}
   total = np.sum(w * w)
@@ -338,8 +336,7 @@ def test_canary_clients_enter_tffs_own_tree_aggregation_at_its_clip():
         noise_seed=1)
 
   # pylint: disable=protected-access
-  plain, _ = client_mode._one_round(client_mode._plain(aggregator()),
-                                    datasets)
+  plain, _ = client_mode._one_round(client_mode._plain(aggregator()), datasets)
   weights, metrics = client_mode._one_round(
       client_mode._with_canaries(aggregator()),
       canary_clients.with_canary_clients(datasets, [4, 7]))
@@ -383,12 +380,10 @@ def test_dp_event_is_refused_by_the_ledger_path(tmp_path):
   assert aggregator.described_query.rounds_per_tree(5) == [2, 2, 1]
 
 
-def test_a_run_writer_refuses_tree_scores(tmp_path):
-  config = _config(num_inserted=2, num_held_out=2, rounds=2, presentations=1)
-  process = aggregation.tree_aggregation(
-      1.0, 4, 0.5, canaries=config).create(VALUE)
-  output = process.next(process.initialize(), [])
-  writer = run_writer.RunWriter(tmp_path / "run", config, delta=1e-5)
+def test_a_run_writer_refuses_tree_scores(tmp_path, adaptive_process):
+  output = adaptive_process.next(adaptive_process.initialize(), [])
+  writer = run_writer.RunWriter(tmp_path / "run", _seeded_adaptive(7).canaries,
+                                delta=1e-5)
   with pytest.raises(ValueError, match="canary_tree_scores"):
     writer.round(output.measurements)  # metrics only, as a release manager
 
@@ -487,15 +482,21 @@ def test_bad_arguments_fail_at_construction_naming_them(build, error, match):
     build(_config())
 
 
-def _adaptive_process(noise_seed, rounds=8):
-  return _adaptive(0.1, 3, initial_l2_norm_clip=1.0, restart_warmup=3,
-                   restart_period=4, canaries=_config(0, 4, rounds=rounds),
-                   noise_seed=noise_seed).create(VALUE)
+def _seeded_adaptive(noise_seed):
+  """Seeded tree_adaptive, no canary inserted; restarts after rounds 3, 11."""
+  return _adaptive(0.2, 3, initial_l2_norm_clip=1.0, restart_warmup=4,
+                   restart_period=8, canaries=_config(0, 4, rounds=12),
+                   noise_seed=noise_seed)
 
 
-def _adaptive_run(process, rounds=8):
-  """(results, clips) of a seeded tree_adaptive over two restarts (after
-  rounds 3 and 7), from its initial state."""
+@pytest.fixture(scope="module", name="adaptive_process")
+def fixture_adaptive_process():
+  """Built once: its tests run it from its initial state (no shared state)."""
+  return _seeded_adaptive(7).create(VALUE)
+
+
+def _adaptive_run(process, rounds=12):
+  """(results, clips) of `_seeded_adaptive` over both restarts."""
   state = process.initialize()
   rng = np.random.default_rng(3)
   results, clips = [], []
@@ -503,20 +504,19 @@ def _adaptive_run(process, rounds=8):
     out = process.next(state, _client_values(rng, 3))
     state = out.state
     results.append(np.concatenate([np.ravel(v) for v in out.result]))
-    clips.append(float(nested_search.find_first(
-        state.query_state, lambda s: hasattr(s, "clip_value")).clip_value))
+    clips.append(_clip_value(state))
   return np.array(results), clips
 
 
-def test_a_seeded_tree_adaptive_is_reproducible_across_restarts():
+def test_a_seeded_tree_adaptive_is_reproducible_across_restarts(
+    adaptive_process):
   # Both trees seeded (seeded_query): the clip adopted at each restart
   # comes from the clipped count's noise, so equal clips after the restarts
   # show that tree seeded too (tensorflow_privacy's own is unseeded, and a
   # second run from the same initial state would differ).
-  process = _adaptive_process(21)
-  first, clips = _adaptive_run(process)
-  again, clips_again = _adaptive_run(process)
-  other, clips_other = _adaptive_run(_adaptive_process(22))
+  first, clips = _adaptive_run(adaptive_process)
+  again, clips_again = _adaptive_run(adaptive_process)
+  other, clips_other = _adaptive_run(_seeded_adaptive(8).create(VALUE))
   assert len(set(clips)) == 3  # the initial clip, then two restarts
   np.testing.assert_array_equal(first, again)
   assert clips == clips_again

@@ -132,14 +132,15 @@ SPECS = tff.types.type_to_tf_tensor_specs(VALUE)
 def test_a_generator_std_set_wrong_fails_against_the_claimed_multiplier():
   # TFF's factory built with z = 0.15 where the claim is z = 1.5: the
   # generator's own stddev (0.15 x 0.5) hides the bug; the claimed z finds
-  # variance 1/100 of the claim.
-  aggregator = tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
-      0.15, 4.0, 0.5, SPECS, noise_seed=23)
+  # variance 1/100 of the claim. One process for both checks: each runs it
+  # afresh from its initial state (seeded, so both see the same noise).
+  process = tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
+      0.15, 4.0, 0.5, SPECS, noise_seed=23).create(VALUE)
   claimed = tree_noise.tree_noise(16, efficient=True)
-  itself = correlated_check.check_correlated_noise(aggregator, VALUE,
+  itself = correlated_check.check_correlated_noise(process, VALUE,
                                                    noise=claimed)
   assert itself.passed, itself.check.failures
-  against = correlated_check.check_correlated_noise(aggregator, VALUE,
+  against = correlated_check.check_correlated_noise(process, VALUE,
                                                     noise=claimed,
                                                     noise_multiplier=1.5)
   assert not against.passed
